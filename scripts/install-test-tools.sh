@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install what the tests need into ./.tools (ignored by git), idempotently:
+#   - the pinned Claude Code CLI from the npm registry,
+#   - pytest and ruff from PyPI (the fixture repository's goal test).
+# Prints the directories to put on PATH.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+tools="$root/.tools"
+CLAUDE_CODE_VERSION=2.1.328
+PYTEST_VERSION=8.3.4
+RUFF_VERSION=0.8.4
+mkdir -p "$tools"
+
+if ! "$tools/npm/node_modules/.bin/claude" --version 2>/dev/null | grep -q "^$CLAUDE_CODE_VERSION "; then
+  echo "installing @anthropic-ai/claude-code@$CLAUDE_CODE_VERSION into $tools/npm" >&2
+  npm install --silent --no-audit --no-fund --prefix "$tools/npm" "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" >&2
+fi
+"$tools/npm/node_modules/.bin/claude" --version >&2
+
+if ! "$tools/venv/bin/python" -m pytest --version >/dev/null 2>&1 \
+   || ! "$tools/venv/bin/ruff" --version 2>/dev/null | grep -q "$RUFF_VERSION"; then
+  echo "installing pytest==$PYTEST_VERSION ruff==$RUFF_VERSION into $tools/venv" >&2
+  python3 -m venv "$tools/venv"
+  "$tools/venv/bin/pip" install --quiet --disable-pip-version-check "pytest==$PYTEST_VERSION" "ruff==$RUFF_VERSION" >&2
+fi
+echo "$tools/npm/node_modules/.bin:$tools/venv/bin"

@@ -1,0 +1,301 @@
+//! One `claude -p` session: spawn it contained, read its stream as it
+//! arrives, let an [`Observer`] (the guards and the ledger) see every event
+//! and stop the session mid-turn, enforce the deadlines and the idle timeout,
+//! and hand back what the `result` event said.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+use super::events::{self, Event, ResultEvent};
+use crate::outcome::Reason;
+use crate::process::{self, Contained};
+
+/// Which kind of session this is; the guards count both, the ledger tells
+/// them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Agent,
+    Critic,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Agent => "agent",
+            Role::Critic => "critic",
+        }
+    }
+}
+
+/// Everything needed to start one session.
+#[derive(Debug, Clone)]
+pub struct SessionSpec {
+    pub role: Role,
+    pub bin: PathBuf,
+    pub args: Vec<OsString>,
+    pub cwd: PathBuf,
+    pub env_set: Vec<(OsString, OsString)>,
+    pub env_remove: Vec<OsString>,
+    /// Written to stdin, which is then closed; `None` = stdin is /dev/null.
+    pub stdin: Option<String>,
+    /// Where the raw stream (one JSON object per line) is kept.
+    pub stream_log: PathBuf,
+    /// Where the CLI's stderr is kept.
+    pub stderr_log: PathBuf,
+    /// The earliest of the job's and the attempt's deadlines, and which one.
+    pub deadline: Option<(Instant, Reason)>,
+    /// Stop if no event arrives for this long.
+    pub idle_timeout: Duration,
+    /// Between SIGTERM and SIGKILL.
+    pub grace: Duration,
+}
+
+/// What an observer asks for after seeing an event.
+pub type Verdict = Option<Reason>;
+
+/// Sees every event of a session as it arrives. Returning `Some(reason)`
+/// stops the session at once.
+pub trait Observer {
+    fn on_event(&mut self, event: &Event, at: Instant) -> Verdict;
+}
+
+/// A request from outside (a signal) to stop the running session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StopRequest {
+    pub reason: Reason,
+    /// Skip the grace period (a second signal).
+    pub hurry: bool,
+}
+
+/// How a session ended.
+#[derive(Debug)]
+pub struct SessionEnd {
+    /// The `result` event, if the CLI got to write one.
+    pub result: Option<ResultEvent>,
+    /// Set when loopd stopped the session (a guard, a deadline, a signal).
+    pub stopped: Option<Reason>,
+    pub exit_code: Option<i32>,
+    /// The last lines the CLI wrote to stderr.
+    pub stderr_tail: String,
+    pub wall: Duration,
+    /// Processes left behind by the session and swept after it.
+    pub leftovers: usize,
+}
+
+impl SessionEnd {
+    /// A one-line description of how the session failed, for reports.
+    pub fn failure(&self) -> String {
+        match (&self.result, self.stopped) {
+            (_, Some(reason)) => format!("stopped by loopd: {reason}"),
+            (Some(r), None) => r.error_text(),
+            (None, None) => format!(
+                "the CLI exited ({}) without a result event; stderr: {}",
+                self.exit_code
+                    .map_or("by a signal".into(), |c| format!("code {c}")),
+                self.stderr_tail.trim()
+            ),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("cannot start the agent CLI `{}`: {source}", bin.display())]
+    Spawn {
+        bin: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write `{}`: {source}", path.display())]
+    Log {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Keep only the last `max` bytes of a growing text, on a char boundary.
+fn keep_tail(buf: &mut String, max: usize) {
+    if buf.len() > max {
+        let mut cut = buf.len() - max;
+        while !buf.is_char_boundary(cut) {
+            cut += 1;
+        }
+        buf.drain(..cut);
+    }
+}
+
+/// Run one session to its end. `stop` carries requests from signal handlers.
+pub async fn run(
+    spec: &SessionSpec,
+    observer: &mut dyn Observer,
+    stop: &mut tokio::sync::watch::Receiver<Option<StopRequest>>,
+) -> Result<SessionEnd, SessionError> {
+    let started = Instant::now();
+    let token = process::new_token(spec.role.as_str());
+    let mut cmd = process::command(&spec.bin, &token);
+    cmd.args(&spec.args)
+        .current_dir(&spec.cwd)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .stdin(if spec.stdin.is_some() {
+            std::process::Stdio::piped()
+        } else {
+            std::process::Stdio::null()
+        });
+    for k in &spec.env_remove {
+        cmd.env_remove(k);
+    }
+    for (k, v) in &spec.env_set {
+        cmd.env(k, v);
+    }
+    let mut child = Contained::spawn(cmd, token).map_err(|source| SessionError::Spawn {
+        bin: spec.bin.clone(),
+        source,
+    })?;
+    tracing::debug!(
+        role = spec.role.as_str(),
+        pid = child.pid,
+        "session started"
+    );
+
+    if let (Some(text), Some(mut stdin)) = (spec.stdin.clone(), child.child.stdin.take()) {
+        // Written from a task so a large input cannot deadlock against a
+        // full stdout pipe; dropping stdin closes it.
+        tokio::spawn(async move {
+            let _ = stdin.write_all(text.as_bytes()).await;
+        });
+    }
+    let stdout = child.child.stdout.take().expect("stdout was piped");
+    let mut stderr = child.child.stderr.take().expect("stderr was piped");
+    let stderr_log = spec.stderr_log.clone();
+    let stderr_task = tokio::spawn(async move {
+        let mut all = Vec::new();
+        let _ = stderr.read_to_end(&mut all).await;
+        let _ = tokio::fs::write(&stderr_log, &all).await;
+        let mut text = String::from_utf8_lossy(&all).into_owned();
+        keep_tail(&mut text, 4000);
+        text
+    });
+
+    let log_err = |source| SessionError::Log {
+        path: spec.stream_log.clone(),
+        source,
+    };
+    let mut log = tokio::io::BufWriter::new(
+        tokio::fs::File::create(&spec.stream_log)
+            .await
+            .map_err(log_err)?,
+    );
+    let mut lines = BufReader::new(stdout).lines();
+    let mut result: Option<ResultEvent> = None;
+    let mut stopped: Option<(Reason, bool)> = None;
+    let mut last_event = Instant::now();
+    let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
+    let (deadline, deadline_reason) = spec.deadline.unwrap_or((far, Reason::WallClock));
+
+    loop {
+        let idle_at = last_event + spec.idle_timeout;
+        tokio::select! {
+            line = lines.next_line() => {
+                let line = match line {
+                    Ok(Some(line)) => line,
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reading the agent stream failed");
+                        break;
+                    }
+                };
+                let now = Instant::now();
+                last_event = now;
+                log.write_all(line.as_bytes()).await.map_err(log_err)?;
+                log.write_all(b"\n").await.map_err(log_err)?;
+                if line.trim().is_empty() {
+                    continue;
+                }
+                match events::parse_line(&line) {
+                    Ok(event) => {
+                        if let Some(reason) = observer.on_event(&event, now) {
+                            stopped = Some((reason, false));
+                            break;
+                        }
+                        match event {
+                            Event::Result(r) => result = Some(*r),
+                            Event::Unknown => tracing::debug!(kind = %events::type_of(&line), "unknown stream event"),
+                            _ => {}
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, line = %line.chars().take(200).collect::<String>(), "unparsable stream line"),
+                }
+            }
+            _ = tokio::time::sleep_until(idle_at.into()) => {
+                tracing::warn!(role = spec.role.as_str(), idle_s = spec.idle_timeout.as_secs_f64(), "no event from the session");
+                stopped = Some((Reason::IdleTimeout, false));
+                break;
+            }
+            _ = tokio::time::sleep_until(deadline.into()) => {
+                stopped = Some((deadline_reason, false));
+                break;
+            }
+            changed = stop.changed() => {
+                if changed.is_ok() {
+                    if let Some(req) = *stop.borrow() {
+                        stopped = Some((req.reason, req.hurry));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    log.flush().await.map_err(log_err)?;
+
+    let (exit_code, leftovers) = match stopped {
+        Some((reason, hurry)) => {
+            tracing::info!(role = spec.role.as_str(), %reason, "stopping the session");
+            let grace = if hurry { Duration::ZERO } else { spec.grace };
+            // A second signal while we wait skips what is left of the grace.
+            let status = tokio::select! {
+                s = child.stop(grace) => s,
+                _ = wait_for_hurry(stop) => child.stop(Duration::ZERO).await,
+            };
+            (status.and_then(|s| s.code()), 0)
+        }
+        None => {
+            let status = child.wait().await.ok();
+            let leftovers = child.sweep(spec.grace).await;
+            if leftovers > 0 {
+                tracing::info!(
+                    role = spec.role.as_str(),
+                    leftovers,
+                    "stopped processes the session left running"
+                );
+            }
+            (status.and_then(|s| s.code()), leftovers)
+        }
+    };
+    let stderr_tail = stderr_task.await.unwrap_or_default();
+    Ok(SessionEnd {
+        result,
+        stopped: stopped.map(|(r, _)| r),
+        exit_code,
+        stderr_tail,
+        wall: started.elapsed(),
+        leftovers,
+    })
+}
+
+/// Resolves when a stop request with `hurry` arrives.
+pub async fn wait_for_hurry(stop: &mut tokio::sync::watch::Receiver<Option<StopRequest>>) {
+    loop {
+        if stop.borrow().is_some_and(|r| r.hurry) {
+            return;
+        }
+        if stop.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! `loopd check`: validate `loopd.toml` and the rubric, print the resolved job.
+
+use crate::cli::CliError;
+use crate::config::{find_on_path, Job, JobFlags};
+use crate::outcome::ExitStatus;
+use crate::workspace::Workspace;
+
+/// Validate `loopd.toml` and the rubric and print the job as `loopd run`
+/// would run it. Nothing is run and nothing is written.
+///
+/// Example: `loopd check -C ~/src/app`
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub flags: JobFlags,
+    /// Print the resolved job as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
+    let ws = Workspace::open(&args.flags.repo)?;
+    let job = Job::resolve(&args.flags, ws.root())?;
+    if find_on_path(&job.agent_bin).is_none() {
+        eprintln!(
+            "warning: the agent CLI `{}` was not found; `loopd run` would exit 5",
+            job.agent_bin.display()
+        );
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&job).expect("the job serializes")
+        );
+        return Ok(ExitStatus::Accepted);
+    }
+    let mut out = String::new();
+    out.push_str(&format!("repository:    {}\n", job.repo.display()));
+    out.push_str(&format!(
+        "config:        {}\n",
+        job.config_file
+            .as_ref()
+            .map_or("(none; flags and defaults)".into(), |p| p
+                .display()
+                .to_string())
+    ));
+    out.push_str(&format!("task:          {}\n", job.task));
+    out.push_str("goal test:\n");
+    for (i, s) in job.goal.iter().enumerate() {
+        out.push_str(&format!(
+            "  {}. {} — `{}` (timeout {})\n",
+            i + 1,
+            s.name,
+            s.run,
+            humantime::format_duration(s.timeout)
+        ));
+    }
+    out.push_str(&format!(
+        "rubric:        {} ({})\n",
+        job.rubric.name, job.rubric_source
+    ));
+    for r in &job.rubric.rules {
+        out.push_str(&format!("  rule {}: {}\n", r.id, r.text));
+    }
+    out.push_str(&format!("attempts:      {}\n", job.max_attempts));
+    out.push_str(&format!(
+        "models:        agent {}, critic {}\n",
+        job.agent_model, job.critic_model
+    ));
+    out.push_str(&format!(
+        "allowed tools: {}\n",
+        job.allowed_tools.join(", ")
+    ));
+    let c = &job.caps;
+    out.push_str(&format!(
+        "caps:          ${} · {} turns · {} tokens · job {} · attempt {} · idle {}\n",
+        c.budget_usd,
+        c.max_turns,
+        c.max_tokens,
+        humantime::format_duration(c.timeout),
+        humantime::format_duration(c.attempt_timeout),
+        humantime::format_duration(c.idle_timeout)
+    ));
+    let g = &job.guard;
+    out.push_str(&format!(
+        "stuck guard:   same call {} times in the last {} · grace {}\n",
+        g.stuck_repeat,
+        g.stuck_window,
+        humantime::format_duration(g.grace)
+    ));
+    out.push_str(&format!("agent CLI:     {}\n", job.agent_bin.display()));
+    out.push_str(&format!("state dir:     {}\n", job.state_dir.display()));
+    print!("{out}");
+    Ok(ExitStatus::Accepted)
+}

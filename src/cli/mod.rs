@@ -1,0 +1,100 @@
+//! The command line: one `*Args` struct per subcommand, whose doc comments
+//! are the help text. Each subcommand returns an [`ExitStatus`] or a
+//! [`CliError`]; `main` turns both into the process exit code.
+
+pub mod check;
+pub mod run;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::outcome::ExitStatus;
+
+/// Supervise a coding agent on a git repository until a goal test and a
+/// fresh-session critic both accept its change — or stop it safely.
+#[derive(Debug, Parser)]
+#[command(name = "loopd", version, propagate_version = true)]
+pub struct Cli {
+    /// More log output on stderr (-v: debug, -vv: trace). `LOOPD_LOG` takes a full filter.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// Only warnings and errors on stderr.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    Run(run::RunArgs),
+    Check(check::CheckArgs),
+    /// Print the API key served on SOCKET (the CLI's `apiKeyHelper`; internal).
+    #[command(hide = true)]
+    AgentKey {
+        socket: PathBuf,
+    },
+}
+
+/// An error at the command line's edge: what to print and how to exit.
+#[derive(Debug)]
+pub struct CliError {
+    pub status: ExitStatus,
+    pub message: String,
+    pub hint: Option<String>,
+}
+
+impl CliError {
+    pub fn new(status: ExitStatus, message: impl std::fmt::Display) -> CliError {
+        CliError {
+            status,
+            message: message.to_string(),
+            hint: None,
+        }
+    }
+
+    pub fn hint(mut self, hint: impl Into<String>) -> CliError {
+        self.hint = Some(hint.into());
+        self
+    }
+}
+
+impl From<crate::config::ConfigError> for CliError {
+    fn from(e: crate::config::ConfigError) -> Self {
+        let hint = e.hint();
+        CliError {
+            status: ExitStatus::Usage,
+            message: e.to_string(),
+            hint,
+        }
+    }
+}
+
+impl From<crate::workspace::WorkspaceError> for CliError {
+    fn from(e: crate::workspace::WorkspaceError) -> Self {
+        let hint = e.hint().map(str::to_owned);
+        CliError {
+            status: ExitStatus::Environment,
+            message: e.to_string(),
+            hint,
+        }
+    }
+}
+
+/// Run the parsed command line.
+pub fn dispatch(cli: Cli) -> Result<ExitStatus, CliError> {
+    match cli.command {
+        Command::Run(args) => run::run(args),
+        Command::Check(args) => check::check(args),
+        Command::AgentKey { socket } => {
+            crate::agent::key::print_key(&socket).map_err(|e| {
+                CliError::new(
+                    ExitStatus::Environment,
+                    format!("cannot read the key from `{}`: {e}", socket.display()),
+                )
+            })?;
+            Ok(ExitStatus::Accepted)
+        }
+    }
+}

@@ -1,0 +1,707 @@
+//! `loopd.toml` + flags → a validated [`Job`].
+//!
+//! Every field of `loopd.toml` can be overridden by a flag of the same name
+//! (`max_attempts` ↔ `--max-attempts`). Input is parsed into loose "file"
+//! structs first and then checked field by field, so that a bad value is
+//! reported with the file, the field, what was expected and what was found —
+//! before anything in the repository is touched.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::rubric::Rubric;
+
+/// The name of the per-repository configuration file.
+pub const CONFIG_FILE: &str = "loopd.toml";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read `{}`: {source}", file.display())]
+    Read {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`{}` is not valid TOML for loopd: {message}", file.display())]
+    Parse { file: PathBuf, message: String },
+    #[error("`{}`: field `{field}`: expected {expected}, found {found}", file.display())]
+    Invalid {
+        file: PathBuf,
+        field: String,
+        expected: String,
+        found: String,
+    },
+    #[error("no task: set `task` in `{}` or pass `--task TEXT`", file.display())]
+    NoTask { file: PathBuf },
+    #[error("no goal test: add `[[goal]]` steps to `{}` or pass `--goal CMD`", file.display())]
+    NoGoal { file: PathBuf },
+}
+
+impl ConfigError {
+    /// A `hint:` line for the user, where there is something useful to say.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            ConfigError::Parse { .. } | ConfigError::Invalid { .. } => {
+                Some("run `loopd check` to validate `loopd.toml` and the rubric".into())
+            }
+            ConfigError::NoTask { .. } => Some(
+                "for example: task = \"Make python3 -m pytest pass. Do not weaken any test.\""
+                    .into(),
+            ),
+            ConfigError::NoGoal { .. } => {
+                Some("for example: [[goal]]\\nrun = \"python3 -m pytest -q\"".into())
+            }
+            ConfigError::Read { .. } => None,
+        }
+    }
+}
+
+/// The flags every job-taking command shares (`run`, `check`, `submit`, `ci`).
+/// Each overrides the `loopd.toml` field of the same name.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct JobFlags {
+    /// Repository to work on.
+    #[arg(short = 'C', long = "repo", value_name = "DIR", default_value = ".")]
+    pub repo: PathBuf,
+    /// Configuration file (default: `loopd.toml` at the repository root, if present).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// What the agent must achieve, in plain words.
+    #[arg(long, value_name = "TEXT")]
+    pub task: Option<String>,
+    /// A goal-test step (a shell command line); repeat for ordered steps, cheap first.
+    #[arg(long = "goal", value_name = "CMD")]
+    pub goal: Vec<String>,
+    /// Rubric file the critic judges by (default: the embedded four rules).
+    #[arg(long, value_name = "FILE")]
+    pub rubric: Option<PathBuf>,
+    /// Attempts before giving up [default: 5].
+    #[arg(long, value_name = "N")]
+    pub max_attempts: Option<i64>,
+    /// Model of the agent sessions [default: haiku].
+    #[arg(long, value_name = "MODEL")]
+    pub agent_model: Option<String>,
+    /// Model of the critic sessions [default: sonnet].
+    #[arg(long, value_name = "MODEL")]
+    pub critic_model: Option<String>,
+    /// Tools the agent may use, comma-separated [default: Read,Edit,Write,Glob,Grep plus `Bash(<step> *)` per goal step].
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub allowed_tools: Option<Vec<String>>,
+    /// The Claude Code CLI [default: `claude` on PATH].
+    #[arg(long, value_name = "PATH", env = "LOOPD_AGENT_BIN")]
+    pub agent_bin: Option<PathBuf>,
+    /// Where runs, reports and the queue live [default: `$XDG_STATE_HOME/loopd`].
+    #[arg(long, value_name = "DIR", env = "LOOPD_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Spend cap in USD over the whole job, agent and critic together [default: 2].
+    #[arg(long, value_name = "X")]
+    pub budget_usd: Option<f64>,
+    /// Cap on model turns over the whole job [default: 200].
+    #[arg(long, value_name = "N")]
+    pub max_turns: Option<i64>,
+    /// Cap on input+output tokens over the whole job [default: 5000000].
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<i64>,
+    /// Wall-clock cap for the whole job, e.g. `30m` [default: 1h].
+    #[arg(long, value_name = "DUR")]
+    pub timeout: Option<String>,
+    /// Wall-clock cap for one attempt [default: 20m].
+    #[arg(long, value_name = "DUR")]
+    pub attempt_timeout: Option<String>,
+    /// Stop an agent that emits no event for this long [default: 5m].
+    #[arg(long, value_name = "DUR")]
+    pub idle_timeout: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    task: Option<String>,
+    #[serde(default)]
+    goal: Vec<GoalStepFile>,
+    rubric: Option<PathBuf>,
+    max_attempts: Option<i64>,
+    agent_model: Option<String>,
+    critic_model: Option<String>,
+    allowed_tools: Option<Vec<String>>,
+    budget_usd: Option<f64>,
+    max_turns: Option<i64>,
+    max_tokens: Option<i64>,
+    timeout: Option<String>,
+    attempt_timeout: Option<String>,
+    idle_timeout: Option<String>,
+    #[serde(default)]
+    guard: GuardFile,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GoalStepFile {
+    name: Option<String>,
+    run: Option<String>,
+    timeout: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GuardFile {
+    stuck_window: Option<i64>,
+    stuck_repeat: Option<i64>,
+    poll_patterns: Option<Vec<String>>,
+    grace: Option<String>,
+}
+
+/// One step of the goal test.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GoalStep {
+    pub name: String,
+    pub run: String,
+    #[serde(with = "humantime_serde_compat")]
+    pub timeout: Duration,
+}
+
+/// Caps over the whole job (agent and critic sessions together).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Caps {
+    pub budget_usd: f64,
+    pub max_turns: u64,
+    pub max_tokens: u64,
+    #[serde(with = "humantime_serde_compat")]
+    pub timeout: Duration,
+    #[serde(with = "humantime_serde_compat")]
+    pub attempt_timeout: Duration,
+    #[serde(with = "humantime_serde_compat")]
+    pub idle_timeout: Duration,
+}
+
+/// Progress-guard and process settings.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GuardSettings {
+    /// How many recent tool calls the repeat detector looks at.
+    pub stuck_window: usize,
+    /// How many identical calls within the window mean "stuck".
+    pub stuck_repeat: usize,
+    /// Bash commands matching one of these (substring of the command's first
+    /// word sequence) are polling and never count as stuck.
+    pub poll_patterns: Vec<String>,
+    /// Time between SIGTERM and SIGKILL when stopping a process tree.
+    #[serde(with = "humantime_serde_compat")]
+    pub grace: Duration,
+}
+
+/// A fully resolved, validated job: everything `loopd run` needs.
+#[derive(Debug, Clone, Serialize)]
+pub struct Job {
+    pub repo: PathBuf,
+    pub config_file: Option<PathBuf>,
+    pub task: String,
+    pub goal: Vec<GoalStep>,
+    pub rubric: Rubric,
+    pub rubric_source: String,
+    pub max_attempts: u32,
+    pub agent_model: String,
+    pub critic_model: String,
+    pub allowed_tools: Vec<String>,
+    pub agent_bin: PathBuf,
+    pub state_dir: PathBuf,
+    pub caps: Caps,
+    pub guard: GuardSettings,
+    /// The exact bytes of the configuration file, for the checksum guard.
+    #[serde(skip)]
+    pub config_text: Option<String>,
+}
+
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+pub const DEFAULT_AGENT_MODEL: &str = "haiku";
+pub const DEFAULT_CRITIC_MODEL: &str = "sonnet";
+pub const DEFAULT_TOOLS: [&str; 5] = ["Read", "Edit", "Write", "Glob", "Grep"];
+pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(600);
+pub const DEFAULT_POLL_PATTERNS: [&str; 6] = ["sleep", "wait", "tail -f", "watch", "timeout", "ps"];
+
+/// Where a value came from, for error messages.
+struct Origin<'a> {
+    file: &'a Path,
+    from_flag: bool,
+}
+
+impl Origin<'_> {
+    fn field(&self, field: &str) -> (PathBuf, String) {
+        if self.from_flag {
+            (
+                PathBuf::from("command line"),
+                format!("--{}", field.replace('_', "-")),
+            )
+        } else {
+            (self.file.to_path_buf(), field.to_owned())
+        }
+    }
+
+    fn invalid(&self, field: &str, expected: &str, found: impl ToString) -> ConfigError {
+        let (file, field) = self.field(field);
+        ConfigError::Invalid {
+            file,
+            field,
+            expected: expected.to_owned(),
+            found: found.to_string(),
+        }
+    }
+}
+
+fn pick<T>(flag: Option<T>, file: Option<T>) -> (Option<T>, bool) {
+    match flag {
+        Some(v) => (Some(v), true),
+        None => (file, false),
+    }
+}
+
+fn positive(
+    origin: &Origin,
+    field: &str,
+    v: Option<i64>,
+    default: u64,
+) -> Result<u64, ConfigError> {
+    match v {
+        None => Ok(default),
+        Some(n) if n >= 1 => Ok(n as u64),
+        Some(n) => Err(origin.invalid(field, "a positive integer", n)),
+    }
+}
+
+fn duration(
+    origin: &Origin,
+    field: &str,
+    v: Option<&str>,
+    default: Duration,
+) -> Result<Duration, ConfigError> {
+    match v {
+        None => Ok(default),
+        Some(s) => match humantime::parse_duration(s.trim()) {
+            Ok(d) if !d.is_zero() => Ok(d),
+            _ => Err(origin.invalid(
+                field,
+                "a duration such as `90s`, `20m` or `1h`",
+                format!("`{s}`"),
+            )),
+        },
+    }
+}
+
+fn non_empty(
+    origin: &Origin,
+    field: &str,
+    v: Option<String>,
+    default: &str,
+) -> Result<String, ConfigError> {
+    match v {
+        None => Ok(default.to_owned()),
+        Some(s) if !s.trim().is_empty() => Ok(s.trim().to_owned()),
+        Some(_) => Err(origin.invalid(field, "a non-empty string", "\"\"")),
+    }
+}
+
+/// The default state dir: `$XDG_STATE_HOME/loopd`, else `~/.local/state/loopd`.
+pub fn default_state_dir() -> PathBuf {
+    if let Some(x) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(x).join("loopd");
+    }
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    home.join(".local/state/loopd")
+}
+
+/// Find `name` on `PATH` (a path with a slash is taken as given).
+pub fn find_on_path(name: &Path) -> Option<PathBuf> {
+    if name.components().count() > 1 {
+        return name.is_file().then(|| name.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+}
+
+/// The tools the agent may use when nothing is configured.
+pub fn default_allowed_tools(goal: &[GoalStep]) -> Vec<String> {
+    let mut tools: Vec<String> = DEFAULT_TOOLS.iter().map(|s| s.to_string()).collect();
+    tools.extend(goal.iter().map(|s| format!("Bash({} *)", s.run)));
+    tools
+}
+
+impl Job {
+    /// Resolve `loopd.toml` (if any) and the flags into a job for the
+    /// repository at `repo_root` (already located by the caller).
+    pub fn resolve(flags: &JobFlags, repo_root: &Path) -> Result<Job, ConfigError> {
+        let config_path = match &flags.config {
+            Some(p) => Some(if p.is_absolute() {
+                p.clone()
+            } else {
+                std::env::current_dir()
+                    .map(|d| d.join(p))
+                    .unwrap_or_else(|_| p.clone())
+            }),
+            None => {
+                let p = repo_root.join(CONFIG_FILE);
+                p.is_file().then_some(p)
+            }
+        };
+        let (file, config_text) = match &config_path {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                    file: p.clone(),
+                    source,
+                })?;
+                let text = text
+                    .strip_prefix('\u{feff}')
+                    .map(str::to_owned)
+                    .unwrap_or(text);
+                let parsed: ConfigFile = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+                    file: p.clone(),
+                    message: e.to_string(),
+                })?;
+                (parsed, Some(text))
+            }
+            None => (ConfigFile::default(), None),
+        };
+        let file_name = config_path
+            .clone()
+            .unwrap_or_else(|| repo_root.join(CONFIG_FILE));
+        let origin = |from_flag| Origin {
+            file: &file_name,
+            from_flag,
+        };
+
+        let (task, from_flag) = pick(flags.task.clone(), file.task);
+        let task = match task {
+            Some(t) if !t.trim().is_empty() => t.trim().to_owned(),
+            Some(_) => return Err(origin(from_flag).invalid("task", "a non-empty string", "\"\"")),
+            None => return Err(ConfigError::NoTask { file: file_name }),
+        };
+
+        let goal = if !flags.goal.is_empty() {
+            let o = origin(true);
+            flags
+                .goal
+                .iter()
+                .map(|run| {
+                    if run.trim().is_empty() {
+                        return Err(o.invalid("goal", "a shell command line", "\"\""));
+                    }
+                    Ok(GoalStep {
+                        name: run.trim().to_owned(),
+                        run: run.trim().to_owned(),
+                        timeout: DEFAULT_STEP_TIMEOUT,
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            let o = origin(false);
+            let mut steps = Vec::new();
+            for (i, step) in file.goal.into_iter().enumerate() {
+                let run = match step.run {
+                    Some(r) if !r.trim().is_empty() => r.trim().to_owned(),
+                    _ => {
+                        return Err(o.invalid(
+                            &format!("goal[{i}].run"),
+                            "a shell command line",
+                            "nothing",
+                        ))
+                    }
+                };
+                let name = match step.name {
+                    Some(n) if !n.trim().is_empty() => n.trim().to_owned(),
+                    Some(_) => {
+                        return Err(o.invalid(
+                            &format!("goal[{i}].name"),
+                            "a non-empty string",
+                            "\"\"",
+                        ))
+                    }
+                    None => run.clone(),
+                };
+                if steps.iter().any(|s: &GoalStep| s.name == name) {
+                    return Err(o.invalid(
+                        &format!("goal[{i}].name"),
+                        "a name no other step uses",
+                        format!("`{name}`"),
+                    ));
+                }
+                let timeout = duration(
+                    &o,
+                    &format!("goal[{i}].timeout"),
+                    step.timeout.as_deref(),
+                    DEFAULT_STEP_TIMEOUT,
+                )?;
+                steps.push(GoalStep { name, run, timeout });
+            }
+            steps
+        };
+        if goal.is_empty() {
+            return Err(ConfigError::NoGoal { file: file_name });
+        }
+
+        let (rubric_path, from_flag) = pick(flags.rubric.clone(), file.rubric);
+        let rubric = match rubric_path {
+            None => Rubric::embedded_default(),
+            Some(p) => {
+                let base = if from_flag {
+                    std::env::current_dir().unwrap_or_else(|_| repo_root.to_path_buf())
+                } else {
+                    config_path
+                        .as_deref()
+                        .and_then(Path::parent)
+                        .unwrap_or(repo_root)
+                        .to_path_buf()
+                };
+                let full = if p.is_absolute() { p } else { base.join(p) };
+                if !full.is_file() {
+                    return Err(origin(from_flag).invalid(
+                        "rubric",
+                        "a readable rubric file",
+                        format!("`{}` (no such file)", full.display()),
+                    ));
+                }
+                Rubric::load(&full)?
+            }
+        };
+        let rubric_source = rubric.source.to_string();
+
+        let (v, f) = pick(flags.max_attempts, file.max_attempts);
+        let max_attempts = positive(&origin(f), "max_attempts", v, DEFAULT_MAX_ATTEMPTS as u64)?;
+        let max_attempts = u32::try_from(max_attempts)
+            .map_err(|_| origin(f).invalid("max_attempts", "at most 4294967295", max_attempts))?;
+
+        let (v, f) = pick(flags.agent_model.clone(), file.agent_model);
+        let agent_model = non_empty(&origin(f), "agent_model", v, DEFAULT_AGENT_MODEL)?;
+        let (v, f) = pick(flags.critic_model.clone(), file.critic_model);
+        let critic_model = non_empty(&origin(f), "critic_model", v, DEFAULT_CRITIC_MODEL)?;
+
+        let (v, f) = pick(flags.allowed_tools.clone(), file.allowed_tools);
+        let allowed_tools = match v {
+            None => default_allowed_tools(&goal),
+            Some(list) => {
+                let list: Vec<String> = list
+                    .into_iter()
+                    .map(|t| t.trim().to_owned())
+                    .filter(|t| !t.is_empty())
+                    .collect();
+                if list.is_empty() {
+                    return Err(origin(f).invalid(
+                        "allowed_tools",
+                        "at least one tool name",
+                        "an empty list",
+                    ));
+                }
+                list
+            }
+        };
+
+        let (v, f) = pick(flags.budget_usd, file.budget_usd);
+        let budget_usd = match v {
+            None => 2.0,
+            Some(x) if x.is_finite() && x > 0.0 => x,
+            Some(x) => {
+                return Err(origin(f).invalid("budget_usd", "a positive number of US dollars", x))
+            }
+        };
+        let (v, f) = pick(flags.max_turns, file.max_turns);
+        let max_turns = positive(&origin(f), "max_turns", v, 200)?;
+        let (v, f) = pick(flags.max_tokens, file.max_tokens);
+        let max_tokens = positive(&origin(f), "max_tokens", v, 5_000_000)?;
+        let (v, f) = pick(flags.timeout.clone(), file.timeout);
+        let timeout = duration(
+            &origin(f),
+            "timeout",
+            v.as_deref(),
+            Duration::from_secs(3600),
+        )?;
+        let (v, f) = pick(flags.attempt_timeout.clone(), file.attempt_timeout);
+        let attempt_timeout = duration(
+            &origin(f),
+            "attempt_timeout",
+            v.as_deref(),
+            Duration::from_secs(1200),
+        )?;
+        let (v, f) = pick(flags.idle_timeout.clone(), file.idle_timeout);
+        let idle_timeout = duration(
+            &origin(f),
+            "idle_timeout",
+            v.as_deref(),
+            Duration::from_secs(300),
+        )?;
+
+        let o = origin(false);
+        let stuck_window = positive(&o, "guard.stuck_window", file.guard.stuck_window, 5)? as usize;
+        let stuck_repeat = positive(&o, "guard.stuck_repeat", file.guard.stuck_repeat, 3)? as usize;
+        if stuck_repeat < 2 || stuck_repeat > stuck_window {
+            return Err(o.invalid(
+                "guard.stuck_repeat",
+                &format!("an integer from 2 to guard.stuck_window ({stuck_window})"),
+                stuck_repeat,
+            ));
+        }
+        let poll_patterns = file.guard.poll_patterns.unwrap_or_else(|| {
+            DEFAULT_POLL_PATTERNS
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
+        });
+        let grace = duration(
+            &o,
+            "guard.grace",
+            file.guard.grace.as_deref(),
+            Duration::from_secs(5),
+        )?;
+
+        let agent_bin = flags
+            .agent_bin
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("claude"));
+        let state_dir = flags.state_dir.clone().unwrap_or_else(default_state_dir);
+        let state_dir = if state_dir.is_absolute() {
+            state_dir
+        } else {
+            std::env::current_dir()
+                .map(|d| d.join(&state_dir))
+                .unwrap_or(state_dir)
+        };
+
+        Ok(Job {
+            repo: repo_root.to_path_buf(),
+            config_file: config_path,
+            task,
+            goal,
+            rubric,
+            rubric_source,
+            max_attempts,
+            agent_model,
+            critic_model,
+            allowed_tools,
+            agent_bin,
+            state_dir,
+            caps: Caps {
+                budget_usd,
+                max_turns,
+                max_tokens,
+                timeout,
+                attempt_timeout,
+                idle_timeout,
+            },
+            guard: GuardSettings {
+                stuck_window,
+                stuck_repeat,
+                poll_patterns,
+                grace,
+            },
+            config_text,
+        })
+    }
+}
+
+/// Durations in JSON as humantime strings (`"20m"`), the way users write them.
+mod humantime_serde_compat {
+    use std::time::Duration;
+
+    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve_with(toml: &str, flags: JobFlags) -> Result<Job, ConfigError> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join(CONFIG_FILE), toml).expect("write config");
+        Job::resolve(&flags, dir.path())
+    }
+
+    const OK: &str = "task = \"fix it\"\n[[goal]]\nrun = \"python3 -m pytest -q\"\n[[goal]]\nname = \"lint\"\nrun = \"ruff check .\"\ntimeout = \"2m\"\n";
+
+    #[test]
+    fn defaults_and_goal_steps() {
+        let job = resolve_with(OK, JobFlags::default()).expect("valid");
+        assert_eq!(job.max_attempts, 5);
+        assert_eq!(job.agent_model, "haiku");
+        assert_eq!(job.critic_model, "sonnet");
+        assert_eq!(job.goal[0].name, "python3 -m pytest -q");
+        assert_eq!(job.goal[1].name, "lint");
+        assert_eq!(job.goal[1].timeout, Duration::from_secs(120));
+        assert_eq!(
+            job.allowed_tools,
+            [
+                "Read",
+                "Edit",
+                "Write",
+                "Glob",
+                "Grep",
+                "Bash(python3 -m pytest -q *)",
+                "Bash(ruff check . *)"
+            ]
+        );
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let flags = JobFlags {
+            max_attempts: Some(2),
+            goal: vec!["make test".into()],
+            agent_model: Some("sonnet".into()),
+            timeout: Some("90s".into()),
+            ..JobFlags::default()
+        };
+        let job = resolve_with(OK, flags).expect("valid");
+        assert_eq!(job.max_attempts, 2);
+        assert_eq!(job.goal.len(), 1);
+        assert_eq!(job.goal[0].run, "make test");
+        assert_eq!(job.agent_model, "sonnet");
+        assert_eq!(job.caps.timeout, Duration::from_secs(90));
+    }
+
+    #[test]
+    fn bad_values_name_file_and_field() {
+        let e = resolve_with(&format!("max_attempts = 0\n{OK}"), JobFlags::default())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("loopd.toml")
+                && e.contains("`max_attempts`")
+                && e.contains("positive integer"),
+            "{e}"
+        );
+        let e = resolve_with(
+            &format!("idle_timeout = \"soon\"\n{OK}"),
+            JobFlags::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("`idle_timeout`") && e.contains("`soon`"), "{e}");
+        let e = resolve_with(&format!("max_atempts = 3\n{OK}"), JobFlags::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `max_atempts`"), "{e}");
+        let flags = JobFlags {
+            budget_usd: Some(-1.0),
+            ..JobFlags::default()
+        };
+        let e = resolve_with(OK, flags).unwrap_err().to_string();
+        assert!(
+            e.contains("command line") && e.contains("`--budget-usd`"),
+            "{e}"
+        );
+        let e = resolve_with("[[goal]]\nrun = \"x\"\n", JobFlags::default()).unwrap_err();
+        assert!(matches!(e, ConfigError::NoTask { .. }));
+        let e = resolve_with("task = \"t\"\n", JobFlags::default()).unwrap_err();
+        assert!(matches!(e, ConfigError::NoGoal { .. }));
+    }
+
+    #[test]
+    fn bom_prefixed_config_is_read() {
+        let job =
+            resolve_with(&format!("\u{feff}{OK}"), JobFlags::default()).expect("BOM tolerated");
+        assert_eq!(job.task, "fix it");
+    }
+}

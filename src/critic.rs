@@ -1,0 +1,301 @@
+//! The critic: a fresh `claude -p` session without tools that sees the task,
+//! the baseline, the diff since BASE_REF and the rubric — never the agent's
+//! transcript — and answers with a verdict object through `--json-schema`.
+//!
+//! The verdict is read from `structured_output` only. Prose, a missing
+//! object, a malformed one, or a session that failed are all `invalid`, and
+//! invalid is a rejection: the model explains, the code decides.
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::agent::events::ResultEvent;
+use crate::goal::head_and_tail;
+use crate::rubric::Rubric;
+
+/// The most diff text the critic is shown; beyond it head and tail are kept.
+pub const MAX_DIFF: usize = 200 * 1024;
+
+/// The instruction passed as the critic's prompt argument; the material
+/// follows on stdin.
+pub const INSTRUCTION: &str = "You are the reviewer of a code change. Everything you need follows. Judge the change only by the numbered rules and answer only by calling the StructuredOutput tool.";
+
+/// The JSON schema of the verdict object (DESIGN.md, "Critic verdict").
+pub fn verdict_schema() -> serde_json::Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "verdict": {"type": "string", "enum": ["PASS", "FAIL"]},
+            "violations": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "rule": {"type": "integer"},
+                        "file": {"type": "string"},
+                        "problem": {"type": "string"},
+                        "fix": {"type": "string"}
+                    },
+                    "required": ["rule", "file", "problem", "fix"],
+                    "additionalProperties": false
+                }
+            }
+        },
+        "required": ["verdict", "violations"],
+        "additionalProperties": false
+    })
+}
+
+/// One finding of the critic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Violation {
+    pub rule: i64,
+    pub file: String,
+    pub problem: String,
+    pub fix: String,
+}
+
+impl Violation {
+    /// `file (rule N): problem — fix: ...`, the line the next prompt carries.
+    pub fn render(&self) -> String {
+        format!(
+            "{} (rule {}): {} — fix: {}",
+            self.file, self.rule, self.problem, self.fix
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+enum VerdictWord {
+    #[serde(rename = "PASS")]
+    Pass,
+    #[serde(rename = "FAIL")]
+    Fail,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct VerdictObject {
+    verdict: VerdictWord,
+    violations: Vec<Violation>,
+}
+
+/// What the critic decided, as the summary reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "critic", rename_all = "snake_case")]
+pub enum CriticVerdict {
+    /// `PASS` with no violations.
+    Pass,
+    /// `FAIL`, or `PASS` that still listed violations.
+    Fail { violations: Vec<Violation> },
+    /// No usable verdict; `why` says what was wrong.
+    Invalid { why: String },
+    /// Not asked (the goal test or a gate failed first).
+    Skipped,
+}
+
+impl CriticVerdict {
+    /// The summary's `critic` field.
+    pub fn label(&self) -> &'static str {
+        match self {
+            CriticVerdict::Pass => "PASS",
+            CriticVerdict::Fail { .. } => "FAIL",
+            CriticVerdict::Invalid { .. } => "invalid",
+            CriticVerdict::Skipped => "skipped",
+        }
+    }
+
+    pub fn violations(&self) -> &[Violation] {
+        match self {
+            CriticVerdict::Fail { violations } => violations,
+            _ => &[],
+        }
+    }
+}
+
+/// Read the verdict from a critic session's result event.
+pub fn read_verdict(result: Option<&ResultEvent>) -> CriticVerdict {
+    let Some(result) = result else {
+        return CriticVerdict::Invalid {
+            why: "the critic session ended without a result".into(),
+        };
+    };
+    if !result.completed() {
+        return CriticVerdict::Invalid {
+            why: format!("the critic session failed: {}", result.error_text()),
+        };
+    }
+    let Some(object) = &result.structured_output else {
+        return CriticVerdict::Invalid {
+            why: format!(
+                "no structured verdict (the critic answered in prose: {:?})",
+                result
+                    .result
+                    .as_deref()
+                    .unwrap_or("")
+                    .chars()
+                    .take(200)
+                    .collect::<String>()
+            ),
+        };
+    };
+    match serde_json::from_value::<VerdictObject>(object.clone()) {
+        Err(e) => CriticVerdict::Invalid {
+            why: format!("malformed verdict object: {e}"),
+        },
+        Ok(v) if v.verdict == VerdictWord::Pass && v.violations.is_empty() => CriticVerdict::Pass,
+        Ok(v) => CriticVerdict::Fail {
+            violations: v.violations,
+        },
+    }
+}
+
+/// Everything the critic is shown, written to its stdin.
+pub struct CriticInput<'a> {
+    pub task: &'a str,
+    pub baseline: &'a str,
+    pub goal_names: Vec<&'a str>,
+    pub rubric: &'a Rubric,
+    pub base_ref: &'a str,
+    pub patch: &'a str,
+    /// What the deterministic gates established, stated so the critic does
+    /// not re-litigate it (empty when there are no gates to report).
+    pub gates: &'a str,
+}
+
+impl CriticInput<'_> {
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        s.push_str("# Task given to the author of the change\n");
+        s.push_str(self.task);
+        s.push_str("\n\n# Baseline: the goal test's output before any change\n");
+        s.push_str(self.baseline.trim_end());
+        s.push_str("\n\n# The goal test now\nEvery step passed: ");
+        s.push_str(
+            &self
+                .goal_names
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", "),
+        );
+        s.push('\n');
+        if !self.gates.is_empty() {
+            s.push_str(self.gates.trim_end());
+            s.push('\n');
+        }
+        s.push_str(&format!("\n# Rubric: {}\n", self.rubric.name));
+        if let Some(ctx) = &self.rubric.context {
+            s.push_str(ctx);
+            s.push_str("\n\n");
+        }
+        s.push_str("Rules:\n");
+        s.push_str(&self.rubric.render_rules());
+        s.push_str(&format!(
+            "\n\n# The change since {} (new untracked files included)\n```diff\n{}\n```\n\n",
+            self.base_ref,
+            head_and_tail(self.patch.trim_end(), MAX_DIFF)
+        ));
+        s.push_str(
+            "# How to answer\n\
+             Judge only the numbered rules above; never comment on style or architecture, \
+             and never ask to undo what the task and the goal test require.\n\
+             Call the StructuredOutput tool with {\"verdict\": \"PASS\", \"violations\": []} if every rule holds. \
+             Otherwise use verdict \"FAIL\" and list each violation with the rule number, the file, \
+             the problem, and a one-line fix.\n",
+        );
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::events::{parse_line, Event};
+
+    fn result(json: &str) -> ResultEvent {
+        match parse_line(json).expect("result json") {
+            Event::Result(r) => *r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn only_a_clean_pass_is_a_pass() {
+        let pass = result(
+            r#"{"type":"result","is_error":false,"terminal_reason":"completed","structured_output":{"verdict":"PASS","violations":[]}}"#,
+        );
+        assert_eq!(read_verdict(Some(&pass)), CriticVerdict::Pass);
+        let pass_but = result(
+            r#"{"type":"result","is_error":false,"structured_output":{"verdict":"PASS","violations":[{"rule":2,"file":"a.py","problem":"p","fix":"f"}]}}"#,
+        );
+        assert_eq!(read_verdict(Some(&pass_but)).label(), "FAIL");
+        let prose = result(r#"{"type":"result","is_error":false,"result":"PASS"}"#);
+        assert!(matches!(
+            read_verdict(Some(&prose)),
+            CriticVerdict::Invalid { .. }
+        ));
+        let bad = result(
+            r#"{"type":"result","is_error":false,"structured_output":{"verdict":"Pass","violations":[]}}"#,
+        );
+        assert!(matches!(
+            read_verdict(Some(&bad)),
+            CriticVerdict::Invalid { .. }
+        ));
+        let failed = result(
+            r#"{"type":"result","is_error":true,"terminal_reason":"structured_output_retry_exhausted","structured_output":{"verdict":"PASS","violations":[]}}"#,
+        );
+        assert!(matches!(
+            read_verdict(Some(&failed)),
+            CriticVerdict::Invalid { .. }
+        ));
+        assert!(matches!(read_verdict(None), CriticVerdict::Invalid { .. }));
+    }
+
+    #[test]
+    fn violations_render_as_the_next_prompt_lines() {
+        let v = Violation {
+            rule: 2,
+            file: "rechnung.py".into(),
+            problem: "debug print added".into(),
+            fix: "remove the print".into(),
+        };
+        assert_eq!(
+            v.render(),
+            "rechnung.py (rule 2): debug print added — fix: remove the print"
+        );
+    }
+
+    #[test]
+    fn input_carries_task_baseline_rules_and_diff() {
+        let rubric = Rubric::embedded_default();
+        let input = CriticInput {
+            task: "Make the tests pass.",
+            baseline: "4 failed, 2 passed",
+            goal_names: vec!["pytest", "ruff"],
+            rubric: &rubric,
+            base_ref: "abc123",
+            patch: "+++ b/new.py\n+x = 1\n",
+            gates: "",
+        }
+        .render();
+        for needle in [
+            "Make the tests pass.",
+            "4 failed, 2 passed",
+            "`pytest`, `ruff`",
+            "1. No test was deleted",
+            "+x = 1",
+            "since abc123",
+            "Judge only the numbered rules",
+        ] {
+            assert!(input.contains(needle), "missing {needle:?}");
+        }
+    }
+
+    #[test]
+    fn schema_requires_both_fields() {
+        let s = verdict_schema();
+        assert_eq!(s["required"], json!(["verdict", "violations"]));
+    }
+}

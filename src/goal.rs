@@ -1,0 +1,329 @@
+//! The goal test: ordered shell steps, cheap first, each with a timeout, run
+//! contained in the repository. An attempt stops at the first failing step
+//! and names it; the baseline runs every step, because the critic needs the
+//! whole red picture from before attempt 1.
+
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncReadExt;
+
+use crate::agent::session::StopRequest;
+use crate::config::GoalStep;
+use crate::process::{self, Contained};
+
+/// Output kept per step: the head and tail of anything longer.
+pub const MAX_STEP_OUTPUT: usize = 64 * 1024;
+
+/// What one step did.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StepResult {
+    pub name: String,
+    pub command: String,
+    /// `None` when the step was killed (timeout, signal).
+    pub exit_code: Option<i32>,
+    pub timed_out: bool,
+    pub passed: bool,
+    /// stdout and stderr, interleaved as written, bounded (head and tail kept).
+    pub output: String,
+    pub duration_ms: u64,
+}
+
+/// The goal test's result.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GoalReport {
+    pub steps: Vec<StepResult>,
+}
+
+impl GoalReport {
+    pub fn passed(&self) -> bool {
+        !self.steps.is_empty() && self.steps.iter().all(|s| s.passed)
+    }
+
+    pub fn failed_step(&self) -> Option<&StepResult> {
+        self.steps.iter().find(|s| !s.passed)
+    }
+
+    /// Every step's output, labelled, for the baseline the critic reads.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for s in &self.steps {
+            let status = match (s.timed_out, s.exit_code) {
+                (true, _) => "timed out".to_owned(),
+                (false, Some(c)) => format!("exit {c}"),
+                (false, None) => "killed".to_owned(),
+            };
+            out.push_str(&format!(
+                "$ {}   # step `{}`: {}\n{}",
+                s.command, s.name, status, s.output
+            ));
+            if !s.output.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+/// Whether to go on after a failing step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Run every step (the baseline).
+    All,
+    /// Stop at the first failing step (an attempt).
+    FirstFailure,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GoalError {
+    #[error("cannot run goal step `{step}`: {source}")]
+    Spawn {
+        step: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Keep the head and the tail of `text` within `max` bytes, saying what was cut.
+pub fn head_and_tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let half = max / 2;
+    let mut head_end = half;
+    while !text.is_char_boundary(head_end) {
+        head_end -= 1;
+    }
+    let mut tail_start = text.len() - half;
+    while !text.is_char_boundary(tail_start) {
+        tail_start += 1;
+    }
+    format!(
+        "{}\n[... {} bytes cut ...]\n{}",
+        &text[..head_end],
+        tail_start - head_end,
+        &text[tail_start..]
+    )
+}
+
+/// Run the steps in order in `dir`. `env_remove` keeps secrets out of the
+/// steps' environment.
+pub async fn run(
+    steps: &[GoalStep],
+    dir: &Path,
+    mode: Mode,
+    limits: &Limits<'_>,
+) -> Result<GoalReport, GoalError> {
+    let mut results = Vec::with_capacity(steps.len());
+    for step in steps {
+        let result = run_step(step, dir, limits).await?;
+        tracing::info!(step = %result.name, passed = result.passed, exit_code = ?result.exit_code, ms = result.duration_ms, "goal step");
+        let failed = !result.passed;
+        results.push(result);
+        if failed && (mode == Mode::FirstFailure || limits.interrupted()) {
+            break;
+        }
+    }
+    Ok(GoalReport { steps: results })
+}
+
+/// What bounds the goal test besides each step's own timeout.
+pub struct Limits<'a> {
+    /// Variables removed from the steps' environment (secrets).
+    pub env_remove: &'a [&'a str],
+    /// Between SIGTERM and SIGKILL.
+    pub grace: Duration,
+    /// The job's or attempt's deadline: no step runs past it.
+    pub deadline: Option<Instant>,
+    /// Signals: a stop request ends the running step.
+    pub stop: Option<tokio::sync::watch::Receiver<Option<StopRequest>>>,
+}
+
+impl Limits<'_> {
+    fn interrupted(&self) -> bool {
+        self.stop.as_ref().is_some_and(|s| s.borrow().is_some())
+    }
+}
+
+async fn run_step(
+    step: &GoalStep,
+    dir: &Path,
+    limits: &Limits<'_>,
+) -> Result<StepResult, GoalError> {
+    let env_remove = limits.env_remove;
+    let grace = limits.grace;
+    let spawn_err = |source| GoalError::Spawn {
+        step: step.name.clone(),
+        source,
+    };
+    let started = Instant::now();
+    // One pipe for stdout and stderr keeps them in the order they were written.
+    let (reader, writer) = std::io::pipe().map_err(spawn_err)?;
+    let writer_err: OwnedFd = OwnedFd::from(writer.try_clone().map_err(spawn_err)?);
+    let writer_out: OwnedFd = OwnedFd::from(writer);
+    let token = process::new_token("goal");
+    let mut cmd = process::command("/bin/sh", &token);
+    cmd.arg("-c")
+        .arg(&step.run)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::from(writer_out))
+        .stderr(std::process::Stdio::from(writer_err));
+    for k in env_remove {
+        cmd.env_remove(k);
+    }
+    let mut child = Contained::spawn(cmd, token).map_err(spawn_err)?;
+    // The write ends moved into `cmd`, which `spawn` consumed and dropped:
+    // EOF comes when the step and everything it started have closed them.
+    let reader = tokio::net::unix::pipe::Receiver::from_owned_fd(OwnedFd::from(reader))
+        .map_err(spawn_err)?;
+    let read_task = tokio::spawn(read_bounded(reader));
+
+    let mut timeout_at = Instant::now() + step.timeout;
+    if let Some(d) = limits.deadline {
+        timeout_at = timeout_at.min(d);
+    }
+    let mut stop = limits.stop.clone();
+    let (exit_code, timed_out) = tokio::select! {
+        status = child.wait() => (status.ok().and_then(|s| s.code()), false),
+        _ = tokio::time::sleep_until(timeout_at.into()) => {
+            tracing::warn!(step = %step.name, timeout_s = step.timeout.as_secs_f64(), "goal step timed out");
+            let status = child.stop(grace).await;
+            (status.and_then(|s| s.code()), true)
+        }
+        _ = stop_requested(&mut stop) => {
+            let hurry = stop.as_ref().and_then(|s| *s.borrow()).is_some_and(|r| r.hurry);
+            let status = child.stop(if hurry { Duration::ZERO } else { grace }).await;
+            (status.and_then(|s| s.code()), false)
+        }
+    };
+    // Whatever the step left running (a test server, a setsid daemon) goes
+    // now: it would otherwise also hold the pipe open.
+    child.sweep(grace).await;
+    let output = read_task.await.unwrap_or_default();
+    Ok(StepResult {
+        name: step.name.clone(),
+        command: step.run.clone(),
+        exit_code,
+        timed_out,
+        passed: !timed_out && exit_code == Some(0),
+        output,
+        duration_ms: started.elapsed().as_millis() as u64,
+    })
+}
+
+async fn stop_requested(stop: &mut Option<tokio::sync::watch::Receiver<Option<StopRequest>>>) {
+    match stop {
+        Some(rx) => {
+            if rx.wait_for(|r| r.is_some()).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending::<()>().await,
+    }
+}
+
+async fn read_bounded(mut reader: tokio::net::unix::pipe::Receiver) -> String {
+    let mut all = Vec::new();
+    let mut buf = [0u8; 8192];
+    // Keep at most twice the limit in memory; head_and_tail trims the rest.
+    let mut dropped_middle = 0usize;
+    loop {
+        match reader.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                all.extend_from_slice(&buf[..n]);
+                if all.len() > 2 * MAX_STEP_OUTPUT {
+                    // Keep the first half-limit and the latest half-limit.
+                    let keep_head = MAX_STEP_OUTPUT / 2;
+                    let excess = all.len() - MAX_STEP_OUTPUT;
+                    all.drain(keep_head..keep_head + excess);
+                    dropped_middle += excess;
+                }
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&all).into_owned();
+    if dropped_middle > 0 {
+        let mut cut = MAX_STEP_OUTPUT / 2;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        format!(
+            "{}\n[... {} bytes cut ...]\n{}",
+            &text[..cut],
+            dropped_middle,
+            &text[cut..]
+        )
+    } else {
+        head_and_tail(&text, MAX_STEP_OUTPUT)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits<'static> {
+        Limits {
+            env_remove: &[],
+            grace: Duration::from_millis(200),
+            deadline: None,
+            stop: None,
+        }
+    }
+
+    fn step(name: &str, run: &str) -> GoalStep {
+        GoalStep {
+            name: name.into(),
+            run: run.into(),
+            timeout: Duration::from_secs(10),
+        }
+    }
+
+    #[tokio::test]
+    async fn stops_at_the_first_failure_and_names_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let steps = [
+            step("ok", "echo fine"),
+            step("bad", "echo out; echo err >&2; exit 3"),
+            step("never", "touch never"),
+        ];
+        let r = run(&steps, dir.path(), Mode::FirstFailure, &limits())
+            .await
+            .expect("run");
+        assert!(!r.passed());
+        assert_eq!(r.steps.len(), 2);
+        let failed = r.failed_step().expect("a failed step");
+        assert_eq!(failed.name, "bad");
+        assert_eq!(failed.exit_code, Some(3));
+        assert_eq!(failed.output, "out\nerr\n");
+        assert!(!dir.path().join("never").exists());
+        let all = run(&steps, dir.path(), Mode::All, &limits())
+            .await
+            .expect("run");
+        assert_eq!(all.steps.len(), 3);
+        assert!(all.render().contains("# step `bad`: exit 3"));
+    }
+
+    #[tokio::test]
+    async fn a_timeout_kills_the_step_and_what_it_started() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut s = step("slow", "setsid sleep 30 & sleep 30");
+        s.timeout = Duration::from_millis(200);
+        let r = run(&[s], dir.path(), Mode::All, &limits())
+            .await
+            .expect("run");
+        assert!(r.steps[0].timed_out);
+        assert!(!r.passed());
+    }
+
+    #[test]
+    fn head_and_tail_keeps_both_ends() {
+        let text = format!("{}{}", "a".repeat(100), "z".repeat(100));
+        let cut = head_and_tail(&text, 50);
+        assert!(cut.starts_with("aaaa") && cut.ends_with("zzzz") && cut.contains("bytes cut"));
+    }
+}

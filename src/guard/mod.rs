@@ -1,0 +1,226 @@
+//! The guards that watch a session as it streams: resource caps
+//! ([`caps`]) and the progress guard ([`progress`]).
+//!
+//! [`Watch`] is the observer a session runs under. On the hot path it does
+//! only what it must per event: account a model call when it completes,
+//! hash a tool call when it is issued, and write a ledger line for each.
+
+pub mod caps;
+pub mod progress;
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use serde_json::json;
+
+use crate::agent::events::{ApiEvent, AssistantBlock, Event, Usage};
+use crate::agent::session::{Observer, Role, Verdict};
+use crate::agent::Price;
+use crate::config::GuardSettings;
+use crate::outcome::Reason;
+use crate::report::Ledger;
+use caps::{Budget, Spend};
+use progress::RepeatDetector;
+
+/// A model call in flight (between `message_start` and `message_delta`).
+struct Call {
+    id: String,
+    model: String,
+    usage: Usage,
+    started: Instant,
+    /// What this call has already been charged in `live`.
+    charged: Spend,
+}
+
+struct PendingTool {
+    name: String,
+    hash: String,
+    started: Instant,
+    denied: bool,
+}
+
+/// The observer of one session: live spend, repeated calls, the ledger.
+pub struct Watch<'a> {
+    role: Role,
+    attempt: u32,
+    budget: &'a Budget,
+    /// Spend of the job before this session (reconciled totals).
+    before: Spend,
+    /// This session's spend so far, estimated from the stream.
+    pub live: Spend,
+    repeat: &'a mut RepeatDetector,
+    settings: &'a GuardSettings,
+    ledger: &'a mut Ledger,
+    call: Option<Call>,
+    tools: HashMap<String, PendingTool>,
+    pub tool_calls: u64,
+}
+
+impl<'a> Watch<'a> {
+    pub fn new(
+        role: Role,
+        attempt: u32,
+        budget: &'a Budget,
+        before: Spend,
+        repeat: &'a mut RepeatDetector,
+        settings: &'a GuardSettings,
+        ledger: &'a mut Ledger,
+    ) -> Watch<'a> {
+        Watch {
+            role,
+            attempt,
+            budget,
+            before,
+            live: Spend::default(),
+            repeat,
+            settings,
+            ledger,
+            call: None,
+            tools: HashMap::new(),
+            tool_calls: 0,
+        }
+    }
+
+    /// Charge the in-flight call with its usage so far; returns a cap it broke.
+    fn charge(&mut self) -> Option<Reason> {
+        let call = self.call.as_mut()?;
+        let now = Spend {
+            cost_usd: Price::for_model(&call.model).cost(&call.usage),
+            turns: 1,
+            input_tokens: call.usage.all_input(),
+            output_tokens: call.usage.output_tokens,
+        };
+        self.live.cost_usd += now.cost_usd - call.charged.cost_usd;
+        self.live.turns += now.turns - call.charged.turns;
+        self.live.input_tokens += now.input_tokens - call.charged.input_tokens;
+        self.live.output_tokens += now.output_tokens - call.charged.output_tokens;
+        call.charged = now;
+        self.budget.exceeded(&self.before.plus(&self.live))
+    }
+
+    fn finish_call(&mut self) {
+        if let Some(call) = self.call.take() {
+            self.ledger.record(json!({
+                "event": "model_call", "attempt": self.attempt, "role": self.role.as_str(),
+                "message_id": call.id, "model": call.model,
+                "input_tokens": call.usage.all_input(), "output_tokens": call.usage.output_tokens,
+                "cost_usd_estimate": call.charged.cost_usd,
+                "latency_ms": call.started.elapsed().as_millis() as u64,
+            }));
+        }
+    }
+
+    fn tool_done(&mut self, id: &str, is_error: bool, at: Instant) {
+        if let Some(t) = self.tools.remove(id) {
+            let outcome = if t.denied {
+                "denied"
+            } else if is_error {
+                "error"
+            } else {
+                "ok"
+            };
+            self.ledger.record(json!({
+                "event": "tool_call", "attempt": self.attempt, "role": self.role.as_str(),
+                "tool": t.name, "args_sha256": t.hash, "tool_use_id": id,
+                "latency_ms": at.duration_since(t.started).as_millis() as u64, "outcome": outcome,
+            }));
+        }
+    }
+
+    /// Tool calls issued but never answered (the session was stopped).
+    pub fn flush_pending(&mut self) {
+        self.finish_call();
+        let ids: Vec<String> = self.tools.keys().cloned().collect();
+        let now = Instant::now();
+        for id in ids {
+            if let Some(t) = self.tools.get_mut(&id) {
+                t.denied = false;
+            }
+            self.tool_done(&id, true, now);
+        }
+    }
+}
+
+impl Observer for Watch<'_> {
+    fn on_event(&mut self, event: &Event, at: Instant) -> Verdict {
+        match event {
+            Event::StreamEvent(p) => match &p.event {
+                ApiEvent::MessageStart { message } => {
+                    self.finish_call();
+                    self.call = Some(Call {
+                        id: message.id.clone(),
+                        model: message.model.clone(),
+                        usage: Usage {
+                            output_tokens: 0,
+                            ..message.usage
+                        },
+                        started: at,
+                        charged: Spend::default(),
+                    });
+                    self.charge()
+                }
+                ApiEvent::MessageDelta { usage } => {
+                    if let Some(call) = self.call.as_mut() {
+                        // message_delta carries the cumulative output count.
+                        call.usage.output_tokens =
+                            call.usage.output_tokens.max(usage.output_tokens);
+                    }
+                    self.charge()
+                }
+                ApiEvent::MessageStop => {
+                    self.finish_call();
+                    None
+                }
+                ApiEvent::Other => None,
+            },
+            Event::Assistant(a) => {
+                let mut verdict = None;
+                for block in &a.message.content {
+                    if let AssistantBlock::ToolUse { id, name, input } = block {
+                        self.tool_calls += 1;
+                        let hash = progress::call_hash(name, input);
+                        let polling =
+                            progress::is_polling(name, input, &self.settings.poll_patterns);
+                        if self.role == Role::Agent && !polling && verdict.is_none() {
+                            verdict = self.repeat.observe(&hash);
+                            if verdict.is_some() {
+                                tracing::warn!(tool = %name, args_sha256 = %hash, "the same tool call repeated");
+                            }
+                        }
+                        self.tools.insert(
+                            id.clone(),
+                            PendingTool {
+                                name: name.clone(),
+                                hash,
+                                started: at,
+                                denied: false,
+                            },
+                        );
+                    }
+                }
+                verdict
+            }
+            Event::User(u) => {
+                for (id, is_error) in u.tool_results() {
+                    self.tool_done(id, is_error, at);
+                }
+                None
+            }
+            Event::System(s) if s.subtype == "permission_denied" => {
+                if let Some(t) = s.tool_use_id.as_ref().and_then(|id| self.tools.get_mut(id)) {
+                    t.denied = true;
+                }
+                None
+            }
+            Event::Result(r) => {
+                for d in &r.permission_denials {
+                    if let Some(t) = self.tools.get_mut(&d.tool_use_id) {
+                        t.denied = true;
+                    }
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! The progress guard: an agent repeating one tool call, an attempt that
+//! changed nothing, and a diff that returns to an earlier attempt's state.
+//!
+//! Tool calls are identified by sha256 over the tool name and its input as
+//! canonical JSON — object keys sorted at *every* depth, so `{"a":{"y":1,"x":2}}`
+//! and `{"a":{"x":2,"y":1}}` are the same call. Polling commands (sleep, wait,
+//! tailing a log) are exempt: waiting on a long build is not being stuck.
+
+use std::collections::VecDeque;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::outcome::Reason;
+
+/// Write `value` as canonical JSON: no whitespace, keys sorted at every depth.
+pub fn canonical_json(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                canonical_json(&map[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical_json(v, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// sha256 of the tool name and its canonical input, hex.
+pub fn call_hash(tool: &str, input: &Value) -> String {
+    let mut canon = String::with_capacity(128);
+    canonical_json(input, &mut canon);
+    let mut h = Sha256::new();
+    h.update(tool.as_bytes());
+    h.update([0u8]);
+    h.update(canon.as_bytes());
+    hex::encode(h.finalize())
+}
+
+/// Is this a polling call (exempt from the repeat detector)?
+pub fn is_polling(tool: &str, input: &Value, patterns: &[String]) -> bool {
+    if tool != "Bash" {
+        return false;
+    }
+    let Some(cmd) = input.get("command").and_then(Value::as_str) else {
+        return false;
+    };
+    let cmd = cmd.trim_start();
+    patterns.iter().any(|p| {
+        cmd == p.as_str()
+            || cmd
+                .strip_prefix(p.as_str())
+                .is_some_and(|rest| rest.starts_with(char::is_whitespace))
+    }) || input.get("run_in_background").is_some()
+}
+
+/// The same call K times among the last W calls means stuck.
+#[derive(Debug, Clone)]
+pub struct RepeatDetector {
+    window: usize,
+    repeat: usize,
+    recent: VecDeque<String>,
+}
+
+impl RepeatDetector {
+    pub fn new(window: usize, repeat: usize) -> RepeatDetector {
+        RepeatDetector {
+            window,
+            repeat,
+            recent: VecDeque::with_capacity(window + 1),
+        }
+    }
+
+    /// Record a call (by hash); `Some(StuckRepeat)` when it is the K-th in the window.
+    pub fn observe(&mut self, hash: &str) -> Option<Reason> {
+        self.recent.push_back(hash.to_owned());
+        if self.recent.len() > self.window {
+            self.recent.pop_front();
+        }
+        let same = self.recent.iter().filter(|h| *h == hash).count();
+        (same >= self.repeat).then_some(Reason::StuckRepeat)
+    }
+}
+
+/// States of the working tree (diff hashes) after each attempt.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct DiffHistory {
+    states: Vec<String>,
+}
+
+impl DiffHistory {
+    /// Record the state an attempt left. `StuckNoProgress` when it equals the
+    /// previous attempt's, `JudgesDisagree` when it returns to an earlier one.
+    pub fn observe(&mut self, diff_sha256: &str) -> Option<Reason> {
+        let verdict = match self.states.iter().rposition(|s| s == diff_sha256) {
+            Some(i) if i + 1 == self.states.len() => Some(Reason::StuckNoProgress),
+            Some(_) => Some(Reason::JudgesDisagree),
+            None => None,
+        };
+        self.states.push(diff_sha256.to_owned());
+        verdict
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn canonical_at_every_depth() {
+        let a = json!({"file_path": "/x", "opts": {"b": [ {"z": 1, "y": 2} ], "a": null}});
+        let b = json!({"opts": {"a": null, "b": [ {"y": 2, "z": 1} ]}, "file_path": "/x"});
+        assert_eq!(call_hash("Read", &a), call_hash("Read", &b));
+        assert_ne!(call_hash("Read", &a), call_hash("Write", &a));
+        let mut s = String::new();
+        canonical_json(&a, &mut s);
+        assert_eq!(
+            s,
+            r#"{"file_path":"/x","opts":{"a":null,"b":[{"y":2,"z":1}]}}"#
+        );
+    }
+
+    #[test]
+    fn k_in_window() {
+        let mut d = RepeatDetector::new(5, 3);
+        assert_eq!(d.observe("a"), None);
+        assert_eq!(d.observe("b"), None);
+        assert_eq!(d.observe("a"), None);
+        assert_eq!(d.observe("c"), None);
+        assert_eq!(d.observe("a"), Some(Reason::StuckRepeat));
+        let mut d = RepeatDetector::new(5, 3);
+        for h in ["a", "b", "c", "d", "e", "a", "f", "g", "h", "a"] {
+            assert_eq!(d.observe(h), None, "a repeats but never 3 times within 5");
+        }
+    }
+
+    #[test]
+    fn polling_is_exempt() {
+        let p: Vec<String> = crate::config::DEFAULT_POLL_PATTERNS
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert!(is_polling("Bash", &json!({"command": "sleep 5"}), &p));
+        assert!(is_polling(
+            "Bash",
+            &json!({"command": "tail -f build.log"}),
+            &p
+        ));
+        assert!(!is_polling(
+            "Bash",
+            &json!({"command": "sleeper --fast"}),
+            &p
+        ));
+        assert!(!is_polling("Read", &json!({"command": "sleep 5"}), &p));
+    }
+
+    #[test]
+    fn diff_history() {
+        let mut h = DiffHistory::default();
+        assert_eq!(h.observe("A"), None);
+        assert_eq!(h.observe("B"), None);
+        assert_eq!(h.observe("A"), Some(Reason::JudgesDisagree));
+        let mut h = DiffHistory::default();
+        assert_eq!(h.observe("A"), None);
+        assert_eq!(h.observe("A"), Some(Reason::StuckNoProgress));
+    }
+}

@@ -1,0 +1,882 @@
+//! The attempt loop: from a pinned BASE_REF to an accepted diff or an
+//! honest "no".
+//!
+//! ```text
+//! pin BASE_REF ─ baseline (every goal step) ─┐
+//!   ┌────────────────────────────────────────┘
+//!   └─ attempt n: agent session ─ progress check on the diff ─ goal test
+//!        ├─ red   → next prompt = failing step + output
+//!        └─ green → critic (fresh session, no tools, JSON verdict)
+//!                     ├─ PASS, no violations → accepted
+//!                     └─ otherwise → next prompt = violations
+//!   attempts used up → exhausted;  a guard → stopped;  a signal → interrupted
+//!   every ending but acceptance → circuit breaker (park + failure.json)
+//! ```
+//!
+//! The code decides: acceptance is computed here from the goal test's exit
+//! codes and the parsed verdict, never from what a model says about itself.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::agent::events::ResultEvent;
+use crate::agent::key::{self, KeyServer};
+use crate::agent::session::{self, Role, SessionEnd, SessionSpec, StopRequest};
+use crate::agent::{self as cli, CliLimits};
+use crate::breaker;
+use crate::config::Job;
+use crate::critic::{self, CriticInput, CriticVerdict};
+use crate::goal::{self, GoalReport, Mode};
+use crate::guard::caps::{Budget, Spend};
+use crate::guard::progress::{DiffHistory, RepeatDetector};
+use crate::guard::Watch;
+use crate::outcome::{Outcome, Reason};
+use crate::report::{self, AttemptRecord, Ledger, Summary, Totals};
+use crate::workspace::Workspace;
+
+/// The most of a failing step's output that goes into the next prompt.
+pub const MAX_FEEDBACK: usize = 8 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error("cannot create the run directory `{}`: {source}", path.display())]
+    RunDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Workspace(#[from] crate::workspace::WorkspaceError),
+    #[error(transparent)]
+    Goal(#[from] goal::GoalError),
+    #[error(transparent)]
+    Session(#[from] session::SessionError),
+    #[error("cannot serve the API key to the CLI: {0}")]
+    Key(std::io::Error),
+    #[error("cannot write `{}`: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Why the previous attempt was rejected: what the next prompt carries.
+#[derive(Debug, Clone)]
+pub enum Feedback {
+    GoalFailed {
+        step: String,
+        command: String,
+        exit: String,
+        output: String,
+    },
+    Critic(Vec<critic::Violation>),
+    CriticInvalid,
+}
+
+/// The next attempt's prompt: the task, the rejection, the instruction.
+pub fn next_prompt(task: &str, feedback: &Feedback, rubric_rules: &str) -> String {
+    let mut p = String::new();
+    p.push_str(task.trim_end());
+    p.push_str("\n\nThe previous attempt was rejected:\n");
+    match feedback {
+        Feedback::GoalFailed {
+            step,
+            command,
+            exit,
+            output,
+        } => {
+            p.push_str(&format!(
+                "The goal test failed at step `{step}` (`{command}`, {exit}). Its output:\n"
+            ));
+            p.push_str(&goal::head_and_tail(output.trim_end(), MAX_FEEDBACK));
+            p.push('\n');
+        }
+        Feedback::Critic(violations) => {
+            for v in violations {
+                p.push_str(&v.render());
+                p.push('\n');
+            }
+        }
+        Feedback::CriticInvalid => {
+            p.push_str("The goal test passes, but the reviewer could not confirm the change. Re-check it against these rules:\n");
+            p.push_str(rubric_rules);
+            p.push('\n');
+        }
+    }
+    p.push_str("Fix exactly these points, nothing else.");
+    p
+}
+
+/// The decision, in code: accepted only if the goal test is green and the
+/// verdict is a clean PASS.
+pub fn decide(goal: &GoalReport, verdict: &CriticVerdict) -> Result<(), Feedback> {
+    if let Some(step) = goal.failed_step() {
+        let exit = match (step.timed_out, step.exit_code) {
+            (true, _) => "timed out".to_owned(),
+            (false, Some(c)) => format!("exit code {c}"),
+            (false, None) => "killed by a signal".to_owned(),
+        };
+        return Err(Feedback::GoalFailed {
+            step: step.name.clone(),
+            command: step.command.clone(),
+            exit,
+            output: step.output.clone(),
+        });
+    }
+    match verdict {
+        CriticVerdict::Pass if goal.passed() => Ok(()),
+        CriticVerdict::Fail { violations } if !violations.is_empty() => {
+            Err(Feedback::Critic(violations.clone()))
+        }
+        _ => Err(Feedback::CriticInvalid),
+    }
+}
+
+/// A job id: sortable by time, unique enough for one state dir.
+pub fn new_job_id() -> String {
+    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let stamp: String = now.chars().filter(|c| c.is_ascii_digit()).collect();
+    let mut rnd = [0u8; 3];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut rnd);
+    }
+    format!("{}-{}-{}", &stamp[..8], &stamp[8..14], hex::encode(rnd))
+}
+
+/// Create a private directory (0700) and its parents.
+pub fn private_dir(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+}
+
+/// How the caller controls a running job.
+pub struct Control {
+    /// Stop requests (signals, cancel).
+    pub stop: watch::Receiver<Option<StopRequest>>,
+    /// This executable, for the `apiKeyHelper` command.
+    pub loopd_exe: PathBuf,
+    /// The API key, if loopd has one to hand to the CLI.
+    pub api_key: Option<String>,
+    /// Use this id instead of a fresh one.
+    pub job_id: Option<String>,
+}
+
+/// Running state of one job.
+struct Run<'a> {
+    job: &'a Job,
+    id: String,
+    dir: PathBuf,
+    base: String,
+    base_oid: git2::Oid,
+    ws: Workspace,
+    ledger: Ledger,
+    budget: Budget,
+    spent: Spend,
+    repeat: RepeatDetector,
+    diffs: DiffHistory,
+    started: Instant,
+    started_at: String,
+    stop: watch::Receiver<Option<StopRequest>>,
+    settings_path: PathBuf,
+    session_env_remove: Vec<std::ffi::OsString>,
+    attempts: Vec<AttemptRecord>,
+}
+
+/// How the loop ended (before the breaker runs).
+struct Ending {
+    reason: Reason,
+    detail: String,
+}
+
+impl Run<'_> {
+    fn write(&self, path: &Path, text: &str) -> Result<(), JobError> {
+        std::fs::write(path, text).map_err(|source| JobError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    fn job_deadline(&self) -> Instant {
+        self.started + self.job.caps.timeout
+    }
+
+    /// The earliest deadline that applies now, and the reason it would give.
+    fn deadline(&self, attempt_started: Instant) -> (Instant, Reason) {
+        let job = self.job_deadline();
+        let attempt = attempt_started + self.job.caps.attempt_timeout;
+        if attempt < job {
+            (attempt, Reason::AttemptTimeout)
+        } else {
+            (job, Reason::WallClock)
+        }
+    }
+
+    fn signalled(&self) -> bool {
+        self.stop.borrow().is_some()
+    }
+
+    /// Run one session under the guards; returns its end and reconciled spend.
+    async fn session(
+        &mut self,
+        role: Role,
+        attempt: u32,
+        args: Vec<std::ffi::OsString>,
+        stdin: Option<String>,
+        dir: &Path,
+        attempt_started: Instant,
+    ) -> Result<(SessionEnd, Spend), JobError> {
+        let spec = SessionSpec {
+            role,
+            bin: self.job.agent_bin.clone(),
+            args,
+            cwd: self.ws.root().to_path_buf(),
+            env_set: cli::SESSION_ENV
+                .iter()
+                .map(|(k, v)| ((*k).into(), (*v).into()))
+                .collect(),
+            env_remove: self.session_env_remove.clone(),
+            stdin,
+            stream_log: dir.join(format!("{}-stream.jsonl", role.as_str())),
+            stderr_log: dir.join(format!("{}-stderr.txt", role.as_str())),
+            deadline: Some(self.deadline(attempt_started)),
+            idle_timeout: self.job.caps.idle_timeout,
+            grace: self.job.guard.grace,
+        };
+        let mut stop = self.stop.clone();
+        let before = self.spent;
+        let (end, live, tool_calls) = {
+            let mut watch = Watch::new(
+                role,
+                attempt,
+                &self.budget,
+                before,
+                &mut self.repeat,
+                &self.job.guard,
+                &mut self.ledger,
+            );
+            let end = session::run(&spec, &mut watch, &mut stop).await?;
+            watch.flush_pending();
+            (end, watch.live, watch.tool_calls)
+        };
+        // The result event is the authority; the live estimate stands in
+        // when the session was stopped before it could write one.
+        let spend = match &end.result {
+            Some(r) => Spend {
+                cost_usd: r.total_cost_usd.max(if r.total_cost_usd == 0.0 {
+                    live.cost_usd
+                } else {
+                    0.0
+                }),
+                turns: r.num_turns.max(live.turns),
+                input_tokens: r.usage.all_input().max(live.input_tokens),
+                output_tokens: r.usage.output_tokens.max(live.output_tokens),
+            },
+            None => live,
+        };
+        self.spent.add(&spend);
+        self.ledger.record(json!({
+            "event": "session_end", "attempt": attempt, "role": role.as_str(),
+            "cost_usd": spend.cost_usd, "cost_usd_estimate": live.cost_usd, "turns": spend.turns,
+            "input_tokens": spend.input_tokens, "output_tokens": spend.output_tokens,
+            "tool_calls": tool_calls, "wall_ms": end.wall.as_millis() as u64,
+            "terminal_reason": end.result.as_ref().and_then(|r| r.terminal_reason.clone()),
+            "is_error": end.result.as_ref().map(|r| r.is_error),
+            "stopped": end.stopped, "exit_code": end.exit_code, "leftover_processes": end.leftovers,
+        }));
+        tracing::info!(role = role.as_str(), attempt, cost_usd = spend.cost_usd, turns = spend.turns, tool_calls, stopped = ?end.stopped, "session ended");
+        Ok((end, spend))
+    }
+
+    /// Map a failed session to the reason the job stops with.
+    fn session_failure(&self, end: &SessionEnd) -> Option<Ending> {
+        if let Some(reason) = end.stopped {
+            return Some(Ending {
+                reason,
+                detail: self.guard_detail(reason),
+            });
+        }
+        let failed = |r: &ResultEvent| match r.terminal_reason.as_deref() {
+            Some("max_turns") => Some(Reason::MaxTurns),
+            Some("budget_exhausted") => Some(Reason::BudgetUsd),
+            _ => None,
+        };
+        match &end.result {
+            Some(r) if r.completed() => None,
+            Some(r) => match failed(r) {
+                Some(reason) => Some(Ending {
+                    reason,
+                    detail: format!(
+                        "the CLI's own limit stopped the session ({}); {}",
+                        r.error_text(),
+                        self.spend_line()
+                    ),
+                }),
+                None => Some(Ending {
+                    reason: Reason::AgentError,
+                    detail: format!("the agent CLI failed: {}", end.failure()),
+                }),
+            },
+            None => Some(Ending {
+                reason: Reason::AgentError,
+                detail: format!("the agent CLI failed: {}", end.failure()),
+            }),
+        }
+    }
+
+    fn spend_line(&self) -> String {
+        format!(
+            "spent ${:.4} of ${}, {} of {} turns, {} of {} tokens",
+            self.spent.cost_usd,
+            self.job.caps.budget_usd,
+            self.spent.turns,
+            self.job.caps.max_turns,
+            self.spent.tokens(),
+            self.job.caps.max_tokens
+        )
+    }
+
+    fn guard_detail(&self, reason: Reason) -> String {
+        let caps = &self.job.caps;
+        let g = &self.job.guard;
+        match reason {
+            Reason::BudgetUsd | Reason::MaxTurns | Reason::MaxTokens => format!("the {reason} cap was reached: {}", self.spend_line()),
+            Reason::WallClock => format!("the job ran into its wall-clock limit of {}", humantime::format_duration(caps.timeout)),
+            Reason::AttemptTimeout => format!("an attempt ran into its limit of {}", humantime::format_duration(caps.attempt_timeout)),
+            Reason::IdleTimeout => format!("the agent sent no event for {}", humantime::format_duration(caps.idle_timeout)),
+            Reason::StuckRepeat => format!("the agent repeated the same tool call {} times within its last {} calls", g.stuck_repeat, g.stuck_window),
+            Reason::StuckNoProgress => "the attempt left the working tree exactly as the previous attempt did".into(),
+            Reason::JudgesDisagree => "the diff returned to an earlier attempt's state: the goal test and the critic pull in opposite directions; a human should look at the rubric and the task".into(),
+            Reason::Signal => "loopd received a termination signal".into(),
+            other => other.to_string(),
+        }
+    }
+
+    /// Refuse a session the budget cannot cover (budget before cost).
+    fn may_start(&self, model: &str) -> Option<Ending> {
+        self.budget.can_start(&self.spent, model).err().map(|reason| Ending {
+            reason,
+            detail: format!("not starting another session on `{model}`: the remaining budget cannot cover even one call ({})", self.spend_line()),
+        })
+    }
+
+    fn limits(&self) -> CliLimits {
+        CliLimits {
+            max_budget_usd: self.budget.remaining_usd(&self.spent),
+            max_turns: self.budget.remaining_turns(&self.spent),
+        }
+    }
+
+    async fn attempt(
+        &mut self,
+        n: u32,
+        prompt: &str,
+        baseline: &GoalReport,
+    ) -> Result<Result<(), (Option<Feedback>, Option<Ending>)>, JobError> {
+        let dir = self.dir.join(format!("attempt-{n}"));
+        private_dir(&dir).map_err(|source| JobError::RunDir {
+            path: dir.clone(),
+            source,
+        })?;
+        let prompt_file = dir.join("prompt.txt");
+        self.write(&prompt_file, prompt)?;
+        let attempt_started = Instant::now();
+        let mut record = AttemptRecord {
+            n,
+            goal_passed: false,
+            failed_step: None,
+            critic: CriticVerdict::Skipped.label().into(),
+            critic_note: None,
+            violations: vec![],
+            gate_findings: vec![],
+            cost_usd: 0.0,
+            turns: 0,
+            input_tokens: 0,
+            output_tokens: 0,
+            diff_sha256: String::new(),
+            stopped: None,
+            prompt_file,
+        };
+        tracing::info!(attempt = n, max = self.job.max_attempts, "attempt started");
+        let outcome = self
+            .attempt_inner(n, prompt, baseline, &dir, attempt_started, &mut record)
+            .await;
+        if let Ok(Err((_, Some(ending)))) = &outcome {
+            record.stopped = Some(ending.reason);
+        }
+        self.ledger.record(json!({
+            "event": "attempt_end", "attempt": n, "goal_passed": record.goal_passed,
+            "failed_step": record.failed_step, "critic": record.critic, "violations": record.violations.len(),
+            "cost_usd": record.cost_usd, "diff_sha256": record.diff_sha256, "stopped": record.stopped,
+        }));
+        self.attempts.push(record);
+        outcome
+    }
+
+    async fn attempt_inner(
+        &mut self,
+        n: u32,
+        prompt: &str,
+        baseline: &GoalReport,
+        dir: &Path,
+        attempt_started: Instant,
+        record: &mut AttemptRecord,
+    ) -> Result<Result<(), (Option<Feedback>, Option<Ending>)>, JobError> {
+        let stop = |e: Ending| Ok(Err((None, Some(e))));
+        if let Some(e) = self.may_start(&self.job.agent_model) {
+            return stop(e);
+        }
+        let args = cli::agent_args(
+            &self.job.agent_model,
+            &self.job.allowed_tools,
+            &self.settings_path,
+            self.limits(),
+            prompt,
+        );
+        let (end, spend) = self
+            .session(Role::Agent, n, args, None, dir, attempt_started)
+            .await?;
+        add_spend(record, &spend);
+        let failure = self.session_failure(&end);
+
+        let diff = self.ws.diff_since(self.base_oid)?;
+        self.write(&dir.join("diff.patch"), &diff.patch)?;
+        record.diff_sha256 = diff.sha256.clone();
+        if let Some(e) = failure {
+            return stop(e);
+        }
+        if let Some(reason) = self.budget.exceeded(&self.spent) {
+            return stop(Ending {
+                reason,
+                detail: self.guard_detail(reason),
+            });
+        }
+        if let Some(reason) = self.diffs.observe(&diff.sha256) {
+            tracing::warn!(attempt = n, %reason, diff_sha256 = %diff.sha256, "no progress");
+            return stop(Ending {
+                reason,
+                detail: self.guard_detail(reason),
+            });
+        }
+
+        let (deadline, deadline_reason) = self.deadline(attempt_started);
+        let goal = goal::run(
+            &self.job.goal,
+            self.ws.root(),
+            Mode::FirstFailure,
+            &goal::Limits {
+                env_remove: &[key::KEY_VAR],
+                grace: self.job.guard.grace,
+                deadline: Some(deadline),
+                stop: Some(self.stop.clone()),
+            },
+        )
+        .await?;
+        self.write(&dir.join("goal.txt"), &goal.render())?;
+        record.goal_passed = goal.passed();
+        record.failed_step = goal.failed_step().map(|s| s.name.clone());
+        if let Some(req) = *self.stop.borrow() {
+            return stop(Ending {
+                reason: req.reason,
+                detail: self.guard_detail(req.reason),
+            });
+        }
+        if Instant::now() >= deadline {
+            return stop(Ending {
+                reason: deadline_reason,
+                detail: self.guard_detail(deadline_reason),
+            });
+        }
+
+        let verdict = if goal.passed() {
+            if let Some(e) = self.may_start(&self.job.critic_model) {
+                return stop(e);
+            }
+            let input = CriticInput {
+                task: &self.job.task,
+                baseline: &baseline.render(),
+                goal_names: self.job.goal.iter().map(|s| s.name.as_str()).collect(),
+                rubric: &self.job.rubric,
+                base_ref: &self.base,
+                patch: &diff.patch,
+                gates: "",
+            }
+            .render();
+            self.write(&dir.join("critic-input.txt"), &input)?;
+            let schema = critic::verdict_schema().to_string();
+            let args = cli::critic_args(
+                &self.job.critic_model,
+                &schema,
+                &self.settings_path,
+                self.limits(),
+                critic::INSTRUCTION,
+            );
+            let (end, spend) = self
+                .session(Role::Critic, n, args, Some(input), dir, attempt_started)
+                .await?;
+            add_spend(record, &spend);
+            if let Some(reason) = end.stopped {
+                return stop(Ending {
+                    reason,
+                    detail: self.guard_detail(reason),
+                });
+            }
+            let verdict = critic::read_verdict(end.result.as_ref());
+            let verdict_file = dir.join("critic-verdict.json");
+            let written = serde_json::to_string_pretty(&json!({
+                "verdict": &verdict,
+                "structured_output": end.result.as_ref().and_then(|r| r.structured_output.clone()),
+                "result": end.result.as_ref().and_then(|r| r.result.clone()),
+            }))
+            .expect("a verdict serializes");
+            self.write(&verdict_file, &written)?;
+            if let CriticVerdict::Invalid { why } = &verdict {
+                tracing::warn!(attempt = n, why = %why, "the critic's verdict is invalid");
+                record.critic_note = Some(why.clone());
+            }
+            if let Some(reason) = self.budget.exceeded(&self.spent) {
+                record.critic = verdict.label().into();
+                record.violations = verdict.violations().to_vec();
+                return stop(Ending {
+                    reason,
+                    detail: self.guard_detail(reason),
+                });
+            }
+            verdict
+        } else {
+            CriticVerdict::Skipped
+        };
+        record.critic = verdict.label().into();
+        record.violations = verdict.violations().to_vec();
+        match decide(&goal, &verdict) {
+            Ok(()) => Ok(Ok(())),
+            Err(feedback) => Ok(Err((Some(feedback), None))),
+        }
+    }
+}
+
+fn add_spend(record: &mut AttemptRecord, s: &Spend) {
+    record.cost_usd = report::round_usd(record.cost_usd + s.cost_usd);
+    record.turns += s.turns;
+    record.input_tokens += s.input_tokens;
+    record.output_tokens += s.output_tokens;
+}
+
+/// Run a job in a repository whose tree the caller has checked is clean.
+pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, JobError> {
+    let started = Instant::now();
+    let started_at = report::now_rfc3339();
+    let base_oid = ws.head_commit()?;
+    let base = base_oid.to_string();
+    let id = control.job_id.clone().unwrap_or_else(new_job_id);
+    let dir = job.state_dir.join("runs").join(&id);
+    private_dir(&dir).map_err(|source| JobError::RunDir {
+        path: dir.clone(),
+        source,
+    })?;
+    tracing::info!(job_id = %id, base_ref = %base, run_dir = %dir.display(), "job started");
+
+    // The key reaches the CLI through its apiKeyHelper, never the environment
+    // of the agent's tools. The socket path must fit a sockaddr_un.
+    let key_server = match &control.api_key {
+        Some(k) => {
+            let mut sock = dir.join("key.sock");
+            if sock.as_os_str().len() > 100 {
+                let short = std::env::temp_dir().join(format!("loopd-{}", std::process::id()));
+                private_dir(&short).map_err(|source| JobError::RunDir {
+                    path: short.clone(),
+                    source,
+                })?;
+                sock = short.join(format!("{id}.sock"));
+            }
+            Some(KeyServer::start(&sock, k.clone()).map_err(JobError::Key)?)
+        }
+        None => None,
+    };
+    let settings = cli::settings_json(
+        key_server
+            .as_ref()
+            .map(|s| s.helper_command(&control.loopd_exe))
+            .as_deref(),
+        &[],
+        None,
+    );
+    let settings_path = dir.join("settings.json");
+    std::fs::write(
+        &settings_path,
+        serde_json::to_string_pretty(&settings).expect("settings serialize"),
+    )
+    .map_err(|source| JobError::Write {
+        path: settings_path.clone(),
+        source,
+    })?;
+    std::fs::write(
+        dir.join("job.json"),
+        serde_json::to_string_pretty(job).expect("job serializes"),
+    )
+    .map_err(|source| JobError::Write {
+        path: dir.join("job.json"),
+        source,
+    })?;
+
+    let ledger_path = dir.join("ledger.jsonl");
+    let ledger = Ledger::create(&ledger_path).map_err(|source| JobError::Write {
+        path: ledger_path,
+        source,
+    })?;
+    let mut run = Run {
+        job,
+        id: id.clone(),
+        dir: dir.clone(),
+        base: base.clone(),
+        base_oid,
+        ws,
+        ledger,
+        budget: Budget {
+            caps: job.caps.clone(),
+        },
+        spent: Spend::default(),
+        repeat: RepeatDetector::new(job.guard.stuck_window, job.guard.stuck_repeat),
+        diffs: DiffHistory::default(),
+        started,
+        started_at,
+        stop: control.stop,
+        settings_path,
+        session_env_remove: if key_server.is_some() {
+            vec![key::KEY_VAR.into()]
+        } else {
+            vec![]
+        },
+        attempts: Vec::new(),
+    };
+    run.ledger.record(
+        json!({"event": "job_start", "job_id": id, "base_ref": base, "repo": run.ws.root()}),
+    );
+
+    let ending = run.main_loop().await;
+    drop(key_server);
+    let ending = match ending {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::error!(error = %e, "internal error");
+            Ending {
+                reason: Reason::InternalError,
+                detail: e.to_string(),
+            }
+        }
+    };
+    run.finish(ending)
+}
+
+impl Run<'_> {
+    async fn main_loop(&mut self) -> Result<Ending, JobError> {
+        let (deadline, reason) = (self.job_deadline(), Reason::WallClock);
+        let baseline = goal::run(
+            &self.job.goal,
+            self.ws.root(),
+            Mode::All,
+            &goal::Limits {
+                env_remove: &[key::KEY_VAR],
+                grace: self.job.guard.grace,
+                deadline: Some(deadline),
+                stop: Some(self.stop.clone()),
+            },
+        )
+        .await?;
+        self.write(&self.dir.join("baseline.txt"), &baseline.render())?;
+        self.ledger.record(json!({"event": "baseline", "passed": baseline.passed(), "failed_step": baseline.failed_step().map(|s| s.name.clone())}));
+        if let Some(req) = *self.stop.borrow() {
+            return Ok(Ending {
+                reason: req.reason,
+                detail: self.guard_detail(req.reason),
+            });
+        }
+        if Instant::now() >= deadline {
+            return Ok(Ending {
+                reason,
+                detail: self.guard_detail(reason),
+            });
+        }
+        let mut prompt = self.job.task.clone();
+        for n in 1..=self.job.max_attempts {
+            match self.attempt(n, &prompt, &baseline).await? {
+                Ok(()) => {
+                    return Ok(Ending { reason: Reason::Accepted, detail: format!("attempt {n} was accepted: the goal test is green and the critic passed the diff") });
+                }
+                Err((_, Some(ending))) => return Ok(ending),
+                Err((Some(feedback), None)) => {
+                    if self.signalled() {
+                        let reason = self
+                            .stop
+                            .borrow()
+                            .map(|r| r.reason)
+                            .unwrap_or(Reason::Signal);
+                        return Ok(Ending {
+                            reason,
+                            detail: self.guard_detail(reason),
+                        });
+                    }
+                    prompt =
+                        next_prompt(&self.job.task, &feedback, &self.job.rubric.render_rules());
+                }
+                Err((None, None)) => {
+                    unreachable!("a rejected attempt carries feedback or an ending")
+                }
+            }
+        }
+        Ok(Ending {
+            reason: Reason::AttemptsExhausted,
+            detail: format!("{} attempts, none accepted", self.job.max_attempts),
+        })
+    }
+
+    fn finish(mut self, ending: Ending) -> Result<Summary, JobError> {
+        let wall_ms = self.started.elapsed().as_millis() as u64;
+        let totals = Totals::from_spend(&self.spent, wall_ms);
+        self.ledger
+            .record(json!({"event": "job_end", "reason": ending.reason, "detail": ending.detail}));
+        let (stash_commit, failure_report) = if ending.reason == Reason::Accepted {
+            (None, None)
+        } else {
+            let trip = breaker::Trip {
+                job_id: &self.id,
+                reason: ending.reason,
+                detail: &ending.detail,
+                base_ref: &self.base,
+                totals,
+                attempts: self.attempts.len(),
+                last_events: self.ledger.last_events(),
+                run_dir: &self.dir,
+            };
+            match breaker::trip(&mut self.ws, trip) {
+                Ok(p) => (p.stash_commit, Some(p.report)),
+                Err(e) => {
+                    tracing::error!(error = %e, "the circuit breaker could not park the work; the working tree is left as it is");
+                    let report = self.dir.join("failure.json");
+                    (None, report.exists().then_some(report))
+                }
+            }
+        };
+        let summary = Summary {
+            job_id: self.id.clone(),
+            repo: self.ws.root().to_path_buf(),
+            base_ref: self.base.clone(),
+            task: self.job.task.clone(),
+            outcome: ending.reason.outcome(),
+            reason: ending.reason,
+            detail: ending.detail,
+            attempts: std::mem::take(&mut self.attempts),
+            totals,
+            stash_commit,
+            failure_report,
+            run_dir: self.dir.clone(),
+            started_at: self.started_at.clone(),
+            finished_at: report::now_rfc3339(),
+        };
+        let path = self.dir.join("summary.json");
+        report::write_json_atomic(&path, &summary)
+            .map_err(|source| JobError::Write { path, source })?;
+        debug_assert!(summary.outcome != Outcome::Accepted || summary.stash_commit.is_none());
+        Ok(summary)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::critic::Violation;
+    use crate::goal::StepResult;
+
+    fn goal(passed: bool) -> GoalReport {
+        GoalReport {
+            steps: vec![StepResult {
+                name: "pytest".into(),
+                command: "python3 -m pytest -q".into(),
+                exit_code: Some(if passed { 0 } else { 1 }),
+                timed_out: false,
+                passed,
+                output: "F..\n1 failed, 2 passed".into(),
+                duration_ms: 5,
+            }],
+        }
+    }
+
+    #[test]
+    fn the_code_decides() {
+        assert!(decide(&goal(true), &CriticVerdict::Pass).is_ok());
+        assert!(matches!(
+            decide(&goal(false), &CriticVerdict::Pass),
+            Err(Feedback::GoalFailed { .. })
+        ));
+        assert!(matches!(
+            decide(
+                &goal(true),
+                &CriticVerdict::Invalid {
+                    why: "prose".into()
+                }
+            ),
+            Err(Feedback::CriticInvalid)
+        ));
+        assert!(matches!(
+            decide(&goal(true), &CriticVerdict::Skipped),
+            Err(Feedback::CriticInvalid)
+        ));
+        let v = Violation {
+            rule: 1,
+            file: "t.py".into(),
+            problem: "skip".into(),
+            fix: "remove it".into(),
+        };
+        assert!(matches!(
+            decide(
+                &goal(true),
+                &CriticVerdict::Fail {
+                    violations: vec![v]
+                }
+            ),
+            Err(Feedback::Critic(_))
+        ));
+    }
+
+    #[test]
+    fn next_prompt_shapes() {
+        let v = Violation {
+            rule: 2,
+            file: "rechnung.py".into(),
+            problem: "debug print".into(),
+            fix: "remove it".into(),
+        };
+        let p = next_prompt("Make the tests pass.", &Feedback::Critic(vec![v]), "");
+        assert_eq!(p, "Make the tests pass.\n\nThe previous attempt was rejected:\nrechnung.py (rule 2): debug print — fix: remove it\nFix exactly these points, nothing else.");
+        let Err(f) = decide(&goal(false), &CriticVerdict::Skipped) else {
+            panic!()
+        };
+        let p = next_prompt("T", &f, "");
+        assert!(p.starts_with("T\n\nThe previous attempt was rejected:\nThe goal test failed at step `pytest` (`python3 -m pytest -q`, exit code 1)"), "{p}");
+        assert!(
+            p.contains("1 failed, 2 passed")
+                && p.ends_with("Fix exactly these points, nothing else.")
+        );
+        let long = Feedback::GoalFailed {
+            step: "s".into(),
+            command: "c".into(),
+            exit: "exit code 1".into(),
+            output: format!("HEAD{}TAIL", "x".repeat(100_000)),
+        };
+        let p = next_prompt("T", &long, "");
+        assert!(p.len() < MAX_FEEDBACK + 500 && p.contains("HEAD") && p.contains("TAIL"));
+    }
+
+    #[test]
+    fn job_ids_sort_by_time() {
+        let id = new_job_id();
+        assert_eq!(id.len(), "20261130-112048-abcdef".len(), "{id}");
+    }
+}

@@ -1,0 +1,152 @@
+//! How a job ended: the reason codes of the external contract, the outcome
+//! they imply, and — in exactly one place — the process exit code.
+
+use serde::{Deserialize, Serialize};
+
+/// Why a job ended. The serialized names are the contract's reason codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reason {
+    Accepted,
+    AttemptsExhausted,
+    BudgetUsd,
+    MaxTurns,
+    MaxTokens,
+    WallClock,
+    AttemptTimeout,
+    IdleTimeout,
+    StuckRepeat,
+    StuckNoProgress,
+    JudgesDisagree,
+    ProtectedPath,
+    TestCountDropped,
+    SkipMarker,
+    ConfigTampered,
+    Signal,
+    AgentError,
+    InternalError,
+}
+
+/// The coarse result scripts branch on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    Accepted,
+    Exhausted,
+    Stopped,
+    Interrupted,
+    Error,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Accepted => "accepted",
+            Reason::AttemptsExhausted => "attempts_exhausted",
+            Reason::BudgetUsd => "budget_usd",
+            Reason::MaxTurns => "max_turns",
+            Reason::MaxTokens => "max_tokens",
+            Reason::WallClock => "wall_clock",
+            Reason::AttemptTimeout => "attempt_timeout",
+            Reason::IdleTimeout => "idle_timeout",
+            Reason::StuckRepeat => "stuck_repeat",
+            Reason::StuckNoProgress => "stuck_no_progress",
+            Reason::JudgesDisagree => "judges_disagree",
+            Reason::ProtectedPath => "protected_path",
+            Reason::TestCountDropped => "test_count_dropped",
+            Reason::SkipMarker => "skip_marker",
+            Reason::ConfigTampered => "config_tampered",
+            Reason::Signal => "signal",
+            Reason::AgentError => "agent_error",
+            Reason::InternalError => "internal_error",
+        }
+    }
+
+    pub fn outcome(self) -> Outcome {
+        match self {
+            Reason::Accepted => Outcome::Accepted,
+            Reason::AttemptsExhausted => Outcome::Exhausted,
+            Reason::Signal => Outcome::Interrupted,
+            Reason::AgentError | Reason::InternalError => Outcome::Error,
+            _ => Outcome::Stopped,
+        }
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Process exit codes of the contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    /// 0: accepted.
+    Accepted,
+    /// 1: attempts used up, never accepted.
+    Exhausted,
+    /// 2: usage or configuration error; nothing was touched.
+    Usage,
+    /// 3: stopped by a guard.
+    Guard,
+    /// 4: interrupted by a signal.
+    Signal,
+    /// 5: environment error (agent missing or failing, not a repository,
+    /// dirty tree, git failure).
+    Environment,
+}
+
+impl ExitStatus {
+    pub fn code(self) -> u8 {
+        match self {
+            ExitStatus::Accepted => 0,
+            ExitStatus::Exhausted => 1,
+            ExitStatus::Usage => 2,
+            ExitStatus::Guard => 3,
+            ExitStatus::Signal => 4,
+            ExitStatus::Environment => 5,
+        }
+    }
+}
+
+impl From<Outcome> for ExitStatus {
+    fn from(o: Outcome) -> Self {
+        match o {
+            Outcome::Accepted => ExitStatus::Accepted,
+            Outcome::Exhausted => ExitStatus::Exhausted,
+            Outcome::Stopped => ExitStatus::Guard,
+            Outcome::Interrupted => ExitStatus::Signal,
+            Outcome::Error => ExitStatus::Environment,
+        }
+    }
+}
+
+impl From<Reason> for ExitStatus {
+    fn from(r: Reason) -> Self {
+        r.outcome().into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reason_codes_serialize_as_in_the_contract() {
+        for r in [
+            Reason::Accepted,
+            Reason::StuckNoProgress,
+            Reason::TestCountDropped,
+            Reason::BudgetUsd,
+        ] {
+            assert_eq!(serde_json::to_value(r).expect("json"), r.as_str());
+        }
+        assert_eq!(ExitStatus::from(Reason::Accepted).code(), 0);
+        assert_eq!(ExitStatus::from(Reason::AttemptsExhausted).code(), 1);
+        assert_eq!(ExitStatus::from(Reason::BudgetUsd).code(), 3);
+        assert_eq!(ExitStatus::from(Reason::ConfigTampered).code(), 3);
+        assert_eq!(ExitStatus::from(Reason::Signal).code(), 4);
+        assert_eq!(ExitStatus::from(Reason::AgentError).code(), 5);
+    }
+}

@@ -1,0 +1,354 @@
+//! Contained processes: spawn so that everything a child starts can be found
+//! again, and stop all of it — SIGTERM, a grace period, SIGKILL.
+//!
+//! A process group is not enough. The Claude Code CLI runs every Bash-tool
+//! command in a *new session* (CLAUDE_CLI.md §7), and a test suite may
+//! double-fork a server with `setsid`; neither is in the child's group, and
+//! both survive the CLI's own exit. So containment has three parts:
+//!
+//! 1. the child leads a new process group (one `kill(-pgid)` reaches the CLI
+//!    and its ordinary children);
+//! 2. every child carries a unique [`TOKEN_VAR`] in its environment, which
+//!    all its descendants inherit, setsid or not — a sweep over `/proc` finds
+//!    them by that token;
+//! 3. loopd is a child subreaper (`PR_SET_CHILD_SUBREAPER`), so orphans are
+//!    re-parented to loopd instead of init and are reaped here, never left as
+//!    zombies nor lost to another parent.
+//!
+//! [`Contained::stop`] and [`sweep`] implement TERM → grace → KILL over the
+//! group *and* the token set; a second request to stop skips the grace.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tokio::process::{Child, Command};
+
+/// Environment variable that marks every process of one contained unit.
+pub const TOKEN_VAR: &str = "LOOPD_CONTAINMENT";
+
+/// How often the stop loop looks whether the processes are gone.
+const POLL: Duration = Duration::from_millis(5);
+
+/// Pids spawned through tokio and not yet waited for: the orphan reaper must
+/// leave them to tokio.
+static MANAGED: Mutex<Option<HashSet<i32>>> = Mutex::new(None);
+
+fn managed_insert(pid: i32) {
+    MANAGED
+        .lock()
+        .expect("managed pid set")
+        .get_or_insert_with(HashSet::new)
+        .insert(pid);
+}
+
+fn managed_remove(pid: i32) {
+    if let Some(set) = MANAGED.lock().expect("managed pid set").as_mut() {
+        set.remove(&pid);
+    }
+}
+
+fn is_managed(pid: i32) -> bool {
+    MANAGED
+        .lock()
+        .expect("managed pid set")
+        .as_ref()
+        .is_some_and(|s| s.contains(&pid))
+}
+
+/// Make this process a child subreaper, so that processes orphaned by a
+/// contained child are re-parented here. Returns whether it worked (Linux only).
+pub fn become_subreaper() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes one integer argument
+        // and has no memory-safety preconditions.
+        let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) };
+        rc == 0
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
+/// A fresh token: unique per contained unit for the life of this process.
+pub fn new_token(label: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{}-{}-{}", std::process::id(), n, label)
+}
+
+/// A command prepared for containment: new process group, token in the
+/// environment, killed if dropped.
+pub fn command(program: impl AsRef<std::ffi::OsStr>, token: &str) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.process_group(0)
+        .env(TOKEN_VAR, token)
+        .kill_on_drop(true);
+    cmd
+}
+
+/// A running contained child.
+#[derive(Debug)]
+pub struct Contained {
+    pub child: Child,
+    pub pid: i32,
+    pub token: String,
+}
+
+impl Contained {
+    pub fn spawn(mut cmd: Command, token: String) -> std::io::Result<Contained> {
+        let child = cmd.spawn()?;
+        let pid = child.id().map(|p| p as i32).unwrap_or(0);
+        managed_insert(pid);
+        Ok(Contained { child, pid, token })
+    }
+
+    /// Wait for the child to exit by itself.
+    pub async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        let status = self.child.wait().await;
+        managed_remove(self.pid);
+        status
+    }
+
+    /// Stop the child and everything it started: SIGTERM to its group and
+    /// to every process carrying its token, `grace` to go, then SIGKILL.
+    /// Returns the child's exit status.
+    pub async fn stop(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
+        signal_group(self.pid, libc::SIGTERM);
+        let status = terminate_tree(&self.token, grace, Some(&mut self.child)).await;
+        managed_remove(self.pid);
+        status
+    }
+
+    /// After a normal exit: stop whatever the child left running.
+    pub async fn sweep(&self, grace: Duration) -> usize {
+        signal_group(self.pid, libc::SIGTERM);
+        sweep(&self.token, grace).await
+    }
+}
+
+fn signal_group(pgid: i32, sig: i32) {
+    if pgid > 0 {
+        // SAFETY: kill(2) with a negative pid signals a process group; no
+        // memory is involved.
+        unsafe {
+            libc::kill(-pgid, sig);
+        }
+    }
+}
+
+fn signal(pid: i32, sig: i32) {
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+/// Stop every live process that carries `token` (TERM, grace, KILL).
+/// Returns how many were found.
+pub async fn sweep(token: &str, grace: Duration) -> usize {
+    // A process in the middle of exec(2) can briefly show no environment:
+    // one empty scan is not proof, so look twice.
+    let mut found = processes_with_token(token).len();
+    if found == 0 {
+        tokio::time::sleep(POLL).await;
+        found = processes_with_token(token).len();
+    }
+    if found > 0 {
+        tracing::debug!(token, found, "stopping leftover processes");
+        terminate_tree(token, grace, None).await;
+    }
+    reap_orphans();
+    found
+}
+
+async fn terminate_tree(
+    token: &str,
+    grace: Duration,
+    mut child: Option<&mut Child>,
+) -> Option<std::process::ExitStatus> {
+    let mut status = None;
+    let deadline = Instant::now() + grace;
+    let mut killed = false;
+    let hard_deadline = Instant::now() + grace + Duration::from_secs(5);
+    // Gone means two empty scans in a row (see `sweep`).
+    let mut empty_scans = 0;
+    loop {
+        let pids = processes_with_token(token);
+        if !killed {
+            for &pid in &pids {
+                signal(pid, libc::SIGTERM);
+            }
+        }
+        if let Some(c) = child.as_deref_mut() {
+            if status.is_none() {
+                if let Ok(Some(s)) = c.try_wait() {
+                    status = Some(s);
+                }
+            }
+        }
+        let child_done = child.is_none() || status.is_some();
+        empty_scans = if pids.is_empty() { empty_scans + 1 } else { 0 };
+        if empty_scans >= 2 && child_done {
+            break;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            // Grace is over: kill what is left, and keep scanning, since a
+            // dying parent may have forked once more.
+            for &pid in &pids {
+                signal(pid, libc::SIGKILL);
+            }
+            if let Some(c) = child.as_deref_mut() {
+                if status.is_none() {
+                    let _ = c.start_kill();
+                }
+            }
+            killed = true;
+        }
+        if now >= hard_deadline {
+            tracing::warn!(token, left = pids.len(), "processes survived SIGKILL");
+            break;
+        }
+        reap_orphans();
+        tokio::time::sleep(POLL).await;
+    }
+    if let (Some(c), None) = (child, status) {
+        status = c.wait().await.ok();
+    }
+    reap_orphans();
+    status
+}
+
+/// Live (non-zombie) processes whose environment carries `token`.
+pub fn processes_with_token(token: &str) -> Vec<i32> {
+    let needle = format!("{TOKEN_VAR}={token}");
+    let needle = needle.as_bytes();
+    let me = std::process::id() as i32;
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(env) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if env.split(|&b| b == 0).any(|var| var == needle) && !is_zombie(pid) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+fn stat_fields(pid: i32) -> Option<(char, i32)> {
+    let stat =
+        std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("stat")).ok()?;
+    // The command name is in parentheses and may contain spaces.
+    let after = &stat[stat.rfind(')')? + 2..];
+    let mut fields = after.split(' ');
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    Some((state, ppid))
+}
+
+fn is_zombie(pid: i32) -> bool {
+    matches!(stat_fields(pid), Some(('Z', _)) | None)
+}
+
+/// Reap zombies re-parented to us (we are a subreaper) that tokio does not
+/// own. Never touches a child tokio is still waiting for.
+pub fn reap_orphans() -> usize {
+    let me = std::process::id() as i32;
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut reaped = 0;
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if let Some(('Z', ppid)) = stat_fields(pid) {
+            if ppid == me && !is_managed(pid) {
+                let mut status = 0;
+                // SAFETY: waitpid on a specific pid of a zombie child we do not
+                // otherwise track; `status` is a valid out-pointer.
+                let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+                if r == pid {
+                    reaped += 1;
+                }
+            }
+        }
+    }
+    reaped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn stop_reaches_a_setsid_grandchild() {
+        become_subreaper();
+        let token = new_token("test");
+        let mut cmd = command("sh", &token);
+        // The grandchild leaves the group with setsid and ignores nothing.
+        cmd.arg("-c").arg("setsid sleep 300 & sleep 300");
+        let mut c = Contained::spawn(cmd, token.clone()).expect("spawn sh");
+        // Wait until both sleeps exist.
+        for _ in 0..400 {
+            if processes_with_token(&token).len() >= 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(processes_with_token(&token).len() >= 2);
+        c.stop(Duration::from_secs(2)).await;
+        assert!(
+            processes_with_token(&token).is_empty(),
+            "survivors: {:?}",
+            processes_with_token(&token)
+        );
+    }
+
+    #[tokio::test]
+    async fn sweep_kills_processes_that_ignore_sigterm() {
+        become_subreaper();
+        let token = new_token("test-ignore");
+        let mut cmd = command("sh", &token);
+        cmd.arg("-c")
+            .arg("(trap '' TERM; setsid sh -c 'trap \"\" TERM; sleep 300' &) ; exit 0");
+        let mut c = Contained::spawn(cmd, token.clone()).expect("spawn sh");
+        c.wait().await.expect("sh exits");
+        for _ in 0..400 {
+            if !processes_with_token(&token).is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(
+            !processes_with_token(&token).is_empty(),
+            "the leak happened"
+        );
+        let found = c.sweep(Duration::from_millis(100)).await;
+        assert!(found >= 1);
+        assert!(processes_with_token(&token).is_empty());
+    }
+}

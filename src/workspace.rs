@@ -1,0 +1,276 @@
+//! The repository, through git2: locate it, refuse a dirty tree, pin
+//! BASE_REF, compute the diff since BASE_REF *including untracked files*
+//! (which `git diff BASE_REF` silently omits), and park work in a stash that
+//! nothing can garbage-collect.
+//!
+//! Rules: nothing here drops, pops or clears a stash, cleans a working tree
+//! or resets one; parking is the only write to the user's tree, and it is
+//! undone by `git stash apply <commit>`.
+
+use std::path::{Path, PathBuf};
+
+use git2::{DiffFormat, DiffOptions, Oid, Repository, StatusOptions};
+use sha2::{Digest, Sha256};
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkspaceError {
+    #[error("`{}` is not a git repository", path.display())]
+    NotARepository { path: PathBuf },
+    #[error("`{}` is a bare repository; loopd needs a working tree", path.display())]
+    Bare { path: PathBuf },
+    #[error("the working tree of `{}` has uncommitted changes: {}", path.display(), paths.join(", "))]
+    Dirty { path: PathBuf, paths: Vec<String> },
+    #[error("`{}` has no commit yet; loopd pins BASE_REF to a commit", path.display())]
+    NoCommit { path: PathBuf },
+    #[error("git: {operation} failed in `{}`: {source}", path.display())]
+    Git {
+        operation: &'static str,
+        path: PathBuf,
+        #[source]
+        source: git2::Error,
+    },
+}
+
+impl WorkspaceError {
+    pub fn hint(&self) -> Option<&'static str> {
+        match self {
+            WorkspaceError::NotARepository { .. } => Some("pass the repository with `-C DIR`, or run `git init` and commit first"),
+            WorkspaceError::Dirty { .. } => Some("commit or stash your changes first; loopd never works on top of uncommitted changes"),
+            WorkspaceError::NoCommit { .. } => Some("make a first commit: loopd pins BASE_REF to a commit id"),
+            _ => None,
+        }
+    }
+}
+
+/// One changed path between BASE_REF and the working tree.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Change {
+    pub path: String,
+    /// For renames, where it came from.
+    pub old_path: Option<String>,
+    pub status: ChangeKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeKind {
+    Added,
+    Modified,
+    Deleted,
+    Renamed,
+    TypeChanged,
+    ModeChanged,
+}
+
+/// The state of the tree relative to BASE_REF.
+#[derive(Debug, Clone)]
+pub struct Diff {
+    /// Unified diff text, new untracked files included.
+    pub patch: String,
+    pub changes: Vec<Change>,
+    /// sha256 of `patch`: equal hashes mean the same working tree state.
+    pub sha256: String,
+}
+
+impl Diff {
+    pub fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+    }
+}
+
+/// A git repository with a working tree.
+pub struct Workspace {
+    repo: Repository,
+    root: PathBuf,
+}
+
+impl Workspace {
+    /// Open the repository whose working tree contains `path`.
+    pub fn open(path: &Path) -> Result<Workspace, WorkspaceError> {
+        let repo = Repository::discover(path).map_err(|_| WorkspaceError::NotARepository {
+            path: path.to_path_buf(),
+        })?;
+        let root = repo
+            .workdir()
+            .ok_or_else(|| WorkspaceError::Bare {
+                path: path.to_path_buf(),
+            })?
+            .to_path_buf();
+        let root = root.canonicalize().unwrap_or(root);
+        Ok(Workspace { repo, root })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn git(&self, operation: &'static str) -> impl Fn(git2::Error) -> WorkspaceError + '_ {
+        move |source| WorkspaceError::Git {
+            operation,
+            path: self.root.clone(),
+            source,
+        }
+    }
+
+    /// Uncommitted changes and untracked files (ignored files do not count).
+    pub fn dirty_paths(&self) -> Result<Vec<String>, WorkspaceError> {
+        let mut opts = StatusOptions::new();
+        opts.include_untracked(true)
+            .recurse_untracked_dirs(true)
+            .include_ignored(false);
+        let statuses = self
+            .repo
+            .statuses(Some(&mut opts))
+            .map_err(self.git("status"))?;
+        Ok(statuses
+            .iter()
+            .filter_map(|s| s.path().map(str::to_owned))
+            .collect())
+    }
+
+    /// Refuse to work on a tree with uncommitted changes.
+    pub fn ensure_clean(&self) -> Result<(), WorkspaceError> {
+        let mut paths = self.dirty_paths()?;
+        if paths.is_empty() {
+            return Ok(());
+        }
+        if paths.len() > 5 {
+            let more = paths.len() - 5;
+            paths.truncate(5);
+            paths.push(format!("and {more} more"));
+        }
+        Err(WorkspaceError::Dirty {
+            path: self.root.clone(),
+            paths,
+        })
+    }
+
+    /// The commit id HEAD points at: BASE_REF, pinned.
+    pub fn head_commit(&self) -> Result<Oid, WorkspaceError> {
+        let head = self.repo.head().map_err(|_| WorkspaceError::NoCommit {
+            path: self.root.clone(),
+        })?;
+        let commit = head
+            .peel_to_commit()
+            .map_err(|_| WorkspaceError::NoCommit {
+                path: self.root.clone(),
+            })?;
+        Ok(commit.id())
+    }
+
+    /// The diff from `base` to the working tree, untracked files included
+    /// with their content, ignored files excluded.
+    pub fn diff_since(&self, base: Oid) -> Result<Diff, WorkspaceError> {
+        let tree = self
+            .repo
+            .find_commit(base)
+            .and_then(|c| c.tree())
+            .map_err(self.git("read BASE_REF"))?;
+        let mut opts = DiffOptions::new();
+        opts.include_untracked(true)
+            .recurse_untracked_dirs(true)
+            .show_untracked_content(true)
+            .include_typechange(true)
+            .ignore_submodules(true);
+        let mut diff = self
+            .repo
+            .diff_tree_to_workdir_with_index(Some(&tree), Some(&mut opts))
+            .map_err(self.git("diff"))?;
+        let mut find = git2::DiffFindOptions::new();
+        find.renames(true)
+            .renames_from_rewrites(true)
+            .for_untracked(true);
+        diff.find_similar(Some(&mut find))
+            .map_err(self.git("find renames"))?;
+
+        let mut changes = Vec::new();
+        for delta in diff.deltas() {
+            let new_path = delta
+                .new_file()
+                .path()
+                .map(|p| p.to_string_lossy().into_owned());
+            let old_path = delta
+                .old_file()
+                .path()
+                .map(|p| p.to_string_lossy().into_owned());
+            let status = match delta.status() {
+                git2::Delta::Added | git2::Delta::Untracked => ChangeKind::Added,
+                git2::Delta::Deleted => ChangeKind::Deleted,
+                git2::Delta::Renamed => ChangeKind::Renamed,
+                git2::Delta::Typechange => ChangeKind::TypeChanged,
+                git2::Delta::Modified if delta.old_file().id() == delta.new_file().id() => {
+                    ChangeKind::ModeChanged
+                }
+                git2::Delta::Modified | git2::Delta::Copied => ChangeKind::Modified,
+                _ => continue,
+            };
+            let path = match status {
+                ChangeKind::Deleted => old_path.clone(),
+                _ => new_path.clone().or(old_path.clone()),
+            }
+            .unwrap_or_default();
+            changes.push(Change {
+                path,
+                old_path: (status == ChangeKind::Renamed)
+                    .then_some(old_path)
+                    .flatten(),
+                status,
+            });
+        }
+
+        let mut patch = String::new();
+        diff.print(DiffFormat::Patch, |_delta, _hunk, line| {
+            match line.origin() {
+                '+' | '-' | ' ' => patch.push(line.origin()),
+                _ => {}
+            }
+            patch.push_str(&String::from_utf8_lossy(line.content()));
+            true
+        })
+        .map_err(self.git("render diff"))?;
+        let sha256 = hex::encode(Sha256::digest(patch.as_bytes()));
+        Ok(Diff {
+            patch,
+            changes,
+            sha256,
+        })
+    }
+
+    /// Park everything the agent left (tracked changes and untracked files)
+    /// in a stash with `message`, and pin the stash commit under
+    /// `refs/loopd/stash/<job_id>` so that dropping or clearing stashes, or
+    /// garbage collection, cannot lose it. Returns `None` when there was
+    /// nothing to park. Afterwards the working tree is clean.
+    pub fn park(&mut self, job_id: &str, message: &str) -> Result<Option<Oid>, WorkspaceError> {
+        if self.dirty_paths()?.is_empty() {
+            return Ok(None);
+        }
+        let sig = self
+            .repo
+            .signature()
+            .or_else(|_| git2::Signature::now("loopd", "loopd@localhost"))
+            .map_err(self.git("make a signature"))?;
+        let root = self.root.clone();
+        let stash = self
+            .repo
+            .stash_save2(
+                &sig,
+                Some(message),
+                Some(git2::StashFlags::INCLUDE_UNTRACKED),
+            )
+            .map_err(|source| WorkspaceError::Git {
+                operation: "stash push --include-untracked",
+                path: root,
+                source,
+            })?;
+        self.repo
+            .reference(&keep_ref(job_id), stash, true, message)
+            .map_err(self.git("pin the stash commit"))?;
+        Ok(Some(stash))
+    }
+}
+
+/// The ref that keeps a parked job's stash commit alive.
+pub fn keep_ref(job_id: &str) -> String {
+    format!("refs/loopd/stash/{job_id}")
+}

@@ -1,0 +1,8 @@
+//! One integration-test binary (jj's layout): every test drives the real
+//! `loopd` binary and the real Claude Code CLI against the scripted model on
+//! a fixture repository built by `fixtures/rechnung/make-repo.sh`.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod run_loop;

@@ -1,0 +1,280 @@
+//! Shared test support: a hermetic environment around one fixture
+//! repository, the real `loopd` binary, the real Claude Code CLI and the
+//! scripted model.
+//!
+//! Hermetic means: the environment is cleared; HOME, the state dir and the
+//! repository live in a fresh temp dir; git reads no user or system config;
+//! the model is on a random loopback port. The CLI and the fixture's tools
+//! (pytest, ruff) come from `.tools/`, installed by
+//! `scripts/install-test-tools.sh` — a missing install fails loudly, it is
+//! never a reason to skip.
+
+#![allow(dead_code)]
+
+pub mod model;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use model::{Block, Scenario, ScriptedModel, SessionScript, Turn, Usage};
+use serde_json::{json, Value};
+
+pub const API_KEY: &str = "sk-ant-test-4f1d9c0e-never-print-me";
+
+pub fn manifest_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The directories with the pinned CLI and pytest/ruff.
+pub fn tools_path() -> OsString {
+    let tools = std::env::var_os("LOOPD_TEST_TOOLS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest_dir().join(".tools"));
+    let claude = tools.join("npm/node_modules/.bin");
+    let venv = tools.join("venv/bin");
+    assert!(
+        claude.join("claude").is_file() && venv.join("ruff").is_file(),
+        "the test tools are missing under {}: run `scripts/install-test-tools.sh` (the README's test command does)",
+        tools.display()
+    );
+    std::env::join_paths([
+        claude,
+        venv,
+        PathBuf::from("/usr/local/bin"),
+        PathBuf::from("/usr/bin"),
+        PathBuf::from("/bin"),
+    ])
+    .expect("join PATH")
+}
+
+/// A fixture file's content.
+pub fn fixture(rel: &str) -> String {
+    std::fs::read_to_string(manifest_dir().join("fixtures").join(rel))
+        .unwrap_or_else(|e| panic!("fixture {rel}: {e}"))
+}
+
+pub struct TestEnv {
+    pub tmp: tempfile::TempDir,
+    pub repo: PathBuf,
+    pub state: PathBuf,
+    pub home: PathBuf,
+}
+
+/// What one `loopd` invocation did.
+#[derive(Debug)]
+pub struct RunResult {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl RunResult {
+    /// The `--json` summary printed on stdout.
+    pub fn summary(&self) -> Value {
+        serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| {
+            panic!(
+                "no JSON summary on stdout ({e}):\nstdout: {}\nstderr: {}",
+                self.stdout, self.stderr
+            )
+        })
+    }
+}
+
+impl TestEnv {
+    /// A fresh environment with the rechnung fixture repository.
+    pub fn new() -> TestEnv {
+        let tmp = tempfile::Builder::new()
+            .prefix("loopd-it-")
+            .tempdir()
+            .expect("tempdir");
+        let repo = tmp.path().join("repo");
+        let state = tmp.path().join("state");
+        let home = tmp.path().join("home");
+        std::fs::create_dir_all(&home).expect("home");
+        let out = Command::new(manifest_dir().join("fixtures/rechnung/make-repo.sh"))
+            .arg(&repo)
+            .env_clear()
+            .env("PATH", tools_path())
+            .output()
+            .expect("run make-repo.sh");
+        assert!(
+            out.status.success(),
+            "make-repo.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let repo = repo.canonicalize().expect("canonical repo path");
+        TestEnv {
+            tmp,
+            repo,
+            state,
+            home,
+        }
+    }
+
+    /// Git in the fixture repo, isolated from any user config.
+    pub fn git(&self, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(&self.repo)
+            .env_clear()
+            .env("PATH", tools_path())
+            .env("HOME", &self.home)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+            .output()
+            .expect("run git");
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `loopd` with a clean environment pointed at `model`.
+    pub fn loopd(&self, model: Option<&ScriptedModel>) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_loopd"));
+        cmd.env_clear()
+            .env("PATH", tools_path())
+            .env("HOME", &self.home)
+            .env("LOOPD_STATE_DIR", &self.state)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("ANTHROPIC_API_KEY", API_KEY)
+            .env("NO_COLOR", "1")
+            .current_dir(&self.repo);
+        if let Some(m) = model {
+            cmd.env("ANTHROPIC_BASE_URL", m.base_url());
+        }
+        cmd
+    }
+
+    /// `loopd run --json ARGS...` against `model`.
+    pub fn run(&self, model: &ScriptedModel, args: &[&str]) -> RunResult {
+        let mut cmd = self.loopd(Some(model));
+        cmd.arg("run").arg("--json").args(args);
+        finish(cmd.output().expect("run loopd"))
+    }
+
+    /// Every file under the state dir, with its content.
+    pub fn state_files(&self) -> Vec<(PathBuf, Vec<u8>)> {
+        fn walk(dir: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for e in entries.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else if let Ok(bytes) = std::fs::read(&p) {
+                    out.push((p, bytes));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.state, &mut out);
+        out
+    }
+
+    pub fn read_repo(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.repo.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+    }
+}
+
+pub fn finish(out: Output) -> RunResult {
+    RunResult {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+// ---- scenario builders ------------------------------------------------------
+
+pub fn turn(blocks: Vec<Block>) -> Turn {
+    Turn {
+        blocks,
+        ..Turn::default()
+    }
+}
+
+pub fn turn_usage(blocks: Vec<Block>, input_tokens: u64, output_tokens: u64) -> Turn {
+    Turn {
+        blocks,
+        usage: Usage {
+            input_tokens,
+            output_tokens,
+        },
+        ..Turn::default()
+    }
+}
+
+pub fn session(turns: Vec<Turn>) -> SessionScript {
+    SessionScript { turns }
+}
+
+pub fn text(t: &str) -> Block {
+    Block::Text { text: t.into() }
+}
+
+pub fn tool(name: &str, input: Value) -> Block {
+    Block::ToolUse {
+        name: name.into(),
+        input,
+    }
+}
+
+pub fn read(rel: &str) -> Block {
+    tool("Read", json!({"file_path": format!("{{cwd}}/{rel}")}))
+}
+
+pub fn write(rel: &str, content: &str) -> Block {
+    tool(
+        "Write",
+        json!({"file_path": format!("{{cwd}}/{rel}"), "content": content}),
+    )
+}
+
+pub fn bash(command: &str) -> Block {
+    tool("Bash", json!({"command": command, "description": "run"}))
+}
+
+/// An agent session that rewrites `rechnung.py` with `content`.
+pub fn agent_writes(content: &str) -> SessionScript {
+    session(vec![
+        turn(vec![read("rechnung.py")]),
+        turn(vec![write("rechnung.py", content)]),
+        turn(vec![text("Done.")]),
+    ])
+}
+
+pub fn clean_solution() -> String {
+    fixture("rechnung/solutions/rechnung.py")
+}
+
+pub fn dirty_solution() -> String {
+    fixture("rechnung/solutions/rechnung_dirty.py")
+}
+
+pub fn verdict(v: Value) -> SessionScript {
+    session(vec![turn(vec![tool("StructuredOutput", v)])])
+}
+
+pub fn pass() -> SessionScript {
+    verdict(json!({"verdict": "PASS", "violations": []}))
+}
+
+pub fn fail(rule: i64, file: &str, problem: &str, fix: &str) -> SessionScript {
+    verdict(
+        json!({"verdict": "FAIL", "violations": [{"rule": rule, "file": file, "problem": problem, "fix": fix}]}),
+    )
+}
+
+pub fn scenario(agent: Vec<SessionScript>, critic: Vec<SessionScript>) -> Scenario {
+    Scenario { agent, critic }
+}

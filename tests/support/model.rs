@@ -1,0 +1,558 @@
+//! The scripted model: a loopback HTTP server that speaks the Anthropic
+//! Messages API (SSE streaming) and plays back scripted turns.
+//!
+//! The real Claude Code CLI is pointed at it with `ANTHROPIC_BASE_URL`, so the
+//! CLI really runs its tools, permissions and hooks on a fixture repository;
+//! only the model is scripted.
+//!
+//! Routing. Every `claude -p` run sends a distinct `x-claude-code-session-id`
+//! header. A session whose request offers the `StructuredOutput` tool is a
+//! *critic* session (loopd passes `--json-schema` only to the critic); any
+//! other is an *agent* session. The n-th agent session to appear plays
+//! `agent[n]`, the n-th critic session `critic[n]`. Within a session, the turn
+//! played is the number of assistant messages already in the request.
+//!
+//! Placeholders. Every string in a tool input may contain `{cwd}`, replaced by
+//! the session's working directory (read from the system prompt's
+//! `Primary working directory:` line), because tool inputs need absolute paths.
+//!
+//! A request that the script does not cover gets HTTP 400 `scenario exhausted`,
+//! so an unexpected extra call fails loudly instead of passing by accident.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// A whole scenario: the scripts of the agent sessions and of the critic
+/// sessions, in the order the sessions are expected to start.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    #[serde(default)]
+    pub agent: Vec<SessionScript>,
+    #[serde(default)]
+    pub critic: Vec<SessionScript>,
+}
+
+/// The turns one `claude -p` session plays, one per model call.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionScript {
+    #[serde(default, rename = "turn")]
+    pub turns: Vec<Turn>,
+}
+
+/// One answer of the model.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Turn {
+    /// Wait this long before answering (headers included).
+    #[serde(default)]
+    pub delay_ms: u64,
+    /// Wait this long after `message_start` before the rest of the stream:
+    /// a model that starts answering and then stalls.
+    #[serde(default)]
+    pub stall_after_start_ms: u64,
+    /// Answer with this HTTP error instead of a message.
+    #[serde(default)]
+    pub error: Option<HttpError>,
+    #[serde(default)]
+    pub usage: Usage,
+    #[serde(default, rename = "block")]
+    pub blocks: Vec<Block>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpError {
+    pub status: u16,
+    #[serde(default = "default_error_message")]
+    pub message: String,
+}
+
+fn default_error_message() -> String {
+    "scripted error".to_owned()
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl Default for Usage {
+    fn default() -> Self {
+        Usage {
+            input_tokens: 100,
+            output_tokens: 20,
+        }
+    }
+}
+
+/// A content block of an answer.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Block {
+    Text { text: String },
+    ToolUse { name: String, input: Value },
+}
+
+/// Which kind of session a request belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Agent,
+    Critic,
+}
+
+/// One request as the server saw it, for tests to assert on.
+#[derive(Debug, Clone, Serialize)]
+pub struct Recorded {
+    pub role: Role,
+    /// Index of the session within its role (0 = first agent session, ...).
+    pub session: usize,
+    pub turn: usize,
+    pub session_id: String,
+    pub model: String,
+    /// Whether the script covered this request.
+    pub scripted: bool,
+    /// The API key the CLI sent (`x-api-key`, else a bearer token).
+    pub api_key: Option<String>,
+    pub body: Value,
+}
+
+impl Recorded {
+    /// The text of the first user message: the prompt the session was given
+    /// (the CLI may add system-reminder blocks; they are included).
+    pub fn prompt(&self) -> String {
+        let first = &self.body["messages"][0]["content"];
+        match first {
+            Value::String(s) => s.clone(),
+            Value::Array(blocks) => blocks
+                .iter()
+                .filter_map(|b| b["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("\n"),
+            _ => String::new(),
+        }
+    }
+
+    /// Names of the tools the request offered the model.
+    pub fn tool_names(&self) -> Vec<String> {
+        self.body["tools"]
+            .as_array()
+            .map(|tools| {
+                tools
+                    .iter()
+                    .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+#[derive(Default)]
+struct State {
+    scenario: Scenario,
+    sessions: HashMap<String, (Role, usize)>,
+    started: HashMap<Role, usize>,
+    log: Vec<Recorded>,
+}
+
+/// A running scripted model. Dropping it stops the server.
+pub struct ScriptedModel {
+    addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ScriptedModel {
+    /// Start on `127.0.0.1:port` (0 = any free port) in a thread of its own.
+    pub fn start(scenario: Scenario) -> ScriptedModel {
+        Self::start_on(scenario, 0)
+    }
+
+    pub fn start_on(scenario: Scenario, port: u16) -> ScriptedModel {
+        let state = Arc::new(Mutex::new(State {
+            scenario,
+            ..State::default()
+        }));
+        let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind loopback");
+        listener
+            .set_nonblocking(true)
+            .expect("nonblocking listener");
+        let addr = listener.local_addr().expect("local addr");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let shared = state.clone();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime for the scripted model");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
+                let app = axum::Router::new().fallback(move |method, uri, headers, body| {
+                    handle(shared.clone(), method, uri, headers, body)
+                });
+                let _ = axum::serve(listener, app)
+                    .with_graceful_shutdown(async {
+                        let _ = stopped.await;
+                    })
+                    .await;
+            });
+        });
+        ScriptedModel {
+            addr,
+            state,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Every request seen so far, in arrival order.
+    pub fn requests(&self) -> Vec<Recorded> {
+        self.state.lock().expect("model state").log.clone()
+    }
+
+    /// The requests of one session, in turn order.
+    pub fn session(&self, role: Role, index: usize) -> Vec<Recorded> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.role == role && r.session == index)
+            .collect()
+    }
+
+    /// How many sessions of a role have started.
+    pub fn session_count(&self, role: Role) -> usize {
+        *self
+            .state
+            .lock()
+            .expect("model state")
+            .started
+            .get(&role)
+            .unwrap_or(&0)
+    }
+
+    /// Requests the script did not cover (they were answered with HTTP 400).
+    pub fn unscripted(&self) -> Vec<Recorded> {
+        self.requests()
+            .into_iter()
+            .filter(|r| !r.scripted)
+            .collect()
+    }
+}
+
+impl Drop for ScriptedModel {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        // Do not join: a stalled turn may hold a connection open for long;
+        // the thread ends with the process.
+        drop(self.thread.take());
+    }
+}
+
+fn working_dir(value: &Value) -> Option<String> {
+    // The CLI has moved this line between the system prompt and an injected
+    // message across versions, so look in every string of the request.
+    match value {
+        Value::String(s) => s.lines().find_map(|line| {
+            line.trim()
+                .trim_start_matches("- ")
+                .strip_prefix("Primary working directory:")
+                .map(|rest| rest.trim().to_owned())
+        }),
+        Value::Array(items) => items.iter().find_map(working_dir),
+        Value::Object(map) => map.values().find_map(working_dir),
+        _ => None,
+    }
+}
+
+fn substitute(value: &Value, cwd: &str) -> Value {
+    match value {
+        Value::String(s) => Value::String(s.replace("{cwd}", cwd)),
+        Value::Array(items) => Value::Array(items.iter().map(|v| substitute(v, cwd)).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), substitute(v, cwd)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+async fn handle(
+    state: Arc<Mutex<State>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if method == Method::HEAD || method == Method::GET {
+        return StatusCode::OK.into_response();
+    }
+    if method != Method::POST || !uri.path().ends_with("/v1/messages") {
+        return StatusCode::NOT_FOUND.into_response();
+    }
+    let body: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return (StatusCode::BAD_REQUEST, format!("bad json: {e}")).into_response(),
+    };
+    let session_id = headers
+        .get("x-claude-code-session-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("no-session")
+        .to_owned();
+    let offers_structured_output = body["tools"]
+        .as_array()
+        .is_some_and(|t| t.iter().any(|t| t["name"] == "StructuredOutput"));
+    let role = if offers_structured_output {
+        Role::Critic
+    } else {
+        Role::Agent
+    };
+    let turn_index = body["messages"]
+        .as_array()
+        .map(|m| m.iter().filter(|m| m["role"] == "assistant").count())
+        .unwrap_or(0);
+    let model = body["model"].as_str().unwrap_or("unknown").to_owned();
+    let api_key = headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| {
+            headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(str::to_owned)
+        });
+    let streaming = body["stream"].as_bool().unwrap_or(false);
+    let cwd = working_dir(&body).unwrap_or_default();
+
+    let turn = {
+        let mut st = state.lock().expect("model state");
+        let session = match st.sessions.get(&session_id) {
+            Some(&(_, index)) => index,
+            None => {
+                let counter = st.started.entry(role).or_insert(0);
+                let index = *counter;
+                *counter += 1;
+                st.sessions.insert(session_id.clone(), (role, index));
+                index
+            }
+        };
+        let scripts = match role {
+            Role::Agent => &st.scenario.agent,
+            Role::Critic => &st.scenario.critic,
+        };
+        let turn = scripts
+            .get(session)
+            .and_then(|s| s.turns.get(turn_index))
+            .cloned();
+        st.log.push(Recorded {
+            role,
+            session,
+            turn: turn_index,
+            session_id: session_id.clone(),
+            model: model.clone(),
+            scripted: turn.is_some(),
+            api_key: api_key.clone(),
+            body: body.clone(),
+        });
+        turn
+    };
+
+    let Some(turn) = turn else {
+        return api_error(400, "scenario exhausted: no scripted turn for this request");
+    };
+    if turn.delay_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(turn.delay_ms)).await;
+    }
+    if let Some(err) = &turn.error {
+        return api_error(err.status, &err.message);
+    }
+    let blocks: Vec<Block> = turn
+        .blocks
+        .iter()
+        .map(|b| match b {
+            Block::ToolUse { name, input } => Block::ToolUse {
+                name: name.clone(),
+                input: substitute(input, &cwd),
+            },
+            other => other.clone(),
+        })
+        .collect();
+    let message_id = format!("msg_scripted_{}_{}", short(&session_id), turn_index);
+    if streaming {
+        sse_response(
+            message_id,
+            model,
+            blocks,
+            turn.usage,
+            turn.stall_after_start_ms,
+        )
+    } else {
+        json_response(message_id, model, blocks, turn.usage)
+    }
+}
+
+fn short(id: &str) -> String {
+    id.chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .take(8)
+        .collect()
+}
+
+fn api_error(status: u16, message: &str) -> Response {
+    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = json!({"type": "error", "error": {"type": "api_error", "message": message}});
+    (
+        code,
+        [("content-type", "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn stop_reason(blocks: &[Block]) -> &'static str {
+    if blocks.iter().any(|b| matches!(b, Block::ToolUse { .. })) {
+        "tool_use"
+    } else {
+        "end_turn"
+    }
+}
+
+fn tool_use_id(message_id: &str, index: usize) -> String {
+    format!("toolu_{}_{}", message_id.trim_start_matches("msg_"), index)
+}
+
+fn content_json(message_id: &str, blocks: &[Block]) -> Vec<Value> {
+    blocks
+        .iter()
+        .enumerate()
+        .map(|(i, b)| match b {
+            Block::Text { text } => json!({"type": "text", "text": text}),
+            Block::ToolUse { name, input } => json!({
+                "type": "tool_use", "id": tool_use_id(message_id, i), "name": name, "input": input
+            }),
+        })
+        .collect()
+}
+
+fn json_response(message_id: String, model: String, blocks: Vec<Block>, usage: Usage) -> Response {
+    let body = json!({
+        "id": message_id, "type": "message", "role": "assistant", "model": model,
+        "content": content_json(&message_id, &blocks),
+        "stop_reason": stop_reason(&blocks), "stop_sequence": null,
+        "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+                  "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+    });
+    (
+        StatusCode::OK,
+        [("content-type", "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn sse(event: &str, data: Value) -> Bytes {
+    Bytes::from(format!("event: {event}\ndata: {data}\n\n"))
+}
+
+fn sse_response(
+    message_id: String,
+    model: String,
+    blocks: Vec<Block>,
+    usage: Usage,
+    stall_ms: u64,
+) -> Response {
+    let start = sse(
+        "message_start",
+        json!({"type": "message_start", "message": {
+            "id": message_id, "type": "message", "role": "assistant", "model": model,
+            "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": usage.input_tokens, "output_tokens": 1,
+                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}}),
+    );
+    let mut rest = Vec::new();
+    for (i, block) in blocks.iter().enumerate() {
+        match block {
+            Block::Text { text } => {
+                rest.push(sse(
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": i,
+                    "content_block": {"type": "text", "text": ""}}),
+                ));
+                rest.push(sse(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": i,
+                    "delta": {"type": "text_delta", "text": text}}),
+                ));
+            }
+            Block::ToolUse { name, input } => {
+                rest.push(sse(
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": i,
+                    "content_block": {"type": "tool_use", "id": tool_use_id(&message_id, i),
+                                      "name": name, "input": {}}}),
+                ));
+                rest.push(sse(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": i,
+                    "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
+                ));
+            }
+        }
+        rest.push(sse(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": i}),
+        ));
+    }
+    rest.push(sse(
+        "message_delta",
+        json!({"type": "message_delta",
+               "delta": {"stop_reason": stop_reason(&blocks), "stop_sequence": null},
+               "usage": {"output_tokens": usage.output_tokens}}),
+    ));
+    rest.push(sse("message_stop", json!({"type": "message_stop"})));
+
+    let stream =
+        futures_util::stream::once(async move { Ok::<_, std::convert::Infallible>(start) })
+            .chain(futures_util::stream::once(async move {
+                if stall_ms > 0 {
+                    tokio::time::sleep(Duration::from_millis(stall_ms)).await;
+                }
+                Ok::<_, std::convert::Infallible>(Bytes::new())
+            }))
+            .chain(futures_util::stream::iter(rest.into_iter().map(Ok)));
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "text/event-stream")
+        .header("cache-control", "no-cache")
+        .body(Body::from_stream(stream))
+        .expect("sse response")
+}
+
+use futures_util::StreamExt as _;
+
+/// Load a scenario from a TOML file (the format of `fixtures/scenarios/`).
+pub fn load_scenario(path: &std::path::Path) -> Scenario {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("read scenario {}: {e}", path.display()));
+    toml::from_str(&text).unwrap_or_else(|e| panic!("parse scenario {}: {e}", path.display()))
+}
