@@ -6,4 +6,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-test-tools.sh >/dev/null
-cargo test --locked --all-targets
+cargo build --locked --examples
+cargo test --locked --lib --test it
