@@ -29,6 +29,10 @@ pub struct StepResult {
     /// stdout and stderr, interleaved as written, bounded (head and tail kept).
     pub output: String,
     pub duration_ms: u64,
+    /// Processes the step left running (a test server, a daemon) that
+    /// loopd stopped after it.
+    #[serde(default)]
+    pub leftovers: usize,
 }
 
 /// The goal test's result.
@@ -201,7 +205,10 @@ async fn run_step(
     };
     // Whatever the step left running (a test server, a setsid daemon) goes
     // now: it would otherwise also hold the pipe open.
-    child.sweep(grace).await;
+    let leftovers = child.sweep(grace).await;
+    if leftovers > 0 {
+        tracing::info!(step = %step.name, leftovers, "stopped processes the goal step left running");
+    }
     let output = read_task.await.unwrap_or_default();
     Ok(StepResult {
         name: step.name.clone(),
@@ -211,6 +218,7 @@ async fn run_step(
         passed: !timed_out && exit_code == Some(0),
         output,
         duration_ms: started.elapsed().as_millis() as u64,
+        leftovers,
     })
 }
 

@@ -31,7 +31,7 @@ use crate::config::Job;
 use crate::critic::{self, CriticInput, CriticVerdict};
 use crate::goal::{self, GoalReport, Mode};
 use crate::guard::caps::{Budget, Spend};
-use crate::guard::progress::{DiffHistory, RepeatDetector};
+use crate::guard::progress::DiffHistory;
 use crate::guard::Watch;
 use crate::outcome::{Outcome, Reason};
 use crate::report::{self, AttemptRecord, Ledger, Summary, Totals};
@@ -180,7 +180,6 @@ struct Run<'a> {
     ledger: Ledger,
     budget: Budget,
     spent: Spend,
-    repeat: RepeatDetector,
     diffs: DiffHistory,
     started: Instant,
     started_at: String,
@@ -258,7 +257,6 @@ impl Run<'_> {
                 attempt,
                 &self.budget,
                 before,
-                &mut self.repeat,
                 &self.job.guard,
                 &mut self.ledger,
             );
@@ -480,6 +478,10 @@ impl Run<'_> {
         )
         .await?;
         self.write(&dir.join("goal.txt"), &goal.render())?;
+        self.write(
+            &dir.join("goal.json"),
+            &serde_json::to_string_pretty(&goal).expect("a goal report serializes"),
+        )?;
         record.goal_passed = goal.passed();
         record.failed_step = goal.failed_step().map(|s| s.name.clone());
         if let Some(req) = *self.stop.borrow() {
@@ -643,7 +645,6 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
             caps: job.caps.clone(),
         },
         spent: Spend::default(),
-        repeat: RepeatDetector::new(job.guard.stuck_window, job.guard.stuck_repeat),
         diffs: DiffHistory::default(),
         started,
         started_at,
@@ -691,6 +692,10 @@ impl Run<'_> {
         )
         .await?;
         self.write(&self.dir.join("baseline.txt"), &baseline.render())?;
+        self.write(
+            &self.dir.join("baseline.json"),
+            &serde_json::to_string_pretty(&baseline).expect("a goal report serializes"),
+        )?;
         self.ledger.record(json!({"event": "baseline", "passed": baseline.passed(), "failed_step": baseline.failed_step().map(|s| s.name.clone())}));
         if let Some(req) = *self.stop.borrow() {
             return Ok(Ending {
@@ -804,6 +809,7 @@ mod tests {
                 passed,
                 output: "F..\n1 failed, 2 passed".into(),
                 duration_ms: 5,
+                leftovers: 0,
             }],
         }
     }

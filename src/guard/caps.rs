@@ -54,11 +54,13 @@ pub struct Budget {
 }
 
 impl Budget {
-    /// The cap that `spend` has reached, if any.
+    /// The cap that `spend` has reached, if any. Money and tokens are used
+    /// up when the cap is reached; `max_turns` allows that many turns and
+    /// trips when one more starts.
     pub fn exceeded(&self, spend: &Spend) -> Option<Reason> {
         if spend.cost_usd >= self.caps.budget_usd {
             Some(Reason::BudgetUsd)
-        } else if spend.turns >= self.caps.max_turns {
+        } else if spend.turns > self.caps.max_turns {
             Some(Reason::MaxTurns)
         } else if spend.tokens() >= self.caps.max_tokens {
             Some(Reason::MaxTokens)

@@ -48,7 +48,9 @@ pub struct Watch<'a> {
     before: Spend,
     /// This session's spend so far, estimated from the stream.
     pub live: Spend,
-    repeat: &'a mut RepeatDetector,
+    /// Per session: a fresh session has a fresh context, and re-reading a
+    /// file at the start of each attempt is not being stuck.
+    repeat: RepeatDetector,
     settings: &'a GuardSettings,
     ledger: &'a mut Ledger,
     call: Option<Call>,
@@ -62,7 +64,6 @@ impl<'a> Watch<'a> {
         attempt: u32,
         budget: &'a Budget,
         before: Spend,
-        repeat: &'a mut RepeatDetector,
         settings: &'a GuardSettings,
         ledger: &'a mut Ledger,
     ) -> Watch<'a> {
@@ -72,7 +73,7 @@ impl<'a> Watch<'a> {
             budget,
             before,
             live: Spend::default(),
-            repeat,
+            repeat: RepeatDetector::new(settings.stuck_window, settings.stuck_repeat),
             settings,
             ledger,
             call: None,

@@ -1,0 +1,474 @@
+//! Guards and the circuit breaker against the real CLI (issue: guards and
+//! the circuit breaker).
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::model::{Role, ScriptedModel, Turn};
+use crate::support::*;
+
+fn ledger(summary: &Value) -> Vec<Value> {
+    let dir = std::path::PathBuf::from(summary["run_dir"].as_str().expect("run_dir"));
+    std::fs::read_to_string(dir.join("ledger.jsonl"))
+        .expect("ledger")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("ledger line"))
+        .collect()
+}
+
+fn agent_tool_calls(summary: &Value) -> Vec<Value> {
+    ledger(summary)
+        .into_iter()
+        .filter(|e| e["event"] == "tool_call" && e["role"] == "agent")
+        .collect()
+}
+
+fn stalled(ms: u64) -> Turn {
+    Turn {
+        delay_ms: ms,
+        ..turn(vec![text("too late")])
+    }
+}
+
+/// Wait (bounded) until the model has seen `n` requests of the agent's
+/// session `session`.
+fn wait_for_requests(model: &ScriptedModel, session: usize, n: usize) {
+    let until = Instant::now() + Duration::from_secs(60);
+    while model.session(Role::Agent, session).len() < n {
+        assert!(Instant::now() < until, "the agent never made request {n}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn survivors(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        if let Ok(cmd) = std::fs::read(e.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(marker) && !cmd.contains("loopd-it") {
+                found.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_same_read_repeated_is_stuck_at_the_kth_call() {
+    let env = TestEnv::new();
+    let same = || turn(vec![read("rechnung.py")]);
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![
+            same(),
+            same(),
+            same(),
+            same(),
+            turn(vec![text("Done.")]),
+        ])],
+        vec![],
+    ));
+    let r = env.run(&model, &[]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["outcome"], "stopped");
+    assert_eq!(s["reason"], "stuck_repeat");
+    assert_eq!(s["attempts"][0]["stopped"], "stuck_repeat");
+    let calls = agent_tool_calls(&s);
+    assert_eq!(
+        calls.len(),
+        3,
+        "stopped at the 3rd identical call: {calls:?}"
+    );
+    assert!(calls
+        .iter()
+        .all(|c| c["args_sha256"] == calls[0]["args_sha256"]));
+    assert_eq!(model.session_count(Role::Critic), 0);
+}
+
+#[test]
+fn reordered_nested_keys_are_the_same_call() {
+    let env = TestEnv::new();
+    // Three Grep calls whose inputs differ only in key order, at two depths.
+    // (The CLI rejects the unknown nested field; the calls still appear in
+    // the stream, which is what the guard hashes.)
+    let a = json!({"pattern": "def", "path": "{cwd}", "meta": {"x": 1, "y": {"p": 1, "q": 2}}});
+    let b = json!({"meta": {"y": {"q": 2, "p": 1}, "x": 1}, "path": "{cwd}", "pattern": "def"});
+    let c = json!({"path": "{cwd}", "meta": {"y": {"p": 1, "q": 2}, "x": 1}, "pattern": "def"});
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![
+            turn(vec![tool("Grep", a)]),
+            turn(vec![tool("Grep", b)]),
+            turn(vec![tool("Grep", c)]),
+            turn(vec![text("Done.")]),
+        ])],
+        vec![],
+    ));
+    let r = env.run(&model, &[]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["reason"], "stuck_repeat");
+    // The stream really carried different key orders.
+    let stream = std::fs::read_to_string(
+        std::path::PathBuf::from(s["run_dir"].as_str().expect("dir"))
+            .join("attempt-1/agent-stream.jsonl"),
+    )
+    .expect("stream");
+    assert!(
+        stream.contains(r#""meta":{"y":{"q":2,"p":1},"x":1}"#),
+        "key order survived to the stream"
+    );
+}
+
+#[test]
+fn a_polling_command_repeated_is_not_stuck() {
+    let env = TestEnv::new();
+    let poll = || turn(vec![bash("sleep 0.1")]);
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![
+            poll(),
+            poll(),
+            poll(),
+            poll(),
+            poll(),
+            turn(vec![read("rechnung.py")]),
+            turn(vec![write("rechnung.py", &clean_solution())]),
+            turn(vec![text("Done.")]),
+        ])],
+        vec![pass()],
+    ));
+    let r = env.run(&model, &["--allowed-tools", "Read,Write,Bash(sleep *)"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let calls = agent_tool_calls(&r.summary());
+    assert_eq!(
+        calls
+            .iter()
+            .filter(|c| c["tool"] == "Bash" && c["outcome"] == "ok")
+            .count(),
+        5
+    );
+}
+
+#[test]
+fn two_attempts_without_change_are_no_progress() {
+    let env = TestEnv::new();
+    let idle = || {
+        session(vec![
+            turn(vec![read("rechnung.py")]),
+            turn(vec![text("I think it is fine.")]),
+        ])
+    };
+    let model = ScriptedModel::start(scenario(vec![idle(), idle(), idle()], vec![]));
+    let r = env.run(&model, &[]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["reason"], "stuck_no_progress");
+    assert_eq!(s["attempts"].as_array().expect("attempts").len(), 2);
+    assert_eq!(
+        model.session_count(Role::Agent),
+        2,
+        "no third attempt was started"
+    );
+    // Nothing to park: the tree is unchanged; the report says so.
+    assert_eq!(s["stash_commit"], Value::Null);
+    let f: Value = serde_json::from_str(
+        &std::fs::read_to_string(s["failure_report"].as_str().expect("report")).expect("read"),
+    )
+    .expect("json");
+    assert!(f["restore"]
+        .as_str()
+        .expect("restore")
+        .contains("nothing to restore"));
+}
+
+#[test]
+fn a_diff_returning_to_an_earlier_state_means_the_judges_disagree() {
+    let env = TestEnv::new();
+    let x = fixture("rechnung/repo/rechnung.py")
+        .replace("quantity + unit_price", "quantity * unit_price");
+    let y = fixture("rechnung/repo/rechnung.py").replace("lines[1:]", "lines");
+    let model = ScriptedModel::start(scenario(
+        vec![
+            agent_writes(&x),
+            agent_writes(&y),
+            agent_writes(&x),
+            agent_writes(&y),
+        ],
+        vec![],
+    ));
+    let r = env.run(&model, &["--max-attempts", "5"]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["reason"], "judges_disagree");
+    let a = s["attempts"].as_array().expect("attempts");
+    assert_eq!(a.len(), 3);
+    assert_eq!(a[2]["diff_sha256"], a[0]["diff_sha256"]);
+    assert_eq!(
+        a[2]["goal_passed"], false,
+        "the goal test was not run again on a known state"
+    );
+    assert!(s["detail"]
+        .as_str()
+        .expect("detail")
+        .contains("opposite directions"));
+    env.git(&[
+        "stash",
+        "apply",
+        s["stash_commit"].as_str().expect("parked"),
+    ]);
+    assert_eq!(env.read_repo("rechnung.py"), x);
+}
+
+#[test]
+fn usage_crossing_the_usd_cap_stops_within_one_call() {
+    let env = TestEnv::new();
+    // Each call: 20000 in / 2000 out on haiku = $0.003; the cap is $0.01.
+    let call = |offset: u64| {
+        turn_usage(
+            vec![tool(
+                "Read",
+                json!({"file_path": "{cwd}/rechnung.py", "offset": offset}),
+            )],
+            20_000,
+            2_000,
+        )
+    };
+    let model = ScriptedModel::start(scenario(
+        vec![session(
+            (1..=8)
+                .map(call)
+                .chain([turn(vec![text("Done.")])])
+                .collect(),
+        )],
+        vec![],
+    ));
+    let r = env.run(&model, &["--budget-usd", "0.01"]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["reason"], "budget_usd");
+    let spent = s["totals"]["cost_usd"].as_f64().expect("cost");
+    assert!(
+        spent >= 0.01 - 1e-9,
+        "stopped because the cap was reached: {spent}"
+    );
+    assert!(
+        spent <= 0.01 + 0.003 + 1e-9,
+        "overshoot bounded by one call: {spent}"
+    );
+    assert!(
+        model.session(Role::Agent, 0).len() <= 4,
+        "no call after the one that crossed"
+    );
+    assert_eq!(model.session_count(Role::Critic), 0);
+}
+
+#[test]
+fn a_session_the_budget_cannot_cover_is_never_started() {
+    let env = TestEnv::new();
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
+    // One minimal haiku call costs $0.00015.
+    let r = env.run(&model, &["--budget-usd", "0.0001"]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["reason"], "budget_usd");
+    assert!(model.requests().is_empty(), "no model call was made");
+    assert_eq!(s["totals"]["cost_usd"], 0.0);
+}
+
+#[test]
+fn turn_and_token_caps() {
+    let env = TestEnv::new();
+    let call = |offset: u64| {
+        turn_usage(
+            vec![tool(
+                "Read",
+                json!({"file_path": "{cwd}/rechnung.py", "offset": offset}),
+            )],
+            4_000,
+            100,
+        )
+    };
+    let script = || {
+        scenario(
+            vec![session(
+                (1..=8)
+                    .map(call)
+                    .chain([turn(vec![text("Done.")])])
+                    .collect(),
+            )],
+            vec![],
+        )
+    };
+    let model = ScriptedModel::start(script());
+    let r = env.run(&model, &["--max-turns", "3"]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert_eq!(r.summary()["reason"], "max_turns");
+    assert!(model.session(Role::Agent, 0).len() <= 4);
+
+    let env = TestEnv::new();
+    let model = ScriptedModel::start(script());
+    let r = env.run(&model, &["--max-tokens", "10000"]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["reason"], "max_tokens");
+    let tokens = s["totals"]["input_tokens"].as_u64().expect("in")
+        + s["totals"]["output_tokens"].as_u64().expect("out");
+    assert!((10_000..=10_000 + 4_100).contains(&tokens), "{tokens}");
+}
+
+#[test]
+fn a_stalled_model_is_an_idle_timeout() {
+    let env = TestEnv::new();
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![
+            turn(vec![read("rechnung.py")]),
+            stalled(120_000),
+        ])],
+        vec![],
+    ));
+    let started = Instant::now();
+    let r = env.run(&model, &["--idle-timeout", "2s"]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["reason"], "idle_timeout");
+    // Within idle + grace (5 s) + the baseline: far from the 120 s stall.
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn wall_clock_and_attempt_timeouts() {
+    let env = TestEnv::new();
+    let model = ScriptedModel::start(scenario(vec![session(vec![stalled(120_000)])], vec![]));
+    let r = env.run(&model, &["--attempt-timeout", "2s"]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert_eq!(r.summary()["reason"], "attempt_timeout");
+
+    let env = TestEnv::new();
+    let model = ScriptedModel::start(scenario(vec![session(vec![stalled(120_000)])], vec![]));
+    let r = env.run(&model, &["--timeout", "3s"]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    assert_eq!(r.summary()["reason"], "wall_clock");
+}
+
+#[test]
+fn processes_leaked_by_the_goal_test_and_the_agent_do_not_survive() {
+    let env = TestEnv::new();
+    let marker = format!("loopd-leak-{}", std::process::id());
+    std::fs::write(
+        env.repo.join("leak.py"),
+        "import subprocess, sys\n\
+         subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', sys.argv[1]],\n\
+         \x20                start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n",
+    )
+    .expect("leak.py");
+    env.git(&["add", "leak.py"]);
+    env.git(&["commit", "-qm", "a test helper that leaks a server"]);
+    let agent = session(vec![
+        turn(vec![bash(&format!("python3 leak.py agent-{marker}"))]),
+        turn(vec![read("rechnung.py")]),
+        turn(vec![write("rechnung.py", &clean_solution())]),
+        turn(vec![text("Done.")]),
+    ]);
+    let model = ScriptedModel::start(scenario(vec![agent], vec![pass()]));
+    let goal = format!("python3 leak.py goal-{marker} && python3 -m pytest -q");
+    let r = env.run(
+        &model,
+        &[
+            "--goal",
+            &goal,
+            "--allowed-tools",
+            &format!("Read,Write,Bash(python3 leak.py *)"),
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let s = r.summary();
+    // Both leaks happened and were stopped.
+    let sessions: Vec<Value> = ledger(&s)
+        .into_iter()
+        .filter(|e| e["event"] == "session_end" && e["role"] == "agent")
+        .collect();
+    assert!(
+        sessions[0]["leftover_processes"].as_u64().expect("count") >= 1,
+        "{sessions:?}"
+    );
+    let dir = std::path::PathBuf::from(s["run_dir"].as_str().expect("dir"));
+    let goal_report: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("attempt-1/goal.json")).expect("goal.json"),
+    )
+    .expect("json");
+    assert!(
+        goal_report["steps"][0]["leftovers"]
+            .as_u64()
+            .expect("count")
+            >= 1,
+        "{goal_report}"
+    );
+    assert_eq!(survivors(&marker), Vec::<String>::new());
+}
+
+#[test]
+fn sigterm_mid_attempt_parks_the_partial_work() {
+    let env = TestEnv::new();
+    let partial = fixture("rechnung/repo/rechnung.py")
+        .replace("quantity + unit_price", "quantity * unit_price");
+    let notes = "work in progress\nline two, with bytes: \u{e9}\u{1F600}\n";
+    let agent = session(vec![
+        turn(vec![read("rechnung.py")]),
+        turn(vec![
+            write("rechnung.py", &partial),
+            write("NOTES.md", notes),
+        ]),
+        stalled(120_000),
+    ]);
+    let model = ScriptedModel::start(scenario(vec![agent], vec![]));
+    let mut cmd = env.loopd(Some(&model));
+    cmd.args(["run", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().expect("spawn loopd");
+    wait_for_requests(&model, 0, 3);
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc_kill(child.id() as i32, 15) };
+    let r = finish(child.wait_with_output().expect("wait loopd"));
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["outcome"], "interrupted");
+    assert_eq!(s["reason"], "signal");
+    assert_eq!(env.git(&["status", "--porcelain"]), "", "the tree is clean");
+    let report = std::path::PathBuf::from(s["failure_report"].as_str().expect("report"));
+    assert!(report.starts_with(&env.state) && report.is_file());
+    let f: Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).expect("read")).expect("json");
+    assert_eq!(f["reason"], "signal");
+    assert!(f["last_events"].as_array().expect("events").len() <= 10);
+    let stash = s["stash_commit"].as_str().expect("parked");
+    let list = env.git(&["stash", "list"]);
+    assert!(
+        list.contains(&format!(
+            "loopd {}: signal",
+            s["job_id"].as_str().expect("id")
+        )),
+        "{list}"
+    );
+    env.git(&["stash", "apply", stash]);
+    assert_eq!(
+        std::fs::read(env.repo.join("rechnung.py")).expect("read"),
+        partial.as_bytes()
+    );
+    assert_eq!(
+        std::fs::read(env.repo.join("NOTES.md")).expect("read"),
+        notes.as_bytes()
+    );
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
