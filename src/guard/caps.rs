@@ -141,13 +141,20 @@ mod tests {
     #[test]
     fn turns_and_tokens() {
         let b = budget(10.0, 3, 5_000);
+        // Three turns are allowed; the fourth trips, and may not start.
+        let three = Spend {
+            turns: 3,
+            ..Spend::default()
+        };
+        assert_eq!(b.exceeded(&three), None);
         assert_eq!(
             b.exceeded(&Spend {
-                turns: 3,
+                turns: 4,
                 ..Spend::default()
             }),
             Some(Reason::MaxTurns)
         );
+        assert_eq!(b.can_start(&three, "haiku"), Err(Reason::MaxTurns));
         assert_eq!(
             b.exceeded(&Spend {
                 input_tokens: 4_000,
