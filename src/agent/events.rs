@@ -14,33 +14,75 @@ use serde::Deserialize;
 use serde_json::Value;
 
 /// One line of the stream.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[derive(Debug, Clone)]
 pub enum Event {
     System(SystemEvent),
     Assistant(AssistantEvent),
     User(UserEvent),
     StreamEvent(PartialEvent),
     Result(Box<ResultEvent>),
-    #[serde(other)]
     Unknown,
 }
 
+/// Just the `type` of a line; every other field is skipped without being
+/// materialized.
+#[derive(Deserialize)]
+struct Head<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+}
+
 /// Parse one line of the stream.
+///
+/// This is the hot path of ingest. Rather than an internally tagged enum
+/// (which buffers the whole object, every string allocated, before choosing
+/// a variant), the `type` is read first and the line is then parsed straight
+/// into the one struct it names, skipping fields loopd does not use.
 pub fn parse_line(line: &str) -> Result<Event, serde_json::Error> {
-    serde_json::from_str(line)
+    let kind = match compact_type(line) {
+        Some(kind) => std::borrow::Cow::Borrowed(kind),
+        None => match serde_json::from_str::<Head>(line)?.kind {
+            Some(kind) => kind,
+            None => return Ok(Event::Unknown),
+        },
+    };
+    Ok(match kind.as_ref() {
+        "system" => Event::System(serde_json::from_str(line)?),
+        "assistant" => Event::Assistant(serde_json::from_str(line)?),
+        "user" => Event::User(serde_json::from_str(line)?),
+        "stream_event" => {
+            // Most lines of a stream are content deltas, which loopd does not
+            // read. In compact JSON, `"type":"message_` can only be structure
+            // (inside a string the quotes would be escaped), so a line
+            // without it cannot be message_start/delta/stop.
+            if compact_type(line).is_some() && !line.contains(r#""type":"message_"#) {
+                Event::StreamEvent(PartialEvent {
+                    event: ApiEvent::Other,
+                    parent_tool_use_id: None,
+                })
+            } else {
+                Event::StreamEvent(serde_json::from_str(line)?)
+            }
+        }
+        "result" => Event::Result(Box::new(serde_json::from_str(line)?)),
+        _ => Event::Unknown,
+    })
+}
+
+/// The `type` of a compact line that starts with it (the CLI writes
+/// `JSON.stringify` output: `{"type":"...",...}`), without parsing the line.
+fn compact_type(line: &str) -> Option<&str> {
+    let rest = line.strip_prefix(r#"{"type":""#)?;
+    let end = rest.find('"')?;
+    let kind = &rest[..end];
+    (!kind.contains('\\')).then_some(kind)
 }
 
 /// The `type` of a line, for logging events loopd does not know.
 pub fn type_of(line: &str) -> String {
-    #[derive(Deserialize)]
-    struct Tag {
-        #[serde(rename = "type")]
-        kind: Option<String>,
-    }
-    serde_json::from_str::<Tag>(line)
+    serde_json::from_str::<Head>(line)
         .ok()
-        .and_then(|t| t.kind)
+        .and_then(|h| h.kind.map(|k| k.into_owned()))
         .unwrap_or_else(|| "<none>".into())
 }
 
@@ -79,7 +121,7 @@ pub struct AssistantMessage {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(from = "RawBlock")]
 pub enum AssistantBlock {
     Text {
         text: String,
@@ -89,8 +131,36 @@ pub enum AssistantBlock {
         name: String,
         input: Value,
     },
-    #[serde(other)]
     Other,
+}
+
+/// The flat shape of any content block; see [`parse_line`] for why flat.
+#[derive(Deserialize)]
+struct RawBlock {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    input: Option<Value>,
+}
+
+impl From<RawBlock> for AssistantBlock {
+    fn from(b: RawBlock) -> Self {
+        match (b.kind.as_str(), b.text, b.id, b.name) {
+            ("text", Some(text), _, _) => AssistantBlock::Text { text },
+            ("tool_use", _, Some(id), Some(name)) => AssistantBlock::ToolUse {
+                id,
+                name,
+                input: b.input.unwrap_or(Value::Null),
+            },
+            _ => AssistantBlock::Other,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -118,15 +188,36 @@ impl Default for UserContent {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(from = "RawUserBlock")]
 pub enum UserBlock {
     ToolResult {
         tool_use_id: String,
-        #[serde(default)]
         is_error: Option<bool>,
     },
-    #[serde(other)]
     Other,
+}
+
+/// A user content block; the (possibly large) `content` is skipped.
+#[derive(Deserialize)]
+struct RawUserBlock {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    tool_use_id: Option<String>,
+    #[serde(default)]
+    is_error: Option<bool>,
+}
+
+impl From<RawUserBlock> for UserBlock {
+    fn from(b: RawUserBlock) -> Self {
+        match (b.kind.as_str(), b.tool_use_id) {
+            ("tool_result", Some(tool_use_id)) => UserBlock::ToolResult {
+                tool_use_id,
+                is_error: b.is_error,
+            },
+            _ => UserBlock::Other,
+        }
+    }
 }
 
 impl UserEvent {
@@ -356,6 +447,33 @@ mod tests {
         };
         assert!(matches!(p.event, ApiEvent::MessageDelta { usage } if usage.output_tokens == 77));
         let other = r#"{"type":"stream_event","event":{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}}}"#;
+        assert!(matches!(
+            parse_line(other).expect("partial"),
+            Event::StreamEvent(PartialEvent {
+                event: ApiEvent::Other,
+                ..
+            })
+        ));
+        // A delta whose text mentions the pattern is still just a delta (the
+        // quotes inside a JSON string are escaped).
+        let tricky = r#"{"type":"stream_event","event":{"type":"content_block_delta","delta":{"type":"text_delta","text":"\"type\":\"message_delta\""}}}"#;
+        assert!(matches!(
+            parse_line(tricky).expect("partial"),
+            Event::StreamEvent(PartialEvent {
+                event: ApiEvent::Other,
+                ..
+            })
+        ));
+        // Spaced (non-compact) JSON takes the full parse and still works.
+        let spaced = r#"{ "type": "stream_event", "event": { "type": "message_delta", "usage": { "output_tokens": 5 } } }"#;
+        assert!(
+            matches!(parse_line(spaced).expect("partial"), Event::StreamEvent(PartialEvent { event: ApiEvent::MessageDelta { usage }, .. }) if usage.output_tokens == 5)
+        );
+        // The real CLI puts other keys first inside `event`.
+        let reordered = r#"{"type":"stream_event","event":{"delta":{"stop_reason":"tool_use"},"type":"message_delta","usage":{"output_tokens":600}}}"#;
+        assert!(
+            matches!(parse_line(reordered).expect("partial"), Event::StreamEvent(PartialEvent { event: ApiEvent::MessageDelta { usage }, .. }) if usage.output_tokens == 600)
+        );
         assert!(matches!(
             parse_line(other).expect("partial"),
             Event::StreamEvent(PartialEvent {

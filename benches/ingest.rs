@@ -1,0 +1,125 @@
+//! Stream ingest: events per second through parsing, both guards (caps and
+//! progress) and the ledger, on a recorded stream of the real CLI repeated to
+//! ≥ 1 million events. Target: ≥ 500k events/s on one core.
+//!
+//! `cargo bench --bench ingest [-- EVENTS]`
+
+use std::io::{BufWriter, Write};
+use std::time::{Duration, Instant};
+
+use loopd::agent::events::{self, Event};
+use loopd::agent::session::{Observer, Role};
+use loopd::config::{Caps, GuardSettings, DEFAULT_POLL_PATTERNS};
+use loopd::guard::caps::Budget;
+use loopd::guard::Watch;
+use loopd::report::Ledger;
+
+fn main() {
+    let target: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
+    let recorded = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/streams/agent-attempt.jsonl"
+    ))
+    .expect("the recorded stream");
+    let lines: Vec<&str> = recorded.lines().collect();
+    let dir = tempfile::tempdir().expect("tempdir");
+
+    // Build the input file outside the timed part. Each repetition gets its
+    // own ids and paths so the progress guard sees distinct calls, as in a
+    // long real session.
+    let input = dir.path().join("stream.jsonl");
+    {
+        let mut w = BufWriter::new(std::fs::File::create(&input).expect("create input"));
+        let mut n = 0;
+        let mut rep = 0;
+        while n < target {
+            for l in &lines {
+                let l = l
+                    .replace("rechnung.py", &format!("rechnung_{rep}.py"))
+                    .replace("msg_scripted_", &format!("msg_{rep}_"))
+                    .replace("toolu_scripted_", &format!("toolu_{rep}_"));
+                w.write_all(l.as_bytes()).expect("write");
+                w.write_all(b"\n").expect("write");
+                n += 1;
+            }
+            rep += 1;
+        }
+    }
+    let bytes = std::fs::metadata(&input).expect("stat").len();
+
+    let budget = Budget {
+        caps: Caps {
+            budget_usd: 1e12,
+            max_turns: u64::MAX / 2,
+            max_tokens: u64::MAX / 2,
+            timeout: Duration::from_secs(3600),
+            attempt_timeout: Duration::from_secs(3600),
+            idle_timeout: Duration::from_secs(3600),
+        },
+    };
+    let settings = GuardSettings {
+        stuck_window: 5,
+        stuck_repeat: 3,
+        poll_patterns: DEFAULT_POLL_PATTERNS
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        grace: Duration::from_secs(5),
+    };
+    let text = std::fs::read_to_string(&input).expect("read input");
+    let lines: Vec<&str> = text.lines().collect();
+
+    // Pass 1: what the target names — parsing, both guards, ledger.
+    // Pass 2: the same plus the raw stream copy `loopd run` keeps on disk
+    // (attempt-<n>/agent-stream.jsonl), i.e. the whole per-line hot path.
+    for with_raw_log in [false, true] {
+        let mut ledger = Ledger::create(&dir.path().join(format!("ledger-{with_raw_log}.jsonl")))
+            .expect("ledger");
+        let mut raw_log = BufWriter::with_capacity(
+            64 * 1024,
+            std::fs::File::create(dir.path().join("raw.jsonl")).expect("raw log"),
+        );
+        let started = Instant::now();
+        let mut stops = 0u64;
+        {
+            let mut watch = Watch::new(
+                Role::Agent,
+                1,
+                &budget,
+                Default::default(),
+                &settings,
+                &mut ledger,
+            );
+            for line in &lines {
+                if with_raw_log {
+                    raw_log.write_all(line.as_bytes()).expect("raw");
+                    raw_log.write_all(b"\n").expect("raw");
+                }
+                let event = events::parse_line(line).unwrap_or(Event::Unknown);
+                if watch.on_event(&event, Instant::now()).is_some() {
+                    stops += 1;
+                }
+            }
+            raw_log.flush().expect("flush");
+            watch.flush_pending();
+        }
+        let secs = started.elapsed().as_secs_f64();
+        let events = lines.len();
+        let what = if with_raw_log {
+            "parse + guards + ledger + raw stream log"
+        } else {
+            "parse + guards + ledger"
+        };
+        println!(
+            "ingest [{what}]: {events} events, {:.1} MB (avg {} B/event) in {secs:.3} s = {:.0} events/s, {:.0} MB/s on one core; guard stops: {stops}",
+            bytes as f64 / 1e6,
+            bytes / events as u64,
+            events as f64 / secs,
+            bytes as f64 / 1e6 / secs
+        );
+    }
+    println!("target: >= 500000 events/s");
+}
