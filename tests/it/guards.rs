@@ -472,3 +472,36 @@ extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
+
+#[test]
+fn an_api_error_is_an_agent_error_and_the_work_is_parked() {
+    use crate::support::model::HttpError;
+    let env = TestEnv::new();
+    let broken = Turn {
+        error: Some(HttpError {
+            status: 400,
+            message: "mock bad request".into(),
+        }),
+        ..Turn::default()
+    };
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![
+            turn(vec![read("rechnung.py")]),
+            turn(vec![write("NEW.md", "draft\n")]),
+            broken,
+        ])],
+        vec![],
+    ));
+    let r = env.run(&model, &[]);
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["outcome"], "error");
+    assert_eq!(s["reason"], "agent_error");
+    assert!(
+        s["detail"].as_str().expect("detail").contains("api_error"),
+        "{}",
+        s["detail"]
+    );
+    assert!(s["stash_commit"].is_string(), "the partial work is parked");
+    assert_eq!(env.git(&["status", "--porcelain"]), "");
+}
