@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::guard::tamper::ProtectSettings;
+use crate::guard::testcount::Preset;
 use crate::rubric::Rubric;
 
 /// The name of the per-repository configuration file.
@@ -134,6 +136,15 @@ struct ConfigFile {
     idle_timeout: Option<String>,
     #[serde(default)]
     guard: GuardFile,
+    #[serde(default)]
+    protect: ProtectFile,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProtectFile {
+    paths: Option<Vec<String>>,
+    skip_markers: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -142,6 +153,7 @@ struct GoalStepFile {
     name: Option<String>,
     run: Option<String>,
     timeout: Option<String>,
+    report: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -160,6 +172,9 @@ pub struct GoalStep {
     pub run: String,
     #[serde(with = "humantime_serde_compat")]
     pub timeout: Duration,
+    /// Which test runner's summary to read for the test-count gate
+    /// (explicit, or inferred from `run`); `None` = no count for this step.
+    pub report: Option<Preset>,
 }
 
 /// Caps over the whole job (agent and critic sessions together).
@@ -208,6 +223,7 @@ pub struct Job {
     pub state_dir: PathBuf,
     pub caps: Caps,
     pub guard: GuardSettings,
+    pub protect: ProtectSettings,
     /// The exact bytes of the configuration file, for the checksum guard.
     #[serde(skip)]
     pub config_text: Option<String>,
@@ -323,6 +339,45 @@ pub fn find_on_path(name: &Path) -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
+/// For the standalone hook: the `[protect]` settings of the repository's
+/// `loopd.toml` (if any) and the files that protect themselves — the config
+/// and its rubric.
+pub fn protect_of_repo(
+    repo_root: &Path,
+) -> Result<(ProtectSettings, Vec<(PathBuf, String)>), ConfigError> {
+    let path = repo_root.join(CONFIG_FILE);
+    if !path.is_file() {
+        return Ok((ProtectSettings::default(), Vec::new()));
+    }
+    let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+        file: path.clone(),
+        source,
+    })?;
+    let file: ConfigFile =
+        toml::from_str(text.trim_start_matches('\u{feff}')).map_err(|e| ConfigError::Parse {
+            file: path.clone(),
+            message: e.to_string(),
+        })?;
+    let mut own = vec![(path, "the job's configuration".to_owned())];
+    if let Some(r) = file.rubric {
+        own.push((
+            if r.is_absolute() {
+                r
+            } else {
+                repo_root.join(r)
+            },
+            "the rubric".to_owned(),
+        ));
+    }
+    Ok((
+        ProtectSettings {
+            paths: file.protect.paths.unwrap_or_default(),
+            skip_markers: file.protect.skip_markers,
+        },
+        own,
+    ))
+}
+
 /// The tools the agent may use when nothing is configured.
 pub fn default_allowed_tools(goal: &[GoalStep]) -> Vec<String> {
     let mut tools: Vec<String> = DEFAULT_TOOLS.iter().map(|s| s.to_string()).collect();
@@ -393,6 +448,7 @@ impl Job {
                         name: run.trim().to_owned(),
                         run: run.trim().to_owned(),
                         timeout: DEFAULT_STEP_TIMEOUT,
+                        report: Preset::infer(run),
                     })
                 })
                 .collect::<Result<Vec<_>, _>>()?
@@ -434,7 +490,23 @@ impl Job {
                     step.timeout.as_deref(),
                     DEFAULT_STEP_TIMEOUT,
                 )?;
-                steps.push(GoalStep { name, run, timeout });
+                let report = match step.report.as_deref().map(str::trim) {
+                    None => Preset::infer(&run),
+                    Some("none") => None,
+                    Some(name) => Some(Preset::parse_name(name).ok_or_else(|| {
+                        o.invalid(
+                            &format!("goal[{i}].report"),
+                            "one of `pytest`, `cargo`, `nextest`, `go`, `jest`, `vitest`, `node`, `none`",
+                            format!("`{name}`"),
+                        )
+                    })?),
+                };
+                steps.push(GoalStep {
+                    name,
+                    run,
+                    timeout,
+                    report,
+                });
             }
             steps
         };
@@ -555,6 +627,29 @@ impl Job {
             Duration::from_secs(5),
         )?;
 
+        let protect = ProtectSettings {
+            paths: file.protect.paths.unwrap_or_default(),
+            skip_markers: file.protect.skip_markers,
+        };
+        for (i, p) in protect.paths.iter().enumerate() {
+            if p.trim().is_empty() || globset::Glob::new(p).is_err() {
+                return Err(o.invalid(
+                    &format!("protect.paths[{i}]"),
+                    "a glob such as `Makefile` or `ci/**`",
+                    format!("`{p}`"),
+                ));
+            }
+        }
+        for (i, m) in protect.skip_markers.iter().flatten().enumerate() {
+            if regex::Regex::new(m).is_err() {
+                return Err(o.invalid(
+                    &format!("protect.skip_markers[{i}]"),
+                    "a regular expression",
+                    format!("`{m}`"),
+                ));
+            }
+        }
+
         let agent_bin = flags
             .agent_bin
             .clone()
@@ -595,6 +690,7 @@ impl Job {
                 poll_patterns,
                 grace,
             },
+            protect,
             config_text,
         })
     }

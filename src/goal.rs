@@ -288,6 +288,7 @@ mod tests {
             name: name.into(),
             run: run.into(),
             timeout: Duration::from_secs(10),
+            report: None,
         }
     }
 

@@ -16,6 +16,7 @@
 //! The code decides: acceptance is computed here from the goal test's exit
 //! codes and the parsed verdict, never from what a model says about itself.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -32,9 +33,12 @@ use crate::critic::{self, CriticInput, CriticVerdict};
 use crate::goal::{self, GoalReport, Mode};
 use crate::guard::caps::{Budget, Spend};
 use crate::guard::progress::DiffHistory;
+use crate::guard::tamper::{self, Finding, Policy};
+use crate::guard::testcount::{self, Counts};
 use crate::guard::Watch;
 use crate::outcome::{Outcome, Reason};
 use crate::report::{self, AttemptRecord, Ledger, Summary, Totals};
+use crate::rubric::RubricSource;
 use crate::workspace::Workspace;
 
 /// The most of a failing step's output that goes into the next prompt.
@@ -54,6 +58,8 @@ pub enum JobError {
     Goal(#[from] goal::GoalError),
     #[error(transparent)]
     Session(#[from] session::SessionError),
+    #[error("the protection policy: {0}")]
+    Policy(tamper::PolicyError),
     #[error("cannot serve the API key to the CLI: {0}")]
     Key(std::io::Error),
     #[error("cannot write `{}`: {source}", path.display())]
@@ -75,6 +81,9 @@ pub enum Feedback {
     },
     Critic(Vec<critic::Violation>),
     CriticInvalid,
+    /// Findings of the deterministic gates (protected paths, skip markers,
+    /// test count), with file and line.
+    Gates(Vec<Finding>),
 }
 
 /// The next attempt's prompt: the task, the rejection, the instruction.
@@ -98,6 +107,12 @@ pub fn next_prompt(task: &str, feedback: &Feedback, rubric_rules: &str) -> Strin
         Feedback::Critic(violations) => {
             for v in violations {
                 p.push_str(&v.render());
+                p.push('\n');
+            }
+        }
+        Feedback::Gates(findings) => {
+            for f in findings {
+                p.push_str(&f.render());
                 p.push('\n');
             }
         }
@@ -187,6 +202,14 @@ struct Run<'a> {
     settings_path: PathBuf,
     session_env_remove: Vec<std::ffi::OsString>,
     attempts: Vec<AttemptRecord>,
+    policy: Policy,
+    /// sha256 of the judges' inputs recorded at start: the config, the
+    /// rubric, the policy file.
+    integrity: Vec<(PathBuf, String)>,
+    /// Test counts of each goal step at baseline (steps with a report).
+    baseline_counts: BTreeMap<String, Counts>,
+    /// Lines of the hook's denials log already read.
+    denials_read: usize,
 }
 
 /// How the loop ended (before the breaker runs).
@@ -394,6 +417,8 @@ impl Run<'_> {
             critic_note: None,
             violations: vec![],
             gate_findings: vec![],
+            rejected_by: None,
+            denied_tool_calls: 0,
             cost_usd: 0.0,
             turns: 0,
             input_tokens: 0,
@@ -464,6 +489,22 @@ impl Run<'_> {
             });
         }
 
+        // What the hook denied during the session: attempts at tampering.
+        let denied = self.read_denials();
+        record.denied_tool_calls = denied.len();
+        // The deterministic gate on the diff, before the goal test.
+        let findings = self
+            .policy
+            .compile()
+            .map_err(JobError::Policy)?
+            .diff_findings(&diff);
+        if !findings.is_empty() {
+            return Ok(Err((
+                Some(self.reject_by_gates(n, record, findings, denied)),
+                None,
+            )));
+        }
+
         let (deadline, deadline_reason) = self.deadline(attempt_started);
         let goal = goal::run(
             &self.job.goal,
@@ -497,10 +538,24 @@ impl Run<'_> {
             });
         }
 
+        if goal.passed() {
+            let findings = self.test_count_findings(&goal);
+            if !findings.is_empty() {
+                return Ok(Err((
+                    Some(self.reject_by_gates(n, record, findings, denied)),
+                    None,
+                )));
+            }
+        }
+
         let verdict = if goal.passed() {
             if let Some(e) = self.may_start(&self.job.critic_model) {
                 return stop(e);
             }
+            if let Some(e) = self.verify_integrity() {
+                return stop(e);
+            }
+            let gates = self.gates_statement(&goal);
             let input = CriticInput {
                 task: &self.job.task,
                 baseline: &baseline.render(),
@@ -508,7 +563,7 @@ impl Run<'_> {
                 rubric: &self.job.rubric,
                 base_ref: &self.base,
                 patch: &diff.patch,
-                gates: "",
+                gates: &gates,
             }
             .render();
             self.write(&dir.join("critic-input.txt"), &input)?;
@@ -558,9 +613,161 @@ impl Run<'_> {
         record.critic = verdict.label().into();
         record.violations = verdict.violations().to_vec();
         match decide(&goal, &verdict) {
-            Ok(()) => Ok(Ok(())),
-            Err(feedback) => Ok(Err((Some(feedback), None))),
+            Ok(()) => match self.verify_integrity() {
+                Some(e) => stop(e),
+                None => Ok(Ok(())),
+            },
+            Err(feedback) => {
+                if !denied.is_empty() {
+                    record
+                        .gate_findings
+                        .extend(denied.iter().map(Finding::render));
+                    record.rejected_by = Some(Reason::ProtectedPath);
+                }
+                Ok(Err((Some(feedback), None)))
+            }
         }
+    }
+}
+
+impl Run<'_> {
+    /// Record gate findings on the attempt and turn them into feedback.
+    fn reject_by_gates(
+        &mut self,
+        n: u32,
+        record: &mut AttemptRecord,
+        mut findings: Vec<Finding>,
+        denied: Vec<Finding>,
+    ) -> Feedback {
+        // A protected path outranks a skip marker, which outranks a count.
+        findings.sort_by_key(|f| match f.reason {
+            Reason::ProtectedPath => 0,
+            Reason::SkipMarker => 1,
+            _ => 2,
+        });
+        for f in &findings {
+            tracing::warn!(attempt = n, reason = %f.reason, path = %f.path, line = ?f.line, "gate: {}", f.problem);
+            self.ledger.record(json!({"event": "gate", "attempt": n, "reason": f.reason, "path": f.path, "line": f.line, "problem": f.problem}));
+        }
+        record.rejected_by = findings.first().map(|f| f.reason);
+        findings.extend(denied);
+        record.gate_findings = findings.iter().map(Finding::render).collect();
+        Feedback::Gates(findings)
+    }
+
+    /// New entries of the hook's denials log, as findings.
+    fn read_denials(&mut self) -> Vec<Finding> {
+        let Some(log) = &self.policy.denials_log else {
+            return Vec::new();
+        };
+        let Ok(text) = std::fs::read_to_string(log) else {
+            return Vec::new();
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        let new = &lines[self.denials_read.min(lines.len())..];
+        self.denials_read = lines.len();
+        new.iter()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .map(|d| {
+                let tool = d["tool"].as_str().unwrap_or("?").to_owned();
+                let target = d["input"]["file_path"]
+                    .as_str()
+                    .map(|p| {
+                        p.strip_prefix(&format!("{}/", self.ws.root().display()))
+                            .unwrap_or(p)
+                            .to_owned()
+                    })
+                    .or_else(|| {
+                        d["input"]["command"]
+                            .as_str()
+                            .map(|c| format!("`{}`", c.chars().take(120).collect::<String>()))
+                    })
+                    .unwrap_or_default();
+                self.ledger
+                    .record(json!({"event": "hook_denied", "tool": tool, "target": target}));
+                Finding {
+                    reason: Reason::ProtectedPath,
+                    path: target.clone(),
+                    line: None,
+                    problem: format!(
+                        "the {tool} call on {target} was denied: {}",
+                        d["reason"].as_str().unwrap_or("protected")
+                    ),
+                    fix:
+                        "leave protected files and git history as they are; fix the code under test"
+                            .into(),
+                }
+            })
+            .collect()
+    }
+
+    /// The test-count gate for the steps of a green goal test.
+    fn test_count_findings(&self, goal: &GoalReport) -> Vec<Finding> {
+        let mut out = Vec::new();
+        for (step, result) in self.job.goal.iter().zip(&goal.steps) {
+            let (Some(preset), Some(base)) = (step.report, self.baseline_counts.get(&step.name))
+            else {
+                continue;
+            };
+            let problem = match testcount::parse(preset, &result.output) {
+                None => Some("its output no longer has a test summary".to_owned()),
+                Some(now) => testcount::compare(base, &now),
+            };
+            if let Some(problem) = problem {
+                out.push(Finding {
+                    reason: Reason::TestCountDropped,
+                    path: format!("goal step `{}`", step.name),
+                    line: None,
+                    problem: format!("the test count dropped: {problem}"),
+                    fix: "run every test that ran at baseline, none skipped or deselected; fix the code, not the test selection".into(),
+                });
+            }
+        }
+        out
+    }
+
+    /// What the critic is told the code already established.
+    fn gates_statement(&self, goal: &GoalReport) -> String {
+        let mut s = String::from(
+            "The deterministic gates passed: no protected path (tests that existed at BASE_REF, test-runner configuration, loopd.toml, the rubric) was changed and no skip marker was added",
+        );
+        let counts: Vec<String> = self
+            .job
+            .goal
+            .iter()
+            .zip(&goal.steps)
+            .filter_map(|(step, r)| {
+                let base = self.baseline_counts.get(&step.name)?;
+                let now = testcount::parse(step.report?, &r.output)?;
+                Some(format!(
+                    "`{}`: {} tests ran and {} passed (baseline: {} ran)",
+                    step.name, now.ran, now.passed, base.ran
+                ))
+            })
+            .collect();
+        if !counts.is_empty() {
+            s.push_str(&format!(
+                "; the test count did not drop ({})",
+                counts.join("; ")
+            ));
+        }
+        s.push_str(". These are enforced in code; you need not re-check them, and no verdict can override them.");
+        s
+    }
+
+    /// Judge integrity: the config, the rubric and the policy are unchanged.
+    fn verify_integrity(&self) -> Option<Ending> {
+        for (path, recorded) in &self.integrity {
+            let now = tamper::file_sha256(path).unwrap_or_else(|e| format!("unreadable: {e}"));
+            if &now != recorded {
+                tracing::error!(path = %path.display(), "a judge's input changed during the job");
+                return Some(Ending {
+                    reason: Reason::ConfigTampered,
+                    detail: format!("`{}` changed during the job (sha256 {} at start); the judges' inputs must not change", path.display(), recorded),
+                });
+            }
+        }
+        None
     }
 }
 
@@ -602,13 +809,59 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
         }
         None => None,
     };
+    // The protection policy: written where the hook reads it, hashed with
+    // the other judges' inputs.
+    let mut own_files: Vec<(PathBuf, &str)> = Vec::new();
+    if let Some(c) = &job.config_file {
+        own_files.push((
+            c.canonicalize().unwrap_or_else(|_| c.clone()),
+            "the job's configuration",
+        ));
+    }
+    if let RubricSource::File(r) = &job.rubric.source {
+        own_files.push((r.canonicalize().unwrap_or_else(|_| r.clone()), "the rubric"));
+    }
+    let mut policy = Policy::build(ws.git2(), ws.root(), base_oid, &job.protect, &own_files)
+        .map_err(JobError::Policy)?;
+    policy.denials_log = Some(dir.join("hook-denials.jsonl"));
+    let policy_path = dir.join("policy.json");
+    policy
+        .outside
+        .insert(policy_path.clone(), "loopd's protection policy".into());
+    std::fs::write(
+        &policy_path,
+        serde_json::to_string_pretty(&policy).expect("the policy serializes"),
+    )
+    .map_err(|source| JobError::Write {
+        path: policy_path.clone(),
+        source,
+    })?;
+    let mut integrity = Vec::new();
+    for path in own_files
+        .iter()
+        .map(|(p, _)| p.clone())
+        .chain([policy_path.clone()])
+    {
+        let sha = tamper::file_sha256(&path).map_err(|source| JobError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        integrity.push((path, sha));
+    }
+    let hook_command = format!(
+        "{}={} {} hook pre-tool-use",
+        crate::cli::hook::POLICY_VAR,
+        key::shell_quote(&policy_path.to_string_lossy()),
+        key::shell_quote(&control.loopd_exe.to_string_lossy())
+    );
+    let hooks = json!({"PreToolUse": [{"matcher": "Write|Edit|MultiEdit|NotebookEdit|Bash", "hooks": [{"type": "command", "command": hook_command}]}]});
     let settings = cli::settings_json(
         key_server
             .as_ref()
             .map(|s| s.helper_command(&control.loopd_exe))
             .as_deref(),
         &[],
-        None,
+        Some(hooks),
     );
     let settings_path = dir.join("settings.json");
     std::fs::write(
@@ -656,6 +909,10 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
             vec![]
         },
         attempts: Vec::new(),
+        policy,
+        integrity,
+        baseline_counts: BTreeMap::new(),
+        denials_read: 0,
     };
     run.ledger.record(
         json!({"event": "job_start", "job_id": id, "base_ref": base, "repo": run.ws.root()}),
@@ -697,6 +954,22 @@ impl Run<'_> {
             &serde_json::to_string_pretty(&baseline).expect("a goal report serializes"),
         )?;
         self.ledger.record(json!({"event": "baseline", "passed": baseline.passed(), "failed_step": baseline.failed_step().map(|s| s.name.clone())}));
+        // The test counts the test-count gate compares against.
+        for (step, result) in self.job.goal.iter().zip(&baseline.steps) {
+            let Some(preset) = step.report else { continue };
+            match testcount::parse(preset, &result.output) {
+                Some(counts) => {
+                    tracing::info!(step = %step.name, ran = counts.ran, passed = counts.passed, skipped = counts.skipped, "baseline test count");
+                    self.ledger.record(
+                        json!({"event": "baseline_count", "step": step.name, "counts": counts}),
+                    );
+                    self.baseline_counts.insert(step.name.clone(), counts);
+                }
+                None => {
+                    tracing::warn!(step = %step.name, ?preset, "no test summary in the baseline output; the test-count gate is off for this step")
+                }
+            }
+        }
         if let Some(req) = *self.stop.borrow() {
             return Ok(Ending {
                 reason: req.reason,
@@ -736,9 +1009,25 @@ impl Run<'_> {
                 }
             }
         }
-        Ok(Ending {
-            reason: Reason::AttemptsExhausted,
-            detail: format!("{} attempts, none accepted", self.job.max_attempts),
+        // When the last attempt was rejected by a gate, that is the honest
+        // reason the job ends without acceptance.
+        let last = self
+            .attempts
+            .last()
+            .and_then(|a| a.rejected_by.map(|r| (r, a.gate_findings.first().cloned())));
+        Ok(match last {
+            Some((reason, finding)) => Ending {
+                reason,
+                detail: format!(
+                    "{} attempts, none accepted; the last was rejected by the {reason} gate: {}",
+                    self.job.max_attempts,
+                    finding.unwrap_or_default()
+                ),
+            },
+            None => Ending {
+                reason: Reason::AttemptsExhausted,
+                detail: format!("{} attempts, none accepted", self.job.max_attempts),
+            },
         })
     }
 

@@ -28,6 +28,13 @@ pub struct AttemptRecord {
     /// Findings of the deterministic gates (tamper checks), one per line.
     #[serde(default)]
     pub gate_findings: Vec<String>,
+    /// The gate that rejected this attempt (`protected_path`, `skip_marker`,
+    /// `test_count_dropped`), if one did.
+    #[serde(default)]
+    pub rejected_by: Option<Reason>,
+    /// Tool calls loopd's hook denied during the agent session.
+    #[serde(default)]
+    pub denied_tool_calls: usize,
     pub cost_usd: f64,
     pub turns: u64,
     pub input_tokens: u64,

@@ -70,6 +70,17 @@ pub struct Diff {
     pub changes: Vec<Change>,
     /// sha256 of `patch`: equal hashes mean the same working tree state.
     pub sha256: String,
+    /// Every added line with its file and line number in the new file (the
+    /// skip-marker gate reads these).
+    pub added: Vec<AddedLine>,
+}
+
+/// One line the change added.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddedLine {
+    pub path: String,
+    pub line: u32,
+    pub text: String,
 }
 
 impl Diff {
@@ -102,6 +113,10 @@ impl Workspace {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    pub fn git2(&self) -> &Repository {
+        &self.repo
     }
 
     fn git(&self, operation: &'static str) -> impl Fn(git2::Error) -> WorkspaceError + '_ {
@@ -219,10 +234,22 @@ impl Workspace {
         }
 
         let mut patch = String::new();
-        diff.print(DiffFormat::Patch, |_delta, _hunk, line| {
+        let mut added = Vec::new();
+        diff.print(DiffFormat::Patch, |delta, _hunk, line| {
             match line.origin() {
                 '+' | '-' | ' ' => patch.push(line.origin()),
                 _ => {}
+            }
+            if line.origin() == '+' {
+                if let (Some(path), Some(no)) = (delta.new_file().path(), line.new_lineno()) {
+                    added.push(AddedLine {
+                        path: path.to_string_lossy().into_owned(),
+                        line: no,
+                        text: String::from_utf8_lossy(line.content())
+                            .trim_end()
+                            .to_owned(),
+                    });
+                }
             }
             patch.push_str(&String::from_utf8_lossy(line.content()));
             true
@@ -233,6 +260,7 @@ impl Workspace {
             patch,
             changes,
             sha256,
+            added,
         })
     }
 

@@ -3,6 +3,7 @@
 //! [`CliError`]; `main` turns both into the process exit code.
 
 pub mod check;
+pub mod hook;
 pub mod run;
 
 use std::path::PathBuf;
@@ -30,6 +31,8 @@ pub struct Cli {
 pub enum Command {
     Run(run::RunArgs),
     Check(check::CheckArgs),
+    /// Entry points for Claude Code hooks.
+    Hook(hook::HookArgs),
     /// Print the API key served on SOCKET (the CLI's `apiKeyHelper`; internal).
     #[command(hide = true)]
     AgentKey {
@@ -87,6 +90,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitStatus, CliError> {
     match cli.command {
         Command::Run(args) => run::run(args),
         Command::Check(args) => check::check(args),
+        Command::Hook(args) => hook::hook(args),
         Command::AgentKey { socket } => {
             crate::agent::key::print_key(&socket).map_err(|e| {
                 CliError::new(

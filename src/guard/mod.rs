@@ -1,5 +1,7 @@
 //! The guards that watch a session as it streams: resource caps
-//! ([`caps`]) and the progress guard ([`progress`]).
+//! ([`caps`]), the progress guard ([`progress`]), and the tamper gates that
+//! run at the tool call and on the diff after each attempt ([`tamper`],
+//! [`testcount`]).
 //!
 //! [`Watch`] is the observer a session runs under. On the hot path it does
 //! only what it must per event: account a model call when it completes,
@@ -7,6 +9,8 @@
 
 pub mod caps;
 pub mod progress;
+pub mod tamper;
+pub mod testcount;
 
 use std::collections::HashMap;
 use std::time::Instant;

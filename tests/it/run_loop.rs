@@ -425,7 +425,7 @@ fn check_prints_the_resolved_job() {
     assert_eq!(job["max_attempts"], 7);
     assert_eq!(
         job["goal"][0],
-        json!({"name": "pytest", "run": "python3 -m pytest -q", "timeout": "2m"})
+        json!({"name": "pytest", "run": "python3 -m pytest -q", "timeout": "2m", "report": "pytest"})
     );
     assert_eq!(job["allowed_tools"][5], "Bash(python3 -m pytest -q *)");
     assert_eq!(job["rubric"]["rules"].as_array().expect("rules").len(), 4);

@@ -1,0 +1,969 @@
+//! Tamper-proof judging: the tests and the judges cannot be weakened,
+//! whatever the critic says. "The model explains, the code decides."
+//!
+//! The [`Policy`] names what is protected:
+//! - every test file that exists at BASE_REF (per-language globs below) —
+//!   creating a new test file is allowed, changing an old one is not;
+//! - test-runner configuration (`pytest.ini`, `jest.config.*`, ...), new or old;
+//! - the job's `loopd.toml` and the rubric;
+//! - whatever the lead adds in `loopd.toml` (`[protect] paths`).
+//!
+//! It is enforced twice: at the tool call by `loopd hook pre-tool-use`
+//! ([`Policy::check_tool`]), and after every attempt by a deterministic gate
+//! on the diff since BASE_REF ([`Policy::diff_findings`]): any change to a
+//! protected path (content, deletion, rename, mode, type) and any skip marker
+//! added anywhere. The hook is a courtesy to the agent (it learns at once);
+//! the diff gate is the guarantee.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::outcome::Reason;
+use crate::workspace::{ChangeKind, Diff};
+
+/// Globs of test files: what exists at BASE_REF and matches is protected.
+pub const TEST_GLOBS: &[&str] = &[
+    // Python
+    "**/test_*.py",
+    "**/*_test.py",
+    "**/tests/**/*.py",
+    "**/conftest.py",
+    // Rust
+    "tests/**",
+    "**/tests/**/*.rs",
+    "benches/**",
+    // Go
+    "**/*_test.go",
+    "**/testdata/**",
+    // JavaScript / TypeScript
+    "**/*.{test,spec}.{js,jsx,ts,tsx,mjs,cjs,mts,cts}",
+    "**/__tests__/**",
+    // Java / Kotlin
+    "**/src/test/**",
+    "**/*{Test,Tests,IT}.{java,kt}",
+];
+
+/// Test-runner configuration: protected whether it exists or is created.
+pub const RUNNER_CONFIG_GLOBS: &[&str] = &[
+    "**/pytest.ini",
+    "**/tox.ini",
+    "**/.coveragerc",
+    "**/jest.config.*",
+    "**/vitest.config.*",
+    "**/vitest.workspace.*",
+    "**/.mocharc*",
+    "**/karma.conf.*",
+    "**/.nextest.toml",
+    ".config/nextest.toml",
+    "**/phpunit.xml*",
+];
+
+/// Markers that skip, disable or narrow tests, by language.
+pub const SKIP_MARKERS: &[&str] = &[
+    // pytest / unittest
+    r"@pytest\.mark\.(skip|skipif|xfail)\b",
+    r"\bpytest\.(skip|xfail|importorskip)\s*\(",
+    r"\bcollect_ignore(_glob)?\b",
+    r"@unittest\.(skip|skipIf|skipUnless|expectedFailure)\b",
+    r"\.skipTest\s*\(",
+    r"\braise\s+(unittest\.)?SkipTest\b",
+    // Rust
+    r"#\[\s*ignore\b",
+    // JavaScript / TypeScript
+    r"\b(it|test|describe|context|suite)\.(skip|todo|only)\s*\(",
+    r"\b(xit|xtest|xdescribe|xcontext|fit|fdescribe)\s*\(",
+    // Go
+    r"\b[tb]\.Skip(Now|f)?\s*\(",
+    // JUnit
+    r"@(Disabled|Ignore)\b",
+];
+
+/// Git subcommands that rewrite history or reset the working tree.
+pub const FORBIDDEN_GIT: &[&str] = &[
+    "stash",
+    "reset",
+    "checkout",
+    "switch",
+    "restore",
+    "clean",
+    "push",
+    "rebase",
+    "filter-branch",
+    "filter-repo",
+    "update-ref",
+    "reflog",
+    "replace",
+    "gc",
+    "prune",
+];
+
+/// Programs that write, move or delete the paths they are given.
+const MUTATORS: &[&str] = &[
+    "rm", "rmdir", "unlink", "shred", "mv", "cp", "ln", "chmod", "chown", "chgrp", "touch",
+    "truncate", "tee", "dd", "install", "rsync", "patch",
+];
+
+/// Interpreters whose inline code (`-c`, `-e`) is searched for protected paths.
+const INTERPRETERS: &[&str] = &[
+    "python", "python3", "perl", "ruby", "node", "bash", "sh", "zsh", "dash",
+];
+
+/// The policy a job runs under, as written to the policy file the hook reads.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Policy {
+    pub repo: PathBuf,
+    pub base_ref: String,
+    /// Repository-relative paths protected because they existed at BASE_REF,
+    /// with why.
+    pub files: BTreeMap<String, String>,
+    /// Globs that protect any matching path, new or existing, with why.
+    pub patterns: Vec<(String, String)>,
+    /// Absolute paths outside the repository (config, rubric), with why.
+    pub outside: BTreeMap<PathBuf, String>,
+    pub skip_markers: Vec<String>,
+    /// Where the hook appends what it denied (loopd reads it after a session).
+    pub denials_log: Option<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("protect pattern `{pattern}` is not a valid glob: {message}")]
+    Glob { pattern: String, message: String },
+    #[error("skip marker `{pattern}` is not a valid regex: {message}")]
+    Marker { pattern: String, message: String },
+    #[error("cannot list the files of BASE_REF: {0}")]
+    Git(#[from] git2::Error),
+    #[error("cannot read the policy file `{}`: {message}", path.display())]
+    Read { path: PathBuf, message: String },
+}
+
+fn glob(pattern: &str) -> Result<Glob, PolicyError> {
+    GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .build()
+        .map_err(|e| PolicyError::Glob {
+            pattern: pattern.into(),
+            message: e.to_string(),
+        })
+}
+
+fn globset<'a>(patterns: impl IntoIterator<Item = &'a str>) -> Result<GlobSet, PolicyError> {
+    let mut b = GlobSetBuilder::new();
+    for p in patterns {
+        b.add(glob(p)?);
+    }
+    b.build().map_err(|e| PolicyError::Glob {
+        pattern: "<set>".into(),
+        message: e.to_string(),
+    })
+}
+
+/// Everything a lead can set under `[protect]` in `loopd.toml`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProtectSettings {
+    /// Extra globs to protect (new or existing), e.g. `Makefile`, `ci/**`.
+    pub paths: Vec<String>,
+    /// Replace the built-in skip-marker regexes when set.
+    pub skip_markers: Option<Vec<String>>,
+}
+
+impl Policy {
+    /// Build the policy for a job: list the files of BASE_REF and match them.
+    pub fn build(
+        repo_git: &git2::Repository,
+        repo: &Path,
+        base: git2::Oid,
+        protect: &ProtectSettings,
+        own_files: &[(PathBuf, &str)],
+    ) -> Result<Policy, PolicyError> {
+        let tests = globset(TEST_GLOBS.iter().copied())?;
+        let tree = repo_git.find_commit(base)?.tree()?;
+        let mut files = BTreeMap::new();
+        tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
+            if entry.kind() == Some(git2::ObjectType::Blob) {
+                let path = format!("{dir}{}", entry.name().unwrap_or(""));
+                if tests.is_match(&path) {
+                    files.insert(path, "a test that exists at BASE_REF".to_owned());
+                }
+            }
+            git2::TreeWalkResult::Ok
+        })?;
+        let mut patterns: Vec<(String, String)> = RUNNER_CONFIG_GLOBS
+            .iter()
+            .map(|g| (g.to_string(), "test-runner configuration".to_owned()))
+            .collect();
+        for p in &protect.paths {
+            glob(p)?;
+            patterns.push((p.clone(), "protected in loopd.toml".to_owned()));
+        }
+        let mut outside = BTreeMap::new();
+        for (path, why) in own_files {
+            match path.strip_prefix(repo) {
+                Ok(rel) => {
+                    files.insert(rel.to_string_lossy().into_owned(), why.to_string());
+                }
+                Err(_) => {
+                    outside.insert(path.clone(), why.to_string());
+                }
+            }
+        }
+        let skip_markers = protect
+            .skip_markers
+            .clone()
+            .unwrap_or_else(|| SKIP_MARKERS.iter().map(|s| s.to_string()).collect());
+        for m in &skip_markers {
+            Regex::new(m).map_err(|e| PolicyError::Marker {
+                pattern: m.clone(),
+                message: e.to_string(),
+            })?;
+        }
+        Ok(Policy {
+            repo: repo.to_path_buf(),
+            base_ref: base.to_string(),
+            files,
+            patterns,
+            outside,
+            skip_markers,
+            denials_log: None,
+        })
+    }
+
+    pub fn load(path: &Path) -> Result<Policy, PolicyError> {
+        let text = std::fs::read_to_string(path).map_err(|e| PolicyError::Read {
+            path: path.into(),
+            message: e.to_string(),
+        })?;
+        serde_json::from_str(&text).map_err(|e| PolicyError::Read {
+            path: path.into(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Compile the globs and regexes for matching.
+    pub fn compile(&self) -> Result<Compiled<'_>, PolicyError> {
+        Ok(Compiled {
+            policy: self,
+            patterns: globset(self.patterns.iter().map(|(p, _)| p.as_str()))?,
+            markers: self
+                .skip_markers
+                .iter()
+                .map(|m| {
+                    Regex::new(m).map_err(|e| PolicyError::Marker {
+                        pattern: m.clone(),
+                        message: e.to_string(),
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+        })
+    }
+}
+
+/// A policy ready to match paths and lines.
+pub struct Compiled<'a> {
+    pub policy: &'a Policy,
+    patterns: GlobSet,
+    markers: Vec<Regex>,
+}
+
+/// One finding of a deterministic gate: it rejects the attempt and becomes a
+/// line of the next prompt.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finding {
+    pub reason: Reason,
+    pub path: String,
+    pub line: Option<u32>,
+    pub problem: String,
+    pub fix: String,
+}
+
+impl Finding {
+    /// `path:line (gate reason): problem — fix: ...`
+    pub fn render(&self) -> String {
+        let at = match self.line {
+            Some(l) => format!("{}:{l}", self.path),
+            None => self.path.clone(),
+        };
+        format!(
+            "{at} (gate {}): {} — fix: {}",
+            self.reason, self.problem, self.fix
+        )
+    }
+}
+
+/// Normalize a path lexically (no filesystem access): drop `.`, fold `..`.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+impl Compiled<'_> {
+    /// Why `rel` (repository-relative) is protected, if it is. A directory
+    /// that contains protected files counts as protected too.
+    pub fn protected(&self, rel: &str) -> Option<String> {
+        let rel = rel.trim_start_matches("./").trim_end_matches('/');
+        if rel.is_empty() || rel == "." {
+            return (!self.policy.files.is_empty())
+                .then(|| "the repository root contains protected files".to_owned());
+        }
+        if let Some(why) = self.policy.files.get(rel) {
+            return Some(why.clone());
+        }
+        if let Some(i) = self.patterns.matches(rel).first() {
+            return Some(self.policy.patterns[*i].1.clone());
+        }
+        let dir = format!("{rel}/");
+        if let Some((f, _)) = self
+            .policy
+            .files
+            .range(dir.clone()..)
+            .next()
+            .filter(|(f, _)| f.starts_with(&dir))
+        {
+            return Some(format!("it contains `{f}`, a protected file"));
+        }
+        None
+    }
+
+    /// Resolve a path as the agent wrote it (absolute, or relative to `cwd`)
+    /// and say why it is protected, if it is. Returns the display path too.
+    pub fn protected_path(&self, raw: &str, cwd: &Path) -> Option<(String, String)> {
+        let p = Path::new(raw);
+        let abs = normalize(&if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            cwd.join(p)
+        });
+        if let Some(why) = self.policy.outside.get(&abs) {
+            return Some((abs.display().to_string(), why.clone()));
+        }
+        let rel = abs.strip_prefix(&self.policy.repo).ok()?;
+        let rel = rel.to_string_lossy();
+        self.protected(&rel).map(|why| (rel.into_owned(), why))
+    }
+
+    /// A shell word with glob characters, matched against the protected files.
+    fn protected_glob(&self, word: &str, cwd: &Path) -> Option<(String, String)> {
+        let p = Path::new(word);
+        let abs = normalize(&if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            cwd.join(p)
+        });
+        let rel = abs
+            .strip_prefix(&self.policy.repo)
+            .ok()?
+            .to_string_lossy()
+            .into_owned();
+        let g = GlobBuilder::new(&rel)
+            .literal_separator(true)
+            .build()
+            .ok()?
+            .compile_matcher();
+        self.policy
+            .files
+            .iter()
+            .find(|(f, _)| g.is_match(f))
+            .map(|(f, why)| (f.clone(), why.clone()))
+    }
+
+    /// The PreToolUse decision: `Some(reason)` to deny the call.
+    pub fn check_tool(&self, tool: &str, input: &Value, cwd: &Path) -> Option<String> {
+        match tool {
+            "Write" | "Edit" | "MultiEdit" | "NotebookEdit" => {
+                let path = input
+                    .get("file_path")
+                    .or_else(|| input.get("notebook_path"))
+                    .and_then(Value::as_str)?;
+                self.protected_path(path, cwd)
+                    .map(|(p, why)| deny_path(&p, &why))
+            }
+            "Bash" => {
+                let command = input.get("command").and_then(Value::as_str)?;
+                self.check_shell(command, cwd, 0)
+            }
+            _ => None,
+        }
+    }
+
+    fn check_shell(&self, command: &str, cwd: &Path, depth: u8) -> Option<String> {
+        for cmd in shell::parse(command) {
+            for target in &cmd.redirects {
+                if let Some((p, why)) = self.protected_path(target, cwd) {
+                    return Some(deny_path(&p, &why));
+                }
+            }
+            let Some((program, args)) = cmd.program() else {
+                continue;
+            };
+            if program == "git" {
+                if let Some(reason) = self.check_git(args, cwd) {
+                    return Some(reason);
+                }
+                continue;
+            }
+            let inline = INTERPRETERS.contains(&program)
+                && args
+                    .iter()
+                    .any(|a| a == "-c" || a == "-e" || a.starts_with("-pi") || a == "-i");
+            if inline {
+                if let Some(code) = args.iter().skip_while(|a| *a != "-c" && *a != "-e").nth(1) {
+                    if matches!(program, "bash" | "sh" | "zsh" | "dash") && depth < 3 {
+                        if let Some(r) = self.check_shell(code, cwd, depth + 1) {
+                            return Some(r);
+                        }
+                    }
+                    if let Some((p, why)) = self.mentioned(code) {
+                        return Some(deny_path(&p, &why));
+                    }
+                }
+            }
+            let mutating = MUTATORS.contains(&program)
+                || (program == "sed"
+                    && args.iter().any(|a| {
+                        a == "-i"
+                            || a.starts_with("-i")
+                            || a == "--in-place"
+                            || (a.starts_with('-') && !a.starts_with("--") && a.contains('i'))
+                    }))
+                || (program == "perl"
+                    && args.iter().any(|a| a.starts_with("-") && a.contains('i')));
+            if mutating {
+                let operands: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+                // These read their sources and write only the last operand.
+                let targets = if matches!(program, "cp" | "install" | "rsync" | "ln") {
+                    &operands[operands.len().saturating_sub(1)..]
+                } else {
+                    &operands[..]
+                };
+                for a in targets {
+                    let a = a.strip_prefix("of=").unwrap_or(a);
+                    let hit = if a.contains(['*', '?', '[']) {
+                        self.protected_glob(a, cwd)
+                    } else {
+                        self.protected_path(a, cwd)
+                    };
+                    if let Some((p, why)) = hit {
+                        return Some(deny_path(&p, &why));
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    fn check_git(&self, args: &[String], cwd: &Path) -> Option<String> {
+        let mut it = args.iter().peekable();
+        // Skip global options (`-C dir`, `-c k=v`, `--git-dir=...`).
+        let mut sub = None;
+        while let Some(a) = it.next() {
+            if a == "-C" || a == "-c" {
+                it.next();
+            } else if !a.starts_with('-') {
+                sub = Some(a.as_str());
+                break;
+            }
+        }
+        let sub = sub?;
+        let rest: Vec<&String> = it.collect();
+        if FORBIDDEN_GIT.contains(&sub) || (sub == "commit" && rest.iter().any(|a| *a == "--amend"))
+        {
+            let what = if sub == "commit" {
+                "git commit --amend".to_owned()
+            } else {
+                format!("git {sub}")
+            };
+            return Some(format!(
+                "loopd: `{what}` rewrites history or resets the working tree, and is not allowed during a loopd job. Change the files you need directly; loopd keeps every attempt's state itself."
+            ));
+        }
+        if matches!(sub, "rm" | "mv") {
+            for a in rest.iter().filter(|a| !a.starts_with('-')) {
+                if let Some((p, why)) = self.protected_path(a, cwd) {
+                    return Some(deny_path(&p, &why));
+                }
+            }
+        }
+        None
+    }
+
+    /// A protected file named inside a piece of inline code.
+    fn mentioned(&self, code: &str) -> Option<(String, String)> {
+        self.policy
+            .files
+            .iter()
+            .find(|(f, _)| code.contains(f.as_str()))
+            .map(|(f, why)| (f.clone(), why.clone()))
+            .or_else(|| {
+                self.policy
+                    .outside
+                    .iter()
+                    .find(|(p, _)| code.contains(&*p.to_string_lossy()))
+                    .map(|(p, why)| (p.display().to_string(), why.clone()))
+            })
+    }
+
+    /// The diff gate: protected paths changed and skip markers added.
+    pub fn diff_findings(&self, diff: &Diff) -> Vec<Finding> {
+        let mut out = Vec::new();
+        for change in &diff.changes {
+            for path in std::iter::once(&change.path).chain(change.old_path.iter()) {
+                if let Some(why) = self.protected(path) {
+                    let what = match change.status {
+                        ChangeKind::Added => "was created".to_owned(),
+                        ChangeKind::Modified => "was modified".to_owned(),
+                        ChangeKind::Deleted => "was deleted".to_owned(),
+                        ChangeKind::Renamed => format!(
+                            "was renamed from `{}` to `{}`",
+                            change.old_path.as_deref().unwrap_or("?"),
+                            change.path
+                        ),
+                        ChangeKind::TypeChanged => {
+                            "was replaced by a different kind of file (a symlink?)".to_owned()
+                        }
+                        ChangeKind::ModeChanged => "had its mode changed".to_owned(),
+                    };
+                    out.push(Finding {
+                        reason: Reason::ProtectedPath,
+                        path: path.clone(),
+                        line: None,
+                        problem: format!("`{path}` {what}, but it is protected ({why})"),
+                        fix: format!("restore `{path}` exactly as it is at BASE_REF and fix the code under test instead"),
+                    });
+                    break;
+                }
+            }
+        }
+        for added in &diff.added {
+            if let Some(m) = self.markers.iter().find_map(|re| re.find(&added.text)) {
+                out.push(Finding {
+                    reason: Reason::SkipMarker,
+                    path: added.path.clone(),
+                    line: Some(added.line),
+                    problem: format!("a skip marker was added: `{}`", m.as_str()),
+                    fix: "remove it; make the tests pass by fixing the code under test".into(),
+                });
+            }
+        }
+        out
+    }
+}
+
+fn deny_path(path: &str, why: &str) -> String {
+    format!(
+        "loopd: `{path}` is protected ({why}); it cannot be changed, moved, deleted or chmod-ed during this job. Fix the code under test instead — adding a new test file is allowed."
+    )
+}
+
+/// Hash of a file's bytes (for the judge-integrity guard).
+pub fn file_sha256(path: &Path) -> std::io::Result<String> {
+    use sha2::{Digest, Sha256};
+    Ok(hex::encode(Sha256::digest(std::fs::read(path)?)))
+}
+
+/// A small, conservative shell parser: enough to find the programs a
+/// command line runs, their arguments and its redirection targets. It errs
+/// toward splitting more (every separator starts a new command).
+pub mod shell {
+    /// One simple command.
+    #[derive(Debug, Default, PartialEq, Eq)]
+    pub struct Simple {
+        pub words: Vec<String>,
+        pub redirects: Vec<String>,
+    }
+
+    /// Wrappers that run the next word as the program.
+    const WRAPPERS: &[&str] = &[
+        "sudo", "env", "command", "exec", "nohup", "time", "nice", "xargs", "timeout", "builtin",
+    ];
+
+    impl Simple {
+        /// The program (basename, wrappers and `VAR=x` skipped) and its arguments.
+        pub fn program(&self) -> Option<(&str, &[String])> {
+            let mut i = 0;
+            while i < self.words.len() {
+                let w = &self.words[i];
+                if is_assignment(w) {
+                    i += 1;
+                    continue;
+                }
+                let base = w.rsplit('/').next().unwrap_or(w);
+                if WRAPPERS.contains(&base) {
+                    i += 1;
+                    while let Some(next) = self.words.get(i) {
+                        if base == "sudo" && matches!(next.as_str(), "-u" | "-g" | "-C" | "-D") {
+                            i += 2;
+                        } else if next.starts_with('-')
+                            || is_assignment(next)
+                            || (base == "timeout" && next.starts_with(|c: char| c.is_ascii_digit()))
+                        {
+                            i += 1;
+                        } else {
+                            break;
+                        }
+                    }
+                    continue;
+                }
+                return Some((base, &self.words[i + 1..]));
+            }
+            None
+        }
+    }
+
+    /// `NAME=value`, as in `FOO=1 cmd`.
+    fn is_assignment(w: &str) -> bool {
+        match w.split_once('=') {
+            Some((name, _)) => {
+                !name.is_empty()
+                    && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    && !name.starts_with(|c: char| c.is_ascii_digit())
+            }
+            None => false,
+        }
+    }
+
+    /// Split a command line into simple commands.
+    pub fn parse(line: &str) -> Vec<Simple> {
+        let mut cmds = vec![Simple::default()];
+        let mut word = String::new();
+        let mut in_word = false;
+        let mut redirect_next = false;
+        let chars: Vec<char> = line.chars().collect();
+        let mut i = 0;
+        let end_word = |cmds: &mut Vec<Simple>,
+                        word: &mut String,
+                        in_word: &mut bool,
+                        redirect_next: &mut bool| {
+            if *in_word {
+                let w = std::mem::take(word);
+                let cmd = cmds.last_mut().expect("at least one command");
+                if *redirect_next {
+                    cmd.redirects.push(w);
+                    *redirect_next = false;
+                } else {
+                    cmd.words.push(w);
+                }
+                *in_word = false;
+            }
+        };
+        while i < chars.len() {
+            let c = chars[i];
+            match c {
+                '\'' => {
+                    in_word = true;
+                    i += 1;
+                    while i < chars.len() && chars[i] != '\'' {
+                        word.push(chars[i]);
+                        i += 1;
+                    }
+                }
+                '"' => {
+                    in_word = true;
+                    i += 1;
+                    while i < chars.len() && chars[i] != '"' {
+                        if chars[i] == '\\' && i + 1 < chars.len() {
+                            i += 1;
+                        }
+                        word.push(chars[i]);
+                        i += 1;
+                    }
+                }
+                '\\' if i + 1 < chars.len() => {
+                    in_word = true;
+                    word.push(chars[i + 1]);
+                    i += 1;
+                }
+                ' ' | '\t' => end_word(&mut cmds, &mut word, &mut in_word, &mut redirect_next),
+                ';' | '&' | '|' | '\n' | '(' | ')' | '`' | '{' | '}' => {
+                    end_word(&mut cmds, &mut word, &mut in_word, &mut redirect_next);
+                    if c == '&' && chars.get(i + 1) == Some(&'>') {
+                        // `&>file`: a redirect, not a separator.
+                        redirect_next = true;
+                        i += 1;
+                        if chars.get(i + 1) == Some(&'>') {
+                            i += 1;
+                        }
+                    } else if !cmds
+                        .last()
+                        .is_some_and(|c| c.words.is_empty() && c.redirects.is_empty())
+                    {
+                        cmds.push(Simple::default());
+                    }
+                }
+                '$' if chars.get(i + 1) == Some(&'(') => {
+                    end_word(&mut cmds, &mut word, &mut in_word, &mut redirect_next);
+                    cmds.push(Simple::default());
+                    i += 1;
+                }
+                '>' | '<' => {
+                    // `2>`, `>>`, `>|`: the fd digits belong to the operator.
+                    if in_word && word.chars().all(|d| d.is_ascii_digit()) {
+                        word.clear();
+                        in_word = false;
+                    } else {
+                        end_word(&mut cmds, &mut word, &mut in_word, &mut redirect_next);
+                    }
+                    let output = c == '>';
+                    while matches!(chars.get(i + 1), Some('>') | Some('|')) {
+                        i += 1;
+                    }
+                    if chars.get(i + 1) == Some(&'&') {
+                        // `2>&1`: a descriptor, not a file.
+                        i += 2;
+                        while i < chars.len() && chars[i].is_ascii_digit() {
+                            i += 1;
+                        }
+                        continue;
+                    }
+                    if output {
+                        redirect_next = true;
+                    } else {
+                        // Input redirection: the next word is read, not written.
+                        redirect_next = false;
+                        // Consume the file name as an ignored word.
+                        while i + 1 < chars.len() && chars[i + 1] == ' ' {
+                            i += 1;
+                        }
+                        while i + 1 < chars.len()
+                            && !matches!(chars[i + 1], ' ' | ';' | '&' | '|' | '\n')
+                        {
+                            i += 1;
+                        }
+                    }
+                }
+                _ => {
+                    in_word = true;
+                    word.push(c);
+                }
+            }
+            i += 1;
+        }
+        end_word(&mut cmds, &mut word, &mut in_word, &mut redirect_next);
+        cmds.retain(|c| !c.words.is_empty() || !c.redirects.is_empty());
+        cmds
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn splits_commands_words_and_redirects() {
+            let c = parse(
+                "cd x && sed -i 's/a b/c/' 'tests/t.py' > out.txt 2>&1; echo \"hi there\" >> log",
+            );
+            assert_eq!(c.len(), 3);
+            assert_eq!(c[0].words, ["cd", "x"]);
+            assert_eq!(c[1].words, ["sed", "-i", "s/a b/c/", "tests/t.py"]);
+            assert_eq!(c[1].redirects, ["out.txt"]);
+            assert_eq!(c[2].words, ["echo", "hi there"]);
+            assert_eq!(c[2].redirects, ["log"]);
+            let c = parse("FOO=1 sudo -u x rm -rf tests | cat");
+            assert_eq!(c[0].program().map(|(p, a)| (p, a.len())), Some(("rm", 2)));
+            let c = parse("echo $(rm x)");
+            assert!(c.iter().any(|s| s.program().map(|p| p.0) == Some("rm")));
+            let c = parse("cat < in.txt > out.txt");
+            assert_eq!(c[0].redirects, ["out.txt"]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn policy() -> Policy {
+        let mut files = BTreeMap::new();
+        files.insert(
+            "tests/test_rechnung.py".to_owned(),
+            "a test that exists at BASE_REF".to_owned(),
+        );
+        files.insert(
+            "loopd.toml".to_owned(),
+            "the job's configuration".to_owned(),
+        );
+        let mut outside = BTreeMap::new();
+        outside.insert(
+            PathBuf::from("/etc/loopd/rubric.toml"),
+            "the rubric".to_owned(),
+        );
+        Policy {
+            repo: PathBuf::from("/repo"),
+            base_ref: "0".repeat(40),
+            files,
+            patterns: vec![
+                ("**/pytest.ini".into(), "test-runner configuration".into()),
+                ("Makefile".into(), "protected in loopd.toml".into()),
+            ],
+            outside,
+            skip_markers: SKIP_MARKERS.iter().map(|s| s.to_string()).collect(),
+            denials_log: None,
+        }
+    }
+
+    fn bash(p: &Compiled, cmd: &str) -> Option<String> {
+        p.check_tool("Bash", &json!({ "command": cmd }), Path::new("/repo"))
+    }
+
+    #[test]
+    fn file_tools_on_protected_paths_are_denied() {
+        let pol = policy();
+        let p = pol.compile().expect("compile");
+        let cwd = Path::new("/repo");
+        assert!(p
+            .check_tool(
+                "Edit",
+                &json!({"file_path": "/repo/tests/test_rechnung.py"}),
+                cwd
+            )
+            .is_some());
+        assert!(p
+            .check_tool(
+                "Write",
+                &json!({"file_path": "/repo/tests/../tests/test_rechnung.py"}),
+                cwd
+            )
+            .is_some());
+        assert!(
+            p.check_tool("Write", &json!({"file_path": "/repo/sub/pytest.ini"}), cwd)
+                .is_some(),
+            "new runner config"
+        );
+        assert!(
+            p.check_tool(
+                "Write",
+                &json!({"file_path": "/repo/tests/test_new.py"}),
+                cwd
+            )
+            .is_none(),
+            "new test files are fine"
+        );
+        assert!(p
+            .check_tool("Edit", &json!({"file_path": "/repo/rechnung.py"}), cwd)
+            .is_none());
+        assert!(p
+            .check_tool(
+                "Write",
+                &json!({"file_path": "/etc/loopd/rubric.toml"}),
+                cwd
+            )
+            .is_some());
+        assert!(p
+            .check_tool(
+                "Read",
+                &json!({"file_path": "/repo/tests/test_rechnung.py"}),
+                cwd
+            )
+            .is_none());
+    }
+
+    #[test]
+    fn shell_commands_that_touch_protected_paths_are_denied() {
+        let pol = policy();
+        let p = pol.compile().expect("compile");
+        for cmd in [
+            "rm tests/test_rechnung.py",
+            "rm -rf tests",
+            "mv tests/test_rechnung.py /tmp/x",
+            "sed -i 's/7.50/5.50/' tests/test_rechnung.py",
+            "sed -Ei 's/a/b/' tests/test_rechnung.py",
+            "chmod 000 tests/test_rechnung.py",
+            "ln -sf /dev/null tests/test_rechnung.py",
+            "echo x > tests/test_rechnung.py",
+            "printf 'test:\\n\\ttrue\\n' > Makefile",
+            "cat /dev/null | tee tests/test_rechnung.py",
+            "rm tests/*.py",
+            "python3 -c \"open('tests/test_rechnung.py','w').write('')\"",
+            "bash -c 'rm tests/test_rechnung.py'",
+            "cd /repo && git checkout HEAD~1 -- tests/",
+            "git stash push tests/",
+            "git reset --hard",
+            "git -C /repo clean -fd",
+            "git commit --amend -m x",
+            "git rm tests/test_rechnung.py",
+            "echo x >> /etc/loopd/rubric.toml",
+            "dd if=/dev/zero of=tests/test_rechnung.py",
+        ] {
+            assert!(bash(&p, cmd).is_some(), "not denied: {cmd}");
+        }
+        for cmd in [
+            "python3 -m pytest -q tests/test_rechnung.py",
+            "cat tests/test_rechnung.py",
+            "grep -n total tests/test_rechnung.py",
+            "sed -n 1,5p tests/test_rechnung.py",
+            "ruff check . 2>&1",
+            "git status && git diff",
+            "git log --oneline",
+            "cp tests/test_rechnung.py /tmp/copy.py",
+            "echo ok > notes.txt",
+        ] {
+            assert!(bash(&p, cmd).is_none(), "denied but harmless: {cmd}");
+        }
+    }
+
+    #[test]
+    fn a_directory_holding_protected_files_is_protected() {
+        let pol = policy();
+        let p = pol.compile().expect("compile");
+        assert!(p.protected("tests").is_some());
+        assert!(p.protected("tests/").is_some());
+        assert!(p.protected("test").is_none());
+    }
+
+    #[test]
+    fn findings_render_with_file_and_line() {
+        let f = Finding {
+            reason: Reason::SkipMarker,
+            path: "tests/t.py".into(),
+            line: Some(12),
+            problem: "a skip marker was added: `@pytest.mark.skip`".into(),
+            fix: "remove it".into(),
+        };
+        assert_eq!(f.render(), "tests/t.py:12 (gate skip_marker): a skip marker was added: `@pytest.mark.skip` — fix: remove it");
+    }
+
+    #[test]
+    fn skip_markers_match_each_language() {
+        let pol = policy();
+        let p = pol.compile().expect("compile");
+        let hit = |line: &str| p.markers.iter().any(|r| r.is_match(line));
+        for l in [
+            "@pytest.mark.skip(reason='x')",
+            "    pytest.skip('later')",
+            "collect_ignore = ['tests']",
+            "@unittest.skip('x')",
+            "self.skipTest('x')",
+            "#[ignore]",
+            "it.skip('x', () => {})",
+            "xit('x', fn)",
+            "describe.only('x', fn)",
+            "t.Skip(\"flaky\")",
+            "@Disabled",
+            "@pytest.mark.xfail",
+        ] {
+            assert!(hit(l), "missed: {l}");
+        }
+        for l in [
+            "sys.exit(1)",
+            "def test_skip_list():",
+            "ignore = True",
+            "# it.skipped",
+        ] {
+            assert!(!hit(l), "false positive: {l}");
+        }
+    }
+}
