@@ -66,7 +66,7 @@ pub const RUNNER_CONFIG_GLOBS: &[&str] = &[
 /// Markers that skip, disable or narrow tests, by language.
 pub const SKIP_MARKERS: &[&str] = &[
     // pytest / unittest
-    r"@pytest\.mark\.(skip|skipif|xfail)\b",
+    r"\bpytest\.mark\.(skip|skipif|xfail)\b",
     r"\bpytest\.(skip|xfail|importorskip)\s*\(",
     r"\bcollect_ignore(_glob)?\b",
     r"@unittest\.(skip|skipIf|skipUnless|expectedFailure)\b",

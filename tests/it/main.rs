@@ -5,5 +5,6 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod attacks;
 mod guards;
 mod run_loop;
