@@ -27,6 +27,14 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
             job.agent_bin.display()
         );
     }
+    for step in &job.goal {
+        if step.report.is_none() && crate::guard::testcount::looks_like_tests(&step.run) {
+            eprintln!(
+                "warning: goal step `{}` seems to run tests but has no `report`: the test-count gate cannot check it\nhint: add `report = \"pytest\"` (or cargo, go, jest, vitest, node) to that [[goal]] step, or `report = \"none\"` to silence this",
+                step.name
+            );
+        }
+    }
     if args.json {
         println!(
             "{}",
@@ -47,8 +55,18 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
     out.push_str(&format!("task:          {}\n", job.task));
     out.push_str("goal test:\n");
     for (i, s) in job.goal.iter().enumerate() {
+        let report = match s.report {
+            Some(p) => format!(
+                "test count: {}",
+                serde_json::to_value(p)
+                    .expect("a preset serializes")
+                    .as_str()
+                    .unwrap_or("?")
+            ),
+            None => "no test count".to_owned(),
+        };
         out.push_str(&format!(
-            "  {}. {} — `{}` (timeout {})\n",
+            "  {}. {} — `{}` (timeout {}, {report})\n",
             i + 1,
             s.name,
             s.run,
@@ -88,6 +106,18 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
         g.stuck_window,
         humantime::format_duration(g.grace)
     ));
+    if !job.protect.paths.is_empty() {
+        out.push_str(&format!(
+            "also protected: {}\n",
+            job.protect.paths.join(", ")
+        ));
+    }
+    if !job.protect.paths.is_empty() {
+        out.push_str(&format!(
+            "also protected: {}\n",
+            job.protect.paths.join(", ")
+        ));
+    }
     out.push_str(&format!("agent CLI:     {}\n", job.agent_bin.display()));
     out.push_str(&format!("state dir:     {}\n", job.state_dir.display()));
     print!("{out}");

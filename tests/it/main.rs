@@ -7,4 +7,5 @@ mod support;
 
 mod attacks;
 mod guards;
+mod hook;
 mod run_loop;
