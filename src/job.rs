@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::watch;
 
@@ -182,6 +183,67 @@ pub struct Control {
     pub api_key: Option<String>,
     /// Use this id instead of a fresh one.
     pub job_id: Option<String>,
+    /// Resume from this checkpoint (the daemon, after a restart).
+    pub resume: Option<Checkpoint>,
+    /// On a signal, keep the work in place and the job resumable instead of
+    /// parking it (the daemon's shutdown); `loopd run` parks.
+    pub suspend_on_signal: bool,
+}
+
+/// The durable state of a job between phases: written to
+/// `runs/<job-id>/checkpoint.json` after the baseline, after each agent
+/// session and after each attempt, so a restarted job resumes without
+/// running or billing a finished session again.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub job_id: String,
+    pub base_ref: String,
+    pub baseline: Option<GoalReport>,
+    /// Finished attempts.
+    pub attempts: Vec<AttemptRecord>,
+    /// The attempt to run (or finish) next.
+    pub next_attempt: u32,
+    /// Its prompt (`None`: the task itself).
+    pub next_prompt: Option<String>,
+    pub spent: Spend,
+    pub diffs: DiffHistory,
+    pub denials_read: usize,
+    /// Wall-clock time used before, so `--timeout` keeps counting.
+    pub wall_ms: u64,
+    /// Ledger lines written when this was saved: spend recorded after it
+    /// (a session that never finished) is recovered from the ledger.
+    pub ledger_lines: usize,
+    /// The next attempt's agent session already finished.
+    pub agent_done: Option<AgentDone>,
+    pub saved_at: String,
+}
+
+/// An attempt whose agent session finished: what the rest of it needs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AgentDone {
+    pub record: AttemptRecord,
+    /// How the session failed, if it did.
+    pub failure: Option<(Reason, String)>,
+}
+
+impl Checkpoint {
+    /// Read `checkpoint.json`, falling back to the previous one when the
+    /// newest is truncated or corrupt (a BOM is tolerated).
+    pub fn load(run_dir: &Path) -> Option<Checkpoint> {
+        for name in ["checkpoint.json", "checkpoint.prev.json"] {
+            let path = run_dir.join(name);
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            match serde_json::from_str(text.trim_start_matches('\u{feff}')) {
+                Ok(cp) => return Some(cp),
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "unreadable checkpoint; trying the previous one")
+                }
+            }
+        }
+        None
+    }
 }
 
 /// Running state of one job.
@@ -210,7 +272,15 @@ struct Run<'a> {
     baseline_counts: BTreeMap<String, Counts>,
     /// Lines of the hook's denials log already read.
     denials_read: usize,
+    baseline: Option<GoalReport>,
+    next_attempt: u32,
+    prompt: String,
+    agent_done: Option<AgentDone>,
+    suspend_on_signal: bool,
 }
+
+/// How an attempt ended: accepted, rejected with feedback, or the job stops.
+type AttemptOutcome = Result<(), (Option<Feedback>, Option<Ending>)>;
 
 /// How the loop ended (before the breaker runs).
 struct Ending {
@@ -400,7 +470,7 @@ impl Run<'_> {
         n: u32,
         prompt: &str,
         baseline: &GoalReport,
-    ) -> Result<Result<(), (Option<Feedback>, Option<Ending>)>, JobError> {
+    ) -> Result<AttemptOutcome, JobError> {
         let dir = self.dir.join(format!("attempt-{n}"));
         private_dir(&dir).map_err(|source| JobError::RunDir {
             path: dir.clone(),
@@ -409,6 +479,20 @@ impl Run<'_> {
         let prompt_file = dir.join("prompt.txt");
         self.write(&prompt_file, prompt)?;
         let attempt_started = Instant::now();
+        if let Some(done) = self.agent_done.clone().filter(|d| d.record.n == n) {
+            tracing::info!(
+                attempt = n,
+                "resuming after the attempt's finished agent session"
+            );
+            let mut record = done.record;
+            let failure = done
+                .failure
+                .map(|(reason, detail)| Ending { reason, detail });
+            let outcome = self
+                .judge(n, baseline, &dir, attempt_started, &mut record, failure)
+                .await;
+            return Ok(self.end_attempt(record, outcome?));
+        }
         let mut record = AttemptRecord {
             n,
             goal_passed: false,
@@ -428,14 +512,34 @@ impl Run<'_> {
             prompt_file,
         };
         tracing::info!(attempt = n, max = self.job.max_attempts, "attempt started");
+        let failure = match self
+            .agent_phase(n, prompt, &dir, attempt_started, &mut record)
+            .await?
+        {
+            Ok(failure) => failure,
+            Err(ending) => return Ok(self.end_attempt(record, Err((None, Some(ending))))),
+        };
+        self.agent_done = Some(AgentDone {
+            record: record.clone(),
+            failure: failure.as_ref().map(|e| (e.reason, e.detail.clone())),
+        });
+        self.save_checkpoint();
         let outcome = self
-            .attempt_inner(n, prompt, baseline, &dir, attempt_started, &mut record)
-            .await;
-        if let Ok(Err((_, Some(ending)))) = &outcome {
+            .judge(n, baseline, &dir, attempt_started, &mut record, failure)
+            .await?;
+        Ok(self.end_attempt(record, outcome))
+    }
+
+    fn end_attempt(
+        &mut self,
+        mut record: AttemptRecord,
+        outcome: AttemptOutcome,
+    ) -> AttemptOutcome {
+        if let Err((_, Some(ending))) = &outcome {
             record.stopped = Some(ending.reason);
         }
         self.ledger.record(json!({
-            "event": "attempt_end", "attempt": n, "goal_passed": record.goal_passed,
+            "event": "attempt_end", "attempt": record.n, "goal_passed": record.goal_passed,
             "failed_step": record.failed_step, "critic": record.critic, "violations": record.violations.len(),
             "cost_usd": record.cost_usd, "diff_sha256": record.diff_sha256, "stopped": record.stopped,
         }));
@@ -443,18 +547,49 @@ impl Run<'_> {
         outcome
     }
 
-    async fn attempt_inner(
+    /// Save where the job is, atomically, keeping the previous checkpoint.
+    fn save_checkpoint(&self) {
+        let cp = Checkpoint {
+            job_id: self.id.clone(),
+            base_ref: self.base.clone(),
+            baseline: self.baseline.clone(),
+            attempts: self
+                .attempts
+                .iter()
+                .filter(|a| a.n < self.next_attempt)
+                .cloned()
+                .collect(),
+            next_attempt: self.next_attempt,
+            next_prompt: (self.prompt != self.job.task).then(|| self.prompt.clone()),
+            spent: self.spent,
+            diffs: self.diffs.clone(),
+            denials_read: self.denials_read,
+            wall_ms: self.started.elapsed().as_millis() as u64,
+            ledger_lines: self.ledger.lines(),
+            agent_done: self.agent_done.clone(),
+            saved_at: report::now_rfc3339(),
+        };
+        let path = self.dir.join("checkpoint.json");
+        if path.exists() {
+            let _ = std::fs::rename(&path, self.dir.join("checkpoint.prev.json"));
+        }
+        if let Err(e) = report::write_json_atomic(&path, &cp) {
+            tracing::error!(error = %e, path = %path.display(), "cannot write the checkpoint");
+        }
+    }
+
+    /// The agent session of attempt `n`. `Ok(Err(ending))` when the job
+    /// cannot even start it; otherwise how the session failed, if it did.
+    async fn agent_phase(
         &mut self,
         n: u32,
         prompt: &str,
-        baseline: &GoalReport,
         dir: &Path,
         attempt_started: Instant,
         record: &mut AttemptRecord,
-    ) -> Result<Result<(), (Option<Feedback>, Option<Ending>)>, JobError> {
-        let stop = |e: Ending| Ok(Err((None, Some(e))));
+    ) -> Result<Result<Option<Ending>, Ending>, JobError> {
         if let Some(e) = self.may_start(&self.job.agent_model) {
-            return stop(e);
+            return Ok(Err(e));
         }
         let args = cli::agent_args(
             &self.job.agent_model,
@@ -467,8 +602,21 @@ impl Run<'_> {
             .session(Role::Agent, n, args, None, dir, attempt_started)
             .await?;
         add_spend(record, &spend);
-        let failure = self.session_failure(&end);
+        Ok(Ok(self.session_failure(&end)))
+    }
 
+    /// Everything after the agent session: progress check, gates, goal
+    /// test, critic, decision.
+    async fn judge(
+        &mut self,
+        n: u32,
+        baseline: &GoalReport,
+        dir: &Path,
+        attempt_started: Instant,
+        record: &mut AttemptRecord,
+        failure: Option<Ending>,
+    ) -> Result<AttemptOutcome, JobError> {
+        let stop = |e: Ending| Ok(Err((None, Some(e))));
         let diff = self.ws.diff_since(self.base_oid)?;
         self.write(&dir.join("diff.patch"), &diff.patch)?;
         record.diff_sha256 = diff.sha256.clone();
@@ -913,7 +1061,35 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
         integrity,
         baseline_counts: BTreeMap::new(),
         denials_read: 0,
+        baseline: None,
+        next_attempt: 1,
+        prompt: job.task.clone(),
+        agent_done: None,
+        suspend_on_signal: control.suspend_on_signal,
     };
+    if let Some(cp) = control.resume {
+        // Caps keep counting from where they were: the checkpoint's spend
+        // plus whatever the ledger recorded after it (a session cut short).
+        let after = Ledger::spend_after(&run.dir.join("ledger.jsonl"), cp.ledger_lines);
+        run.spent = cp.spent.plus(&after);
+        run.started = Instant::now()
+            .checked_sub(std::time::Duration::from_millis(cp.wall_ms))
+            .unwrap_or(run.started);
+        run.baseline = cp.baseline;
+        run.attempts = cp.attempts;
+        run.next_attempt = cp.next_attempt;
+        run.prompt = cp.next_prompt.unwrap_or_else(|| job.task.clone());
+        run.diffs = cp.diffs;
+        run.denials_read = cp.denials_read;
+        run.agent_done = cp.agent_done;
+        tracing::info!(
+            attempt = run.next_attempt,
+            spent_usd = run.spent.cost_usd,
+            recovered_usd = after.cost_usd,
+            "resuming from the checkpoint"
+        );
+        run.ledger.record(json!({"event": "job_resume", "next_attempt": run.next_attempt, "spent": run.spent, "recovered_from_ledger": after}));
+    }
     run.ledger.record(
         json!({"event": "job_start", "job_id": id, "base_ref": base, "repo": run.ws.root()}),
     );
@@ -936,24 +1112,34 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
 impl Run<'_> {
     async fn main_loop(&mut self) -> Result<Ending, JobError> {
         let (deadline, reason) = (self.job_deadline(), Reason::WallClock);
-        let baseline = goal::run(
-            &self.job.goal,
-            self.ws.root(),
-            Mode::All,
-            &goal::Limits {
-                env_remove: &[key::KEY_VAR],
-                grace: self.job.guard.grace,
-                deadline: Some(deadline),
-                stop: Some(self.stop.clone()),
-            },
-        )
-        .await?;
-        self.write(&self.dir.join("baseline.txt"), &baseline.render())?;
-        self.write(
-            &self.dir.join("baseline.json"),
-            &serde_json::to_string_pretty(&baseline).expect("a goal report serializes"),
-        )?;
-        self.ledger.record(json!({"event": "baseline", "passed": baseline.passed(), "failed_step": baseline.failed_step().map(|s| s.name.clone())}));
+        let baseline = match self.baseline.clone() {
+            Some(b) => b,
+            None => {
+                let baseline = goal::run(
+                    &self.job.goal,
+                    self.ws.root(),
+                    Mode::All,
+                    &goal::Limits {
+                        env_remove: &[key::KEY_VAR],
+                        grace: self.job.guard.grace,
+                        deadline: Some(deadline),
+                        stop: Some(self.stop.clone()),
+                    },
+                )
+                .await?;
+                self.write(&self.dir.join("baseline.txt"), &baseline.render())?;
+                self.write(
+                    &self.dir.join("baseline.json"),
+                    &serde_json::to_string_pretty(&baseline).expect("a goal report serializes"),
+                )?;
+                self.ledger.record(json!({"event": "baseline", "passed": baseline.passed(), "failed_step": baseline.failed_step().map(|s| s.name.clone())}));
+                if self.stop.borrow().is_none() {
+                    self.baseline = Some(baseline.clone());
+                    self.save_checkpoint();
+                }
+                baseline
+            }
+        };
         // The test counts the test-count gate compares against.
         for (step, result) in self.job.goal.iter().zip(&baseline.steps) {
             let Some(preset) = step.report else { continue };
@@ -982,8 +1168,8 @@ impl Run<'_> {
                 detail: self.guard_detail(reason),
             });
         }
-        let mut prompt = self.job.task.clone();
-        for n in 1..=self.job.max_attempts {
+        for n in self.next_attempt..=self.job.max_attempts {
+            let prompt = self.prompt.clone();
             match self.attempt(n, &prompt, &baseline).await? {
                 Ok(()) => {
                     return Ok(Ending { reason: Reason::Accepted, detail: format!("attempt {n} was accepted: the goal test is green and the critic passed the diff") });
@@ -1001,8 +1187,11 @@ impl Run<'_> {
                             detail: self.guard_detail(reason),
                         });
                     }
-                    prompt =
+                    self.prompt =
                         next_prompt(&self.job.task, &feedback, &self.job.rubric.render_rules());
+                    self.next_attempt = n + 1;
+                    self.agent_done = None;
+                    self.save_checkpoint();
                 }
                 Err((None, None)) => {
                     unreachable!("a rejected attempt carries feedback or an ending")
@@ -1036,7 +1225,16 @@ impl Run<'_> {
         let totals = Totals::from_spend(&self.spent, wall_ms);
         self.ledger
             .record(json!({"event": "job_end", "reason": ending.reason, "detail": ending.detail}));
-        let (stash_commit, failure_report) = if ending.reason == Reason::Accepted {
+        let suspend = ending.reason == Reason::Signal && self.suspend_on_signal;
+        if suspend {
+            // Resumable: the work stays in place, the checkpoint says where.
+            self.save_checkpoint();
+            tracing::info!(
+                attempt = self.next_attempt,
+                "job suspended; it resumes from its checkpoint"
+            );
+        }
+        let (stash_commit, failure_report) = if ending.reason == Reason::Accepted || suspend {
             (None, None)
         } else {
             let trip = breaker::Trip {

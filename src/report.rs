@@ -116,13 +116,19 @@ pub struct FailureReport {
 pub struct Ledger {
     file: std::fs::File,
     recent: VecDeque<serde_json::Value>,
+    lines: usize,
 }
 
 /// How many entries `failure.json` quotes.
 pub const LAST_EVENTS: usize = 10;
 
 impl Ledger {
+    /// Open for appending (a resumed job continues its ledger).
     pub fn create(path: &Path) -> std::io::Result<Ledger> {
+        let lines = match std::fs::read(path) {
+            Ok(bytes) => bytes.iter().filter(|&&b| b == b'\n').count(),
+            Err(_) => 0,
+        };
         let file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -130,7 +136,55 @@ impl Ledger {
         Ok(Ledger {
             file,
             recent: VecDeque::with_capacity(LAST_EVENTS + 1),
+            lines,
         })
+    }
+
+    /// How many lines the ledger holds.
+    pub fn lines(&self) -> usize {
+        self.lines
+    }
+
+    /// Spend recorded after line `from`: finished sessions by their
+    /// reconciled totals, unfinished ones by their model calls' estimates.
+    /// A job resumed after a crash adds this to its checkpoint's spend.
+    pub fn spend_after(path: &Path, from: usize) -> Spend {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let mut total = Spend::default();
+        let mut pending: std::collections::HashMap<(u64, String), Spend> = Default::default();
+        for line in text.lines().skip(from) {
+            let Ok(e) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            let key = (
+                e["attempt"].as_u64().unwrap_or(0),
+                e["role"].as_str().unwrap_or("").to_owned(),
+            );
+            let n = |k: &str| e[k].as_u64().unwrap_or(0);
+            match e["event"].as_str() {
+                Some("model_call") => {
+                    let p = pending.entry(key).or_default();
+                    p.cost_usd += e["cost_usd_estimate"].as_f64().unwrap_or(0.0);
+                    p.turns += 1;
+                    p.input_tokens += n("input_tokens");
+                    p.output_tokens += n("output_tokens");
+                }
+                Some("session_end") => {
+                    pending.remove(&key);
+                    total.add(&Spend {
+                        cost_usd: e["cost_usd"].as_f64().unwrap_or(0.0),
+                        turns: n("turns"),
+                        input_tokens: n("input_tokens"),
+                        output_tokens: n("output_tokens"),
+                    });
+                }
+                _ => {}
+            }
+        }
+        for p in pending.values() {
+            total.add(p);
+        }
+        total
     }
 
     /// Append one entry (an object; `ts` is added).
@@ -140,8 +194,9 @@ impl Ledger {
         }
         let mut line = entry.to_string();
         line.push('\n');
-        if let Err(e) = self.file.write_all(line.as_bytes()) {
-            tracing::warn!(error = %e, "cannot append to the ledger");
+        match self.file.write_all(line.as_bytes()) {
+            Ok(()) => self.lines += 1,
+            Err(e) => tracing::warn!(error = %e, "cannot append to the ledger"),
         }
         self.recent.push_back(entry);
         if self.recent.len() > LAST_EVENTS {

@@ -99,6 +99,8 @@ pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
         loopd_exe,
         api_key: std::env::var(KEY_VAR).ok().filter(|k| !k.is_empty()),
         job_id: None,
+        resume: None,
+        suspend_on_signal: false,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
