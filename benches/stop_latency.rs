@@ -87,6 +87,7 @@ fn main() {
             deadline: None,
             idle_timeout: Duration::from_secs(60),
             grace: settings.grace,
+            scope: "bench".into(),
         };
         let (_tx, mut rx) = tokio::sync::watch::channel(None);
         let mut obs = Timed {

@@ -143,6 +143,8 @@ pub struct Limits<'a> {
     pub deadline: Option<Instant>,
     /// Signals: a stop request ends the running step.
     pub stop: Option<tokio::sync::watch::Receiver<Option<StopRequest>>>,
+    /// The job the steps belong to (see [`process::new_token`]).
+    pub scope: &'a str,
 }
 
 impl Limits<'_> {
@@ -167,7 +169,7 @@ async fn run_step(
     let (reader, writer) = std::io::pipe().map_err(spawn_err)?;
     let writer_err: OwnedFd = OwnedFd::from(writer.try_clone().map_err(spawn_err)?);
     let writer_out: OwnedFd = OwnedFd::from(writer);
-    let token = process::new_token("goal");
+    let token = process::new_token(limits.scope, "goal");
     let mut cmd = process::command("/bin/sh", &token);
     cmd.arg("-c")
         .arg(&step.run)
@@ -280,6 +282,7 @@ mod tests {
             grace: Duration::from_millis(200),
             deadline: None,
             stop: None,
+            scope: "unit",
         }
     }
 

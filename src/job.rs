@@ -185,9 +185,6 @@ pub struct Control {
     pub job_id: Option<String>,
     /// Resume from this checkpoint (the daemon, after a restart).
     pub resume: Option<Checkpoint>,
-    /// On a signal, keep the work in place and the job resumable instead of
-    /// parking it (the daemon's shutdown); `loopd run` parks.
-    pub suspend_on_signal: bool,
 }
 
 /// The durable state of a job between phases: written to
@@ -276,7 +273,6 @@ struct Run<'a> {
     next_attempt: u32,
     prompt: String,
     agent_done: Option<AgentDone>,
-    suspend_on_signal: bool,
 }
 
 /// How an attempt ended: accepted, rejected with feedback, or the job stops.
@@ -341,6 +337,7 @@ impl Run<'_> {
             deadline: Some(self.deadline(attempt_started)),
             idle_timeout: self.job.caps.idle_timeout,
             grace: self.job.guard.grace,
+            scope: self.id.clone(),
         };
         let mut stop = self.stop.clone();
         let before = self.spent;
@@ -663,6 +660,7 @@ impl Run<'_> {
                 grace: self.job.guard.grace,
                 deadline: Some(deadline),
                 stop: Some(self.stop.clone()),
+                scope: &self.id,
             },
         )
         .await?;
@@ -1065,7 +1063,6 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
         next_attempt: 1,
         prompt: job.task.clone(),
         agent_done: None,
-        suspend_on_signal: control.suspend_on_signal,
     };
     if let Some(cp) = control.resume {
         // Caps keep counting from where they were: the checkpoint's spend
@@ -1124,6 +1121,7 @@ impl Run<'_> {
                         grace: self.job.guard.grace,
                         deadline: Some(deadline),
                         stop: Some(self.stop.clone()),
+                        scope: &self.id,
                     },
                 )
                 .await?;
@@ -1225,7 +1223,8 @@ impl Run<'_> {
         let totals = Totals::from_spend(&self.spent, wall_ms);
         self.ledger
             .record(json!({"event": "job_end", "reason": ending.reason, "detail": ending.detail}));
-        let suspend = ending.reason == Reason::Signal && self.suspend_on_signal;
+        let suspend =
+            ending.reason == Reason::Signal && self.stop.borrow().is_some_and(|r| r.suspend);
         if suspend {
             // Resumable: the work stays in place, the checkpoint says where.
             self.save_checkpoint();

@@ -73,12 +73,29 @@ pub fn become_subreaper() -> bool {
     }
 }
 
-/// A fresh token: unique per contained unit for the life of this process.
-pub fn new_token(label: &str) -> String {
+/// A fresh token, unique per contained unit: `<scope>/<pid>-<n>-<label>`.
+/// The scope (a job id) lets [`sweep_scope`] find every process of a job,
+/// even one started by an earlier loopd process.
+pub fn new_token(scope: &str, label: &str) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    format!("{}-{}-{}", std::process::id(), n, label)
+    format!("{scope}/{}-{}-{}", std::process::id(), n, label)
+}
+
+/// Stop every process whose token belongs to `scope` (TERM, grace, KILL):
+/// what a crashed loopd left running for that job.
+pub async fn sweep_scope(scope: &str, grace: Duration) -> usize {
+    let prefix = format!("{scope}/");
+    let tokens: std::collections::BTreeSet<String> = processes_matching(|t| t.starts_with(&prefix))
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect();
+    let mut n = 0;
+    for t in tokens {
+        n += sweep(&t, grace).await;
+    }
+    n
 }
 
 /// A command prepared for containment: new process group, token in the
@@ -226,8 +243,16 @@ async fn terminate_tree(
 
 /// Live (non-zombie) processes whose environment carries `token`.
 pub fn processes_with_token(token: &str) -> Vec<i32> {
-    let needle = format!("{TOKEN_VAR}={token}");
-    let needle = needle.as_bytes();
+    processes_matching(|t| t == token)
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+/// Live processes whose token satisfies `pred`, with their tokens.
+fn processes_matching(pred: impl Fn(&str) -> bool) -> Vec<(i32, String)> {
+    let prefix = format!("{TOKEN_VAR}=");
+    let prefix = prefix.as_bytes();
     let me = std::process::id() as i32;
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -247,8 +272,14 @@ pub fn processes_with_token(token: &str) -> Vec<i32> {
         let Ok(env) = std::fs::read(entry.path().join("environ")) else {
             continue;
         };
-        if env.split(|&b| b == 0).any(|var| var == needle) && !is_zombie(pid) {
-            pids.push(pid);
+        let token = env
+            .split(|&b| b == 0)
+            .find_map(|var| var.strip_prefix(prefix))
+            .map(|t| String::from_utf8_lossy(t).into_owned());
+        if let Some(token) = token {
+            if pred(&token) && !is_zombie(pid) {
+                pids.push((pid, token));
+            }
         }
     }
     pids
@@ -307,7 +338,7 @@ mod tests {
     #[tokio::test]
     async fn stop_reaches_a_setsid_grandchild() {
         become_subreaper();
-        let token = new_token("test");
+        let token = new_token("unit", "test");
         let mut cmd = command("sh", &token);
         // The grandchild leaves the group with setsid and ignores nothing.
         cmd.arg("-c").arg("setsid sleep 300 & sleep 300");
@@ -331,7 +362,7 @@ mod tests {
     #[tokio::test]
     async fn sweep_kills_processes_that_ignore_sigterm() {
         become_subreaper();
-        let token = new_token("test-ignore");
+        let token = new_token("unit", "test-ignore");
         let mut cmd = command("sh", &token);
         cmd.arg("-c")
             .arg("(trap '' TERM; setsid sh -c 'trap \"\" TERM; sleep 300' &) ; exit 0");

@@ -52,6 +52,9 @@ pub struct SessionSpec {
     pub idle_timeout: Duration,
     /// Between SIGTERM and SIGKILL.
     pub grace: Duration,
+    /// The job this session belongs to: its processes' tokens start with
+    /// it, so a restarted daemon can find what a crashed one left behind.
+    pub scope: String,
 }
 
 /// What an observer asks for after seeing an event.
@@ -69,6 +72,10 @@ pub struct StopRequest {
     pub reason: Reason,
     /// Skip the grace period (a second signal).
     pub hurry: bool,
+    /// Keep the work in place and the job resumable instead of parking it
+    /// (the daemon shutting down); `false` parks (a signal to `loopd run`,
+    /// a cancel).
+    pub suspend: bool,
 }
 
 /// How a session ended.
@@ -136,7 +143,7 @@ pub async fn run(
     stop: &mut tokio::sync::watch::Receiver<Option<StopRequest>>,
 ) -> Result<SessionEnd, SessionError> {
     let started = Instant::now();
-    let token = process::new_token(spec.role.as_str());
+    let token = process::new_token(&spec.scope, spec.role.as_str());
     let mut cmd = process::command(&spec.bin, &token);
     cmd.args(&spec.args)
         .current_dir(&spec.cwd)

@@ -67,6 +67,7 @@ fn watch_signals(tx: tokio::sync::watch::Sender<Option<StopRequest>>) -> Result<
                 let _ = tx.send(Some(StopRequest {
                     reason: Reason::Signal,
                     hurry: seen > 1,
+                    suspend: false,
                 }));
             }
         })
@@ -100,7 +101,6 @@ pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
         api_key: std::env::var(KEY_VAR).ok().filter(|k| !k.is_empty()),
         job_id: None,
         resume: None,
-        suspend_on_signal: false,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
