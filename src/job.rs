@@ -152,16 +152,17 @@ pub fn decide(goal: &GoalReport, verdict: &CriticVerdict) -> Result<(), Feedback
     }
 }
 
-/// A job id: sortable by time, unique enough for one state dir.
+/// A job id: `YYYYMMDD-HHMMSSmmm-xxxx`, sortable by submission time to the
+/// millisecond (the queue runs jobs in id order), unique by its random tail.
 pub fn new_job_id() -> String {
-    let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let now = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
     let stamp: String = now.chars().filter(|c| c.is_ascii_digit()).collect();
-    let mut rnd = [0u8; 3];
+    let mut rnd = [0u8; 2];
     if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
         use std::io::Read;
         let _ = f.read_exact(&mut rnd);
     }
-    format!("{}-{}-{}", &stamp[..8], &stamp[8..14], hex::encode(rnd))
+    format!("{}-{}-{}", &stamp[..8], &stamp[8..17], hex::encode(rnd))
 }
 
 /// Create a private directory (0700) and its parents.
@@ -516,6 +517,15 @@ impl Run<'_> {
             Ok(failure) => failure,
             Err(ending) => return Ok(self.end_attempt(record, Err((None, Some(ending))))),
         };
+        // A session cut short by a signal did not finish: a resumed job
+        // runs the attempt's agent session again.
+        if let Some(e) = failure.as_ref().filter(|e| e.reason == Reason::Signal) {
+            let ending = Ending {
+                reason: e.reason,
+                detail: e.detail.clone(),
+            };
+            return Ok(self.end_attempt(record, Err((None, Some(ending)))));
+        }
         self.agent_done = Some(AgentDone {
             record: record.clone(),
             failure: failure.as_ref().map(|e| (e.reason, e.detail.clone())),
@@ -1369,6 +1379,8 @@ mod tests {
     #[test]
     fn job_ids_sort_by_time() {
         let id = new_job_id();
-        assert_eq!(id.len(), "20261130-112048-abcdef".len(), "{id}");
+        assert_eq!(id.len(), "20261130-112048123-abcd".len(), "{id}");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        assert!(new_job_id() > id, "ids sort by time");
     }
 }

@@ -26,6 +26,7 @@ pub mod breaker;
 pub mod cli;
 pub mod config;
 pub mod critic;
+pub mod daemon;
 pub mod goal;
 pub mod guard;
 pub mod job;

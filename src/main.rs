@@ -19,12 +19,17 @@ fn init_logging(verbose: u8, quiet: bool) {
         .unwrap_or_else(|| EnvFilter::new(format!("loopd={default},warn")));
     let ansi = std::env::var_os("NO_COLOR").is_none()
         && std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(ansi)
-        .with_target(false)
-        .init();
+        .with_target(false);
+    // Under systemd, journald stamps every line itself.
+    if std::env::var_os("JOURNAL_STREAM").is_some() {
+        builder.without_time().init();
+    } else {
+        builder.init();
+    }
 }
 
 fn main() -> ExitCode {

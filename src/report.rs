@@ -94,6 +94,12 @@ pub struct Summary {
     pub finished_at: String,
 }
 
+impl Summary {
+    pub fn outcome_word(&self) -> &'static str {
+        outcome_word(self.outcome)
+    }
+}
+
 /// `failure.json`: what a human needs when the job did not end in acceptance.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FailureReport {

@@ -139,7 +139,7 @@ fn keep_tail(buf: &mut String, max: usize) {
 /// Run one session to its end. `stop` carries requests from signal handlers.
 pub async fn run(
     spec: &SessionSpec,
-    observer: &mut dyn Observer,
+    observer: &mut (dyn Observer + Send),
     stop: &mut tokio::sync::watch::Receiver<Option<StopRequest>>,
 ) -> Result<SessionEnd, SessionError> {
     let started = Instant::now();

@@ -2,9 +2,14 @@
 //! are the help text. Each subcommand returns an [`ExitStatus`] or a
 //! [`CliError`]; `main` turns both into the process exit code.
 
+pub mod cancel;
 pub mod check;
+pub mod daemon;
 pub mod hook;
+pub mod report_cmd;
 pub mod run;
+pub mod status;
+pub mod submit;
 
 use std::path::PathBuf;
 
@@ -31,6 +36,11 @@ pub struct Cli {
 pub enum Command {
     Run(run::RunArgs),
     Check(check::CheckArgs),
+    Daemon(daemon::DaemonArgs),
+    Submit(submit::SubmitArgs),
+    Status(status::StatusArgs),
+    Cancel(cancel::CancelArgs),
+    Report(report_cmd::ReportArgs),
     /// Entry points for Claude Code hooks.
     Hook(hook::HookArgs),
     /// Print the API key served on SOCKET (the CLI's `apiKeyHelper`; internal).
@@ -90,6 +100,11 @@ pub fn dispatch(cli: Cli) -> Result<ExitStatus, CliError> {
     match cli.command {
         Command::Run(args) => run::run(args),
         Command::Check(args) => check::check(args),
+        Command::Daemon(args) => daemon::daemon(args),
+        Command::Submit(args) => submit::submit(args),
+        Command::Status(args) => status::status(args),
+        Command::Cancel(args) => cancel::cancel(args),
+        Command::Report(args) => report_cmd::report(args),
         Command::Hook(args) => hook::hook(args),
         Command::AgentKey { socket } => {
             crate::agent::key::print_key(&socket).map_err(|e| {

@@ -6,6 +6,7 @@
 mod support;
 
 mod attacks;
+mod daemon;
 mod guards;
 mod hook;
 mod run_loop;

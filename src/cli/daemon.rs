@@ -1,0 +1,104 @@
+//! `loopd daemon`: run the job queue in the foreground (systemd supervises it).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::agent::key::KEY_VAR;
+use crate::cli::CliError;
+use crate::config::default_state_dir;
+use crate::daemon::{self, Options, Shutdown};
+use crate::outcome::ExitStatus;
+
+/// Run queued jobs, each in its own git worktree, until SIGTERM.
+///
+/// Example: `loopd daemon --state-dir /var/lib/loopd --jobs 2`
+///
+/// SIGTERM (or SIGINT) stops taking jobs and suspends the running ones as
+/// `interrupted`, resumable on the next start; a second one skips the grace
+/// period. Logs go to stderr (journald under systemd).
+#[derive(Debug, clap::Args)]
+pub struct DaemonArgs {
+    /// Where the spool, runs and worktrees live [default: `$XDG_STATE_HOME/loopd`].
+    #[arg(long, value_name = "DIR", env = "LOOPD_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// How many jobs run at once.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub jobs: usize,
+    /// The Claude Code CLI for every job [default: `claude` on PATH].
+    #[arg(long, value_name = "PATH", env = "LOOPD_AGENT_BIN")]
+    pub agent_bin: Option<PathBuf>,
+}
+
+pub fn state_dir_or_default(dir: Option<PathBuf>) -> PathBuf {
+    let dir = dir.unwrap_or_else(default_state_dir);
+    if dir.is_absolute() {
+        dir
+    } else {
+        std::env::current_dir().map(|d| d.join(&dir)).unwrap_or(dir)
+    }
+}
+
+pub fn daemon(args: DaemonArgs) -> Result<ExitStatus, CliError> {
+    if args.jobs == 0 {
+        return Err(CliError::new(
+            ExitStatus::Usage,
+            "`--jobs` must be at least 1",
+        ));
+    }
+    let state_dir = state_dir_or_default(args.state_dir);
+    crate::job::private_dir(&state_dir).map_err(|e| {
+        CliError::new(
+            ExitStatus::Environment,
+            format!("cannot create the state dir `{}`: {e}", state_dir.display()),
+        )
+    })?;
+    let (tx, rx) = tokio::sync::watch::channel(Shutdown::Run);
+    {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).map_err(|e| {
+            CliError::new(
+                ExitStatus::Environment,
+                format!("cannot install signal handlers: {e}"),
+            )
+        })?;
+        std::thread::Builder::new()
+            .name("signals".into())
+            .spawn(move || {
+                for (n, sig) in signals.forever().enumerate() {
+                    tracing::info!(signal = sig, "signal received");
+                    let _ = tx.send(if n == 0 {
+                        Shutdown::Graceful
+                    } else {
+                        Shutdown::Immediate
+                    });
+                }
+            })
+            .map_err(|e| {
+                CliError::new(
+                    ExitStatus::Environment,
+                    format!("cannot start the signal thread: {e}"),
+                )
+            })?;
+    }
+    let opts = Options {
+        state_dir,
+        jobs: args.jobs,
+        agent_bin: args.agent_bin,
+        loopd_exe: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("loopd")),
+        api_key: std::env::var(KEY_VAR).ok().filter(|k| !k.is_empty()),
+        grace: Duration::from_secs(5),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            CliError::new(
+                ExitStatus::Environment,
+                format!("cannot start the runtime: {e}"),
+            )
+        })?;
+    rt.block_on(daemon::serve(opts, rx))
+        .map_err(|e| CliError::new(ExitStatus::Environment, e))?;
+    Ok(ExitStatus::Accepted)
+}

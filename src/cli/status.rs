@@ -1,0 +1,144 @@
+//! `loopd status`: every job, or one.
+
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+use crate::cli::daemon::state_dir_or_default;
+use crate::cli::CliError;
+use crate::daemon::spool::Spool;
+use crate::daemon::state::{branch_name, JobState, Status};
+use crate::job::Checkpoint;
+use crate::outcome::ExitStatus;
+
+/// Show the state of every job (or of JOB): queued, running, accepted,
+/// exhausted, stopped, interrupted, error or cancelled, with the current
+/// attempt, the spend so far, the branch and the report.
+///
+/// Example: `loopd status --json | jq '.[] | select(.state == "running")'`
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// One job's id.
+    pub job: Option<String>,
+    #[arg(long, value_name = "DIR", env = "LOOPD_STATE_DIR")]
+    pub state_dir: Option<std::path::PathBuf>,
+    /// Print JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The status of every job the state dir knows, oldest first.
+pub fn collect(state_dir: &Path) -> Vec<Value> {
+    let spool = Spool::new(state_dir);
+    let mut out = Vec::new();
+    for (dir, default) in [
+        ("done", Status::Error),
+        ("running", Status::Running),
+        ("incoming", Status::Queued),
+    ] {
+        for file in spool.list(dir) {
+            let id = file
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let state = match dir {
+                "incoming" => None,
+                _ => JobState::load(state_dir, &id),
+            };
+            let mut v = match state {
+                Some(st) => serde_json::to_value(&st).expect("a job state serializes"),
+                None => match spool.read(&file) {
+                    Ok(spec) => serde_json::to_value(JobState::new(&spec, default))
+                        .expect("a job state serializes"),
+                    Err(why) => {
+                        json!({"job_id": id, "state": "error", "detail": why, "branch": branch_name(&id)})
+                    }
+                },
+            };
+            if dir == "running" {
+                if let Some(cp) = Checkpoint::load(&state_dir.join("runs").join(&id)) {
+                    v["attempt"] = json!(cp.next_attempt);
+                    v["spent_usd"] = json!(crate::report::round_usd(cp.spent.cost_usd));
+                }
+            }
+            out.push(v);
+        }
+    }
+    out.sort_by(|a, b| a["job_id"].as_str().cmp(&b["job_id"].as_str()));
+    out
+}
+
+pub fn status(args: StatusArgs) -> Result<ExitStatus, CliError> {
+    let state_dir = state_dir_or_default(args.state_dir);
+    let mut jobs = collect(&state_dir);
+    if let Some(id) = &args.job {
+        jobs.retain(|j| j["job_id"].as_str() == Some(id));
+        if jobs.is_empty() {
+            return Err(CliError::new(
+                ExitStatus::Usage,
+                format!("no job `{id}` in `{}`", state_dir.display()),
+            )
+            .hint("`loopd status` lists every job"));
+        }
+    }
+    if args.json {
+        let v = if args.job.is_some() {
+            jobs[0].clone()
+        } else {
+            Value::Array(jobs)
+        };
+        println!("{v}");
+        return Ok(ExitStatus::Accepted);
+    }
+    let mut out = String::new();
+    if args.job.is_some() {
+        let j = &jobs[0];
+        for key in [
+            "job_id",
+            "state",
+            "repo",
+            "git_ref",
+            "commit",
+            "branch",
+            "task",
+            "attempt",
+            "spent_usd",
+            "reason",
+            "detail",
+            "commit_accepted",
+            "stash_commit",
+            "report",
+        ] {
+            if !j[key].is_null() {
+                out.push_str(&format!(
+                    "{key:<16} {}\n",
+                    j[key]
+                        .as_str()
+                        .map(str::to_owned)
+                        .unwrap_or_else(|| j[key].to_string())
+                ));
+            }
+        }
+        out.push_str("goal steps (the commands this job runs):\n");
+        for g in j["goal"].as_array().into_iter().flatten() {
+            out.push_str(&format!("  {}\n", g.as_str().unwrap_or("")));
+        }
+    } else {
+        out.push_str(&format!(
+            "{:<24} {:<12} {:>7} {:>9}  {}\n",
+            "JOB", "STATE", "ATTEMPT", "SPENT", "BRANCH"
+        ));
+        for j in &jobs {
+            out.push_str(&format!(
+                "{:<24} {:<12} {:>7} {:>9}  {}\n",
+                j["job_id"].as_str().unwrap_or("?"),
+                j["state"].as_str().unwrap_or("?"),
+                j["attempt"].as_u64().unwrap_or(0),
+                format!("${:.4}", j["spent_usd"].as_f64().unwrap_or(0.0)),
+                j["branch"].as_str().unwrap_or("")
+            ));
+        }
+    }
+    print!("{out}");
+    Ok(ExitStatus::Accepted)
+}

@@ -1,0 +1,252 @@
+//! One queued job, run to its end in a git worktree of its own.
+//!
+//! The worktree lives under the state dir on a branch `loopd/<job-id>` made
+//! from the pinned commit, so the user's own working tree is never touched
+//! and two jobs on one repository run side by side. On acceptance the change
+//! is committed on that branch; on any other ending the circuit breaker has
+//! parked the work; either way the worktree is removed and the branch stays.
+//! A job suspended by a shutdown keeps its worktree and resumes from its
+//! checkpoint.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use git2::{Oid, Repository};
+use tokio::sync::watch;
+
+use super::spool::{JobSpec, Spool};
+use super::state::{branch_name, JobState, Status};
+use crate::agent::session::StopRequest;
+use crate::config::{find_on_path, Job};
+use crate::job::{self, Checkpoint, Control};
+use crate::report::Summary;
+use crate::workspace::Workspace;
+
+/// What every job of a daemon shares.
+pub struct Context {
+    pub state_dir: PathBuf,
+    pub spool: Spool,
+    pub agent_bin: Option<PathBuf>,
+    pub loopd_exe: PathBuf,
+    pub api_key: Option<String>,
+}
+
+fn worktree_path(state_dir: &Path, id: &str) -> PathBuf {
+    state_dir.join("worktrees").join(id)
+}
+
+/// Create the job's worktree on `loopd/<id>` at the pinned commit, or reuse
+/// the one a suspended run left.
+pub fn prepare_worktree(spec: &JobSpec, state_dir: &Path) -> Result<PathBuf, String> {
+    let path = worktree_path(state_dir, &spec.job_id);
+    if path.join(".git").exists() {
+        return Ok(path);
+    }
+    let repo = Repository::open(&spec.repo)
+        .map_err(|e| format!("cannot open the repository `{}`: {e}", spec.repo.display()))?;
+    let oid =
+        Oid::from_str(&spec.commit).map_err(|e| format!("bad commit id `{}`: {e}", spec.commit))?;
+    let commit = repo.find_commit(oid).map_err(|e| {
+        format!(
+            "commit {} is not in `{}`: {e}",
+            spec.commit,
+            spec.repo.display()
+        )
+    })?;
+    let name = branch_name(&spec.job_id);
+    let branch = match repo.find_branch(&name, git2::BranchType::Local) {
+        Ok(b) => b,
+        Err(_) => repo
+            .branch(&name, &commit, false)
+            .map_err(|e| format!("cannot create branch `{name}`: {e}"))?,
+    };
+    // A registration whose directory is gone (a crash mid-removal) is stale.
+    if let Ok(wt) = repo.find_worktree(&spec.job_id) {
+        let _ = wt.prune(Some(
+            git2::WorktreePruneOptions::new()
+                .valid(true)
+                .working_tree(true),
+        ));
+    }
+    job::private_dir(path.parent().expect("worktrees/<id> has a parent"))
+        .map_err(|e| format!("cannot create the worktrees dir: {e}"))?;
+    let mut opts = git2::WorktreeAddOptions::new();
+    opts.reference(Some(branch.get()));
+    repo.worktree(&spec.job_id, &path, Some(&opts))
+        .map_err(|e| format!("cannot add a worktree for `{name}`: {e}"))?;
+    Ok(path)
+}
+
+/// Commit everything in the worktree on its branch; returns the commit id.
+fn commit_accepted(worktree: &Path, message: &str) -> Result<String, git2::Error> {
+    let repo = Repository::open(worktree)?;
+    let mut index = repo.index()?;
+    index.add_all(["*"], git2::IndexAddOption::DEFAULT, None)?;
+    index.update_all(["*"], None)?;
+    index.write()?;
+    let tree = repo.find_tree(index.write_tree()?)?;
+    let parent = repo.head()?.peel_to_commit()?;
+    let sig = repo
+        .signature()
+        .or_else(|_| git2::Signature::now("loopd", "loopd@localhost"))?;
+    let oid = repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &[&parent])?;
+    Ok(oid.to_string())
+}
+
+/// Remove the worktree directory and its registration; the branch stays.
+pub fn remove_worktree(repo: &Path, state_dir: &Path, id: &str) {
+    let path = worktree_path(state_dir, id);
+    if let Err(e) = std::fs::remove_dir_all(&path) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(path = %path.display(), error = %e, "cannot remove the worktree");
+        }
+    }
+    if let Ok(r) = Repository::open(repo) {
+        if let Ok(wt) = r.find_worktree(id) {
+            let _ = wt.prune(Some(
+                git2::WorktreePruneOptions::new()
+                    .valid(true)
+                    .working_tree(true),
+            ));
+        }
+    }
+}
+
+fn commit_message(summary: &Summary, job: &Job) -> String {
+    let first = summary
+        .task
+        .lines()
+        .next()
+        .unwrap_or("")
+        .chars()
+        .take(60)
+        .collect::<String>();
+    let last = summary.attempts.last();
+    format!(
+        "loopd: {first}\n\nTask: {}\n\nAccepted by loopd job {} at attempt {} of {}: the goal test is green ({}) and the critic passed the diff.\nCost ${:.4}, {} turns, {} input / {} output tokens.\nBASE_REF {}\n",
+        summary.task,
+        summary.job_id,
+        last.map_or(0, |a| a.n),
+        job.max_attempts,
+        job.goal.iter().map(|s| format!("`{}`", s.name)).collect::<Vec<_>>().join(", "),
+        summary.totals.cost_usd,
+        summary.totals.turns,
+        summary.totals.input_tokens,
+        summary.totals.output_tokens,
+        summary.base_ref
+    )
+}
+
+/// Run one job to its end (or suspension). Returns its final status.
+pub async fn run(
+    spec: JobSpec,
+    spool_file: PathBuf,
+    ctx: Arc<Context>,
+    stop: watch::Receiver<Option<StopRequest>>,
+    cancelled: Arc<AtomicBool>,
+) -> Status {
+    let id = spec.job_id.clone();
+    let mut state = JobState::load(&ctx.state_dir, &id)
+        .unwrap_or_else(|| JobState::new(&spec, Status::Running));
+    state.state = Status::Running;
+    state.save(&ctx.state_dir);
+    tracing::info!(job_id = %id, repo = %spec.repo.display(), "job running");
+
+    let fail = |state: &mut JobState, why: String| {
+        tracing::error!(job_id = %state.job_id, why = %why, "job failed to run");
+        state.state = Status::Error;
+        state.reason = Some("internal_error".into());
+        state.detail = Some(why);
+    };
+    let worktree = {
+        let spec = spec.clone();
+        let dir = ctx.state_dir.clone();
+        tokio::task::spawn_blocking(move || prepare_worktree(&spec, &dir))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()))
+    };
+    let outcome = match worktree {
+        Err(why) => {
+            fail(&mut state, why);
+            None
+        }
+        Ok(wt) => match prepare_job(&spec, &wt, &ctx) {
+            Err(why) => {
+                fail(&mut state, why);
+                None
+            }
+            Ok((ws, job)) => {
+                let resume = Checkpoint::load(&ctx.state_dir.join("runs").join(&id));
+                let control = Control {
+                    stop,
+                    loopd_exe: ctx.loopd_exe.clone(),
+                    api_key: ctx.api_key.clone(),
+                    job_id: Some(id.clone()),
+                    resume,
+                };
+                match job::run(&job, ws, control).await {
+                    Ok(summary) => Some((summary, job, wt)),
+                    Err(e) => {
+                        fail(&mut state, e.to_string());
+                        None
+                    }
+                }
+            }
+        },
+    };
+
+    if let Some((summary, job, wt)) = outcome {
+        state.attempt = summary.attempts.last().map_or(0, |a| a.n);
+        state.spent_usd = summary.totals.cost_usd;
+        state.reason = Some(summary.reason.to_string());
+        state.detail = Some(summary.detail.clone());
+        state.stash_commit = summary.stash_commit.clone();
+        state.report = summary.failure_report.clone();
+        state.summary = Some(summary.run_dir.join("summary.json"));
+        state.state = Status::from_outcome(summary.outcome);
+        if state.state == Status::Interrupted && !cancelled.load(Ordering::SeqCst) {
+            // Suspended by a shutdown: the worktree and the spool file stay,
+            // the next daemon resumes from the checkpoint.
+            state.save(&ctx.state_dir);
+            tracing::info!(job_id = %id, "job interrupted; it resumes when the daemon starts again");
+            return Status::Interrupted;
+        }
+        if cancelled.load(Ordering::SeqCst) && state.state != Status::Accepted {
+            state.state = Status::Cancelled;
+        }
+        if state.state == Status::Accepted {
+            let message = commit_message(&summary, &job);
+            let wt2 = wt.clone();
+            match tokio::task::spawn_blocking(move || commit_accepted(&wt2, &message)).await {
+                Ok(Ok(c)) => state.commit_accepted = Some(c),
+                Ok(Err(e)) => fail(
+                    &mut state,
+                    format!("accepted, but the commit on the job's branch failed: {e}"),
+                ),
+                Err(e) => fail(
+                    &mut state,
+                    format!("accepted, but the commit task failed: {e}"),
+                ),
+            }
+        }
+    }
+    remove_worktree(&spec.repo, &ctx.state_dir, &id);
+    if let Err(e) = ctx.spool.move_to(&spool_file, "done") {
+        tracing::error!(job_id = %id, error = %e, "cannot move the job file to done/");
+    }
+    state.save(&ctx.state_dir);
+    tracing::info!(job_id = %id, state = state.state.as_str(), branch = %state.branch, "job finished");
+    state.state
+}
+
+fn prepare_job(spec: &JobSpec, worktree: &Path, ctx: &Context) -> Result<(Workspace, Job), String> {
+    let ws = Workspace::open(worktree).map_err(|e| e.to_string())?;
+    let flags = spec
+        .flags
+        .to_flags(worktree, ctx.agent_bin.clone(), &ctx.state_dir);
+    let mut job = Job::resolve(&flags, ws.root()).map_err(|e| e.to_string())?;
+    job.agent_bin = find_on_path(&job.agent_bin)
+        .ok_or_else(|| format!("the agent CLI `{}` was not found", job.agent_bin.display()))?;
+    Ok((ws, job))
+}
