@@ -23,4 +23,11 @@ if ! "$tools/venv/bin/python" -m pytest --version >/dev/null 2>&1 \
   python3 -m venv "$tools/venv"
   "$tools/venv/bin/pip" install --quiet --disable-pip-version-check "pytest==$PYTEST_VERSION" "ruff==$RUFF_VERSION" >&2
 fi
+# systemd-analyze, for `systemd-analyze verify` of the units in systemd/.
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+  echo "installing systemd (for systemd-analyze)" >&2
+  sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends systemd >&2
+fi
 echo "$tools/npm/node_modules/.bin:$tools/venv/bin"

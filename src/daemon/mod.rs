@@ -260,7 +260,18 @@ fn watch_dirs(
 ) -> Result<notify::RecommendedWatcher, DaemonError> {
     use notify::Watcher;
     let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-        if res.is_ok() {
+        // Only arrivals and departures matter. Access events must not wake
+        // us: the daemon's own scan of these directories opens them, and
+        // waking on that would spin.
+        let relevant = res.is_ok_and(|e| {
+            matches!(
+                e.kind,
+                notify::EventKind::Create(_)
+                    | notify::EventKind::Modify(_)
+                    | notify::EventKind::Remove(_)
+            )
+        });
+        if relevant {
             // Never block the notify thread: one pending wake-up is enough.
             let _ = wake.try_send(());
         }

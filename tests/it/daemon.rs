@@ -1,7 +1,7 @@
 //! `loopd daemon`, `submit`, `status`, `cancel`, `report` against the real CLI
 //! (issue: the durable job queue).
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;

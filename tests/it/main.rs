@@ -10,3 +10,4 @@ mod daemon;
 mod guards;
 mod hook;
 mod run_loop;
+mod systemd;
