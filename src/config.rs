@@ -11,8 +11,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::approval::{ApprovalAction, ApprovalSettings};
+use crate::ci::risk::RiskPolicy;
 use crate::guard::tamper::ProtectSettings;
 use crate::guard::testcount::Preset;
+use crate::notify::Webhook;
 use crate::rubric::Rubric;
 
 /// The name of the per-repository configuration file.
@@ -138,6 +141,40 @@ struct ConfigFile {
     guard: GuardFile,
     #[serde(default)]
     protect: ProtectFile,
+    #[serde(default)]
+    ci: CiFile,
+    #[serde(default)]
+    approval: ApprovalFile,
+    #[serde(default)]
+    notify: Vec<NotifyFile>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CiFile {
+    budget_usd: Option<f64>,
+    max_attempts: Option<i64>,
+    max_files: Option<i64>,
+    max_lines: Option<i64>,
+    never_touch: Option<Vec<String>>,
+    allow_new_dependencies: Option<bool>,
+    allow_forks: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApprovalFile {
+    required: Option<bool>,
+    action: Option<String>,
+    merge_into: Option<String>,
+    remote: Option<String>,
+    base: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NotifyFile {
+    url: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -224,6 +261,13 @@ pub struct Job {
     pub caps: Caps,
     pub guard: GuardSettings,
     pub protect: ProtectSettings,
+    /// The autofix gate's risk policy (`loopd ci`).
+    pub ci: RiskPolicy,
+    /// The durable approval gate (the daemon).
+    pub approval: ApprovalSettings,
+    /// Webhooks told when a job is accepted, awaits approval, or ends otherwise.
+    #[serde(skip)]
+    pub notify: Vec<Webhook>,
     /// The exact bytes of the configuration file, for the checksum guard.
     #[serde(skip)]
     pub config_text: Option<String>,
@@ -650,6 +694,77 @@ impl Job {
             }
         }
 
+        let ci = {
+            let c = &file.ci;
+            let mut policy = RiskPolicy::default();
+            if let Some(x) = c.budget_usd {
+                if !(x.is_finite() && x > 0.0) {
+                    return Err(o.invalid("ci.budget_usd", "a positive number of US dollars", x));
+                }
+                policy.budget_usd = x;
+            }
+            if let Some(n) = c.max_attempts {
+                policy.max_attempts = positive(&o, "ci.max_attempts", Some(n), 1)? as u32;
+            }
+            if let Some(n) = c.max_files {
+                policy.max_files = positive(&o, "ci.max_files", Some(n), 1)? as usize;
+            }
+            if let Some(n) = c.max_lines {
+                policy.max_lines = positive(&o, "ci.max_lines", Some(n), 1)? as usize;
+            }
+            if let Some(list) = &c.never_touch {
+                for (i, g) in list.iter().enumerate() {
+                    if globset::Glob::new(g).is_err() {
+                        return Err(o.invalid(
+                            &format!("ci.never_touch[{i}]"),
+                            "a glob such as `.github/**`",
+                            format!("`{g}`"),
+                        ));
+                    }
+                }
+                policy.never_touch = list.clone();
+            }
+            policy.allow_new_dependencies = c.allow_new_dependencies.unwrap_or(false);
+            policy.allow_forks = c.allow_forks.unwrap_or(false);
+            policy
+        };
+        let approval = {
+            let a = &file.approval;
+            let action = match a.action.as_deref() {
+                None | Some("merge") => ApprovalAction::Merge,
+                Some("pull_request") => ApprovalAction::PullRequest,
+                Some(other) => {
+                    return Err(o.invalid(
+                        "approval.action",
+                        "`merge` or `pull_request`",
+                        format!("`{other}`"),
+                    ))
+                }
+            };
+            ApprovalSettings {
+                required: a.required.unwrap_or(false),
+                action,
+                merge_into: non_empty(&o, "approval.merge_into", a.merge_into.clone(), "main")?,
+                remote: non_empty(&o, "approval.remote", a.remote.clone(), "origin")?,
+                base: non_empty(&o, "approval.base", a.base.clone(), "main")?,
+            }
+        };
+        let mut notify = Vec::new();
+        for (i, n) in file.notify.iter().enumerate() {
+            match n.url.as_deref().map(str::trim) {
+                Some(u) if u.starts_with("http://") || u.starts_with("https://") => {
+                    notify.push(Webhook { url: u.to_owned() })
+                }
+                _ => {
+                    return Err(o.invalid(
+                        &format!("notify[{i}].url"),
+                        "an http:// or https:// URL",
+                        "something else (not shown: webhook URLs are secrets)",
+                    ))
+                }
+            }
+        }
+
         let agent_bin = flags
             .agent_bin
             .clone()
@@ -691,6 +806,9 @@ impl Job {
                 grace,
             },
             protect,
+            ci,
+            approval,
+            notify,
             config_text,
         })
     }

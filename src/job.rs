@@ -42,6 +42,14 @@ use crate::report::{self, AttemptRecord, Ledger, Summary, Totals};
 use crate::rubric::RubricSource;
 use crate::workspace::Workspace;
 
+/// Variables a goal step never sees: the API key and the forge tokens.
+const SECRET_VARS: &[&str] = &[
+    key::KEY_VAR,
+    "LOOPD_GITHUB_TOKEN",
+    "GITHUB_TOKEN",
+    "GH_TOKEN",
+];
+
 /// The most of a failing step's output that goes into the next prompt.
 pub const MAX_FEEDBACK: usize = 8 * 1024;
 
@@ -666,7 +674,7 @@ impl Run<'_> {
             self.ws.root(),
             Mode::FirstFailure,
             &goal::Limits {
-                env_remove: &[key::KEY_VAR],
+                env_remove: SECRET_VARS,
                 grace: self.job.guard.grace,
                 deadline: Some(deadline),
                 stop: Some(self.stop.clone()),
@@ -1059,11 +1067,13 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
         started_at,
         stop: control.stop,
         settings_path,
-        session_env_remove: if key_server.is_some() {
-            vec![key::KEY_VAR.into()]
-        } else {
-            vec![]
-        },
+        // Tokens never reach the agent, its tools or its hooks; the API key
+        // only through the helper.
+        session_env_remove: crate::ci::github::TOKEN_VARS
+            .iter()
+            .map(|v| (*v).into())
+            .chain(key_server.as_ref().map(|_| key::KEY_VAR.into()))
+            .collect(),
         attempts: Vec::new(),
         policy,
         integrity,
@@ -1127,7 +1137,7 @@ impl Run<'_> {
                     self.ws.root(),
                     Mode::All,
                     &goal::Limits {
-                        env_remove: &[key::KEY_VAR],
+                        env_remove: SECRET_VARS,
                         grace: self.job.guard.grace,
                         deadline: Some(deadline),
                         stop: Some(self.stop.clone()),

@@ -22,7 +22,9 @@
 //! Exit codes are decided in one place: [`outcome`].
 
 pub mod agent;
+pub mod approval;
 pub mod breaker;
+pub mod ci;
 pub mod cli;
 pub mod config;
 pub mod critic;
@@ -30,6 +32,7 @@ pub mod daemon;
 pub mod goal;
 pub mod guard;
 pub mod job;
+pub mod notify;
 pub mod outcome;
 pub mod process;
 pub mod report;

@@ -2,8 +2,10 @@
 //! are the help text. Each subcommand returns an [`ExitStatus`] or a
 //! [`CliError`]; `main` turns both into the process exit code.
 
+pub mod approve;
 pub mod cancel;
 pub mod check;
+pub mod ci;
 pub mod daemon;
 pub mod hook;
 pub mod report_cmd;
@@ -41,6 +43,11 @@ pub enum Command {
     Status(status::StatusArgs),
     Cancel(cancel::CancelArgs),
     Report(report_cmd::ReportArgs),
+    /// Approve an accepted job and perform its outward step (merge, or push and open a pull request).
+    Approve(approve::DecideArgs),
+    /// Reject an accepted job: nothing leaves the machine, the change stays parked.
+    Reject(approve::DecideArgs),
+    Ci(ci::CiArgs),
     /// Entry points for Claude Code hooks.
     Hook(hook::HookArgs),
     /// Print the API key served on SOCKET (the CLI's `apiKeyHelper`; internal).
@@ -105,6 +112,9 @@ pub fn dispatch(cli: Cli) -> Result<ExitStatus, CliError> {
         Command::Status(args) => status::status(args),
         Command::Cancel(args) => cancel::cancel(args),
         Command::Report(args) => report_cmd::report(args),
+        Command::Approve(args) => approve::approve(args),
+        Command::Reject(args) => approve::reject(args),
+        Command::Ci(args) => ci::ci(args),
         Command::Hook(args) => hook::hook(args),
         Command::AgentKey { socket } => {
             crate::agent::key::print_key(&socket).map_err(|e| {

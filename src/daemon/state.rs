@@ -21,6 +21,11 @@ pub enum Status {
     Interrupted,
     Error,
     Cancelled,
+    /// Accepted, committed on its branch, nothing pushed: waits for
+    /// `loopd approve` or `loopd reject`.
+    AwaitingApproval,
+    /// Accepted, then rejected by a human; the change stays parked.
+    Rejected,
 }
 
 impl Status {
@@ -35,7 +40,10 @@ impl Status {
     }
 
     pub fn is_final(self) -> bool {
-        !matches!(self, Status::Queued | Status::Running | Status::Interrupted)
+        !matches!(
+            self,
+            Status::Queued | Status::Running | Status::Interrupted | Status::AwaitingApproval
+        )
     }
 
     pub fn as_str(self) -> &'static str {
@@ -48,6 +56,8 @@ impl Status {
             Status::Interrupted => "interrupted",
             Status::Error => "error",
             Status::Cancelled => "cancelled",
+            Status::AwaitingApproval => "awaiting_approval",
+            Status::Rejected => "rejected",
         }
     }
 }
@@ -73,6 +83,9 @@ pub struct JobState {
     pub stash_commit: Option<String>,
     pub report: Option<PathBuf>,
     pub summary: Option<PathBuf>,
+    /// What the approved outward step did (set once: it runs at most once).
+    #[serde(default)]
+    pub delivered: Option<String>,
     pub updated_at: String,
 }
 
@@ -95,6 +108,7 @@ impl JobState {
             stash_commit: None,
             report: None,
             summary: None,
+            delivered: None,
             updated_at: crate::report::now_rfc3339(),
         }
     }

@@ -36,9 +36,15 @@ fn worktree_path(state_dir: &Path, id: &str) -> PathBuf {
     state_dir.join("worktrees").join(id)
 }
 
+/// Worktree bookkeeping (`.git/worktrees/`) is not safe against concurrent
+/// writers — two jobs starting at once on one repository raced creating it —
+/// so adding and removing worktrees is serialized.
+static WORKTREE_ADMIN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Create the job's worktree on `loopd/<id>` at the pinned commit, or reuse
 /// the one a suspended run left.
 pub fn prepare_worktree(spec: &JobSpec, state_dir: &Path) -> Result<PathBuf, String> {
+    let _admin = WORKTREE_ADMIN.lock().unwrap_or_else(|e| e.into_inner());
     let path = worktree_path(state_dir, &spec.job_id);
     if path.join(".git").exists() {
         return Ok(path);
@@ -96,6 +102,7 @@ fn commit_accepted(worktree: &Path, message: &str) -> Result<String, git2::Error
 
 /// Remove the worktree directory and its registration; the branch stays.
 pub fn remove_worktree(repo: &Path, state_dir: &Path, id: &str) {
+    let _admin = WORKTREE_ADMIN.lock().unwrap_or_else(|e| e.into_inner());
     let path = worktree_path(state_dir, id);
     if let Err(e) = std::fs::remove_dir_all(&path) {
         if e.kind() != std::io::ErrorKind::NotFound {
@@ -219,7 +226,13 @@ pub async fn run(
             let message = commit_message(&summary, &job);
             let wt2 = wt.clone();
             match tokio::task::spawn_blocking(move || commit_accepted(&wt2, &message)).await {
-                Ok(Ok(c)) => state.commit_accepted = Some(c),
+                Ok(Ok(c)) => {
+                    state.commit_accepted = Some(c);
+                    if job.approval.required {
+                        // Nothing leaves the machine until a human approves.
+                        state.state = Status::AwaitingApproval;
+                    }
+                }
                 Ok(Err(e)) => fail(
                     &mut state,
                     format!("accepted, but the commit on the job's branch failed: {e}"),
@@ -230,6 +243,7 @@ pub async fn run(
                 ),
             }
         }
+        notify_end(&job.notify, &state).await;
     }
     remove_worktree(&spec.repo, &ctx.state_dir, &id);
     if let Err(e) = ctx.spool.move_to(&spool_file, "done") {
@@ -238,6 +252,25 @@ pub async fn run(
     state.save(&ctx.state_dir);
     tracing::info!(job_id = %id, state = state.state.as_str(), branch = %state.branch, "job finished");
     state.state
+}
+
+/// Tell the webhooks how the job ended. Delivery runs in its own task and
+/// never fails the job; we wait for it (bounded) so a daemon that exits next
+/// does not cut it short.
+async fn notify_end(hooks: &[crate::notify::Webhook], state: &JobState) {
+    let event = crate::notify::JobEvent {
+        event: state.state.as_str().to_owned(),
+        job_id: state.job_id.clone(),
+        repo: state.repo.display().to_string(),
+        reason: state.reason.clone().unwrap_or_default(),
+        detail: state.detail.clone().unwrap_or_default(),
+        branch: Some(state.branch.clone()),
+        cost_usd: state.spent_usd,
+        report: state.report.as_ref().map(|p| p.display().to_string()),
+    };
+    if let Some(handle) = crate::notify::spawn(hooks, event, crate::notify::Retry::default()) {
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(60), handle).await;
+    }
 }
 
 fn prepare_job(spec: &JobSpec, worktree: &Path, ctx: &Context) -> Result<(Workspace, Job), String> {

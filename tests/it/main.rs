@@ -6,6 +6,7 @@
 mod support;
 
 mod attacks;
+mod ci;
 mod daemon;
 mod guards;
 mod hook;

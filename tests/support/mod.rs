@@ -11,6 +11,7 @@
 
 #![allow(dead_code)]
 
+pub mod github;
 pub mod model;
 
 use std::ffi::OsString;

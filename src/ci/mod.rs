@@ -1,0 +1,197 @@
+//! `loopd ci`: a gated autofix of a red build.
+//!
+//! Reasoning and execution live apart: the loop (agent, gates, critic) runs
+//! first; then the **autofix gate** is computed in code — accepted, every
+//! deterministic gate green, and the risk policy ([`risk`]) satisfied — and
+//! only then does the one step that writes to the outside world run: push
+//! `loopd/autofix/<short-sha>` and open a pull request against the failing
+//! branch. Otherwise nothing is pushed and the reason is reported.
+//!
+//! Safety: nothing runs on loopd's own branches or commits (no recursion);
+//! at most one pull request per failing commit (a second run finds the first
+//! and stops); an event from a fork is refused unless the config allows it;
+//! the token never reaches the agent, a log line or a file.
+//!
+//! Only [`github`] knows GitHub.
+
+pub mod github;
+pub mod risk;
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::report::Summary;
+use crate::workspace::Workspace;
+
+/// The trailer every loopd commit carries (no recursion on loopd's commits).
+pub const TRAILER: &str = "Loopd-Job:";
+
+/// The branch an autofix of `sha` is pushed to.
+pub fn autofix_branch(sha: &str) -> String {
+    format!("loopd/autofix/{}", &sha[..sha.len().min(12)])
+}
+
+/// What `loopd ci` decided, for the step summary and `--json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct CiReport {
+    /// `pull_request_opened`, `pull_request_exists`, `skipped`, `refused`,
+    /// `not_accepted`, `gate_refused`.
+    pub decision: String,
+    pub why: String,
+    pub sha: String,
+    pub branch: Option<String>,
+    pub pull_request: Option<github::PullRequest>,
+    pub risk_violations: Vec<String>,
+    pub summary: Option<Summary>,
+}
+
+/// Is this loopd's own work? (Its branches, or commits it made.)
+pub fn is_loopd_work(branch: &str, ws: &Workspace) -> Option<String> {
+    if branch.starts_with("loopd/") {
+        return Some(format!("`{branch}` is one of loopd's own branches"));
+    }
+    let head = ws.git2().head().ok()?.peel_to_commit().ok()?;
+    let msg = head.message().unwrap_or("");
+    if msg.lines().any(|l| l.starts_with(TRAILER)) {
+        return Some(format!("commit {} was made by loopd", head.id()));
+    }
+    None
+}
+
+/// Commit the working tree's state on top of HEAD *without moving HEAD or
+/// touching the checkout*, and point `refs/heads/<branch>` at it.
+pub fn commit_to_branch(repo: &Path, branch: &str, message: &str) -> Result<String, git2::Error> {
+    let r = git2::Repository::open(repo)?;
+    // A private index, so the checkout's own index stays as it was.
+    let mut index = git2::Index::new()?;
+    let head = r.head()?.peel_to_commit()?;
+    index.read_tree(&head.tree()?)?;
+    let statuses = r.statuses(Some(
+        git2::StatusOptions::new()
+            .include_untracked(true)
+            .recurse_untracked_dirs(true),
+    ))?;
+    let root = r
+        .workdir()
+        .ok_or_else(|| git2::Error::from_str("bare repository"))?
+        .to_path_buf();
+    for s in statuses.iter() {
+        let Some(path) = s.path() else { continue };
+        let full = root.join(path);
+        if full.exists() {
+            let meta = std::fs::symlink_metadata(&full)
+                .map_err(|e| git2::Error::from_str(&e.to_string()))?;
+            let content = if meta.file_type().is_symlink() {
+                std::fs::read_link(&full).map(|t| t.to_string_lossy().into_owned().into_bytes())
+            } else {
+                std::fs::read(&full)
+            }
+            .map_err(|e| git2::Error::from_str(&e.to_string()))?;
+            let oid = r.blob(&content)?;
+            #[cfg(unix)]
+            let mode = {
+                use std::os::unix::fs::PermissionsExt;
+                if meta.file_type().is_symlink() {
+                    0o120000
+                } else if meta.permissions().mode() & 0o111 != 0 {
+                    0o100755
+                } else {
+                    0o100644
+                }
+            };
+            index.add(&git2::IndexEntry {
+                ctime: git2::IndexTime::new(0, 0),
+                mtime: git2::IndexTime::new(0, 0),
+                dev: 0,
+                ino: 0,
+                mode,
+                uid: 0,
+                gid: 0,
+                file_size: content.len() as u32,
+                id: oid,
+                flags: 0,
+                flags_extended: 0,
+                path: path.as_bytes().to_vec(),
+            })?;
+        } else {
+            index.remove_path(Path::new(path))?;
+        }
+    }
+    let tree = r.find_tree(index.write_tree_to(&r)?)?;
+    let sig = r
+        .signature()
+        .or_else(|_| git2::Signature::now("loopd", "loopd@localhost"))?;
+    let oid = r.commit(None, &sig, &sig, message, &tree, &[&head])?;
+    r.reference(&format!("refs/heads/{branch}"), oid, true, "loopd autofix")?;
+    Ok(oid.to_string())
+}
+
+/// The pull request's body: what was wrong, what changed, the verdict, the cost.
+pub fn pr_body(summary: &Summary, baseline_excerpt: &str, run_url: Option<&str>) -> String {
+    let last = summary.attempts.last();
+    let mut b = String::from("## loopd autofix\n\n");
+    b.push_str(&format!("**Task:** {}\n\n", summary.task));
+    b.push_str("### What was wrong\n\n```\n");
+    b.push_str(baseline_excerpt.trim_end());
+    b.push_str("\n```\n\n### What changed\n\n");
+    b.push_str(&format!(
+        "See the diff. Accepted at attempt {} of this run; BASE_REF `{}`.\n\n",
+        last.map_or(0, |a| a.n),
+        summary.base_ref
+    ));
+    b.push_str("### Verdict\n\n");
+    b.push_str(&format!(
+        "- goal test: green\n- deterministic gates: passed (tests at BASE_REF unchanged, no skip markers, test count kept)\n- critic: {}\n- risk policy: passed\n\n",
+        last.map_or("?", |a| a.critic.as_str())
+    ));
+    b.push_str(&format!(
+        "### Cost\n\n${:.4}, {} turns, {} input / {} output tokens, {:.1} s\n",
+        summary.totals.cost_usd,
+        summary.totals.turns,
+        summary.totals.input_tokens,
+        summary.totals.output_tokens,
+        summary.totals.wall_ms as f64 / 1000.0
+    ));
+    if let Some(u) = run_url {
+        b.push_str(&format!("\n[The CI run]({u})\n"));
+    }
+    b
+}
+
+/// Append Markdown to `$GITHUB_STEP_SUMMARY`.
+pub fn write_step_summary(path: &Path, report: &CiReport) {
+    let mut md = format!(
+        "## loopd autofix: {}\n\n{}\n\n",
+        report.decision.replace('_', " "),
+        report.why
+    );
+    if let Some(pr) = &report.pull_request {
+        md.push_str(&format!("Pull request: [#{}]({})\n\n", pr.number, pr.url));
+    }
+    for v in &report.risk_violations {
+        md.push_str(&format!("- risk policy: {v}\n"));
+    }
+    if let Some(s) = &report.summary {
+        md.push('\n');
+        md.push_str(&crate::cli::report_cmd::markdown(None, s, None));
+    }
+    use std::io::Write;
+    match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        Ok(mut f) => {
+            let _ = f.write_all(md.as_bytes());
+        }
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "cannot write the step summary")
+        }
+    }
+}
+
+/// Where the report files are, for an upload-artifact step.
+pub fn artifacts_dir(summary: &Summary) -> PathBuf {
+    summary.run_dir.clone()
+}

@@ -1,0 +1,536 @@
+//! `loopd ci`, durable approvals and notifications — no network: a bare
+//! repository is the remote and a loopback server stands in for the GitHub
+//! API and the webhook receiver (issue: CI gated autofix).
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::support::github::FakeGitHub;
+use crate::support::model::{Role, ScriptedModel};
+use crate::support::*;
+
+const TOKEN: &str = "ghs_test_token_0d9f3a1b_never_print";
+
+/// The fixture as a CI checkout: `origin` is a bare repository.
+fn ci_env() -> (TestEnv, std::path::PathBuf, String) {
+    let env = TestEnv::new();
+    let remote = env.tmp.path().join("remote.git");
+    let out = Command::new("git")
+        .args(["clone", "-q", "--bare"])
+        .arg(&env.repo)
+        .arg(&remote)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("git clone");
+    assert!(out.status.success());
+    env.git(&["remote", "add", "origin", &remote.to_string_lossy()]);
+    let sha = env.git(&["rev-parse", "HEAD"]).trim().to_owned();
+    (env, remote, sha)
+}
+
+fn remote_git(remote: &std::path::Path, args: &[&str]) -> (bool, String) {
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(remote)
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .expect("git");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+fn loopd_ci(
+    env: &TestEnv,
+    model: &ScriptedModel,
+    gh: &FakeGitHub,
+    sha: &str,
+    branch: &str,
+    event: Value,
+    event_name: &str,
+) -> (RunResult, String) {
+    let event_path = env.tmp.path().join("event.json");
+    std::fs::write(&event_path, event.to_string()).expect("event");
+    let summary = env.tmp.path().join("step-summary.md");
+    let r = finish(
+        env.loopd(Some(model))
+            .args(["ci", "--json"])
+            .env("GITHUB_ACTIONS", "true")
+            .env("GITHUB_REPOSITORY", "acme/rechnung")
+            .env("GITHUB_SHA", sha)
+            .env("GITHUB_REF_NAME", branch)
+            .env("GITHUB_EVENT_NAME", event_name)
+            .env("GITHUB_EVENT_PATH", &event_path)
+            .env("GITHUB_API_URL", gh.url())
+            .env("GITHUB_SERVER_URL", "https://github.example")
+            .env("GITHUB_RUN_ID", "42")
+            .env("GITHUB_TOKEN", TOKEN)
+            .env("GITHUB_STEP_SUMMARY", &summary)
+            .output()
+            .expect("loopd ci"),
+    );
+    (r, std::fs::read_to_string(&summary).unwrap_or_default())
+}
+
+fn push_event() -> Value {
+    json!({"repository": {"full_name": "acme/rechnung", "fork": false}})
+}
+
+fn assert_no_token_in_state(env: &TestEnv) {
+    for (path, bytes) in env.state_files() {
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(TOKEN),
+            "the token leaked into {}",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn a_red_build_fixed_and_accepted_opens_exactly_one_pull_request() {
+    let (env, remote, sha) = ci_env();
+    let gh = FakeGitHub::start();
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
+    let (r, step_summary) = loopd_ci(&env, &model, &gh, &sha, "main", push_event(), "push");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let report: Value = serde_json::from_str(r.stdout.trim()).expect("json");
+    assert_eq!(report["decision"], "pull_request_opened");
+    let branch = format!("loopd/autofix/{}", &sha[..12]);
+    // Pushed: the remote has the branch with the fix, carrying the trailer.
+    let (ok, _) = remote_git(&remote, &["rev-parse", &branch]);
+    assert!(ok, "the branch was pushed");
+    assert_eq!(
+        remote_git(&remote, &["show", &format!("{branch}:rechnung.py")]).1,
+        clean_solution()
+    );
+    assert!(remote_git(&remote, &["log", "-1", "--format=%B", &branch])
+        .1
+        .contains("Loopd-Job:"));
+    // One pull request, against the failing branch, with the summary.
+    let pulls = gh.pulls();
+    assert_eq!(pulls.len(), 1);
+    assert_eq!(
+        (pulls[0].1.as_str(), pulls[0].2.as_str()),
+        (branch.as_str(), "main")
+    );
+    for needle in [
+        "What was wrong",
+        "4 failed, 2 passed",
+        "critic: PASS",
+        "### Cost",
+    ] {
+        assert!(
+            pulls[0].4.contains(needle),
+            "PR body lacks {needle}: {}",
+            pulls[0].4
+        );
+    }
+    // A status on the failing commit, authenticated with the token.
+    let statuses = gh.statuses();
+    assert_eq!(statuses.len(), 1);
+    assert_eq!(statuses[0].0, sha);
+    assert_eq!(statuses[0].1["state"], "success");
+    assert!(gh.requests().iter().all(|q| q.path.starts_with("/hook")
+        || q.authorization.as_deref() == Some(&format!("Bearer {TOKEN}"))));
+    assert!(
+        step_summary.contains("pull request opened"),
+        "{step_summary}"
+    );
+    // The checkout's HEAD did not move.
+    assert_eq!(env.git(&["rev-parse", "HEAD"]).trim(), sha);
+    // The token reached neither the agent nor any file.
+    assert!(!model
+        .requests()
+        .iter()
+        .any(|q| q.body.to_string().contains(TOKEN)));
+    assert_no_token_in_state(&env);
+}
+
+#[test]
+fn a_fix_that_fails_the_risk_policy_is_not_pushed() {
+    let (env, remote, _) = ci_env();
+    let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
+    std::fs::write(
+        env.repo.join("loopd.toml"),
+        format!("{cfg}\n[ci]\nmax_lines = 2\n"),
+    )
+    .expect("cfg");
+    env.git(&["commit", "-qam", "tight risk policy"]);
+    let sha = env.git(&["rev-parse", "HEAD"]).trim().to_owned();
+    let gh = FakeGitHub::start();
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
+    let (r, step_summary) = loopd_ci(&env, &model, &gh, &sha, "main", push_event(), "push");
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let report: Value = serde_json::from_str(r.stdout.trim()).expect("json");
+    assert_eq!(report["decision"], "gate_refused");
+    assert!(report["risk_violations"][0]
+        .as_str()
+        .expect("why")
+        .contains("lines changed; the policy allows at most 2"));
+    assert!(
+        !remote_git(
+            &remote,
+            &["rev-parse", &format!("loopd/autofix/{}", &sha[..12])]
+        )
+        .0,
+        "nothing pushed"
+    );
+    assert!(gh.pulls().is_empty());
+    assert!(
+        step_summary.contains("gate refused") && step_summary.contains("at most 2"),
+        "{step_summary}"
+    );
+}
+
+#[test]
+fn nothing_runs_on_loopds_own_branches() {
+    let (env, _remote, sha) = ci_env();
+    let gh = FakeGitHub::start();
+    let model = ScriptedModel::start(scenario(vec![], vec![]));
+    let (r, _) = loopd_ci(
+        &env,
+        &model,
+        &gh,
+        &sha,
+        "loopd/autofix/0123456789ab",
+        push_event(),
+        "push",
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("\"skipped\""));
+    assert!(model.requests().is_empty() && gh.requests().is_empty());
+}
+
+#[test]
+fn a_second_run_for_the_same_commit_opens_no_second_pull_request() {
+    let (env, _remote, sha) = ci_env();
+    let gh = FakeGitHub::start();
+    gh.add_pull(&format!("loopd/autofix/{}", &sha[..12]), "main");
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
+    let (r, _) = loopd_ci(&env, &model, &gh, &sha, "main", push_event(), "push");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("\"pull_request_exists\""));
+    assert_eq!(gh.pulls().len(), 1);
+    assert!(model.requests().is_empty(), "no model call, no cost");
+}
+
+#[test]
+fn an_event_from_a_fork_is_refused() {
+    let (env, _remote, sha) = ci_env();
+    let gh = FakeGitHub::start();
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
+    let event = json!({"pull_request": {"head": {"repo": {"full_name": "mallory/rechnung"}}, "base": {"repo": {"full_name": "acme/rechnung"}}}});
+    let (r, summary) = loopd_ci(&env, &model, &gh, &sha, "feature", event, "pull_request");
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(summary.contains("fork"), "{summary}");
+    assert!(model.requests().is_empty() && gh.pulls().is_empty());
+}
+
+// ---- the durable approval gate (daemon) --------------------------------------
+
+fn submit(env: &TestEnv) -> String {
+    let r = finish(
+        env.loopd(None)
+            .args(["submit", "--json"])
+            .output()
+            .expect("submit"),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    serde_json::from_str::<Value>(r.stdout.trim()).expect("json")["job_id"]
+        .as_str()
+        .expect("id")
+        .to_owned()
+}
+
+fn state(env: &TestEnv, id: &str) -> Value {
+    let r = finish(
+        env.loopd(None)
+            .args(["status", id, "--json"])
+            .output()
+            .expect("status"),
+    );
+    serde_json::from_str(r.stdout.trim()).expect("json")
+}
+
+fn wait_state(env: &TestEnv, id: &str, want: &str) -> Value {
+    let until = Instant::now() + Duration::from_secs(90);
+    loop {
+        let s = state(env, id);
+        if s["state"] == want {
+            return s;
+        }
+        assert!(Instant::now() < until, "job {id} never became {want}: {s}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+fn daemon(env: &TestEnv, model: &ScriptedModel) -> std::process::Child {
+    env.loopd(Some(model))
+        .args(["daemon"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("daemon")
+}
+
+fn stop(mut d: std::process::Child) {
+    extern "C" {
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    // SAFETY: kill(2) on our own child.
+    unsafe { kill(d.id() as i32, 15) };
+    assert_eq!(d.wait().expect("wait").code(), Some(0));
+}
+
+fn approval_env(action: &str, gh: &FakeGitHub) -> (TestEnv, std::path::PathBuf) {
+    let (env, remote, _) = ci_env();
+    let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
+    std::fs::write(
+        env.repo.join("loopd.toml"),
+        format!("{cfg}\n[approval]\nrequired = true\naction = \"{action}\"\nmerge_into = \"release\"\n\n[[notify]]\nurl = \"{}\"\n", gh.hook_url()),
+    )
+    .expect("cfg");
+    env.git(&["commit", "-qam", "approval required"]);
+    env.git(&["branch", "release"]);
+    (env, remote)
+}
+
+#[test]
+fn approval_survives_a_restart_and_pushes_exactly_once() {
+    let gh = FakeGitHub::start();
+    let (env, remote) = approval_env("pull_request", &gh);
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
+    let id = submit(&env);
+    let d = daemon(&env, &model);
+    let s = wait_state(&env, &id, "awaiting_approval");
+    let branch = format!("loopd/{id}");
+    assert!(s["commit_accepted"].is_string());
+    assert!(
+        !remote_git(&remote, &["rev-parse", &branch]).0,
+        "nothing pushed before approval"
+    );
+    // Restart between acceptance and approval: the pause is durable.
+    stop(d);
+    let d = daemon(&env, &model);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(state(&env, &id)["state"], "awaiting_approval");
+    let approve = |env: &TestEnv| {
+        finish(
+            env.loopd(None)
+                .args(["approve", &id])
+                .env("GITHUB_TOKEN", TOKEN)
+                .env("LOOPD_GITHUB_REPOSITORY", "acme/rechnung")
+                .env("GITHUB_API_URL", gh.url())
+                .output()
+                .expect("approve"),
+        )
+    };
+    let r = approve(&env);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("opened #1"), "{}", r.stdout);
+    assert!(
+        remote_git(&remote, &["rev-parse", &branch]).0,
+        "pushed on approval"
+    );
+    assert_eq!(
+        remote_git(&remote, &["show", &format!("{branch}:rechnung.py")]).1,
+        clean_solution()
+    );
+    // A second approve does nothing more.
+    let r = approve(&env);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("already"), "{}", r.stdout);
+    assert_eq!(gh.pulls().len(), 1, "exactly one pull request");
+    assert_eq!(
+        gh.requests()
+            .iter()
+            .filter(|q| q.method == "POST" && q.path.ends_with("/pulls"))
+            .count(),
+        1
+    );
+    let s = state(&env, &id);
+    assert_eq!(s["state"], "accepted");
+    let decision: Value = serde_json::from_str(
+        &std::fs::read_to_string(env.state.join("runs").join(&id).join("approval.json"))
+            .expect("recorded"),
+    )
+    .expect("json");
+    assert_eq!(decision["decision"], "approved");
+    // The webhook heard about it.
+    assert!(gh
+        .delivered()
+        .iter()
+        .any(|b| b["event"] == "awaiting_approval" && b["job_id"] == id.as_str()));
+    assert_no_token_in_state(&env);
+    stop(d);
+}
+
+#[test]
+fn reject_parks_the_change_and_pushes_nothing() {
+    let gh = FakeGitHub::start();
+    let (env, remote) = approval_env("merge", &gh);
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
+    let id = submit(&env);
+    let d = daemon(&env, &model);
+    let s = wait_state(&env, &id, "awaiting_approval");
+    let commit = s["commit_accepted"].as_str().expect("commit").to_owned();
+    let release_before = env.git(&["rev-parse", "release"]);
+    let r = finish(
+        env.loopd(None)
+            .args(["reject", &id])
+            .output()
+            .expect("reject"),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(state(&env, &id)["state"], "rejected");
+    assert_eq!(
+        env.git(&["rev-parse", &format!("refs/loopd/stash/{id}")])
+            .trim(),
+        commit,
+        "parked under a ref"
+    );
+    assert_eq!(
+        env.git(&["rev-parse", "release"]),
+        release_before,
+        "nothing merged"
+    );
+    assert!(!remote_git(&remote, &["rev-parse", &format!("loopd/{id}")]).0);
+    // Approving after a rejection is refused.
+    let r = finish(
+        env.loopd(None)
+            .args(["approve", &id])
+            .output()
+            .expect("approve"),
+    );
+    assert_ne!(r.code, 0);
+    stop(d);
+}
+
+#[test]
+fn approve_with_merge_merges_into_the_named_local_branch() {
+    let gh = FakeGitHub::start();
+    let (env, _remote) = approval_env("merge", &gh);
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
+    let id = submit(&env);
+    let d = daemon(&env, &model);
+    wait_state(&env, &id, "awaiting_approval");
+    let r = finish(
+        env.loopd(None)
+            .args(["approve", &id])
+            .output()
+            .expect("approve"),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(env.git(&["show", "release:rechnung.py"]), clean_solution());
+    assert_eq!(
+        env.read_repo("rechnung.py"),
+        fixture("rechnung/repo/rechnung.py"),
+        "the checked-out tree is untouched"
+    );
+    stop(d);
+}
+
+#[test]
+fn a_webhook_failing_twice_is_delivered_once_and_the_job_is_unaffected() {
+    let gh = FakeGitHub::start();
+    gh.script_hook(&[500, 500, 200]);
+    let (env, _, _) = ci_env();
+    let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
+    std::fs::write(
+        env.repo.join("loopd.toml"),
+        format!("{cfg}\n[[notify]]\nurl = \"{}\"\n", gh.hook_url()),
+    )
+    .expect("cfg");
+    env.git(&["commit", "-qam", "notify"]);
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
+    let id = submit(&env);
+    let d = daemon(&env, &model);
+    wait_state(&env, &id, "accepted");
+    let until = Instant::now() + Duration::from_secs(30);
+    while gh.delivered().is_empty() {
+        assert!(Instant::now() < until, "never delivered");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let delivered = gh.delivered();
+    assert_eq!(delivered.len(), 1, "delivered once");
+    assert_eq!(delivered[0]["event"], "accepted");
+    assert!(delivered[0]["text"]
+        .as_str()
+        .expect("slack text")
+        .contains(&id));
+    assert_eq!(
+        gh.requests()
+            .iter()
+            .filter(|q| q.path.starts_with("/hook"))
+            .count(),
+        3,
+        "two failures, one success"
+    );
+    // The webhook URL is a secret: it is in no log line or file.
+    for (path, bytes) in env.state_files() {
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains("secret-path"),
+            "the webhook URL leaked into {}",
+            path.display()
+        );
+    }
+    assert_eq!(model.session_count(Role::Agent), 1);
+    stop(d);
+}
+
+#[test]
+fn the_example_workflow_is_valid_yaml_with_minimal_permissions() {
+    let check = r#"
+import sys, yaml
+d = yaml.safe_load(open(sys.argv[1]))
+on = d.get(True, d.get("on"))
+assert on["workflow_run"]["types"] == ["completed"], on
+assert d["permissions"] == {"contents": "write", "pull-requests": "write", "statuses": "write"}, d["permissions"]
+steps = d["jobs"]["autofix"]["steps"]
+assert any(s.get("run", "").strip() == "loopd ci" for s in steps), steps
+assert "loopd/" in d["jobs"]["autofix"]["if"]
+print("ok")
+"#;
+    let path = std::env::split_paths(&tools_path())
+        .find(|p| p.join("python").exists())
+        .expect("the venv")
+        .join("python");
+    let out = Command::new(path)
+        .arg("-c")
+        .arg(check)
+        .arg(manifest_dir().join("examples/github/loopd-autofix.yml"))
+        .output()
+        .expect("python");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

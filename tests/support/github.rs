@@ -1,0 +1,181 @@
+//! A loopback server standing in for the GitHub REST API and for a webhook
+//! receiver, recording every request. Pull requests, statuses and comments
+//! are kept in memory; `/hook` answers with scripted status codes.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Value};
+
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub authorization: Option<String>,
+    pub body: Value,
+}
+
+#[derive(Default)]
+pub struct State {
+    pub requests: Vec<Request>,
+    /// Pull requests: (number, head, base, title, body).
+    pub pulls: Vec<(u64, String, String, String, String)>,
+    pub statuses: Vec<(String, Value)>,
+    pub hook_script: VecDeque<u16>,
+    /// Webhook bodies answered with 2xx.
+    pub delivered: Vec<Value>,
+}
+
+pub struct FakeGitHub {
+    addr: SocketAddr,
+    pub state: Arc<Mutex<State>>,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+impl FakeGitHub {
+    pub fn start() -> FakeGitHub {
+        let state = Arc::new(Mutex::new(State::default()));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let addr = listener.local_addr().expect("addr");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let shared = state.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
+                let app = axum::Router::new().fallback(move |method, uri, headers, body| {
+                    handle(shared.clone(), method, uri, headers, body)
+                });
+                let _ = axum::serve(listener, app)
+                    .with_graceful_shutdown(async {
+                        let _ = stopped.await;
+                    })
+                    .await;
+            });
+        });
+        FakeGitHub {
+            addr,
+            state,
+            _stop: stop,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn hook_url(&self) -> String {
+        format!("http://{}/hook/T0/B0/secret-path", self.addr)
+    }
+
+    pub fn script_hook(&self, statuses: &[u16]) {
+        self.state.lock().expect("state").hook_script = statuses.iter().copied().collect();
+    }
+
+    pub fn add_pull(&self, head: &str, base: &str) {
+        let mut st = self.state.lock().expect("state");
+        let n = st.pulls.len() as u64 + 1;
+        st.pulls.push((
+            n,
+            head.into(),
+            base.into(),
+            "existing".into(),
+            String::new(),
+        ));
+    }
+
+    pub fn pulls(&self) -> Vec<(u64, String, String, String, String)> {
+        self.state.lock().expect("state").pulls.clone()
+    }
+
+    pub fn statuses(&self) -> Vec<(String, Value)> {
+        self.state.lock().expect("state").statuses.clone()
+    }
+
+    pub fn requests(&self) -> Vec<Request> {
+        self.state.lock().expect("state").requests.clone()
+    }
+
+    pub fn delivered(&self) -> Vec<Value> {
+        self.state.lock().expect("state").delivered.clone()
+    }
+}
+
+async fn handle(
+    state: Arc<Mutex<State>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let path = uri.path().to_owned();
+    let query = uri.query().unwrap_or("").to_owned();
+    let mut st = state.lock().expect("state");
+    st.requests.push(Request {
+        method: method.to_string(),
+        path: path.clone(),
+        query: query.clone(),
+        authorization: headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+        body: body.clone(),
+    });
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match (method.as_str(), parts.as_slice()) {
+        ("POST", ["hook", ..]) => {
+            let code = st.hook_script.pop_front().unwrap_or(200);
+            if (200..300).contains(&code) {
+                st.delivered.push(body);
+            }
+            StatusCode::from_u16(code)
+                .unwrap_or(StatusCode::OK)
+                .into_response()
+        }
+        ("GET", ["repos", owner, _, "pulls"]) => {
+            let want = query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("head="))
+                .unwrap_or("")
+                .to_owned();
+            let list: Vec<Value> = st
+                .pulls
+                .iter()
+                .filter(|p| want.is_empty() || want == format!("{owner}:{}", p.1) || want == format!("{owner}%3A{}", p.1))
+                .map(|p| json!({"number": p.0, "html_url": format!("https://github.example/pull/{}", p.0), "head": {"ref": p.1}}))
+                .collect();
+            axum::Json(Value::Array(list)).into_response()
+        }
+        ("POST", ["repos", _, _, "pulls"]) => {
+            let n = st.pulls.len() as u64 + 1;
+            let s = |k: &str| body[k].as_str().unwrap_or("").to_owned();
+            st.pulls
+                .push((n, s("head"), s("base"), s("title"), s("body")));
+            (
+                StatusCode::CREATED,
+                axum::Json(
+                    json!({"number": n, "html_url": format!("https://github.example/pull/{n}")}),
+                ),
+            )
+                .into_response()
+        }
+        ("POST", ["repos", _, _, "statuses", sha]) => {
+            st.statuses.push((sha.to_string(), body));
+            (StatusCode::CREATED, axum::Json(json!({}))).into_response()
+        }
+        ("POST", ["repos", _, _, "issues", _, "comments"]) => {
+            (StatusCode::CREATED, axum::Json(json!({}))).into_response()
+        }
+        _ => StatusCode::NOT_FOUND.into_response(),
+    }
+}
