@@ -316,6 +316,18 @@ impl Run<'_> {
         }
     }
 
+    /// What bounds a goal test now: secrets out, the job's grace, the
+    /// deadline, signals, and the job's containment scope.
+    fn goal_limits(&self, deadline: Instant) -> goal::Limits<'_> {
+        goal::Limits {
+            env_remove: SECRET_VARS,
+            grace: self.job.guard.grace,
+            deadline: Some(deadline),
+            stop: Some(self.stop.clone()),
+            scope: &self.id,
+        }
+    }
+
     fn signalled(&self) -> bool {
         self.stop.borrow().is_some()
     }
@@ -673,13 +685,7 @@ impl Run<'_> {
             &self.job.goal,
             self.ws.root(),
             Mode::FirstFailure,
-            &goal::Limits {
-                env_remove: SECRET_VARS,
-                grace: self.job.guard.grace,
-                deadline: Some(deadline),
-                stop: Some(self.stop.clone()),
-                scope: &self.id,
-            },
+            &self.goal_limits(deadline),
         )
         .await?;
         self.write(&dir.join("goal.txt"), &goal.render())?;
@@ -1136,13 +1142,7 @@ impl Run<'_> {
                     &self.job.goal,
                     self.ws.root(),
                     Mode::All,
-                    &goal::Limits {
-                        env_remove: SECRET_VARS,
-                        grace: self.job.guard.grace,
-                        deadline: Some(deadline),
-                        stop: Some(self.stop.clone()),
-                        scope: &self.id,
-                    },
+                    &self.goal_limits(deadline),
                 )
                 .await?;
                 self.write(&self.dir.join("baseline.txt"), &baseline.render())?;

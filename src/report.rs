@@ -98,6 +98,17 @@ impl Summary {
     pub fn outcome_word(&self) -> &'static str {
         outcome_word(self.outcome)
     }
+
+    /// The task's first line, short enough for a commit or PR title.
+    pub fn headline(&self) -> String {
+        self.task
+            .lines()
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(60)
+            .collect()
+    }
 }
 
 /// `failure.json`: what a human needs when the job did not end in acceptance.

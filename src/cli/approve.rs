@@ -57,15 +57,7 @@ pub fn approve(args: DecideArgs) -> Result<ExitStatus, CliError> {
     }
     approval::record(&state_dir, &st, "approved")
         .map_err(|e| CliError::new(ExitStatus::Usage, e))?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| {
-            CliError::new(
-                ExitStatus::Environment,
-                format!("cannot start the runtime: {e}"),
-            )
-        })?;
+    let rt = crate::cli::runtime()?;
     let what = rt
         .block_on(approval::deliver(&state_dir, &mut st, &settings))
         .map_err(|e| {

@@ -73,16 +73,7 @@ pub fn ci(args: CiArgs) -> Result<ExitStatus, CliError> {
         CliError::new(ExitStatus::Usage, e)
             .hint("`loopd ci` runs in GitHub Actions; use `loopd run` elsewhere")
     })?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| {
-            CliError::new(
-                ExitStatus::Environment,
-                format!("cannot start the runtime: {e}"),
-            )
-        })?;
+    let rt = crate::cli::runtime()?;
     let base = |decision: &str, why: String| CiReport {
         decision: decision.into(),
         why,
@@ -230,17 +221,7 @@ pub fn ci(args: CiArgs) -> Result<ExitStatus, CliError> {
         &crate::goal::head_and_tail(&baseline, 3000),
         actions.run_url.as_deref(),
     );
-    let title = format!(
-        "loopd autofix: {}",
-        summary
-            .task
-            .lines()
-            .next()
-            .unwrap_or("")
-            .chars()
-            .take(60)
-            .collect::<String>()
-    );
+    let title = format!("loopd autofix: {}", summary.headline());
     let pr = rt
         .block_on(api.create_pull(&branch, &actions.branch, &title, &body))
         .map_err(|e| CliError::new(ExitStatus::Environment, e))?;

@@ -88,16 +88,7 @@ pub fn daemon(args: DaemonArgs) -> Result<ExitStatus, CliError> {
         api_key: std::env::var(KEY_VAR).ok().filter(|k| !k.is_empty()),
         grace: Duration::from_secs(5),
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| {
-            CliError::new(
-                ExitStatus::Environment,
-                format!("cannot start the runtime: {e}"),
-            )
-        })?;
+    let rt = crate::cli::runtime()?;
     rt.block_on(daemon::serve(opts, rx))
         .map_err(|e| CliError::new(ExitStatus::Environment, e))?;
     Ok(ExitStatus::Accepted)

@@ -102,6 +102,21 @@ impl From<crate::workspace::WorkspaceError> for CliError {
     }
 }
 
+/// The tokio runtime a command runs its async work on: two workers, as
+/// many as the machines we target have cores.
+pub fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            CliError::new(
+                ExitStatus::Environment,
+                format!("cannot start the runtime: {e}"),
+            )
+        })
+}
+
 /// Run the parsed command line.
 pub fn dispatch(cli: Cli) -> Result<ExitStatus, CliError> {
     match cli.command {

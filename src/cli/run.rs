@@ -102,16 +102,7 @@ pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
         job_id: None,
         resume: None,
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| {
-            CliError::new(
-                ExitStatus::Environment,
-                format!("cannot start the runtime: {e}"),
-            )
-        })?;
+    let rt = crate::cli::runtime()?;
     let summary = rt
         .block_on(job::run(&job, ws, control))
         .map_err(|e| CliError::new(ExitStatus::Environment, e))?;

@@ -121,14 +121,7 @@ pub fn remove_worktree(repo: &Path, state_dir: &Path, id: &str) {
 }
 
 fn commit_message(summary: &Summary, job: &Job) -> String {
-    let first = summary
-        .task
-        .lines()
-        .next()
-        .unwrap_or("")
-        .chars()
-        .take(60)
-        .collect::<String>();
+    let first = summary.headline();
     let last = summary.attempts.last();
     format!(
         "loopd: {first}\n\nTask: {}\n\nAccepted by loopd job {} at attempt {} of {}: the goal test is green ({}) and the critic passed the diff.\nCost ${:.4}, {} turns, {} input / {} output tokens.\nBASE_REF {}\n",

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::support::daemon::{status, submit, wait_for, Daemon};
 use crate::support::github::FakeGitHub;
 use crate::support::model::{Role, ScriptedModel};
 use crate::support::*;
@@ -244,59 +245,6 @@ fn an_event_from_a_fork_is_refused() {
 
 // ---- the durable approval gate (daemon) --------------------------------------
 
-fn submit(env: &TestEnv) -> String {
-    let r = finish(
-        env.loopd(None)
-            .args(["submit", "--json"])
-            .output()
-            .expect("submit"),
-    );
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    serde_json::from_str::<Value>(r.stdout.trim()).expect("json")["job_id"]
-        .as_str()
-        .expect("id")
-        .to_owned()
-}
-
-fn state(env: &TestEnv, id: &str) -> Value {
-    let r = finish(
-        env.loopd(None)
-            .args(["status", id, "--json"])
-            .output()
-            .expect("status"),
-    );
-    serde_json::from_str(r.stdout.trim()).expect("json")
-}
-
-fn wait_state(env: &TestEnv, id: &str, want: &str) -> Value {
-    let until = Instant::now() + Duration::from_secs(90);
-    loop {
-        let s = state(env, id);
-        if s["state"] == want {
-            return s;
-        }
-        assert!(Instant::now() < until, "job {id} never became {want}: {s}");
-        std::thread::sleep(Duration::from_millis(25));
-    }
-}
-
-fn daemon(env: &TestEnv, model: &ScriptedModel) -> std::process::Child {
-    env.loopd(Some(model))
-        .args(["daemon"])
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("daemon")
-}
-
-fn stop(mut d: std::process::Child) {
-    extern "C" {
-        fn kill(pid: i32, sig: i32) -> i32;
-    }
-    // SAFETY: kill(2) on our own child.
-    unsafe { kill(d.id() as i32, 15) };
-    assert_eq!(d.wait().expect("wait").code(), Some(0));
-}
-
 fn approval_env(action: &str, gh: &FakeGitHub) -> (TestEnv, std::path::PathBuf) {
     let (env, remote, _) = ci_env();
     let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
@@ -318,9 +266,11 @@ fn approval_survives_a_restart_and_pushes_exactly_once() {
         vec![agent_writes(&clean_solution())],
         vec![pass()],
     ));
-    let id = submit(&env);
-    let d = daemon(&env, &model);
-    let s = wait_state(&env, &id, "awaiting_approval");
+    let id = submit(&env, &[]);
+    let d = Daemon::start(&env, &model, 1);
+    let s = wait_for(&env, &id, "awaiting_approval", |s| {
+        s["state"] == "awaiting_approval"
+    });
     let branch = format!("loopd/{id}");
     assert!(s["commit_accepted"].is_string());
     assert!(
@@ -328,10 +278,11 @@ fn approval_survives_a_restart_and_pushes_exactly_once() {
         "nothing pushed before approval"
     );
     // Restart between acceptance and approval: the pause is durable.
-    stop(d);
-    let d = daemon(&env, &model);
+    d.signal(15);
+    assert_eq!(d.wait(Duration::from_secs(20)), 0);
+    let d = Daemon::start(&env, &model, 1);
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(state(&env, &id)["state"], "awaiting_approval");
+    assert_eq!(status(&env, &id)["state"], "awaiting_approval");
     let approve = |env: &TestEnv| {
         finish(
             env.loopd(None)
@@ -366,7 +317,7 @@ fn approval_survives_a_restart_and_pushes_exactly_once() {
             .count(),
         1
     );
-    let s = state(&env, &id);
+    let s = status(&env, &id);
     assert_eq!(s["state"], "accepted");
     let decision: Value = serde_json::from_str(
         &std::fs::read_to_string(env.state.join("runs").join(&id).join("approval.json"))
@@ -380,7 +331,8 @@ fn approval_survives_a_restart_and_pushes_exactly_once() {
         .iter()
         .any(|b| b["event"] == "awaiting_approval" && b["job_id"] == id.as_str()));
     assert_no_token_in_state(&env);
-    stop(d);
+    d.signal(15);
+    assert_eq!(d.wait(Duration::from_secs(20)), 0);
 }
 
 #[test]
@@ -391,9 +343,11 @@ fn reject_parks_the_change_and_pushes_nothing() {
         vec![agent_writes(&clean_solution())],
         vec![pass()],
     ));
-    let id = submit(&env);
-    let d = daemon(&env, &model);
-    let s = wait_state(&env, &id, "awaiting_approval");
+    let id = submit(&env, &[]);
+    let d = Daemon::start(&env, &model, 1);
+    let s = wait_for(&env, &id, "awaiting_approval", |s| {
+        s["state"] == "awaiting_approval"
+    });
     let commit = s["commit_accepted"].as_str().expect("commit").to_owned();
     let release_before = env.git(&["rev-parse", "release"]);
     let r = finish(
@@ -403,7 +357,7 @@ fn reject_parks_the_change_and_pushes_nothing() {
             .expect("reject"),
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!(state(&env, &id)["state"], "rejected");
+    assert_eq!(status(&env, &id)["state"], "rejected");
     assert_eq!(
         env.git(&["rev-parse", &format!("refs/loopd/stash/{id}")])
             .trim(),
@@ -424,7 +378,8 @@ fn reject_parks_the_change_and_pushes_nothing() {
             .expect("approve"),
     );
     assert_ne!(r.code, 0);
-    stop(d);
+    d.signal(15);
+    assert_eq!(d.wait(Duration::from_secs(20)), 0);
 }
 
 #[test]
@@ -435,9 +390,11 @@ fn approve_with_merge_merges_into_the_named_local_branch() {
         vec![agent_writes(&clean_solution())],
         vec![pass()],
     ));
-    let id = submit(&env);
-    let d = daemon(&env, &model);
-    wait_state(&env, &id, "awaiting_approval");
+    let id = submit(&env, &[]);
+    let d = Daemon::start(&env, &model, 1);
+    wait_for(&env, &id, "awaiting_approval", |s| {
+        s["state"] == "awaiting_approval"
+    });
     let r = finish(
         env.loopd(None)
             .args(["approve", &id])
@@ -451,7 +408,8 @@ fn approve_with_merge_merges_into_the_named_local_branch() {
         fixture("rechnung/repo/rechnung.py"),
         "the checked-out tree is untouched"
     );
-    stop(d);
+    d.signal(15);
+    assert_eq!(d.wait(Duration::from_secs(20)), 0);
 }
 
 #[test]
@@ -470,9 +428,9 @@ fn a_webhook_failing_twice_is_delivered_once_and_the_job_is_unaffected() {
         vec![agent_writes(&clean_solution())],
         vec![pass()],
     ));
-    let id = submit(&env);
-    let d = daemon(&env, &model);
-    wait_state(&env, &id, "accepted");
+    let id = submit(&env, &[]);
+    let d = Daemon::start(&env, &model, 1);
+    wait_for(&env, &id, "accepted", |s| s["state"] == "accepted");
     let until = Instant::now() + Duration::from_secs(30);
     while gh.delivered().is_empty() {
         assert!(Instant::now() < until, "never delivered");
@@ -502,7 +460,8 @@ fn a_webhook_failing_twice_is_delivered_once_and_the_job_is_unaffected() {
         );
     }
     assert_eq!(model.session_count(Role::Agent), 1);
-    stop(d);
+    d.signal(15);
+    assert_eq!(d.wait(Duration::from_secs(20)), 0);
 }
 
 #[test]

@@ -1,11 +1,11 @@
 //! `loopd daemon`, `submit`, `status`, `cancel`, `report` against the real CLI
 //! (issue: the durable job queue).
 
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use crate::support::daemon::*;
 use crate::support::model::{Role, ScriptedModel, Turn};
 use crate::support::*;
 
@@ -14,108 +14,6 @@ fn stalled(ms: u64) -> Turn {
         delay_ms: ms,
         ..turn(vec![text("too late")])
     }
-}
-
-struct Daemon {
-    child: Child,
-}
-
-impl Daemon {
-    fn start(env: &TestEnv, model: &ScriptedModel, jobs: usize) -> Daemon {
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(env.tmp.path().join("daemon.log"))
-            .expect("log");
-        let child = env
-            .loopd(Some(model))
-            .args(["daemon", "--jobs", &jobs.to_string()])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn daemon");
-        Daemon { child }
-    }
-
-    fn signal(&self, sig: i32) {
-        // SAFETY: kill(2) on our own child.
-        unsafe { kill(self.child.id() as i32, sig) };
-    }
-
-    fn wait(mut self, within: Duration) -> i32 {
-        let until = Instant::now() + within;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status.code().unwrap_or(-1);
-            }
-            assert!(
-                Instant::now() < until,
-                "the daemon did not exit within {within:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-extern "C" {
-    fn kill(pid: i32, sig: i32) -> i32;
-}
-
-fn submit(env: &TestEnv, args: &[&str]) -> String {
-    let r = finish(
-        env.loopd(None)
-            .args(["submit", "--json"])
-            .args(args)
-            .output()
-            .expect("submit"),
-    );
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    let v: Value = serde_json::from_str(r.stdout.trim()).expect("json");
-    v["job_id"].as_str().expect("job_id").to_owned()
-}
-
-fn status(env: &TestEnv, id: &str) -> Value {
-    let r = finish(
-        env.loopd(None)
-            .args(["status", id, "--json"])
-            .output()
-            .expect("status"),
-    );
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    serde_json::from_str(r.stdout.trim()).expect("json")
-}
-
-/// Wait (bounded) until `pred` holds for the job's status.
-fn wait_for(env: &TestEnv, id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-    let until = Instant::now() + Duration::from_secs(90);
-    loop {
-        let s = status(env, id);
-        if pred(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < until,
-            "job {id} never got {what}: {s}\ndaemon log:\n{}",
-            std::fs::read_to_string(env.tmp.path().join("daemon.log")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(25));
-    }
-}
-
-fn final_state(env: &TestEnv, id: &str) -> Value {
-    wait_for(env, id, "a final state", |s| {
-        !matches!(
-            s["state"].as_str(),
-            Some("queued" | "running" | "interrupted")
-        )
-    })
 }
 
 fn wait_for_model(model: &ScriptedModel, role: Role, session: usize, requests: usize) {

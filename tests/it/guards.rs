@@ -41,6 +41,18 @@ fn wait_for_requests(model: &ScriptedModel, session: usize, n: usize) {
     }
 }
 
+/// A Read of rechnung.py at `offset` (distinct calls) with scripted usage.
+fn read_at(offset: u64, input_tokens: u64, output_tokens: u64) -> Turn {
+    turn_usage(
+        vec![tool(
+            "Read",
+            json!({"file_path": "{cwd}/rechnung.py", "offset": offset}),
+        )],
+        input_tokens,
+        output_tokens,
+    )
+}
+
 fn survivors(marker: &str) -> Vec<String> {
     let mut found = Vec::new();
     for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
@@ -223,16 +235,7 @@ fn a_diff_returning_to_an_earlier_state_means_the_judges_disagree() {
 fn usage_crossing_the_usd_cap_stops_within_one_call() {
     let env = TestEnv::new();
     // Each call: 20000 in / 2000 out on haiku = $0.003; the cap is $0.01.
-    let call = |offset: u64| {
-        turn_usage(
-            vec![tool(
-                "Read",
-                json!({"file_path": "{cwd}/rechnung.py", "offset": offset}),
-            )],
-            20_000,
-            2_000,
-        )
-    };
+    let call = |offset: u64| read_at(offset, 20_000, 2_000);
     let model = ScriptedModel::start(scenario(
         vec![session(
             (1..=8)
@@ -281,16 +284,7 @@ fn a_session_the_budget_cannot_cover_is_never_started() {
 #[test]
 fn turn_and_token_caps() {
     let env = TestEnv::new();
-    let call = |offset: u64| {
-        turn_usage(
-            vec![tool(
-                "Read",
-                json!({"file_path": "{cwd}/rechnung.py", "offset": offset}),
-            )],
-            4_000,
-            100,
-        )
-    };
+    let call = |offset: u64| read_at(offset, 4_000, 100);
     let script = || {
         scenario(
             vec![session(
@@ -434,8 +428,7 @@ fn sigterm_mid_attempt_parks_the_partial_work() {
         .stderr(std::process::Stdio::piped());
     let child = cmd.spawn().expect("spawn loopd");
     wait_for_requests(&model, 0, 3);
-    // SAFETY: kill(2) on our own child's pid.
-    unsafe { libc_kill(child.id() as i32, 15) };
+    send_signal(child.id(), 15);
     let r = finish(child.wait_with_output().expect("wait loopd"));
     assert_eq!(r.code, 4, "{}", r.stderr);
     let s = r.summary();
@@ -466,11 +459,6 @@ fn sigterm_mid_attempt_parks_the_partial_work() {
         std::fs::read(env.repo.join("NOTES.md")).expect("read"),
         notes.as_bytes()
     );
-}
-
-extern "C" {
-    #[link_name = "kill"]
-    fn libc_kill(pid: i32, sig: i32) -> i32;
 }
 
 #[test]

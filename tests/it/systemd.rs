@@ -84,8 +84,7 @@ fn the_daemon_speaks_sd_notify() {
         seen.push_str(&String::from_utf8_lossy(&buf[..n]));
         seen.push('\n');
     }
-    // SAFETY: kill(2) on our own child.
-    unsafe { kill(child.id() as i32, 15) };
+    send_signal(child.id(), 15);
     loop {
         let n = sock.recv(&mut buf).expect("a notification");
         if String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1") {
@@ -93,10 +92,6 @@ fn the_daemon_speaks_sd_notify() {
         }
     }
     assert_eq!(child.wait().expect("exit").code(), Some(0));
-}
-
-extern "C" {
-    fn kill(pid: i32, sig: i32) -> i32;
 }
 
 /// Regression: the daemon's own scan of the spool must not wake it (an
@@ -141,7 +136,6 @@ fn an_idle_daemon_does_not_wake_up() {
     std::thread::sleep(Duration::from_secs(1));
     let woke = switches(child.id()) - before;
     assert!(woke < 10, "an idle daemon woke up {woke} times in a second");
-    // SAFETY: kill(2) on our own child.
-    unsafe { kill(child.id() as i32, 15) };
+    send_signal(child.id(), 15);
     assert_eq!(child.wait().expect("exit").code(), Some(0));
 }

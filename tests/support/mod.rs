@@ -11,6 +11,7 @@
 
 #![allow(dead_code)]
 
+pub mod daemon;
 pub mod github;
 pub mod model;
 
@@ -278,4 +279,13 @@ pub fn fail(rule: i64, file: &str, problem: &str, fix: &str) -> SessionScript {
 
 pub fn scenario(agent: Vec<SessionScript>, critic: Vec<SessionScript>) -> Scenario {
     Scenario { agent, critic }
+}
+
+/// Send a signal to a child process of the test.
+pub fn send_signal(pid: u32, sig: i32) {
+    extern "C" {
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    unsafe { kill(pid as i32, sig) };
 }
