@@ -128,16 +128,7 @@ pub fn ci(args: CiArgs) -> Result<ExitStatus, CliError> {
     if args.flags.max_attempts.is_none() {
         job.max_attempts = job.ci.max_attempts;
     }
-    ws.ensure_clean()?;
-    job::private_dir(&job.state_dir).map_err(|e| {
-        CliError::new(
-            ExitStatus::Environment,
-            format!(
-                "cannot create the state dir `{}`: {e}",
-                job.state_dir.display()
-            ),
-        )
-    })?;
+    crate::cli::run::ready(&ws, &job)?;
     let repo_root = ws.root().to_path_buf();
     let (_tx, rx) = tokio::sync::watch::channel(None);
     let control = Control {

@@ -39,6 +39,21 @@ pub fn prepare(flags: &JobFlags) -> Result<(Workspace, Job), CliError> {
     Ok((ws, job))
 }
 
+/// The last checks before a foreground job touches anything: a clean tree
+/// and a state dir to write to.
+pub fn ready(ws: &Workspace, job: &Job) -> Result<(), CliError> {
+    ws.ensure_clean()?;
+    job::private_dir(&job.state_dir).map_err(|e| {
+        CliError::new(
+            ExitStatus::Environment,
+            format!(
+                "cannot create the state dir `{}`: {e}",
+                job.state_dir.display()
+            ),
+        )
+    })
+}
+
 /// Forward SIGTERM/SIGINT to the job: the first stops it gracefully, the
 /// second skips the grace period.
 fn watch_signals(tx: tokio::sync::watch::Sender<Option<StopRequest>>) -> Result<(), CliError> {
@@ -82,16 +97,7 @@ fn watch_signals(tx: tokio::sync::watch::Sender<Option<StopRequest>>) -> Result<
 
 pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
     let (ws, job) = prepare(&args.flags)?;
-    ws.ensure_clean()?;
-    job::private_dir(&job.state_dir).map_err(|e| {
-        CliError::new(
-            ExitStatus::Environment,
-            format!(
-                "cannot create the state dir `{}`: {e}",
-                job.state_dir.display()
-            ),
-        )
-    })?;
+    ready(&ws, &job)?;
     let (tx, rx) = tokio::sync::watch::channel(None);
     watch_signals(tx)?;
     let loopd_exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("loopd"));

@@ -245,6 +245,31 @@ fn an_event_from_a_fork_is_refused() {
 
 // ---- the durable approval gate (daemon) --------------------------------------
 
+/// A daemon job that ran to `awaiting_approval` under `[approval] action`.
+fn awaiting_approval(
+    action: &str,
+    gh: &FakeGitHub,
+) -> (
+    TestEnv,
+    std::path::PathBuf,
+    ScriptedModel,
+    String,
+    Daemon,
+    Value,
+) {
+    let (env, remote) = approval_env(action, gh);
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
+    let id = submit(&env, &[]);
+    let d = Daemon::start(&env, &model, 1);
+    let s = wait_for(&env, &id, "awaiting_approval", |s| {
+        s["state"] == "awaiting_approval"
+    });
+    (env, remote, model, id, d, s)
+}
+
 fn approval_env(action: &str, gh: &FakeGitHub) -> (TestEnv, std::path::PathBuf) {
     let (env, remote, _) = ci_env();
     let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
@@ -261,16 +286,7 @@ fn approval_env(action: &str, gh: &FakeGitHub) -> (TestEnv, std::path::PathBuf) 
 #[test]
 fn approval_survives_a_restart_and_pushes_exactly_once() {
     let gh = FakeGitHub::start();
-    let (env, remote) = approval_env("pull_request", &gh);
-    let model = ScriptedModel::start(scenario(
-        vec![agent_writes(&clean_solution())],
-        vec![pass()],
-    ));
-    let id = submit(&env, &[]);
-    let d = Daemon::start(&env, &model, 1);
-    let s = wait_for(&env, &id, "awaiting_approval", |s| {
-        s["state"] == "awaiting_approval"
-    });
+    let (env, remote, model, id, d, s) = awaiting_approval("pull_request", &gh);
     let branch = format!("loopd/{id}");
     assert!(s["commit_accepted"].is_string());
     assert!(
@@ -338,16 +354,7 @@ fn approval_survives_a_restart_and_pushes_exactly_once() {
 #[test]
 fn reject_parks_the_change_and_pushes_nothing() {
     let gh = FakeGitHub::start();
-    let (env, remote) = approval_env("merge", &gh);
-    let model = ScriptedModel::start(scenario(
-        vec![agent_writes(&clean_solution())],
-        vec![pass()],
-    ));
-    let id = submit(&env, &[]);
-    let d = Daemon::start(&env, &model, 1);
-    let s = wait_for(&env, &id, "awaiting_approval", |s| {
-        s["state"] == "awaiting_approval"
-    });
+    let (env, remote, _model, id, d, s) = awaiting_approval("merge", &gh);
     let commit = s["commit_accepted"].as_str().expect("commit").to_owned();
     let release_before = env.git(&["rev-parse", "release"]);
     let r = finish(
@@ -385,16 +392,7 @@ fn reject_parks_the_change_and_pushes_nothing() {
 #[test]
 fn approve_with_merge_merges_into_the_named_local_branch() {
     let gh = FakeGitHub::start();
-    let (env, _remote) = approval_env("merge", &gh);
-    let model = ScriptedModel::start(scenario(
-        vec![agent_writes(&clean_solution())],
-        vec![pass()],
-    ));
-    let id = submit(&env, &[]);
-    let d = Daemon::start(&env, &model, 1);
-    wait_for(&env, &id, "awaiting_approval", |s| {
-        s["state"] == "awaiting_approval"
-    });
+    let (env, _remote, _model, id, d, _s) = awaiting_approval("merge", &gh);
     let r = finish(
         env.loopd(None)
             .args(["approve", &id])
