@@ -284,8 +284,14 @@ struct Run<'a> {
     agent_done: Option<AgentDone>,
 }
 
-/// How an attempt ended: accepted, rejected with feedback, or the job stops.
-type AttemptOutcome = Result<(), (Option<Feedback>, Option<Ending>)>;
+/// How an attempt ended.
+enum AttemptOutcome {
+    Accepted,
+    /// Rejected: the feedback becomes the next prompt.
+    Rejected(Feedback),
+    /// The job stops (a guard, a signal, an agent error).
+    Stop(Ending),
+}
 
 /// How the loop ended (before the breaker runs).
 struct Ending {
@@ -535,7 +541,7 @@ impl Run<'_> {
             .await?
         {
             Ok(failure) => failure,
-            Err(ending) => return Ok(self.end_attempt(record, Err((None, Some(ending))))),
+            Err(ending) => return Ok(self.end_attempt(record, AttemptOutcome::Stop(ending))),
         };
         // A session cut short by a signal did not finish: a resumed job
         // runs the attempt's agent session again.
@@ -544,7 +550,7 @@ impl Run<'_> {
                 reason: e.reason,
                 detail: e.detail.clone(),
             };
-            return Ok(self.end_attempt(record, Err((None, Some(ending)))));
+            return Ok(self.end_attempt(record, AttemptOutcome::Stop(ending)));
         }
         self.agent_done = Some(AgentDone {
             record: record.clone(),
@@ -562,7 +568,7 @@ impl Run<'_> {
         mut record: AttemptRecord,
         outcome: AttemptOutcome,
     ) -> AttemptOutcome {
-        if let Err((_, Some(ending))) = &outcome {
+        if let AttemptOutcome::Stop(ending) = &outcome {
             record.stopped = Some(ending.reason);
         }
         self.ledger.record(json!({
@@ -643,7 +649,7 @@ impl Run<'_> {
         record: &mut AttemptRecord,
         failure: Option<Ending>,
     ) -> Result<AttemptOutcome, JobError> {
-        let stop = |e: Ending| Ok(Err((None, Some(e))));
+        let stop = |e: Ending| Ok(AttemptOutcome::Stop(e));
         let diff = self.ws.diff_since(self.base_oid)?;
         self.write(&dir.join("diff.patch"), &diff.patch)?;
         record.diff_sha256 = diff.sha256.clone();
@@ -674,10 +680,9 @@ impl Run<'_> {
             .map_err(JobError::Policy)?
             .diff_findings(&diff);
         if !findings.is_empty() {
-            return Ok(Err((
-                Some(self.reject_by_gates(n, record, findings, denied)),
-                None,
-            )));
+            return Ok(AttemptOutcome::Rejected(
+                self.reject_by_gates(n, record, findings, denied),
+            ));
         }
 
         let (deadline, deadline_reason) = self.deadline(attempt_started);
@@ -711,10 +716,9 @@ impl Run<'_> {
         if goal.passed() {
             let findings = self.test_count_findings(&goal);
             if !findings.is_empty() {
-                return Ok(Err((
-                    Some(self.reject_by_gates(n, record, findings, denied)),
-                    None,
-                )));
+                return Ok(AttemptOutcome::Rejected(
+                    self.reject_by_gates(n, record, findings, denied),
+                ));
             }
         }
 
@@ -785,7 +789,7 @@ impl Run<'_> {
         match decide(&goal, &verdict) {
             Ok(()) => match self.verify_integrity() {
                 Some(e) => stop(e),
-                None => Ok(Ok(())),
+                None => Ok(AttemptOutcome::Accepted),
             },
             Err(feedback) => {
                 if !denied.is_empty() {
@@ -794,7 +798,7 @@ impl Run<'_> {
                         .extend(denied.iter().map(Finding::render));
                     record.rejected_by = Some(Reason::ProtectedPath);
                 }
-                Ok(Err((Some(feedback), None)))
+                Ok(AttemptOutcome::Rejected(feedback))
             }
         }
     }
@@ -1189,11 +1193,11 @@ impl Run<'_> {
         for n in self.next_attempt..=self.job.max_attempts {
             let prompt = self.prompt.clone();
             match self.attempt(n, &prompt, &baseline).await? {
-                Ok(()) => {
+                AttemptOutcome::Accepted => {
                     return Ok(Ending { reason: Reason::Accepted, detail: format!("attempt {n} was accepted: the goal test is green and the critic passed the diff") });
                 }
-                Err((_, Some(ending))) => return Ok(ending),
-                Err((Some(feedback), None)) => {
+                AttemptOutcome::Stop(ending) => return Ok(ending),
+                AttemptOutcome::Rejected(feedback) => {
                     if self.signalled() {
                         let reason = self
                             .stop
@@ -1210,9 +1214,6 @@ impl Run<'_> {
                     self.next_attempt = n + 1;
                     self.agent_done = None;
                     self.save_checkpoint();
-                }
-                Err((None, None)) => {
-                    unreachable!("a rejected attempt carries feedback or an ending")
                 }
             }
         }

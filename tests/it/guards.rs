@@ -378,7 +378,7 @@ fn processes_leaked_by_the_goal_test_and_the_agent_do_not_survive() {
             "--goal",
             &goal,
             "--allowed-tools",
-            &format!("Read,Write,Bash(python3 leak.py *)"),
+            "Read,Write,Bash(python3 leak.py *)",
         ],
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
