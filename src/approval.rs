@@ -173,17 +173,27 @@ pub async fn deliver(
             let pr = match api.find_pull(&st.branch).await? {
                 Some(pr) => pr,
                 None => {
-                    api.create_pull(
-                        &st.branch,
-                        &settings.base,
-                        &format!("loopd: {}", st.task.lines().next().unwrap_or("")),
-                        &format!(
-                            "Approved loopd job `{}`.\n\n{}",
-                            st.job_id,
-                            st.detail.clone().unwrap_or_default()
-                        ),
-                    )
-                    .await?
+                    let pr = api
+                        .create_pull(
+                            &st.branch,
+                            &settings.base,
+                            &format!("loopd: {}", st.task.lines().next().unwrap_or("")),
+                            &format!(
+                                "loopd job `{}`.\n\n{}",
+                                st.job_id,
+                                st.detail.clone().unwrap_or_default()
+                            ),
+                        )
+                        .await?;
+                    // The audit trail: who approved what, when.
+                    if let Some(d) = load(state_dir, &st.job_id) {
+                        api.comment(
+                            pr.number,
+                            &format!("Approved by {} at {} (commit {}).", d.by, d.at, d.commit),
+                        )
+                        .await?;
+                    }
+                    pr
                 }
             };
             format!(

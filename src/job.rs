@@ -1388,6 +1388,66 @@ mod tests {
     }
 
     #[test]
+    fn a_truncated_checkpoint_falls_back_to_the_previous_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cp = Checkpoint {
+            job_id: "j".into(),
+            base_ref: "0".repeat(40),
+            baseline: None,
+            attempts: vec![],
+            next_attempt: 2,
+            next_prompt: Some("fix it".into()),
+            spent: Spend {
+                cost_usd: 0.25,
+                ..Spend::default()
+            },
+            diffs: DiffHistory::default(),
+            denials_read: 0,
+            wall_ms: 1000,
+            ledger_lines: 7,
+            agent_done: None,
+            saved_at: "then".into(),
+        };
+        let good = serde_json::to_string(&cp).expect("json");
+        // BOM-prefixed previous, truncated newest.
+        std::fs::write(
+            dir.path().join("checkpoint.prev.json"),
+            format!("\u{feff}{good}"),
+        )
+        .expect("write");
+        std::fs::write(dir.path().join("checkpoint.json"), &good[..good.len() / 2]).expect("write");
+        let loaded = Checkpoint::load(dir.path()).expect("fell back");
+        assert_eq!(loaded.next_attempt, 2);
+        assert_eq!(loaded.spent.cost_usd, 0.25);
+        std::fs::write(dir.path().join("checkpoint.prev.json"), "garbage").expect("write");
+        assert!(
+            Checkpoint::load(dir.path()).is_none(),
+            "both unreadable: no resume, no crash"
+        );
+    }
+
+    #[test]
+    fn ledger_spend_after_a_checkpoint_is_recovered() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("ledger.jsonl");
+        let lines = [
+            json!({"event": "session_end", "attempt": 1, "role": "agent", "cost_usd": 1.0, "turns": 3, "input_tokens": 10, "output_tokens": 5}),
+            // After the checkpoint: a finished critic and an agent cut short.
+            json!({"event": "model_call", "attempt": 2, "role": "critic", "cost_usd_estimate": 0.1, "input_tokens": 1, "output_tokens": 1}),
+            json!({"event": "session_end", "attempt": 2, "role": "critic", "cost_usd": 0.12, "turns": 2, "input_tokens": 1, "output_tokens": 1}),
+            json!({"event": "model_call", "attempt": 3, "role": "agent", "cost_usd_estimate": 0.05, "input_tokens": 100, "output_tokens": 10}),
+        ];
+        std::fs::write(
+            &path,
+            lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
+        )
+        .expect("write");
+        let s = Ledger::spend_after(&path, 1);
+        assert!((s.cost_usd - 0.17).abs() < 1e-12, "{s:?}");
+        assert_eq!((s.turns, s.input_tokens, s.output_tokens), (3, 101, 11));
+    }
+
+    #[test]
     fn job_ids_sort_by_time() {
         let id = new_job_id();
         assert_eq!(id.len(), "20261130-112048123-abcd".len(), "{id}");

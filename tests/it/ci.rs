@@ -326,6 +326,20 @@ fn approval_survives_a_restart_and_pushes_exactly_once() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.contains("already"), "{}", r.stdout);
     assert_eq!(gh.pulls().len(), 1, "exactly one pull request");
+    let comments: Vec<_> = gh
+        .requests()
+        .into_iter()
+        .filter(|q| q.path.ends_with("/issues/1/comments"))
+        .collect();
+    assert_eq!(
+        comments.len(),
+        1,
+        "the approval is on record in the pull request"
+    );
+    assert!(comments[0].body["body"]
+        .as_str()
+        .expect("comment")
+        .starts_with("Approved by "));
     assert_eq!(
         gh.requests()
             .iter()
