@@ -37,7 +37,9 @@ fn main() -> ExitCode {
     if !matches!(args.command, cli::Command::AgentKey { .. }) {
         init_logging(args.verbose, args.quiet);
         // Orphans of the agent's tools are re-parented here, not to init.
-        if !loopd::process::become_subreaper() {
+        if loopd::process::become_subreaper() {
+            loopd::process::enable_stray_sweep();
+        } else {
             tracing::debug!(
                 "could not become a child subreaper; containment relies on the token sweep alone"
             );

@@ -31,6 +31,18 @@ pub const TOKEN_VAR: &str = "LOOPD_CONTAINMENT";
 /// How often the stop loop looks whether the processes are gone.
 const POLL: Duration = Duration::from_millis(5);
 
+/// Whether a sweep also stops *strays*: see [`enable_stray_sweep`].
+static KILL_STRAYS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Also stop strays at every sweep: processes re-parented to us (we are a
+/// subreaper) that tokio does not manage and that carry no containment token
+/// — an orphan whose environment was scrubbed (`env -i`) on its way out, the
+/// one escape the token alone cannot see. Only the `loopd` binary turns this
+/// on: in a test process, other tests' children look the same.
+pub fn enable_stray_sweep() {
+    KILL_STRAYS.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Pids spawned through tokio and not yet waited for: the orphan reaper must
 /// leave them to tokio.
 static MANAGED: Mutex<Option<HashSet<i32>>> = Mutex::new(None);
@@ -180,7 +192,59 @@ pub async fn sweep(token: &str, grace: Duration) -> usize {
         terminate_tree(token, grace, None).await;
     }
     reap_orphans();
+    if KILL_STRAYS.load(std::sync::atomic::Ordering::Relaxed) {
+        found += stop_strays(grace).await;
+    }
     found
+}
+
+/// Our unmanaged, token-less, live children.
+fn strays() -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let prefix = format!("{TOKEN_VAR}=");
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+        .filter(|&pid| {
+            matches!(stat_fields(pid), Some((state, ppid)) if ppid == me && state != 'Z')
+                && !is_managed(pid)
+        })
+        .filter(|&pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .map(|env| {
+                    !env.split(|&b| b == 0)
+                        .any(|v| v.starts_with(prefix.as_bytes()))
+                })
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+async fn stop_strays(grace: Duration) -> usize {
+    let found = strays();
+    if found.is_empty() {
+        return 0;
+    }
+    tracing::warn!(
+        count = found.len(),
+        "stopping orphans that shed their containment token"
+    );
+    for &pid in &found {
+        signal(pid, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline && found.iter().any(|&p| !is_zombie(p)) {
+        reap_orphans();
+        tokio::time::sleep(POLL).await;
+    }
+    for &pid in found.iter().filter(|&&p| !is_zombie(p)) {
+        signal(pid, libc::SIGKILL);
+    }
+    tokio::time::sleep(POLL).await;
+    reap_orphans();
+    found.len()
 }
 
 async fn terminate_tree(

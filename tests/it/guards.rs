@@ -408,6 +408,28 @@ fn processes_leaked_by_the_goal_test_and_the_agent_do_not_survive() {
 }
 
 #[test]
+fn an_orphan_that_scrubs_its_environment_does_not_survive_either() {
+    // `env -i` drops the containment token; the orphan is still re-parented
+    // to loopd (a subreaper), which stops it as a stray.
+    let env = TestEnv::new();
+    let marker = format!("loopd-stray-{}", std::process::id());
+    let agent = session(vec![
+        turn(vec![bash(&format!(
+            "env -i setsid /bin/sh -c 'sleep 600; : {marker}' > /dev/null 2>&1 &"
+        ))]),
+        turn(vec![read("rechnung.py")]),
+        turn(vec![write("rechnung.py", &clean_solution())]),
+        turn(vec![text("Done.")]),
+    ]);
+    let model = ScriptedModel::start(scenario(vec![agent], vec![pass()]));
+    let r = env.run(&model, &["--allowed-tools", "Read,Write,Bash"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let stray_ran = model.session(Role::Agent, 0).len() >= 2;
+    assert!(stray_ran, "the agent's Bash call ran");
+    assert_eq!(survivors(&marker), Vec::<String>::new(), "{}", r.stderr);
+}
+
+#[test]
 fn sigterm_mid_attempt_parks_the_partial_work() {
     let env = TestEnv::new();
     let partial = fixture("rechnung/repo/rechnung.py")
