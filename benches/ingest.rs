@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use loopd::agent::events::{self, Event};
 use loopd::agent::session::{Observer, Role};
-use loopd::config::{Caps, GuardSettings, DEFAULT_POLL_PATTERNS};
+use loopd::config::{Caps, GuardSettings};
 use loopd::guard::caps::Budget;
 use loopd::guard::Watch;
 use loopd::report::Ledger;
@@ -60,15 +60,7 @@ fn main() {
             idle_timeout: Duration::from_secs(3600),
         },
     };
-    let settings = GuardSettings {
-        stuck_window: 5,
-        stuck_repeat: 3,
-        poll_patterns: DEFAULT_POLL_PATTERNS
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
-        grace: Duration::from_secs(5),
-    };
+    let settings = GuardSettings::default();
     let text = std::fs::read_to_string(&input).expect("read input");
     let lines: Vec<&str> = text.lines().collect();
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use loopd::agent::events::Event;
 use loopd::agent::session::{self, Observer, Role, SessionSpec, Verdict};
-use loopd::config::{Caps, GuardSettings, DEFAULT_POLL_PATTERNS};
+use loopd::config::{Caps, GuardSettings};
 use loopd::guard::caps::Budget;
 use loopd::guard::Watch;
 use loopd::outcome::Reason;
@@ -57,15 +57,7 @@ fn main() {
             idle_timeout: Duration::from_secs(60),
         },
     };
-    let settings = GuardSettings {
-        stuck_window: 5,
-        stuck_repeat: 3,
-        poll_patterns: DEFAULT_POLL_PATTERNS
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
-        grace: Duration::from_secs(5),
-    };
+    let settings = GuardSettings::default();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -243,6 +243,21 @@ pub struct GuardSettings {
     pub grace: Duration,
 }
 
+impl Default for GuardSettings {
+    /// What `loopd.toml` gets when `[guard]` says nothing.
+    fn default() -> Self {
+        GuardSettings {
+            stuck_window: 5,
+            stuck_repeat: 3,
+            poll_patterns: DEFAULT_POLL_PATTERNS
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            grace: Duration::from_secs(5),
+        }
+    }
+}
+
 /// A fully resolved, validated job: everything `loopd run` needs.
 #[derive(Debug, Clone, Serialize)]
 pub struct Job {
@@ -649,8 +664,19 @@ impl Job {
         )?;
 
         let o = origin(false);
-        let stuck_window = positive(&o, "guard.stuck_window", file.guard.stuck_window, 5)? as usize;
-        let stuck_repeat = positive(&o, "guard.stuck_repeat", file.guard.stuck_repeat, 3)? as usize;
+        let defaults = GuardSettings::default();
+        let stuck_window = positive(
+            &o,
+            "guard.stuck_window",
+            file.guard.stuck_window,
+            defaults.stuck_window as u64,
+        )? as usize;
+        let stuck_repeat = positive(
+            &o,
+            "guard.stuck_repeat",
+            file.guard.stuck_repeat,
+            defaults.stuck_repeat as u64,
+        )? as usize;
         if stuck_repeat < 2 || stuck_repeat > stuck_window {
             return Err(o.invalid(
                 "guard.stuck_repeat",
@@ -658,17 +684,12 @@ impl Job {
                 stuck_repeat,
             ));
         }
-        let poll_patterns = file.guard.poll_patterns.unwrap_or_else(|| {
-            DEFAULT_POLL_PATTERNS
-                .iter()
-                .map(|s| s.to_string())
-                .collect()
-        });
+        let poll_patterns = file.guard.poll_patterns.unwrap_or(defaults.poll_patterns);
         let grace = duration(
             &o,
             "guard.grace",
             file.guard.grace.as_deref(),
-            Duration::from_secs(5),
+            defaults.grace,
         )?;
 
         let protect = ProtectSettings {

@@ -83,12 +83,6 @@ pub struct AddedLine {
     pub text: String,
 }
 
-impl Diff {
-    pub fn is_empty(&self) -> bool {
-        self.changes.is_empty()
-    }
-}
-
 /// A git repository with a working tree.
 pub struct Workspace {
     repo: Repository,

@@ -17,7 +17,7 @@
 pub mod github;
 pub mod risk;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 
@@ -189,9 +189,4 @@ pub fn write_step_summary(path: &Path, report: &CiReport) {
             tracing::warn!(path = %path.display(), error = %e, "cannot write the step summary")
         }
     }
-}
-
-/// Where the report files are, for an upload-artifact step.
-pub fn artifacts_dir(summary: &Summary) -> PathBuf {
-    summary.run_dir.clone()
 }

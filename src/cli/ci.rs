@@ -1,14 +1,11 @@
 //! `loopd ci`: `loopd run` for a CI job, then the autofix gate.
 
-use std::path::PathBuf;
-
-use crate::agent::key::KEY_VAR;
 use crate::ci::github::{self, Actions, Api};
 use crate::ci::{self, CiReport};
 use crate::cli::run::prepare;
 use crate::cli::CliError;
 use crate::config::JobFlags;
-use crate::job::{self, Control};
+use crate::job;
 use crate::outcome::{ExitStatus, Outcome};
 
 /// Try a gated autofix of the checked-out failing commit (GitHub Actions).
@@ -47,7 +44,7 @@ fn finish(args: &CiArgs, actions: &Actions, report: CiReport) -> ExitStatus {
     if let Some(s) = &report.summary {
         eprintln!(
             "loopd ci: report files for upload: `{}`",
-            ci::artifacts_dir(s).display()
+            s.run_dir.display()
         );
     }
     let status = match report.decision.as_str() {
@@ -130,14 +127,7 @@ pub fn ci(args: CiArgs) -> Result<ExitStatus, CliError> {
     }
     crate::cli::run::ready(&ws, &job)?;
     let repo_root = ws.root().to_path_buf();
-    let (_tx, rx) = tokio::sync::watch::channel(None);
-    let control = Control {
-        stop: rx,
-        loopd_exe: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("loopd")),
-        api_key: std::env::var(KEY_VAR).ok().filter(|k| !k.is_empty()),
-        job_id: None,
-        resume: None,
-    };
+    let control = crate::cli::foreground_control()?;
     let summary = rt
         .block_on(job::run(&job, ws, control))
         .map_err(|e| CliError::new(ExitStatus::Environment, e))?;

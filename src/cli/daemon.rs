@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::agent::key::KEY_VAR;
 use crate::cli::CliError;
 use crate::config::default_state_dir;
 use crate::daemon::{self, Options, Shutdown};
@@ -53,39 +52,20 @@ pub fn daemon(args: DaemonArgs) -> Result<ExitStatus, CliError> {
         )
     })?;
     let (tx, rx) = tokio::sync::watch::channel(Shutdown::Run);
-    {
-        use signal_hook::consts::{SIGINT, SIGTERM};
-        let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).map_err(|e| {
-            CliError::new(
-                ExitStatus::Environment,
-                format!("cannot install signal handlers: {e}"),
-            )
-        })?;
-        std::thread::Builder::new()
-            .name("signals".into())
-            .spawn(move || {
-                for (n, sig) in signals.forever().enumerate() {
-                    tracing::info!(signal = sig, "signal received");
-                    let _ = tx.send(if n == 0 {
-                        Shutdown::Graceful
-                    } else {
-                        Shutdown::Immediate
-                    });
-                }
-            })
-            .map_err(|e| {
-                CliError::new(
-                    ExitStatus::Environment,
-                    format!("cannot start the signal thread: {e}"),
-                )
-            })?;
-    }
+    crate::cli::on_signals(move |n, sig| {
+        tracing::info!(signal = sig, "signal received");
+        let _ = tx.send(if n == 1 {
+            Shutdown::Graceful
+        } else {
+            Shutdown::Immediate
+        });
+    })?;
     let opts = Options {
         state_dir,
         jobs: args.jobs,
         agent_bin: args.agent_bin,
-        loopd_exe: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("loopd")),
-        api_key: std::env::var(KEY_VAR).ok().filter(|k| !k.is_empty()),
+        loopd_exe: crate::cli::loopd_exe(),
+        api_key: crate::cli::api_key(),
         grace: Duration::from_secs(5),
     };
     let rt = crate::cli::runtime()?;

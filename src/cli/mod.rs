@@ -117,6 +117,77 @@ pub fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
         })
 }
 
+/// Call `handler(n, signal)` on a thread of its own for every SIGTERM or
+/// SIGINT, `n` counting from 1: the first asks for a graceful stop, a second
+/// for an immediate one.
+pub fn on_signals(mut handler: impl FnMut(usize, i32) + Send + 'static) -> Result<(), CliError> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).map_err(|e| {
+        CliError::new(
+            ExitStatus::Environment,
+            format!("cannot install signal handlers: {e}"),
+        )
+    })?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for (i, sig) in signals.forever().enumerate() {
+                handler(i + 1, sig);
+            }
+        })
+        .map_err(|e| {
+            CliError::new(
+                ExitStatus::Environment,
+                format!("cannot start the signal thread: {e}"),
+            )
+        })?;
+    Ok(())
+}
+
+/// This executable, for the commands the CLI runs back into loopd (the key
+/// helper, the hook).
+pub fn loopd_exe() -> std::path::PathBuf {
+    std::env::current_exe().unwrap_or_else(|_| std::path::PathBuf::from("loopd"))
+}
+
+/// The API key loopd hands to the CLI, if it has one.
+pub fn api_key() -> Option<String> {
+    std::env::var(crate::agent::key::KEY_VAR)
+        .ok()
+        .filter(|k| !k.is_empty())
+}
+
+/// The control of a job run in the foreground (`run`, `ci`): SIGTERM/SIGINT
+/// stop it through the circuit breaker, a second one skips the grace period.
+pub fn foreground_control() -> Result<crate::job::Control, CliError> {
+    use crate::agent::session::StopRequest;
+    use crate::outcome::Reason;
+    let (tx, rx) = tokio::sync::watch::channel(None);
+    on_signals(move |n, sig| {
+        tracing::warn!(
+            signal = sig,
+            "signal received; {}",
+            if n == 1 {
+                "stopping the job (a second signal skips the grace period)"
+            } else {
+                "stopping now"
+            }
+        );
+        let _ = tx.send(Some(StopRequest {
+            reason: Reason::Signal,
+            hurry: n > 1,
+            suspend: false,
+        }));
+    })?;
+    Ok(crate::job::Control {
+        stop: rx,
+        loopd_exe: loopd_exe(),
+        api_key: api_key(),
+        job_id: None,
+        resume: None,
+    })
+}
+
 /// Run the parsed command line.
 pub fn dispatch(cli: Cli) -> Result<ExitStatus, CliError> {
     match cli.command {

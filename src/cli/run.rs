@@ -1,13 +1,9 @@
 //! `loopd run`: one job in the foreground (a laptop or a CI step).
 
-use std::path::PathBuf;
-
-use crate::agent::key::KEY_VAR;
-use crate::agent::session::StopRequest;
 use crate::cli::CliError;
 use crate::config::{find_on_path, Job, JobFlags};
-use crate::job::{self, Control};
-use crate::outcome::{ExitStatus, Reason};
+use crate::job;
+use crate::outcome::ExitStatus;
 use crate::report;
 use crate::workspace::Workspace;
 
@@ -54,60 +50,10 @@ pub fn ready(ws: &Workspace, job: &Job) -> Result<(), CliError> {
     })
 }
 
-/// Forward SIGTERM/SIGINT to the job: the first stops it gracefully, the
-/// second skips the grace period.
-fn watch_signals(tx: tokio::sync::watch::Sender<Option<StopRequest>>) -> Result<(), CliError> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).map_err(|e| {
-        CliError::new(
-            ExitStatus::Environment,
-            format!("cannot install signal handlers: {e}"),
-        )
-    })?;
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            let mut seen = 0;
-            for sig in signals.forever() {
-                seen += 1;
-                tracing::warn!(
-                    signal = sig,
-                    "signal received; {}",
-                    if seen == 1 {
-                        "stopping the job (a second signal skips the grace period)"
-                    } else {
-                        "stopping now"
-                    }
-                );
-                let _ = tx.send(Some(StopRequest {
-                    reason: Reason::Signal,
-                    hurry: seen > 1,
-                    suspend: false,
-                }));
-            }
-        })
-        .map_err(|e| {
-            CliError::new(
-                ExitStatus::Environment,
-                format!("cannot start the signal thread: {e}"),
-            )
-        })?;
-    Ok(())
-}
-
 pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
     let (ws, job) = prepare(&args.flags)?;
     ready(&ws, &job)?;
-    let (tx, rx) = tokio::sync::watch::channel(None);
-    watch_signals(tx)?;
-    let loopd_exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("loopd"));
-    let control = Control {
-        stop: rx,
-        loopd_exe,
-        api_key: std::env::var(KEY_VAR).ok().filter(|k| !k.is_empty()),
-        job_id: None,
-        resume: None,
-    };
+    let control = crate::cli::foreground_control()?;
     let rt = crate::cli::runtime()?;
     let summary = rt
         .block_on(job::run(&job, ws, control))

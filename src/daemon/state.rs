@@ -39,13 +39,6 @@ impl Status {
         }
     }
 
-    pub fn is_final(self) -> bool {
-        !matches!(
-            self,
-            Status::Queued | Status::Running | Status::Interrupted | Status::AwaitingApproval
-        )
-    }
-
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Queued => "queued",

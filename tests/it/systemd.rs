@@ -58,40 +58,77 @@ fn systemd_analyze_verifies_both_units() {
     }
 }
 
+/// A daemon reporting to a notify socket of the test's.
+struct Notified {
+    child: std::process::Child,
+    sock: UnixDatagram,
+    /// Everything received so far, one message per line.
+    seen: String,
+}
+
+impl Notified {
+    fn start(env: &TestEnv, extra_env: &[(&str, &str)]) -> Notified {
+        let sock_path = env.tmp.path().join("notify.sock");
+        let sock = UnixDatagram::bind(&sock_path).expect("bind notify socket");
+        sock.set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        let mut cmd = env.loopd(None);
+        cmd.args(["daemon"])
+            .env("NOTIFY_SOCKET", &sock_path)
+            .stderr(Stdio::null());
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        Notified {
+            child: cmd.spawn().expect("daemon"),
+            sock,
+            seen: String::new(),
+        }
+    }
+
+    /// Receive until every one of `wanted` has been seen (bounded).
+    fn until(&mut self, wanted: &[&str]) {
+        let until = Instant::now() + Duration::from_secs(20);
+        let mut buf = [0u8; 512];
+        while !wanted.iter().all(|w| self.seen.contains(w)) {
+            assert!(Instant::now() < until, "got only: {}", self.seen);
+            let n = self.sock.recv(&mut buf).expect("a notification");
+            self.seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+            self.seen.push('\n');
+        }
+    }
+
+    fn stop(mut self) {
+        send_signal(self.child.id(), 15);
+        self.until(&["STOPPING=1"]);
+        assert_eq!(self.child.wait().expect("exit").code(), Some(0));
+    }
+}
+
 /// READY=1 once the spool is scanned, WATCHDOG=1 at half WATCHDOG_USEC,
 /// STOPPING=1 on SIGTERM.
 #[test]
 fn the_daemon_speaks_sd_notify() {
     let env = TestEnv::new();
-    let sock_path = env.tmp.path().join("notify.sock");
-    let sock = UnixDatagram::bind(&sock_path).expect("bind notify socket");
-    sock.set_read_timeout(Some(Duration::from_secs(20)))
-        .expect("timeout");
-    let mut child = env
-        .loopd(None)
-        .args(["daemon"])
-        .env("NOTIFY_SOCKET", &sock_path)
-        .env("WATCHDOG_USEC", "200000")
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("daemon");
-    let mut seen = String::new();
-    let until = Instant::now() + Duration::from_secs(20);
-    let mut buf = [0u8; 512];
-    while !(seen.contains("READY=1") && seen.contains("WATCHDOG=1")) {
-        assert!(Instant::now() < until, "got only: {seen}");
-        let n = sock.recv(&mut buf).expect("a notification");
-        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
-        seen.push('\n');
-    }
-    send_signal(child.id(), 15);
-    loop {
-        let n = sock.recv(&mut buf).expect("a notification");
-        if String::from_utf8_lossy(&buf[..n]).contains("STOPPING=1") {
-            break;
-        }
-    }
-    assert_eq!(child.wait().expect("exit").code(), Some(0));
+    let mut d = Notified::start(&env, &[("WATCHDOG_USEC", "200000")]);
+    d.until(&["READY=1", "WATCHDOG=1"]);
+    d.stop();
+}
+
+/// Context switches of every thread of `pid`: each one is a wake-up.
+fn switches(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("tasks")
+        .flatten()
+        .map(|t| {
+            std::fs::read_to_string(t.path().join("status"))
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| l.contains("ctxt_switches"))
+                .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+                .sum::<u64>()
+        })
+        .sum()
 }
 
 /// Regression: the daemon's own scan of the spool must not wake it (an
@@ -99,43 +136,12 @@ fn the_daemon_speaks_sd_notify() {
 #[test]
 fn an_idle_daemon_does_not_wake_up() {
     let env = TestEnv::new();
-    let sock_path = env.tmp.path().join("notify.sock");
-    let sock = UnixDatagram::bind(&sock_path).expect("bind");
-    sock.set_read_timeout(Some(Duration::from_secs(20)))
-        .expect("timeout");
-    let mut child = env
-        .loopd(None)
-        .args(["daemon"])
-        .env("NOTIFY_SOCKET", &sock_path)
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("daemon");
-    let mut buf = [0u8; 512];
-    loop {
-        let n = sock.recv(&mut buf).expect("READY");
-        if String::from_utf8_lossy(&buf[..n]).contains("READY=1") {
-            break;
-        }
-    }
-    let switches = |pid: u32| -> u64 {
-        std::fs::read_dir(format!("/proc/{pid}/task"))
-            .expect("tasks")
-            .flatten()
-            .map(|t| {
-                std::fs::read_to_string(t.path().join("status"))
-                    .unwrap_or_default()
-                    .lines()
-                    .filter(|l| l.contains("ctxt_switches"))
-                    .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
-                    .sum::<u64>()
-            })
-            .sum()
-    };
+    let mut d = Notified::start(&env, &[]);
+    d.until(&["READY=1"]);
     std::thread::sleep(Duration::from_millis(200));
-    let before = switches(child.id());
+    let before = switches(d.child.id());
     std::thread::sleep(Duration::from_secs(1));
-    let woke = switches(child.id()) - before;
+    let woke = switches(d.child.id()) - before;
     assert!(woke < 10, "an idle daemon woke up {woke} times in a second");
-    send_signal(child.id(), 15);
-    assert_eq!(child.wait().expect("exit").code(), Some(0));
+    d.stop();
 }

@@ -40,28 +40,11 @@ pub struct FakeGitHub {
 impl FakeGitHub {
     pub fn start() -> FakeGitHub {
         let state = Arc::new(Mutex::new(State::default()));
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let addr = listener.local_addr().expect("addr");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let shared = state.clone();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).expect("listener");
-                let app = axum::Router::new().fallback(move |method, uri, headers, body| {
-                    handle(shared.clone(), method, uri, headers, body)
-                });
-                let _ = axum::serve(listener, app)
-                    .with_graceful_shutdown(async {
-                        let _ = stopped.await;
-                    })
-                    .await;
-            });
+        let app = axum::Router::new().fallback(move |method, uri, headers, body| {
+            handle(shared.clone(), method, uri, headers, body)
         });
+        let (addr, stop) = super::model::serve(app, 0);
         FakeGitHub {
             addr,
             state,

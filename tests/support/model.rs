@@ -172,7 +172,6 @@ pub struct ScriptedModel {
     addr: SocketAddr,
     state: Arc<Mutex<State>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl ScriptedModel {
@@ -186,35 +185,15 @@ impl ScriptedModel {
             scenario,
             ..State::default()
         }));
-        let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind loopback");
-        listener
-            .set_nonblocking(true)
-            .expect("nonblocking listener");
-        let addr = listener.local_addr().expect("local addr");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let shared = state.clone();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime for the scripted model");
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
-                let app = axum::Router::new().fallback(move |method, uri, headers, body| {
-                    handle(shared.clone(), method, uri, headers, body)
-                });
-                let _ = axum::serve(listener, app)
-                    .with_graceful_shutdown(async {
-                        let _ = stopped.await;
-                    })
-                    .await;
-            });
+        let app = axum::Router::new().fallback(move |method, uri, headers, body| {
+            handle(shared.clone(), method, uri, headers, body)
         });
+        let (addr, stop) = serve(app, port);
         ScriptedModel {
             addr,
             state,
             stop: Some(stop),
-            thread: Some(thread),
         }
     }
 
@@ -260,10 +239,35 @@ impl Drop for ScriptedModel {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        // Do not join: a stalled turn may hold a connection open for long;
-        // the thread ends with the process.
-        drop(self.thread.take());
     }
+}
+
+/// Serve `app` on `127.0.0.1:port` (0 = any free port) on a thread and
+/// runtime of its own, until the returned sender fires or is dropped. The
+/// thread is not joined: a stalled turn may hold a connection open, and the
+/// thread ends with the process.
+pub fn serve(app: axum::Router, port: u16) -> (SocketAddr, tokio::sync::oneshot::Sender<()>) {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).expect("bind loopback");
+    listener
+        .set_nonblocking(true)
+        .expect("nonblocking listener");
+    let addr = listener.local_addr().expect("local addr");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime for a test server");
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).expect("tokio listener");
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
+    });
+    (addr, stop)
 }
 
 fn working_dir(value: &Value) -> Option<String> {
