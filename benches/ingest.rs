@@ -12,7 +12,7 @@ use loopd::agent::session::{Observer, Role};
 use loopd::config::{Caps, GuardSettings};
 use loopd::guard::caps::Budget;
 use loopd::guard::Watch;
-use loopd::report::Ledger;
+use loopd::journal::Journal;
 
 fn main() {
     let target: usize = std::env::args()
@@ -59,6 +59,7 @@ fn main() {
             attempt_timeout: Duration::from_secs(3600),
             idle_timeout: Duration::from_secs(3600),
         },
+        price: loopd::agent::Price::for_model,
     };
     let settings = GuardSettings::default();
     let text = std::fs::read_to_string(&input).expect("read input");
@@ -68,8 +69,9 @@ fn main() {
     // Pass 2: the same plus the raw stream copy `loopd run` keeps on disk
     // (attempt-<n>/agent-stream.jsonl), i.e. the whole per-line hot path.
     for with_raw_log in [false, true] {
-        let mut ledger = Ledger::create(&dir.path().join(format!("ledger-{with_raw_log}.jsonl")))
-            .expect("ledger");
+        let jdir = dir.path().join(format!("journal-{with_raw_log}"));
+        std::fs::create_dir_all(&jdir).expect("journal dir");
+        let mut ledger = Journal::open(&jdir).expect("journal");
         let mut raw_log = BufWriter::with_capacity(
             64 * 1024,
             std::fs::File::create(dir.path().join("raw.jsonl")).expect("raw log"),
@@ -78,8 +80,7 @@ fn main() {
         let mut stops = 0u64;
         {
             let mut watch = Watch::new(
-                Role::Agent,
-                1,
+                (Role::Agent, 1, 0),
                 &budget,
                 Default::default(),
                 &settings,

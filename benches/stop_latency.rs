@@ -14,7 +14,7 @@ use loopd::config::{Caps, GuardSettings};
 use loopd::guard::caps::Budget;
 use loopd::guard::Watch;
 use loopd::outcome::Reason;
-use loopd::report::Ledger;
+use loopd::journal::Journal;
 
 /// Wraps the real observer and notes when it asked to stop.
 struct Timed<'a> {
@@ -56,6 +56,7 @@ fn main() {
             attempt_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(60),
         },
+        price: loopd::agent::Price::for_model,
     };
     let settings = GuardSettings::default();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -65,7 +66,7 @@ fn main() {
         .expect("runtime");
     let mut samples = Vec::with_capacity(runs);
     for i in 0..runs {
-        let mut ledger = Ledger::create(&dir.path().join("ledger.jsonl")).expect("ledger");
+        let mut ledger = Journal::open(dir.path()).expect("journal");
         let spec = SessionSpec {
             role: Role::Agent,
             bin: "/bin/sh".into(),
@@ -84,8 +85,7 @@ fn main() {
         let (_tx, mut rx) = tokio::sync::watch::channel(None);
         let mut obs = Timed {
             inner: Watch::new(
-                Role::Agent,
-                1,
+                (Role::Agent, 1, 0),
                 &budget,
                 Default::default(),
                 &settings,

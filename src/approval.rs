@@ -112,16 +112,16 @@ pub fn record(state_dir: &Path, st: &JobState, decision: &str) -> Result<Decisio
         decision: decision.into(),
         commit,
         by,
-        at: crate::report::now_rfc3339(),
+        at: crate::util::now_rfc3339(),
     };
     let path = decision_path(state_dir, &st.job_id);
     if let Some(dir) = path.parent() {
-        crate::job::private_dir(dir).map_err(|source| ApprovalError::Record {
+        crate::util::private_dir(dir).map_err(|source| ApprovalError::Record {
             path: path.clone(),
             source,
         })?;
     }
-    crate::report::write_json_atomic(&path, &d)
+    crate::util::write_json_atomic(&path, &d)
         .map_err(|source| ApprovalError::Record { path, source })?;
     Ok(d)
 }

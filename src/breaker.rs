@@ -4,19 +4,23 @@
 //! Parking is `git stash push --include-untracked` (git2) with the message
 //! `loopd <job-id>: <reason>`, plus `refs/loopd/stash/<job-id>` on the stash
 //! commit so that `git stash drop`/`clear` or gc cannot lose it. The report,
-//! `failure.json`, lives in the state dir, never in the repository.
+//! `failure.json`, lives in the state dir, never in the repository. The job
+//! journals where the work went *between* the two steps, so a full disk or a
+//! failing report never hides it.
 
 use std::path::{Path, PathBuf};
 
 use crate::outcome::Reason;
-use crate::report::{self, FailureReport, Totals};
-use crate::workspace::{Workspace, WorkspaceError};
+use crate::report::{FailureReport, Totals};
+use crate::workspace::Workspace;
 
-/// What the breaker did.
-#[derive(Debug, Clone)]
+/// Where the work went: recorded in the journal before any report.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Parked {
+    /// The stash commit (`None`: nothing to park, or parking failed).
     pub stash_commit: Option<String>,
-    pub report: PathBuf,
+    /// Why parking failed, if it did: the work is then still in the tree.
+    pub error: Option<String>,
 }
 
 /// Everything the report needs from the job.
@@ -24,6 +28,7 @@ pub struct Trip<'a> {
     pub job_id: &'a str,
     pub reason: Reason,
     pub detail: &'a str,
+    pub repo: &'a Path,
     pub base_ref: &'a str,
     pub totals: Totals,
     pub attempts: usize,
@@ -32,66 +37,69 @@ pub struct Trip<'a> {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum BreakerError {
-    #[error(transparent)]
-    Park(#[from] WorkspaceError),
-    #[error("cannot write the failure report `{}`: {source}", path.display())]
-    Report {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+#[error("cannot write the failure report `{}`: {source}", path.display())]
+pub struct ReportError {
+    pub path: PathBuf,
+    #[source]
+    pub source: std::io::Error,
 }
 
-/// Park the work and write `failure.json`. If parking fails, the report is
-/// still written (saying so) and the tree is left exactly as it was.
-pub fn trip(ws: &mut Workspace, trip: Trip<'_>) -> Result<Parked, BreakerError> {
-    let message = format!("loopd {}: {}", trip.job_id, trip.reason);
-    let parked = ws.park(trip.job_id, &message);
-    let (stash_commit, park_error) = match &parked {
-        Ok(Some(oid)) => (Some(oid.to_string()), None),
-        Ok(None) => (None, None),
-        Err(e) => (None, Some(e.to_string())),
-    };
-    let repo = ws.root().to_path_buf();
-    let restore = match (&stash_commit, &park_error) {
+/// Park the work: a stash (untracked files included) pinned by a ref. A
+/// failure leaves the tree exactly as it was and says why. Idempotent: a
+/// job parked by a run that was killed before recording it finds its ref.
+pub fn park(ws: &mut Workspace, job_id: &str, reason: Reason) -> Parked {
+    let message = format!("loopd {job_id}: {reason}");
+    match ws.park(job_id, &message) {
+        Ok(Some(oid)) => {
+            tracing::info!(stash_commit = %oid, "work parked");
+            Parked {
+                stash_commit: Some(oid.to_string()),
+                error: None,
+            }
+        }
+        Ok(None) => {
+            tracing::info!("nothing to park: the working tree is unchanged");
+            Parked::default()
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "the circuit breaker could not park the work; the working tree is left as it is");
+            Parked {
+                stash_commit: None,
+                error: Some(e.to_string()),
+            }
+        }
+    }
+}
+
+/// Write `failure.json` (outside the repository) for parked work.
+pub fn report(trip: Trip<'_>, parked: &Parked) -> Result<PathBuf, ReportError> {
+    let restore = match (&parked.stash_commit, &parked.error) {
         (Some(c), _) => format!(
             "git -C {} stash apply {c}",
-            crate::agent::key::shell_quote(&repo.to_string_lossy())
+            crate::util::shell_quote(&trip.repo.to_string_lossy())
         ),
         (None, None) => "nothing to restore: the agent left no changes".to_owned(),
         (None, Some(e)) => {
             format!("nothing was parked ({e}); the agent's changes are still in the working tree")
         }
     };
-    match &stash_commit {
-        Some(c) => tracing::info!(stash_commit = %c, "work parked"),
-        None if park_error.is_none() => {
-            tracing::info!("nothing to park: the working tree is unchanged")
-        }
-        None => {}
-    }
     let report = FailureReport {
         job_id: trip.job_id.to_owned(),
         reason: trip.reason,
         detail: trip.detail.to_owned(),
-        timestamp: report::now_rfc3339(),
-        repo,
+        timestamp: crate::util::now_rfc3339(),
+        repo: trip.repo.to_path_buf(),
         base_ref: trip.base_ref.to_owned(),
-        stash_commit: stash_commit.clone(),
+        stash_commit: parked.stash_commit.clone(),
         restore,
         totals: trip.totals,
         attempts: trip.attempts,
         last_events: trip.last_events,
     };
     let path = trip.run_dir.join("failure.json");
-    report::write_json_atomic(&path, &report).map_err(|source| BreakerError::Report {
+    crate::util::write_json_atomic(&path, &report).map_err(|source| ReportError {
         path: path.clone(),
         source,
     })?;
-    parked?;
-    Ok(Parked {
-        stash_commit,
-        report: path,
-    })
+    Ok(path)
 }

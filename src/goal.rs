@@ -18,7 +18,7 @@ use crate::process::{self, Contained};
 pub const MAX_STEP_OUTPUT: usize = 64 * 1024;
 
 /// What one step did.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepResult {
     pub name: String,
     pub command: String,
@@ -36,7 +36,7 @@ pub struct StepResult {
 }
 
 /// The goal test's result.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GoalReport {
     pub steps: Vec<StepResult>,
 }

@@ -79,6 +79,59 @@ impl std::fmt::Display for Reason {
     }
 }
 
+/// Where a job is in its life, as `loopd status` shows it (the daemon
+/// states of the contract).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Queued,
+    Running,
+    Accepted,
+    Exhausted,
+    Stopped,
+    /// Suspended by a daemon shutdown; resumes when the daemon starts.
+    Interrupted,
+    Error,
+    Cancelled,
+    /// Accepted, committed on its branch, nothing pushed: waits for
+    /// `loopd approve` or `loopd reject`.
+    AwaitingApproval,
+    /// Accepted, then rejected by a human; the change stays parked.
+    Rejected,
+}
+
+impl Status {
+    pub fn from_outcome(o: Outcome) -> Status {
+        match o {
+            Outcome::Accepted => Status::Accepted,
+            Outcome::Exhausted => Status::Exhausted,
+            Outcome::Stopped => Status::Stopped,
+            Outcome::Interrupted => Status::Interrupted,
+            Outcome::Error => Status::Error,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Queued => "queued",
+            Status::Running => "running",
+            Status::Accepted => "accepted",
+            Status::Exhausted => "exhausted",
+            Status::Stopped => "stopped",
+            Status::Interrupted => "interrupted",
+            Status::Error => "error",
+            Status::Cancelled => "cancelled",
+            Status::AwaitingApproval => "awaiting_approval",
+            Status::Rejected => "rejected",
+        }
+    }
+
+    /// A state the job never leaves by itself.
+    pub fn is_final(self) -> bool {
+        !matches!(self, Status::Queued | Status::Running | Status::Interrupted)
+    }
+}
+
 /// Process exit codes of the contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitStatus {

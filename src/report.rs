@@ -1,11 +1,9 @@
-//! What a job leaves behind, outside the repository: `summary.json` (also
-//! what `--json` prints), `ledger.jsonl` (one line per tool call, model call,
-//! session, attempt and stop), the per-attempt files, and `failure.json`.
+//! The views a job leaves behind, outside the repository: `summary.json`
+//! (also what `--json` prints) and `failure.json`, both derived from the
+//! journal (`ledger.jsonl`, [`crate::journal`]), and their human rendering.
 //! Nothing here ever contains the API key: it is never given to this module.
 
-use std::collections::VecDeque;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -14,7 +12,7 @@ use crate::guard::caps::Spend;
 use crate::outcome::{Outcome, Reason};
 
 /// One attempt, as the summary reports it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AttemptRecord {
     pub n: u32,
     pub goal_passed: bool,
@@ -126,122 +124,6 @@ pub struct FailureReport {
     pub totals: Totals,
     pub attempts: usize,
     pub last_events: Vec<serde_json::Value>,
-}
-
-/// The ledger: `ledger.jsonl`, one line per event, flushed as written so a
-/// crash loses nothing; the last few entries are kept for `failure.json`.
-pub struct Ledger {
-    file: std::fs::File,
-    recent: VecDeque<serde_json::Value>,
-    lines: usize,
-}
-
-/// How many entries `failure.json` quotes.
-pub const LAST_EVENTS: usize = 10;
-
-impl Ledger {
-    /// Open for appending (a resumed job continues its ledger).
-    pub fn create(path: &Path) -> std::io::Result<Ledger> {
-        let lines = match std::fs::read(path) {
-            Ok(bytes) => bytes.iter().filter(|&&b| b == b'\n').count(),
-            Err(_) => 0,
-        };
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
-        Ok(Ledger {
-            file,
-            recent: VecDeque::with_capacity(LAST_EVENTS + 1),
-            lines,
-        })
-    }
-
-    /// How many lines the ledger holds.
-    pub fn lines(&self) -> usize {
-        self.lines
-    }
-
-    /// Spend recorded after line `from`: finished sessions by their
-    /// reconciled totals, unfinished ones by their model calls' estimates.
-    /// A job resumed after a crash adds this to its checkpoint's spend.
-    pub fn spend_after(path: &Path, from: usize) -> Spend {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        let mut total = Spend::default();
-        let mut pending: std::collections::HashMap<(u64, String), Spend> = Default::default();
-        for line in text.lines().skip(from) {
-            let Ok(e) = serde_json::from_str::<serde_json::Value>(line) else {
-                continue;
-            };
-            let key = (
-                e["attempt"].as_u64().unwrap_or(0),
-                e["role"].as_str().unwrap_or("").to_owned(),
-            );
-            let n = |k: &str| e[k].as_u64().unwrap_or(0);
-            match e["event"].as_str() {
-                Some("model_call") => {
-                    let p = pending.entry(key).or_default();
-                    p.cost_usd += e["cost_usd_estimate"].as_f64().unwrap_or(0.0);
-                    p.turns += 1;
-                    p.input_tokens += n("input_tokens");
-                    p.output_tokens += n("output_tokens");
-                }
-                Some("session_end") => {
-                    pending.remove(&key);
-                    total.add(&Spend {
-                        cost_usd: e["cost_usd"].as_f64().unwrap_or(0.0),
-                        turns: n("turns"),
-                        input_tokens: n("input_tokens"),
-                        output_tokens: n("output_tokens"),
-                    });
-                }
-                _ => {}
-            }
-        }
-        for p in pending.values() {
-            total.add(p);
-        }
-        total
-    }
-
-    /// Append one entry (an object; `ts` is added).
-    pub fn record(&mut self, mut entry: serde_json::Value) {
-        if let Some(obj) = entry.as_object_mut() {
-            obj.insert("ts".into(), serde_json::Value::String(now_rfc3339()));
-        }
-        let mut line = entry.to_string();
-        line.push('\n');
-        match self.file.write_all(line.as_bytes()) {
-            Ok(()) => self.lines += 1,
-            Err(e) => tracing::warn!(error = %e, "cannot append to the ledger"),
-        }
-        self.recent.push_back(entry);
-        if self.recent.len() > LAST_EVENTS {
-            self.recent.pop_front();
-        }
-    }
-
-    pub fn last_events(&self) -> Vec<serde_json::Value> {
-        self.recent.iter().cloned().collect()
-    }
-}
-
-pub fn now_rfc3339() -> String {
-    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
-}
-
-/// Write `value` as pretty JSON to `path` atomically (temp file + rename),
-/// so a reader never sees half a file.
-pub fn write_json_atomic<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
-    let tmp = path.with_extension("json.tmp");
-    let mut text = serde_json::to_string_pretty(value).map_err(std::io::Error::other)?;
-    text.push('\n');
-    {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)
 }
 
 /// A short human account of a summary, for stderr at the end of a run.

@@ -265,7 +265,12 @@ impl Workspace {
     /// nothing to park. Afterwards the working tree is clean.
     pub fn park(&mut self, job_id: &str, message: &str) -> Result<Option<Oid>, WorkspaceError> {
         if self.dirty_paths()?.is_empty() {
-            return Ok(None);
+            // Parked already by a run killed before it could record where:
+            // the pinning ref says.
+            return Ok(self
+                .repo
+                .refname_to_id(&keep_ref(job_id))
+                .ok());
         }
         let sig = self
             .repo
@@ -288,6 +293,7 @@ impl Workspace {
         self.repo
             .reference(&keep_ref(job_id), stash, true, message)
             .map_err(self.git("pin the stash commit"))?;
+        crate::util::crash_point("park:stashed");
         Ok(Some(stash))
     }
 }

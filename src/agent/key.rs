@@ -13,8 +13,10 @@ use std::path::{Path, PathBuf};
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixListener;
 
+use crate::util::shell_quote;
+
 /// The environment variable the key is read from (and removed from sessions).
-pub const KEY_VAR: &str = "ANTHROPIC_API_KEY";
+pub const KEY_VAR: &str = crate::util::API_KEY_VAR;
 
 /// Serves the key while alive; removes the socket when dropped.
 pub struct KeyServer {
@@ -74,26 +76,9 @@ pub fn print_key(socket: &Path) -> std::io::Result<()> {
     out.flush()
 }
 
-/// Quote for a POSIX shell: single quotes, with embedded ones escaped.
-pub fn shell_quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@".contains(c))
-    {
-        return s.to_owned();
-    }
-    format!("'{}'", s.replace('\'', "'\\''"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn quoting() {
-        assert_eq!(shell_quote("/usr/bin/loopd"), "/usr/bin/loopd");
-        assert_eq!(shell_quote("/a b/it's"), "'/a b/it'\\''s'");
-    }
 
     #[tokio::test]
     async fn serves_the_key_and_cleans_up() {

@@ -1,14 +1,11 @@
-//! The Claude Code CLI as loopd drives it: the command lines of the agent
-//! and critic sessions, the per-session settings file, the API key's path to
-//! the CLI, and the price table for live cost estimates.
-//!
-//! Facts relied on (CLAUDE_CLI.md): multi-value flags swallow a trailing
-//! prompt, so the prompt always follows `--`; stream-json needs `--verbose`;
-//! `--setting-sources ""` plus `--settings FILE` means only loopd's settings
-//! (and hooks) apply; an `apiKeyHelper` keeps the key out of the environment
-//! of the agent's tools; `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1` avoids
-//! telemetry DNS stalls.
+//! The agent seam: what loopd needs from an agent CLI, as one trait
+//! ([`AgentCli`]), and the Claude Code CLI behind it ([`claude`]). The loop
+//! never builds a command line, a settings file or a price itself; a second
+//! agent CLI is a new implementation of the trait, not an edit of the loop.
+//! The stream's typed events ([`events`]) are the common language: another
+//! CLI's stream is parsed into them.
 
+pub mod claude;
 pub mod events;
 pub mod key;
 pub mod session;
@@ -16,10 +13,7 @@ pub mod session;
 use std::ffi::OsString;
 use std::path::Path;
 
-use serde_json::json;
-
-/// Variables set for every session.
-pub const SESSION_ENV: [(&str, &str); 1] = [("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")];
+pub use claude::ClaudeCode;
 
 /// Spending limits passed to the CLI as a second line of defence.
 #[derive(Debug, Clone, Copy)]
@@ -28,90 +22,38 @@ pub struct CliLimits {
     pub max_turns: u64,
 }
 
-fn common_args(model: &str, settings: &Path, limits: CliLimits) -> Vec<OsString> {
-    let mut args: Vec<OsString> = [
-        "-p",
-        "--output-format",
-        "stream-json",
-        "--verbose",
-        "--include-partial-messages",
-        "--model",
-        model,
-        "--setting-sources",
-        "",
-        "--no-session-persistence",
-    ]
-    .iter()
-    .map(OsString::from)
-    .collect();
-    args.push("--settings".into());
-    args.push(settings.into());
-    // The CLI refuses 0; a budget this small still stops after one call.
-    args.push("--max-budget-usd".into());
-    args.push(format!("{:.6}", limits.max_budget_usd.max(0.000001)).into());
-    args.push("--max-turns".into());
-    args.push(limits.max_turns.max(1).to_string().into());
-    args
-}
-
-/// The agent's command line (after the binary).
-pub fn agent_args(
-    model: &str,
-    allowed_tools: &[String],
-    settings: &Path,
-    limits: CliLimits,
-    prompt: &str,
-) -> Vec<OsString> {
-    let mut args = common_args(model, settings, limits);
-    args.push("--permission-mode".into());
-    args.push("acceptEdits".into());
-    args.push("--allowedTools".into());
-    args.push(allowed_tools.join(",").into());
-    args.push("--".into());
-    args.push(prompt.into());
-    args
-}
-
-/// The critic's command line: no tools, a JSON schema for the verdict. The
-/// material to judge goes on stdin (it can exceed the kernel's limit for one
-/// argument); the argument only says what to do with it.
-pub fn critic_args(
-    model: &str,
-    schema: &str,
-    settings: &Path,
-    limits: CliLimits,
-    instruction: &str,
-) -> Vec<OsString> {
-    let mut args = common_args(model, settings, limits);
-    args.push("--tools".into());
-    args.push("".into());
-    args.push("--json-schema".into());
-    args.push(schema.into());
-    args.push("--".into());
-    args.push(instruction.into());
-    args
-}
-
-/// The per-session settings file: permissions, hooks, and the key helper.
-pub fn settings_json(
-    key_helper: Option<&str>,
-    deny: &[String],
-    hooks: Option<serde_json::Value>,
-) -> serde_json::Value {
-    let mut settings = json!({
-        "permissions": { "deny": deny },
-    });
-    if let Some(helper) = key_helper {
-        settings["apiKeyHelper"] = json!(helper);
-    }
-    if let Some(hooks) = hooks {
-        settings["hooks"] = hooks;
-    }
-    settings
+/// Everything specific to one agent CLI.
+pub trait AgentCli: Send + Sync {
+    /// The content of the sessions' settings file: the key helper (a shell
+    /// command printing the key) and the pre-tool-use hook command.
+    fn settings(&self, key_helper: Option<&str>, hook_command: Option<&str>) -> String;
+    /// An agent session's arguments (after the binary).
+    fn agent_args(
+        &self,
+        model: &str,
+        allowed_tools: &[String],
+        settings: &Path,
+        limits: CliLimits,
+        prompt: &str,
+    ) -> Vec<OsString>;
+    /// A critic session's arguments: no tools, the verdict's JSON schema; the
+    /// material to judge goes on stdin.
+    fn critic_args(
+        &self,
+        model: &str,
+        schema: &str,
+        settings: &Path,
+        limits: CliLimits,
+        instruction: &str,
+    ) -> Vec<OsString>;
+    /// Variables set for every session.
+    fn session_env(&self) -> Vec<(OsString, OsString)>;
+    /// The price table for live estimates: model name → price.
+    fn prices(&self) -> fn(&str) -> Price;
 }
 
 /// Prices in USD per million tokens, for the *running* estimate only; the
-/// CLI's `total_cost_usd` replaces the estimate when each session ends.
+/// CLI's own cost replaces the estimate when each session ends.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Price {
     pub input: f64,
@@ -119,28 +61,9 @@ pub struct Price {
 }
 
 impl Price {
-    /// Measured against Claude Code 2.1.328's own cost accounting (the
-    /// scripted model reports tokens, the CLI reports `total_cost_usd`).
-    /// An unknown model is priced like the most expensive one, so the
-    /// estimate errs toward stopping early.
+    /// The Claude Code price table (the default agent's).
     pub fn for_model(model: &str) -> Price {
-        let m = model.to_ascii_lowercase();
-        if m.contains("haiku") {
-            Price {
-                input: 0.1,
-                output: 0.5,
-            }
-        } else if m.contains("sonnet") {
-            Price {
-                input: 2.0,
-                output: 10.0,
-            }
-        } else {
-            Price {
-                input: 4.0,
-                output: 20.0,
-            }
-        }
+        claude::price(model)
     }
 
     /// Cache writes cost 1.25× input, cache reads 0.1× input.
@@ -150,87 +73,5 @@ impl Price {
             + usage.cache_read_input_tokens as f64 * self.input * 0.1
             + usage.output_tokens as f64 * self.output)
             / 1_000_000.0
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn limits() -> CliLimits {
-        CliLimits {
-            max_budget_usd: 0.5,
-            max_turns: 40,
-        }
-    }
-
-    #[test]
-    fn agent_args_end_with_the_prompt_after_double_dash() {
-        let tools = vec!["Read".to_string(), "Bash(python3 -m pytest *)".to_string()];
-        let args = agent_args(
-            "haiku",
-            &tools,
-            Path::new("/s/settings.json"),
-            limits(),
-            "--fix it",
-        );
-        let args: Vec<String> = args
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(args[args.len() - 2], "--");
-        assert_eq!(args[args.len() - 1], "--fix it");
-        let joined = args.join(" ");
-        for needle in [
-            "-p --output-format stream-json --verbose",
-            "--model haiku",
-            "--setting-sources  --no-session-persistence",
-            "--settings /s/settings.json",
-            "--permission-mode acceptEdits",
-            "--allowedTools Read,Bash(python3 -m pytest *)",
-            "--max-budget-usd 0.500000",
-            "--max-turns 40",
-        ] {
-            assert!(joined.contains(needle), "missing `{needle}` in {joined}");
-        }
-    }
-
-    #[test]
-    fn critic_args_have_no_tools_and_a_schema() {
-        let args = critic_args(
-            "sonnet",
-            "{\"type\":\"object\"}",
-            Path::new("/s.json"),
-            limits(),
-            "judge",
-        );
-        let args: Vec<String> = args
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        let i = args.iter().position(|a| a == "--tools").expect("--tools");
-        assert_eq!(args[i + 1], "");
-        assert_eq!(args[i + 2], "--json-schema");
-        assert_eq!(args[args.len() - 2..], ["--", "judge"]);
-        assert!(!args.iter().any(|a| a == "--allowedTools"));
-    }
-
-    #[test]
-    fn settings_carry_the_helper_not_the_key() {
-        let s = settings_json(Some("/bin/loopd agent-key /run/k.sock"), &[], None);
-        assert_eq!(s["apiKeyHelper"], "/bin/loopd agent-key /run/k.sock");
-        assert!(s.get("hooks").is_none());
-    }
-
-    #[test]
-    fn prices_match_the_cli() {
-        let u = events::Usage {
-            input_tokens: 10_000,
-            output_tokens: 10_000,
-            ..Default::default()
-        };
-        assert!((Price::for_model("claude-haiku-5-5").cost(&u) - 0.006).abs() < 1e-12);
-        assert!((Price::for_model("sonnet").cost(&u) - 0.12).abs() < 1e-12);
-        assert!(Price::for_model("mystery").input >= Price::for_model("opus").input);
     }
 }

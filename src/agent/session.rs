@@ -66,16 +66,31 @@ pub trait Observer {
     fn on_event(&mut self, event: &Event, at: Instant) -> Verdict;
 }
 
-/// A request from outside (a signal) to stop the running session.
+/// Why a job is asked to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopCause {
+    /// A signal to a foreground job (`loopd run`, `loopd ci`): park the work.
+    Signal,
+    /// The daemon is shutting down: keep the work in place, the job resumable.
+    Shutdown,
+    /// `loopd cancel`: park the work; the job ends `cancelled`.
+    Cancel,
+}
+
+/// A request from outside (a signal, a shutdown, a cancel) to stop the job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StopRequest {
     pub reason: Reason,
     /// Skip the grace period (a second signal).
     pub hurry: bool,
-    /// Keep the work in place and the job resumable instead of parking it
-    /// (the daemon shutting down); `false` parks (a signal to `loopd run`,
-    /// a cancel).
-    pub suspend: bool,
+    pub cause: StopCause,
+}
+
+impl StopRequest {
+    /// Keep the work in place and the job resumable instead of parking it.
+    pub fn suspend(&self) -> bool {
+        self.cause == StopCause::Shutdown
+    }
 }
 
 /// How a session ended.

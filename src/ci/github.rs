@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-/// Variables holding tokens: never passed to the agent, its tools or hooks.
-pub const TOKEN_VARS: &[&str] = &["LOOPD_GITHUB_TOKEN", "GITHUB_TOKEN", "GH_TOKEN"];
+pub use crate::util::TOKEN_VARS;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GitHubError {

@@ -45,7 +45,7 @@ pub fn daemon(args: DaemonArgs) -> Result<ExitStatus, CliError> {
         ));
     }
     let state_dir = state_dir_or_default(args.state_dir);
-    crate::job::private_dir(&state_dir).map_err(|e| {
+    crate::util::private_dir(&state_dir).map_err(|e| {
         CliError::new(
             ExitStatus::Environment,
             format!("cannot create the state dir `{}`: {e}", state_dir.display()),

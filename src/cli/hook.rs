@@ -15,12 +15,9 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use crate::cli::CliError;
-use crate::guard::tamper::Policy;
+use crate::guard::tamper::{Denial, Policy, POLICY_VAR};
 use crate::outcome::ExitStatus;
 use crate::workspace::Workspace;
-
-/// The variable naming the policy file.
-pub const POLICY_VAR: &str = "LOOPD_POLICY";
 
 /// Run loopd's guard as a Claude Code hook.
 ///
@@ -98,7 +95,14 @@ pub fn hook(args: HookArgs) -> Result<ExitStatus, CliError> {
     if let Some(reason) = decision {
         if let Some(log) = policy.as_ref().ok().and_then(|p| p.denials_log.as_ref()) {
             use std::io::Write;
-            let entry = json!({"ts": crate::report::now_rfc3339(), "tool": tool, "tool_use_id": event["tool_use_id"], "input": tool_input, "reason": reason});
+            let entry = Denial {
+                ts: crate::util::now_rfc3339(),
+                tool: tool.to_owned(),
+                tool_use_id: event["tool_use_id"].as_str().map(str::to_owned),
+                input: tool_input.clone(),
+                reason: reason.clone(),
+            };
+            let entry = serde_json::to_string(&entry).expect("a denial serializes");
             if let Ok(mut f) = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)

@@ -160,7 +160,7 @@ pub fn api_key() -> Option<String> {
 /// The control of a job run in the foreground (`run`, `ci`): SIGTERM/SIGINT
 /// stop it through the circuit breaker, a second one skips the grace period.
 pub fn foreground_control() -> Result<crate::job::Control, CliError> {
-    use crate::agent::session::StopRequest;
+    use crate::agent::session::{StopCause, StopRequest};
     use crate::outcome::Reason;
     let (tx, rx) = tokio::sync::watch::channel(None);
     on_signals(move |n, sig| {
@@ -176,7 +176,7 @@ pub fn foreground_control() -> Result<crate::job::Control, CliError> {
         let _ = tx.send(Some(StopRequest {
             reason: Reason::Signal,
             hurry: n > 1,
-            suspend: false,
+            cause: StopCause::Signal,
         }));
     })?;
     Ok(crate::job::Control {
@@ -184,7 +184,6 @@ pub fn foreground_control() -> Result<crate::job::Control, CliError> {
         loopd_exe: loopd_exe(),
         api_key: api_key(),
         job_id: None,
-        resume: None,
     })
 }
 

@@ -39,7 +39,7 @@ pub fn prepare(flags: &JobFlags) -> Result<(Workspace, Job), CliError> {
 /// and a state dir to write to.
 pub fn ready(ws: &Workspace, job: &Job) -> Result<(), CliError> {
     ws.ensure_clean()?;
-    job::private_dir(&job.state_dir).map_err(|e| {
+    crate::util::private_dir(&job.state_dir).map_err(|e| {
         CliError::new(
             ExitStatus::Environment,
             format!(

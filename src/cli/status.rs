@@ -8,7 +8,6 @@ use crate::cli::daemon::state_dir_or_default;
 use crate::cli::CliError;
 use crate::daemon::spool::Spool;
 use crate::daemon::state::{branch_name, JobState, Status};
-use crate::job::Checkpoint;
 use crate::outcome::ExitStatus;
 
 /// Show the state of every job (or of JOB): queued, running, accepted,
@@ -56,9 +55,15 @@ pub fn collect(state_dir: &Path) -> Vec<Value> {
                 },
             };
             if dir == "running" {
-                if let Some(cp) = Checkpoint::load(&state_dir.join("runs").join(&id)) {
-                    v["attempt"] = json!(cp.next_attempt);
-                    v["spent_usd"] = json!(crate::report::round_usd(cp.spent.cost_usd));
+                // Live progress comes from the journal, the job's truth.
+                let replay = crate::journal::load(&state_dir.join("runs").join(&id));
+                if replay.job_id.is_some() {
+                    let attempt = replay
+                        .current
+                        .as_ref()
+                        .map_or(replay.attempts.len() as u32, |c| c.attempt);
+                    v["attempt"] = json!(attempt);
+                    v["spent_usd"] = json!(crate::report::round_usd(replay.spend().cost_usd));
                 }
             }
             out.push(v);

@@ -50,14 +50,14 @@ pub fn submit(args: SubmitArgs) -> Result<ExitStatus, CliError> {
         .map_err(|e| CliError::new(ExitStatus::Environment, e))?;
     let cwd = std::env::current_dir().unwrap_or_else(|_| ws.root().to_path_buf());
     let spec = JobSpec {
-        job_id: crate::job::new_job_id(),
+        job_id: crate::util::new_job_id(),
         repo: ws.root().to_path_buf(),
         git_ref: args.git_ref.clone(),
         commit: commit.id().to_string(),
         flags: SpecFlags::from_flags(&args.flags, &cwd),
         task: job.task.clone(),
         goal: job.goal.iter().map(|s| s.run.clone()).collect(),
-        submitted_at: crate::report::now_rfc3339(),
+        submitted_at: crate::util::now_rfc3339(),
     };
     spool
         .submit(&spec)

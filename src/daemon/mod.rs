@@ -32,14 +32,13 @@ pub mod worker;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
-use crate::agent::session::StopRequest;
+use crate::agent::session::{StopCause, StopRequest};
 use crate::outcome::Reason;
 use spool::Spool;
 use state::{JobState, Status};
@@ -74,7 +73,6 @@ pub enum DaemonError {
 
 struct Running {
     stop: watch::Sender<Option<StopRequest>>,
-    cancelled: Arc<AtomicBool>,
 }
 
 /// Serve until `shutdown` says stop and every job has suspended or ended.
@@ -130,18 +128,11 @@ pub async fn serve(
                     break;
                 };
                 let (stop_tx, stop_rx) = watch::channel(None);
-                let cancelled = Arc::new(AtomicBool::new(false));
-                running.insert(
-                    spec.job_id.clone(),
-                    Running {
-                        stop: stop_tx,
-                        cancelled: cancelled.clone(),
-                    },
-                );
+                running.insert(spec.job_id.clone(), Running { stop: stop_tx });
                 let ctx = ctx.clone();
                 tasks.spawn(async move {
                     let id = spec.job_id.clone();
-                    (id, worker::run(spec, file, ctx, stop_rx, cancelled).await)
+                    (id, worker::run(spec, file, ctx, stop_rx).await)
                 });
             }
             systemd::notify(&format!(
@@ -174,7 +165,7 @@ pub async fn serve(
                     tracing::info!(?level, running = running.len(), "shutting down: no new jobs; suspending the running ones");
                     systemd::notify("STOPPING=1\nSTATUS=stopping");
                     for r in running.values() {
-                        let _ = r.stop.send(Some(StopRequest { reason: Reason::Signal, hurry: level == Shutdown::Immediate, suspend: true }));
+                        let _ = r.stop.send(Some(StopRequest { reason: Reason::Signal, hurry: level == Shutdown::Immediate, cause: StopCause::Shutdown }));
                     }
                 }
             }
@@ -225,11 +216,10 @@ fn handle_cancels(spool: &Spool, state_dir: &std::path::Path, running: &HashMap<
         let _ = std::fs::remove_file(entry.path());
         if let Some(r) = running.get(&id) {
             tracing::info!(job_id = %id, "cancel requested: stopping the job and parking its work");
-            r.cancelled.store(true, Ordering::SeqCst);
             let _ = r.stop.send(Some(StopRequest {
                 reason: Reason::Signal,
                 hurry: false,
-                suspend: false,
+                cause: StopCause::Cancel,
             }));
         } else {
             cancel_queued(spool, state_dir, &id);

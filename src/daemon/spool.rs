@@ -166,7 +166,7 @@ impl Spool {
     pub fn ensure(&self) -> Result<(), SpoolError> {
         use std::os::unix::fs::PermissionsExt;
         for d in std::iter::once(self.root.clone()).chain(DIRS.iter().map(|d| self.dir(d))) {
-            crate::job::private_dir(&d).map_err(|source| SpoolError::Create {
+            crate::util::private_dir(&d).map_err(|source| SpoolError::Create {
                 path: d.clone(),
                 source,
             })?;

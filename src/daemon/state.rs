@@ -6,54 +6,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::spool::JobSpec;
-use crate::outcome::Outcome;
 
-/// Where a job is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    Queued,
-    Running,
-    Accepted,
-    Exhausted,
-    Stopped,
-    /// Suspended by a daemon shutdown; resumes when the daemon starts.
-    Interrupted,
-    Error,
-    Cancelled,
-    /// Accepted, committed on its branch, nothing pushed: waits for
-    /// `loopd approve` or `loopd reject`.
-    AwaitingApproval,
-    /// Accepted, then rejected by a human; the change stays parked.
-    Rejected,
-}
-
-impl Status {
-    pub fn from_outcome(o: Outcome) -> Status {
-        match o {
-            Outcome::Accepted => Status::Accepted,
-            Outcome::Exhausted => Status::Exhausted,
-            Outcome::Stopped => Status::Stopped,
-            Outcome::Interrupted => Status::Interrupted,
-            Outcome::Error => Status::Error,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Queued => "queued",
-            Status::Running => "running",
-            Status::Accepted => "accepted",
-            Status::Exhausted => "exhausted",
-            Status::Stopped => "stopped",
-            Status::Interrupted => "interrupted",
-            Status::Error => "error",
-            Status::Cancelled => "cancelled",
-            Status::AwaitingApproval => "awaiting_approval",
-            Status::Rejected => "rejected",
-        }
-    }
-}
+pub use crate::outcome::Status;
 
 /// `state.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -102,8 +56,20 @@ impl JobState {
             report: None,
             summary: None,
             delivered: None,
-            updated_at: crate::report::now_rfc3339(),
+            updated_at: crate::util::now_rfc3339(),
         }
+    }
+
+    /// Take the ending from a job's summary.
+    pub fn fill_from(&mut self, summary: &crate::report::Summary) {
+        self.attempt = summary.attempts.last().map_or(0, |a| a.n);
+        self.spent_usd = summary.totals.cost_usd;
+        self.reason = Some(summary.reason.to_string());
+        self.detail = Some(summary.detail.clone());
+        self.stash_commit = summary.stash_commit.clone();
+        self.report = summary.failure_report.clone();
+        self.summary = Some(summary.run_dir.join("summary.json"));
+        self.state = Status::from_outcome(summary.outcome);
     }
 
     pub fn path(state_dir: &Path, id: &str) -> PathBuf {
@@ -125,12 +91,12 @@ impl JobState {
     }
 
     pub fn save(&mut self, state_dir: &Path) {
-        self.updated_at = crate::report::now_rfc3339();
+        self.updated_at = crate::util::now_rfc3339();
         let path = Self::path(state_dir, &self.job_id);
         if let Some(dir) = path.parent() {
-            let _ = crate::job::private_dir(dir);
+            let _ = crate::util::private_dir(dir);
         }
-        if let Err(e) = crate::report::write_json_atomic(&path, self) {
+        if let Err(e) = crate::util::write_json_atomic(&path, self) {
             tracing::error!(path = %path.display(), error = %e, "cannot write the job state");
         }
     }

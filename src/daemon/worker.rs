@@ -6,10 +6,9 @@
 //! is committed on that branch; on any other ending the circuit breaker has
 //! parked the work; either way the worktree is removed and the branch stays.
 //! A job suspended by a shutdown keeps its worktree and resumes from its
-//! checkpoint.
+//! journal.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use git2::{Oid, Repository};
@@ -17,9 +16,10 @@ use tokio::sync::watch;
 
 use super::spool::{JobSpec, Spool};
 use super::state::{branch_name, JobState, Status};
-use crate::agent::session::StopRequest;
+use crate::agent::session::{StopCause, StopRequest};
 use crate::config::{find_on_path, Job};
-use crate::job::{self, Checkpoint, Control};
+use crate::job::{self, Control};
+use crate::journal::{Event, Journal};
 use crate::report::Summary;
 use crate::workspace::Workspace;
 
@@ -75,7 +75,7 @@ pub fn prepare_worktree(spec: &JobSpec, state_dir: &Path) -> Result<PathBuf, Str
                 .working_tree(true),
         ));
     }
-    job::private_dir(path.parent().expect("worktrees/<id> has a parent"))
+    crate::util::private_dir(path.parent().expect("worktrees/<id> has a parent"))
         .map_err(|e| format!("cannot create the worktrees dir: {e}"))?;
     let mut opts = git2::WorktreeAddOptions::new();
     opts.reference(Some(branch.get()));
@@ -85,8 +85,17 @@ pub fn prepare_worktree(spec: &JobSpec, state_dir: &Path) -> Result<PathBuf, Str
 }
 
 /// Commit everything in the worktree on its branch; returns the commit id.
-fn commit_accepted(worktree: &Path, message: &str) -> Result<String, git2::Error> {
+/// A commit this job already made (a kill before it was journaled) is
+/// found by its message and reused.
+fn commit_accepted(worktree: &Path, id: &str, message: &str) -> Result<String, git2::Error> {
     let repo = Repository::open(worktree)?;
+    let head = repo.head()?.peel_to_commit()?;
+    if head
+        .message()
+        .is_some_and(|m| m.contains(&format!("Accepted by loopd job {id} ")))
+    {
+        return Ok(head.id().to_string());
+    }
     let mut index = repo.index()?;
     index.add_all(["*"], git2::IndexAddOption::DEFAULT, None)?;
     index.update_all(["*"], None)?;
@@ -139,19 +148,31 @@ fn commit_message(summary: &Summary, job: &Job) -> String {
 }
 
 /// Run one job to its end (or suspension). Returns its final status.
+///
+/// The order is the durability contract: the job's journal records the
+/// ending (and where the breaker parked the work), then the commit, then the
+/// final state — and only then do the views (`state.json`) and the spool
+/// file move. A daemon killed anywhere in between finds the journal ahead of
+/// the views and brings them to it ([`super::repair`]); nothing is run twice.
 pub async fn run(
     spec: JobSpec,
     spool_file: PathBuf,
     ctx: Arc<Context>,
     stop: watch::Receiver<Option<StopRequest>>,
-    cancelled: Arc<AtomicBool>,
 ) -> Status {
     let id = spec.job_id.clone();
+    let run_dir = ctx.state_dir.join("runs").join(&id);
     let mut state = JobState::load(&ctx.state_dir, &id)
         .unwrap_or_else(|| JobState::new(&spec, Status::Running));
     state.state = Status::Running;
     state.save(&ctx.state_dir);
     tracing::info!(job_id = %id, repo = %spec.repo.display(), "job running");
+    let probe = stop.clone();
+    let cancelled = move || {
+        probe
+            .borrow()
+            .is_some_and(|r| r.cause == StopCause::Cancel)
+    };
 
     let fail = |state: &mut JobState, why: String| {
         tracing::error!(job_id = %state.job_id, why = %why, "job failed to run");
@@ -177,13 +198,11 @@ pub async fn run(
                 None
             }
             Ok((ws, job)) => {
-                let resume = Checkpoint::load(&ctx.state_dir.join("runs").join(&id));
                 let control = Control {
                     stop,
                     loopd_exe: ctx.loopd_exe.clone(),
                     api_key: ctx.api_key.clone(),
                     job_id: Some(id.clone()),
-                    resume,
                 };
                 match job::run(&job, ws, control).await {
                     Ok(summary) => Some((summary, job, wt)),
@@ -196,55 +215,80 @@ pub async fn run(
         },
     };
 
+    let mut notify = Vec::new();
     if let Some((summary, job, wt)) = outcome {
-        state.attempt = summary.attempts.last().map_or(0, |a| a.n);
-        state.spent_usd = summary.totals.cost_usd;
-        state.reason = Some(summary.reason.to_string());
-        state.detail = Some(summary.detail.clone());
-        state.stash_commit = summary.stash_commit.clone();
-        state.report = summary.failure_report.clone();
-        state.summary = Some(summary.run_dir.join("summary.json"));
-        state.state = Status::from_outcome(summary.outcome);
-        if state.state == Status::Interrupted && !cancelled.load(Ordering::SeqCst) {
+        state.fill_from(&summary);
+        if state.state == Status::Interrupted && !cancelled() {
             // Suspended by a shutdown: the worktree and the spool file stay,
-            // the next daemon resumes from the checkpoint.
+            // the next daemon resumes from the journal.
             state.save(&ctx.state_dir);
             tracing::info!(job_id = %id, "job interrupted; it resumes when the daemon starts again");
             return Status::Interrupted;
         }
-        if cancelled.load(Ordering::SeqCst) && state.state != Status::Accepted {
+        if cancelled() && state.state != Status::Accepted {
             state.state = Status::Cancelled;
         }
         if state.state == Status::Accepted {
-            let message = commit_message(&summary, &job);
-            let wt2 = wt.clone();
-            match tokio::task::spawn_blocking(move || commit_accepted(&wt2, &message)).await {
-                Ok(Ok(c)) => {
+            match commit_once(&run_dir, &wt, &summary, &job).await {
+                Ok(c) => {
                     state.commit_accepted = Some(c);
                     if job.approval.required {
                         // Nothing leaves the machine until a human approves.
                         state.state = Status::AwaitingApproval;
                     }
                 }
-                Ok(Err(e)) => fail(
-                    &mut state,
-                    format!("accepted, but the commit on the job's branch failed: {e}"),
-                ),
-                Err(e) => fail(
-                    &mut state,
-                    format!("accepted, but the commit task failed: {e}"),
-                ),
+                Err(why) => fail(&mut state, why),
             }
         }
-        notify_end(&job.notify, &state).await;
+        notify = job.notify.clone();
     }
+    // The final state is the journal's before it is anyone else's.
+    match Journal::open(&run_dir) {
+        Ok(mut j) if j.state().finalized.is_none() => {
+            if let Err(e) = j.append(Event::Finalized { state: state.state }) {
+                tracing::error!(job_id = %id, error = %e, "cannot journal the final state");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::error!(job_id = %id, error = %e, "cannot open the journal"),
+    }
+    notify_end(&notify, &state).await;
     remove_worktree(&spec.repo, &ctx.state_dir, &id);
+    crate::util::crash_point("worker:worktree_removed");
+    state.save(&ctx.state_dir);
+    crate::util::crash_point("worker:state_saved");
     if let Err(e) = ctx.spool.move_to(&spool_file, "done") {
         tracing::error!(job_id = %id, error = %e, "cannot move the job file to done/");
     }
-    state.save(&ctx.state_dir);
     tracing::info!(job_id = %id, state = state.state.as_str(), branch = %state.branch, "job finished");
     state.state
+}
+
+/// Commit the accepted change once: the journal (or, after a kill between
+/// the commit and its record, the branch itself) says whether it was.
+async fn commit_once(
+    run_dir: &Path,
+    wt: &Path,
+    summary: &Summary,
+    job: &Job,
+) -> Result<String, String> {
+    let mut journal = Journal::open(run_dir).map_err(|e| e.to_string())?;
+    if let Some(c) = journal.state().committed.clone() {
+        return Ok(c);
+    }
+    let message = commit_message(summary, job);
+    let (wt, id) = (wt.to_path_buf(), summary.job_id.clone());
+    let commit = tokio::task::spawn_blocking(move || commit_accepted(&wt, &id, &message))
+        .await
+        .map_err(|e| format!("accepted, but the commit task failed: {e}"))?
+        .map_err(|e| format!("accepted, but the commit on the job's branch failed: {e}"))?;
+    crate::util::crash_point("worker:committed");
+    journal
+        .append(Event::Committed {
+            commit: commit.clone(),
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(commit)
 }
 
 /// Tell the webhooks how the job ended. Delivery runs in its own task and

@@ -47,10 +47,12 @@ pub const MIN_CALL: Usage = Usage {
     cache_read_input_tokens: 0,
 };
 
-/// The caps of a job, checked against spend.
+/// The caps of a job, checked against spend, with the agent's price table
+/// for estimates.
 #[derive(Debug, Clone)]
 pub struct Budget {
     pub caps: Caps,
+    pub price: fn(&str) -> Price,
 }
 
 impl Budget {
@@ -72,7 +74,7 @@ impl Budget {
     /// Budget before cost: may a session on `model` start, given `spent`?
     pub fn can_start(&self, spent: &Spend, model: &str) -> Result<(), Reason> {
         let min = Spend {
-            cost_usd: Price::for_model(model).cost(&MIN_CALL),
+            cost_usd: (self.price)(model).cost(&MIN_CALL),
             turns: 1,
             input_tokens: MIN_CALL.input_tokens,
             output_tokens: MIN_CALL.output_tokens,
@@ -106,6 +108,7 @@ mod tests {
 
     fn budget(usd: f64, turns: u64, tokens: u64) -> Budget {
         Budget {
+            price: Price::for_model,
             caps: Caps {
                 budget_usd: usd,
                 max_turns: turns,

@@ -5,7 +5,8 @@
 //!
 //! [`Watch`] is the observer a session runs under. On the hot path it does
 //! only what it must per event: account a model call when it completes,
-//! hash a tool call when it is issued, and write a ledger line for each.
+//! hash a tool call when it is issued, and hand a typed [`Record`] of each to
+//! its [`Recorder`] (the job's journal).
 
 pub mod caps;
 pub mod progress;
@@ -15,16 +16,65 @@ pub mod testcount;
 use std::collections::HashMap;
 use std::time::Instant;
 
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
 use crate::agent::events::{ApiEvent, AssistantBlock, Event, Usage};
 use crate::agent::session::{Observer, Role, Verdict};
-use crate::agent::Price;
 use crate::config::GuardSettings;
 use crate::outcome::Reason;
-use crate::report::Ledger;
 use caps::{Budget, Spend};
 use progress::RepeatDetector;
+
+/// One model call, as the stream reported it: the live estimate of what it
+/// cost. A finished session's reconciled totals supersede these; they count
+/// only for a session that never finished (a crash, a kill).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelCall {
+    pub attempt: u32,
+    pub role: Role,
+    /// The job's session number this call belongs to.
+    pub session: u32,
+    pub message_id: String,
+    pub model: String,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd_estimate: f64,
+    pub latency_ms: u64,
+}
+
+/// One tool call and how it ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub attempt: u32,
+    pub role: Role,
+    pub session: u32,
+    pub tool: String,
+    pub args_sha256: String,
+    pub tool_use_id: String,
+    pub latency_ms: u64,
+    /// `ok` | `error` | `denied`.
+    pub outcome: String,
+}
+
+/// What a [`Watch`] reports as it goes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    ModelCall(ModelCall),
+    ToolCall(ToolCall),
+}
+
+/// Where a [`Watch`] sends its records. The hot path: an implementation must
+/// not block on the disk for each record (no fsync per tool call).
+pub trait Recorder: Send {
+    fn record(&mut self, record: Record);
+}
+
+/// Records nowhere (benchmarks, tests).
+impl Recorder for Vec<Record> {
+    fn record(&mut self, record: Record) {
+        self.push(record);
+    }
+}
 
 /// A model call in flight (between `message_start` and `message_delta`).
 struct Call {
@@ -47,6 +97,7 @@ struct PendingTool {
 pub struct Watch<'a> {
     role: Role,
     attempt: u32,
+    session: u32,
     budget: &'a Budget,
     /// Spend of the job before this session (reconciled totals).
     before: Spend,
@@ -56,7 +107,7 @@ pub struct Watch<'a> {
     /// file at the start of each attempt is not being stuck.
     repeat: RepeatDetector,
     settings: &'a GuardSettings,
-    ledger: &'a mut Ledger,
+    recorder: &'a mut (dyn Recorder + Send),
     call: Option<Call>,
     tools: HashMap<String, PendingTool>,
     pub tool_calls: u64,
@@ -64,22 +115,22 @@ pub struct Watch<'a> {
 
 impl<'a> Watch<'a> {
     pub fn new(
-        role: Role,
-        attempt: u32,
+        (role, attempt, session): (Role, u32, u32),
         budget: &'a Budget,
         before: Spend,
         settings: &'a GuardSettings,
-        ledger: &'a mut Ledger,
+        recorder: &'a mut (dyn Recorder + Send),
     ) -> Watch<'a> {
         Watch {
             role,
             attempt,
+            session,
             budget,
             before,
             live: Spend::default(),
             repeat: RepeatDetector::new(settings.stuck_window, settings.stuck_repeat),
             settings,
-            ledger,
+            recorder,
             call: None,
             tools: HashMap::new(),
             tool_calls: 0,
@@ -90,7 +141,7 @@ impl<'a> Watch<'a> {
     fn charge(&mut self) -> Option<Reason> {
         let call = self.call.as_mut()?;
         let now = Spend {
-            cost_usd: Price::for_model(&call.model).cost(&call.usage),
+            cost_usd: (self.budget.price)(&call.model).cost(&call.usage),
             turns: 1,
             input_tokens: call.usage.all_input(),
             output_tokens: call.usage.output_tokens,
@@ -105,12 +156,16 @@ impl<'a> Watch<'a> {
 
     fn finish_call(&mut self) {
         if let Some(call) = self.call.take() {
-            self.ledger.record(json!({
-                "event": "model_call", "attempt": self.attempt, "role": self.role.as_str(),
-                "message_id": call.id, "model": call.model,
-                "input_tokens": call.usage.all_input(), "output_tokens": call.usage.output_tokens,
-                "cost_usd_estimate": call.charged.cost_usd,
-                "latency_ms": call.started.elapsed().as_millis() as u64,
+            self.recorder.record(Record::ModelCall(ModelCall {
+                attempt: self.attempt,
+                role: self.role,
+                session: self.session,
+                message_id: call.id,
+                model: call.model,
+                input_tokens: call.usage.all_input(),
+                output_tokens: call.usage.output_tokens,
+                cost_usd_estimate: call.charged.cost_usd,
+                latency_ms: call.started.elapsed().as_millis() as u64,
             }));
         }
     }
@@ -124,10 +179,15 @@ impl<'a> Watch<'a> {
             } else {
                 "ok"
             };
-            self.ledger.record(json!({
-                "event": "tool_call", "attempt": self.attempt, "role": self.role.as_str(),
-                "tool": t.name, "args_sha256": t.hash, "tool_use_id": id,
-                "latency_ms": at.duration_since(t.started).as_millis() as u64, "outcome": outcome,
+            self.recorder.record(Record::ToolCall(ToolCall {
+                attempt: self.attempt,
+                role: self.role,
+                session: self.session,
+                tool: t.name,
+                args_sha256: t.hash,
+                tool_use_id: id.to_owned(),
+                latency_ms: at.duration_since(t.started).as_millis() as u64,
+                outcome: outcome.to_owned(),
             }));
         }
     }

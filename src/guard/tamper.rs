@@ -270,6 +270,49 @@ pub struct Compiled<'a> {
     markers: Vec<Regex>,
 }
 
+/// The variable that names the job's policy file in the hook's command line.
+pub const POLICY_VAR: &str = "LOOPD_POLICY";
+
+/// One line of the hook's denials log: written by `loopd hook pre-tool-use`,
+/// read by the job after the agent session.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Denial {
+    pub ts: String,
+    pub tool: String,
+    #[serde(default)]
+    pub tool_use_id: Option<String>,
+    /// The tool's input, as the CLI sent it (its shape is the tool's).
+    pub input: serde_json::Value,
+    pub reason: String,
+}
+
+impl Denial {
+    /// The denial as a gate finding; paths relative to `root` (with its
+    /// trailing slash).
+    pub fn finding(&self, root: &str) -> Finding {
+        let target = self
+            .input
+            .get("file_path")
+            .and_then(|p| p.as_str())
+            .map(|p| p.strip_prefix(root).unwrap_or(p).to_owned())
+            .or_else(|| {
+                self.input
+                    .get("command")
+                    .and_then(|c| c.as_str())
+                    .map(|c| format!("`{}`", c.chars().take(120).collect::<String>()))
+            })
+            .unwrap_or_default();
+        Finding {
+            reason: Reason::ProtectedPath,
+            problem: format!("the {} call on {target} was denied: {}", self.tool, self.reason),
+            path: target,
+            line: None,
+            fix: "leave protected files and git history as they are; fix the code under test"
+                .into(),
+        }
+    }
+}
+
 /// One finding of a deterministic gate: it rejects the attempt and becomes a
 /// line of the next prompt.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,22 +8,6 @@ use serde_json::{json, Value};
 use crate::support::model::{Role, ScriptedModel, Turn};
 use crate::support::*;
 
-fn ledger(summary: &Value) -> Vec<Value> {
-    let dir = std::path::PathBuf::from(summary["run_dir"].as_str().expect("run_dir"));
-    std::fs::read_to_string(dir.join("ledger.jsonl"))
-        .expect("ledger")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("ledger line"))
-        .collect()
-}
-
-fn agent_tool_calls(summary: &Value) -> Vec<Value> {
-    ledger(summary)
-        .into_iter()
-        .filter(|e| e["event"] == "tool_call" && e["role"] == "agent")
-        .collect()
-}
-
 fn stalled(ms: u64) -> Turn {
     Turn {
         delay_ms: ms,
@@ -94,7 +78,7 @@ fn the_same_read_repeated_is_stuck_at_the_kth_call() {
     );
     assert!(calls
         .iter()
-        .all(|c| c["args_sha256"] == calls[0]["args_sha256"]));
+        .all(|c| c.args_sha256 == calls[0].args_sha256));
     assert_eq!(model.session_count(Role::Critic), 0);
 }
 
@@ -155,7 +139,7 @@ fn a_polling_command_repeated_is_not_stuck() {
     assert_eq!(
         calls
             .iter()
-            .filter(|c| c["tool"] == "Bash" && c["outcome"] == "ok")
+            .filter(|c| c.tool == "Bash" && c.outcome == "ok")
             .count(),
         5
     );
@@ -384,14 +368,11 @@ fn processes_leaked_by_the_goal_test_and_the_agent_do_not_survive() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     let s = r.summary();
     // Both leaks happened and were stopped.
-    let sessions: Vec<Value> = ledger(&s)
+    let sessions: Vec<_> = finished_sessions(&s)
         .into_iter()
-        .filter(|e| e["event"] == "session_end" && e["role"] == "agent")
+        .filter(|f| f.role == loopd::agent::session::Role::Agent)
         .collect();
-    assert!(
-        sessions[0]["leftover_processes"].as_u64().expect("count") >= 1,
-        "{sessions:?}"
-    );
+    assert!(sessions[0].leftover_processes >= 1, "{sessions:?}");
     let dir = std::path::PathBuf::from(s["run_dir"].as_str().expect("dir"));
     let goal_report: Value = serde_json::from_str(
         &std::fs::read_to_string(dir.join("attempt-1/goal.json")).expect("goal.json"),

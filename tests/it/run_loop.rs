@@ -55,19 +55,11 @@ fn accepted_in_attempt_one() {
     )
     .expect("json");
     assert_eq!(on_disk, s);
-    let ledger = std::fs::read_to_string(run_dir.join("ledger.jsonl")).expect("ledger");
-    let tool_calls: Vec<Value> = ledger
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("ledger line"))
-        .filter(|e| e["event"] == "tool_call" && e["role"] == "agent")
-        .collect();
-    assert_eq!(tool_calls.len(), 2, "Read and Write: {ledger}");
-    assert_eq!(tool_calls[0]["tool"], "Read");
-    assert_eq!(
-        tool_calls[0]["args_sha256"].as_str().expect("hash").len(),
-        64
-    );
-    assert_eq!(tool_calls[1]["outcome"], "ok");
+    let tool_calls = agent_tool_calls(&s);
+    assert_eq!(tool_calls.len(), 2, "Read and Write: {tool_calls:?}");
+    assert_eq!(tool_calls[0].tool, "Read");
+    assert_eq!(tool_calls[0].args_sha256.len(), 64);
+    assert_eq!(tool_calls[1].outcome, "ok");
 }
 
 #[test]

@@ -196,6 +196,49 @@ pub fn finish(out: Output) -> RunResult {
     }
 }
 
+/// A job's journal, read back through loopd's own types: every line must
+/// parse (an unknown or malformed line fails the test).
+pub fn journal(summary: &Value) -> Vec<loopd::journal::Event> {
+    let dir = PathBuf::from(summary["run_dir"].as_str().expect("run_dir"));
+    journal_of(&dir)
+}
+
+/// The journal in a run directory, strictly parsed.
+pub fn journal_of(run_dir: &Path) -> Vec<loopd::journal::Event> {
+    let text = std::fs::read_to_string(run_dir.join("ledger.jsonl")).expect("journal");
+    text.lines()
+        .map(|l| {
+            serde_json::from_str::<loopd::journal::Entry>(l)
+                .unwrap_or_else(|e| panic!("journal line {l}: {e}"))
+                .event
+        })
+        .collect()
+}
+
+/// The agent's tool calls, from the journal.
+pub fn agent_tool_calls(summary: &Value) -> Vec<loopd::guard::ToolCall> {
+    journal(summary)
+        .into_iter()
+        .filter_map(|e| match e {
+            loopd::journal::Event::ToolCall(c) if c.role == loopd::agent::session::Role::Agent => {
+                Some(c)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The finished sessions, from the journal.
+pub fn finished_sessions(summary: &Value) -> Vec<loopd::journal::SessionFinished> {
+    journal(summary)
+        .into_iter()
+        .filter_map(|e| match e {
+            loopd::journal::Event::SessionFinished(f) => Some(f),
+            _ => None,
+        })
+        .collect()
+}
+
 // ---- scenario builders ------------------------------------------------------
 
 pub fn turn(blocks: Vec<Block>) -> Turn {

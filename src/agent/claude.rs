@@ -1,0 +1,255 @@
+//! The Claude Code CLI as loopd drives it: the command lines of the agent
+//! and critic sessions, the per-session settings file, and the price table.
+//!
+//! Facts relied on (CLAUDE_CLI.md): multi-value flags swallow a trailing
+//! prompt, so the prompt always follows `--`; stream-json needs `--verbose`;
+//! `--setting-sources ""` plus `--settings FILE` means only loopd's settings
+//! (and hooks) apply; an `apiKeyHelper` keeps the key out of the environment
+//! of the agent's tools; `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1` avoids
+//! telemetry DNS stalls.
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use serde_json::json;
+
+use super::{AgentCli, CliLimits, Price};
+
+/// `claude -p`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClaudeCode;
+
+impl AgentCli for ClaudeCode {
+    fn settings(&self, key_helper: Option<&str>, hook_command: Option<&str>) -> String {
+        let hooks = hook_command.map(|command| {
+            json!({"PreToolUse": [{"matcher": "Write|Edit|MultiEdit|NotebookEdit|Bash", "hooks": [{"type": "command", "command": command}]}]})
+        });
+        serde_json::to_string_pretty(&settings_json(key_helper, &[], hooks))
+            .expect("settings serialize")
+    }
+
+    fn agent_args(
+        &self,
+        model: &str,
+        allowed_tools: &[String],
+        settings: &Path,
+        limits: CliLimits,
+        prompt: &str,
+    ) -> Vec<OsString> {
+        agent_args(model, allowed_tools, settings, limits, prompt)
+    }
+
+    fn critic_args(
+        &self,
+        model: &str,
+        schema: &str,
+        settings: &Path,
+        limits: CliLimits,
+        instruction: &str,
+    ) -> Vec<OsString> {
+        critic_args(model, schema, settings, limits, instruction)
+    }
+
+    fn session_env(&self) -> Vec<(OsString, OsString)> {
+        SESSION_ENV
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect()
+    }
+
+    fn prices(&self) -> fn(&str) -> Price {
+        price
+    }
+}
+
+/// Variables set for every session.
+pub const SESSION_ENV: [(&str, &str); 1] = [("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")];
+
+fn common_args(model: &str, settings: &Path, limits: CliLimits) -> Vec<OsString> {
+    let mut args: Vec<OsString> = [
+        "-p",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--include-partial-messages",
+        "--model",
+        model,
+        "--setting-sources",
+        "",
+        "--no-session-persistence",
+    ]
+    .iter()
+    .map(OsString::from)
+    .collect();
+    args.push("--settings".into());
+    args.push(settings.into());
+    // The CLI refuses 0; a budget this small still stops after one call.
+    args.push("--max-budget-usd".into());
+    args.push(format!("{:.6}", limits.max_budget_usd.max(0.000001)).into());
+    args.push("--max-turns".into());
+    args.push(limits.max_turns.max(1).to_string().into());
+    args
+}
+
+/// The agent's command line (after the binary).
+pub fn agent_args(
+    model: &str,
+    allowed_tools: &[String],
+    settings: &Path,
+    limits: CliLimits,
+    prompt: &str,
+) -> Vec<OsString> {
+    let mut args = common_args(model, settings, limits);
+    args.push("--permission-mode".into());
+    args.push("acceptEdits".into());
+    args.push("--allowedTools".into());
+    args.push(allowed_tools.join(",").into());
+    args.push("--".into());
+    args.push(prompt.into());
+    args
+}
+
+/// The critic's command line: no tools, a JSON schema for the verdict. The
+/// material to judge goes on stdin (it can exceed the kernel's limit for one
+/// argument); the argument only says what to do with it.
+pub fn critic_args(
+    model: &str,
+    schema: &str,
+    settings: &Path,
+    limits: CliLimits,
+    instruction: &str,
+) -> Vec<OsString> {
+    let mut args = common_args(model, settings, limits);
+    args.push("--tools".into());
+    args.push("".into());
+    args.push("--json-schema".into());
+    args.push(schema.into());
+    args.push("--".into());
+    args.push(instruction.into());
+    args
+}
+
+/// The per-session settings file: permissions, hooks, and the key helper.
+pub fn settings_json(
+    key_helper: Option<&str>,
+    deny: &[String],
+    hooks: Option<serde_json::Value>,
+) -> serde_json::Value {
+    let mut settings = json!({
+        "permissions": { "deny": deny },
+    });
+    if let Some(helper) = key_helper {
+        settings["apiKeyHelper"] = json!(helper);
+    }
+    if let Some(hooks) = hooks {
+        settings["hooks"] = hooks;
+    }
+    settings
+}
+
+/// Measured against Claude Code 2.1.328's own cost accounting (the scripted
+/// model reports tokens, the CLI reports `total_cost_usd`). An unknown
+/// model is priced like the most expensive one, so the estimate errs toward
+/// stopping early.
+pub fn price(model: &str) -> Price {
+    let m = model.to_ascii_lowercase();
+    if m.contains("haiku") {
+        Price {
+            input: 0.1,
+            output: 0.5,
+        }
+    } else if m.contains("sonnet") {
+        Price {
+            input: 2.0,
+            output: 10.0,
+        }
+    } else {
+        Price {
+            input: 4.0,
+            output: 20.0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::events;
+
+    fn limits() -> CliLimits {
+        CliLimits {
+            max_budget_usd: 0.5,
+            max_turns: 40,
+        }
+    }
+
+    #[test]
+    fn agent_args_end_with_the_prompt_after_double_dash() {
+        let tools = vec!["Read".to_string(), "Bash(python3 -m pytest *)".to_string()];
+        let args = agent_args(
+            "haiku",
+            &tools,
+            Path::new("/s/settings.json"),
+            limits(),
+            "--fix it",
+        );
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(args[args.len() - 2], "--");
+        assert_eq!(args[args.len() - 1], "--fix it");
+        let joined = args.join(" ");
+        for needle in [
+            "-p --output-format stream-json --verbose",
+            "--model haiku",
+            "--setting-sources  --no-session-persistence",
+            "--settings /s/settings.json",
+            "--permission-mode acceptEdits",
+            "--allowedTools Read,Bash(python3 -m pytest *)",
+            "--max-budget-usd 0.500000",
+            "--max-turns 40",
+        ] {
+            assert!(joined.contains(needle), "missing `{needle}` in {joined}");
+        }
+    }
+
+    #[test]
+    fn critic_args_have_no_tools_and_a_schema() {
+        let args = critic_args(
+            "sonnet",
+            "{\"type\":\"object\"}",
+            Path::new("/s.json"),
+            limits(),
+            "judge",
+        );
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let i = args.iter().position(|a| a == "--tools").expect("--tools");
+        assert_eq!(args[i + 1], "");
+        assert_eq!(args[i + 2], "--json-schema");
+        assert_eq!(args[args.len() - 2..], ["--", "judge"]);
+        assert!(!args.iter().any(|a| a == "--allowedTools"));
+    }
+
+    #[test]
+    fn settings_carry_the_helper_not_the_key() {
+        let s = settings_json(Some("/bin/loopd agent-key /run/k.sock"), &[], None);
+        assert_eq!(s["apiKeyHelper"], "/bin/loopd agent-key /run/k.sock");
+        assert!(s.get("hooks").is_none());
+    }
+
+    #[test]
+    fn prices_match_the_cli() {
+        let u = events::Usage {
+            input_tokens: 10_000,
+            output_tokens: 10_000,
+            ..Default::default()
+        };
+        assert!((Price::for_model("claude-haiku-5-5").cost(&u) - 0.006).abs() < 1e-12);
+        assert!((Price::for_model("sonnet").cost(&u) - 0.12).abs() < 1e-12);
+        assert!(Price::for_model("mystery").input >= Price::for_model("opus").input);
+    }
+}

@@ -1,0 +1,334 @@
+//! One attempt: the agent session (run once per attempt, whatever the
+//! restarts), then the judges ([`super::judge`]), then the attempt's end —
+//! each recorded in the journal before the next step acts on it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+use super::{JobError, Run};
+use crate::agent::events::ResultEvent;
+use crate::agent::session::{self, Role, SessionEnd, SessionSpec};
+use crate::agent::CliLimits;
+use crate::critic::CriticVerdict;
+use crate::goal::GoalReport;
+use crate::guard::caps::Spend;
+use crate::guard::testcount::Counts;
+use crate::guard::Watch;
+use crate::journal::{AttemptEnd, Current, Ending, Event, SessionFinished};
+use crate::outcome::Reason;
+use crate::report::{round_usd, AttemptRecord};
+use crate::util;
+
+/// What an attempt means for the loop.
+pub enum Step {
+    Accepted,
+    /// Rejected; the journal holds the next prompt.
+    Rejected,
+    /// The job ends (or, suspended, pauses) with this.
+    Stop(Ending),
+}
+
+/// The judges' conclusion about an attempt, before it is recorded.
+pub enum Judged {
+    Accepted,
+    Rejected {
+        feedback: super::Feedback,
+        /// The gate that rejected it, if one did.
+        gate: Option<Reason>,
+        /// Gate findings, rendered, for the summary.
+        findings: Vec<String>,
+    },
+    Stop(Ending),
+}
+
+impl Run<'_> {
+    /// Run (or resume) attempt `n`.
+    pub(super) async fn attempt(
+        &mut self,
+        n: u32,
+        prompt: &str,
+        baseline: &GoalReport,
+        counts: &BTreeMap<String, Counts>,
+    ) -> Result<Step, JobError> {
+        let dir = self.dir.join(format!("attempt-{n}"));
+        util::private_dir(&dir).map_err(|source| JobError::RunDir {
+            path: dir.clone(),
+            source,
+        })?;
+        self.write(&dir.join("prompt.txt"), prompt)?;
+        let attempt_started = Instant::now();
+        let agent_done = self.current().agent.is_some();
+        if agent_done {
+            tracing::info!(attempt = n, "resuming after the attempt's finished agent session");
+        } else {
+            tracing::info!(attempt = n, max = self.job.max_attempts, "attempt started");
+            if let Some(e) = self.may_start(&self.job.agent_model) {
+                return self.end_attempt(n, Judged::Stop(e));
+            }
+            let args = self.agent.agent_args(
+                &self.job.agent_model,
+                &self.job.allowed_tools,
+                &self.env.settings_path,
+                self.limits(),
+                prompt,
+            );
+            let finished = self
+                .session(Role::Agent, n, args, None, &dir, attempt_started, None)
+                .await?;
+            // A session cut short by a signal did not finish its work.
+            if let Some(e) = finished
+                .failure
+                .as_ref()
+                .filter(|e| e.reason == Reason::Signal)
+            {
+                return self.end_attempt(n, Judged::Stop(e.clone()));
+            }
+        }
+        let judged = self
+            .judge(n, baseline, counts, &dir, attempt_started)
+            .await?;
+        self.end_attempt(n, judged)
+    }
+
+    /// The attempt in progress, as the journal has it.
+    pub(super) fn current(&self) -> Current {
+        self.journal
+            .state()
+            .current
+            .clone()
+            .expect("an attempt is in progress")
+    }
+
+    /// Record the attempt's end, unless the job is only being suspended (a
+    /// shutdown): then the attempt stays open and a resume continues it.
+    fn end_attempt(&mut self, n: u32, judged: Judged) -> Result<Step, JobError> {
+        if let Judged::Stop(e) = &judged {
+            if e.reason == Reason::Signal && self.stop_request().is_some_and(|r| r.suspend()) {
+                return Ok(Step::Stop(e.clone()));
+            }
+        }
+        let mut record = record_of(&self.current(), n, &self.dir);
+        let (end, step) = match judged {
+            Judged::Accepted => (AttemptEnd::Accepted, Step::Accepted),
+            Judged::Rejected {
+                feedback,
+                gate,
+                findings,
+            } => {
+                record.rejected_by = gate;
+                record.gate_findings = findings;
+                let next_prompt = super::next_prompt(
+                    &self.job.task,
+                    &feedback,
+                    &self.job.rubric.render_rules(),
+                );
+                (AttemptEnd::Rejected { next_prompt }, Step::Rejected)
+            }
+            Judged::Stop(ending) => {
+                record.stopped = Some(ending.reason);
+                (
+                    AttemptEnd::Stopped {
+                        ending: ending.clone(),
+                    },
+                    Step::Stop(ending),
+                )
+            }
+        };
+        self.journal.append(Event::AttemptEnded { record, end })?;
+        Ok(step)
+    }
+
+    /// Refuse a session the budget cannot cover (budget before cost).
+    pub(super) fn may_start(&self, model: &str) -> Option<Ending> {
+        let spent = self.journal.state().spend();
+        self.budget.can_start(&spent, model).err().map(|reason| Ending {
+            reason,
+            detail: format!("not starting another session on `{model}`: the remaining budget cannot cover even one call ({})", self.spend_line()),
+        })
+    }
+
+    pub(super) fn limits(&self) -> CliLimits {
+        let spent = self.journal.state().spend();
+        CliLimits {
+            max_budget_usd: self.budget.remaining_usd(&spent),
+            max_turns: self.budget.remaining_turns(&spent),
+        }
+    }
+
+    /// Run one session under the guards and journal its end. `verdict`
+    /// reads a critic's verdict from the session's result.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn session(
+        &mut self,
+        role: Role,
+        attempt: u32,
+        args: Vec<std::ffi::OsString>,
+        stdin: Option<String>,
+        dir: &Path,
+        attempt_started: Instant,
+        verdict: Option<fn(Option<&ResultEvent>) -> CriticVerdict>,
+    ) -> Result<SessionFinished, JobError> {
+        let spec = SessionSpec {
+            role,
+            bin: self.job.agent_bin.clone(),
+            args,
+            cwd: self.ws.root().to_path_buf(),
+            env_set: self.agent.session_env(),
+            env_remove: self.env.session_env_remove.clone(),
+            stdin,
+            stream_log: dir.join(format!("{}-stream.jsonl", role.as_str())),
+            stderr_log: dir.join(format!("{}-stderr.txt", role.as_str())),
+            deadline: Some(self.deadline(attempt_started)),
+            idle_timeout: self.job.caps.idle_timeout,
+            grace: self.job.guard.grace,
+            scope: self.id.clone(),
+        };
+        let number = self.journal.state().sessions;
+        self.journal.append(Event::SessionStarted {
+            attempt,
+            role,
+            session: number,
+        })?;
+        let mut stop = self.stop.clone();
+        let before = self.journal.state().spend();
+        let (end, live, tool_calls) = {
+            let mut watch = Watch::new(
+                (role, attempt, number),
+                &self.budget,
+                before,
+                &self.job.guard,
+                &mut self.journal,
+            );
+            let end = session::run(&spec, &mut watch, &mut stop).await?;
+            watch.flush_pending();
+            (end, watch.live, watch.tool_calls)
+        };
+        // The result event is the authority; the live estimate stands in
+        // when the session was stopped before it could write one.
+        let spend = match &end.result {
+            Some(r) => Spend {
+                cost_usd: if r.total_cost_usd == 0.0 {
+                    live.cost_usd
+                } else {
+                    r.total_cost_usd
+                },
+                turns: r.num_turns.max(live.turns),
+                input_tokens: r.usage.all_input().max(live.input_tokens),
+                output_tokens: r.usage.output_tokens.max(live.output_tokens),
+            },
+            None => live,
+        };
+        let failure = self.session_failure(&end, &spend);
+        let finished = SessionFinished {
+            attempt,
+            role,
+            session: number,
+            spend,
+            cost_usd_estimate: live.cost_usd,
+            tool_calls,
+            wall_ms: end.wall.as_millis() as u64,
+            terminal_reason: end.result.as_ref().and_then(|r| r.terminal_reason.clone()),
+            is_error: end.result.as_ref().map(|r| r.is_error),
+            stopped: end.stopped,
+            exit_code: end.exit_code,
+            leftover_processes: end.leftovers,
+            failure,
+            verdict: verdict.map(|read| read(end.result.as_ref())),
+        };
+        self.journal
+            .append(Event::SessionFinished(finished.clone()))?;
+        tracing::info!(
+            role = role.as_str(),
+            attempt,
+            cost_usd = round_usd(spend.cost_usd),
+            turns = spend.turns,
+            tool_calls,
+            stopped = finished.stopped.map_or("no", |r| r.as_str()),
+            "session ended"
+        );
+        Ok(finished)
+    }
+
+    /// Map a session's end to the reason the job stops with, if it failed.
+    fn session_failure(&self, end: &SessionEnd, spend: &Spend) -> Option<Ending> {
+        if let Some(reason) = end.stopped {
+            let mut e = self.guard_ending(reason);
+            if matches!(reason, Reason::BudgetUsd | Reason::MaxTurns | Reason::MaxTokens) {
+                // The journal does not hold this session's spend yet.
+                let spent = self.journal.state().spend().plus(spend);
+                e.detail = format!(
+                    "the {reason} cap was reached: spent ${:.4} of ${}, {} of {} turns, {} of {} tokens",
+                    spent.cost_usd,
+                    self.job.caps.budget_usd,
+                    spent.turns,
+                    self.job.caps.max_turns,
+                    spent.tokens(),
+                    self.job.caps.max_tokens
+                );
+            }
+            return Some(e);
+        }
+        let cli_limit = |r: &ResultEvent| match r.terminal_reason.as_deref() {
+            Some("max_turns") => Some(Reason::MaxTurns),
+            Some("budget_exhausted") => Some(Reason::BudgetUsd),
+            _ => None,
+        };
+        match &end.result {
+            Some(r) if r.completed() => None,
+            Some(r) => match cli_limit(r) {
+                Some(reason) => Some(Ending {
+                    reason,
+                    detail: format!(
+                        "the CLI's own limit stopped the session ({}); {}",
+                        r.error_text(),
+                        self.spend_line()
+                    ),
+                }),
+                None => Some(Ending {
+                    reason: Reason::AgentError,
+                    detail: format!("the agent CLI failed: {}", end.failure()),
+                }),
+            },
+            None => Some(Ending {
+                reason: Reason::AgentError,
+                detail: format!("the agent CLI failed: {}", end.failure()),
+            }),
+        }
+    }
+}
+
+/// The summary's record of an attempt, derived from what the journal holds.
+fn record_of(c: &Current, n: u32, run_dir: &Path) -> AttemptRecord {
+    let sessions = c.agent.iter().chain(c.critic.iter());
+    let spend = sessions.fold(Spend::default(), |acc, s| acc.plus(&s.spend));
+    let verdict = c
+        .critic
+        .as_ref()
+        .and_then(|s| s.verdict.clone())
+        .unwrap_or(CriticVerdict::Skipped);
+    AttemptRecord {
+        n,
+        goal_passed: c.goal.as_ref().is_some_and(|g| g.passed()),
+        failed_step: c
+            .goal
+            .as_ref()
+            .and_then(|g| g.failed_step().map(|s| s.name.clone())),
+        critic: verdict.label().into(),
+        critic_note: match &verdict {
+            CriticVerdict::Invalid { why } => Some(why.clone()),
+            _ => None,
+        },
+        violations: verdict.violations().to_vec(),
+        gate_findings: vec![],
+        rejected_by: None,
+        denied_tool_calls: c.denied.len(),
+        cost_usd: round_usd(spend.cost_usd),
+        turns: spend.turns,
+        input_tokens: spend.input_tokens,
+        output_tokens: spend.output_tokens,
+        diff_sha256: c.diff.as_ref().map(|d| d.0.clone()).unwrap_or_default(),
+        stopped: None,
+        prompt_file: run_dir.join(format!("attempt-{n}")).join("prompt.txt"),
+    }
+}

@@ -1,0 +1,373 @@
+//! Everything after the agent session, in order: the diff and the progress
+//! guard → the hook's denials → the diff gate (protected paths, skip
+//! markers) → the goal test → the test-count gate → judge integrity → the
+//! critic → the decision. Each step's result is journaled; on a resume a step
+//! whose result the journal holds is not run again.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Instant;
+
+use super::attempt::Judged;
+use super::{decide, Feedback, JobError, Run};
+use crate::agent::session::Role;
+use crate::config::Job;
+use crate::critic::{self, CriticInput, CriticVerdict};
+use crate::goal::{self, GoalReport, Mode};
+use crate::guard::tamper::{self, Denial, Finding};
+use crate::guard::testcount::{self, Counts};
+use crate::journal::{Ending, Event, Gate};
+use crate::outcome::Reason;
+
+/// The test counts of each goal step at baseline (steps with a report).
+pub fn baseline_counts(job: &Job, baseline: &GoalReport) -> BTreeMap<String, Counts> {
+    let mut out = BTreeMap::new();
+    for (step, result) in job.goal.iter().zip(&baseline.steps) {
+        let Some(preset) = step.report else { continue };
+        match testcount::parse(preset, &result.output) {
+            Some(counts) => {
+                tracing::debug!(step = %step.name, ran = counts.ran, passed = counts.passed, skipped = counts.skipped, "baseline test count");
+                out.insert(step.name.clone(), counts);
+            }
+            None => {
+                tracing::warn!(step = %step.name, preset = ?preset, "no test summary in the baseline output; the test-count gate is off for this step")
+            }
+        }
+    }
+    out
+}
+
+impl Run<'_> {
+    pub(super) async fn judge(
+        &mut self,
+        n: u32,
+        baseline: &GoalReport,
+        counts: &BTreeMap<String, Counts>,
+        dir: &Path,
+        attempt_started: Instant,
+    ) -> Result<Judged, JobError> {
+        let stop = |e: Ending| Ok(Judged::Stop(e));
+        let diff = self.ws.diff_since(self.base_oid)?;
+        self.write(&dir.join("diff.patch"), &diff.patch)?;
+        if self.current().diff.is_none() {
+            self.journal.append(Event::DiffTaken {
+                attempt: n,
+                sha256: diff.sha256.clone(),
+            })?;
+        }
+        let current = self.current();
+        if let Some(e) = current.agent.as_ref().and_then(|a| a.failure.clone()) {
+            return stop(e);
+        }
+        if let Some(reason) = self.budget.exceeded(&self.journal.state().spend()) {
+            return stop(self.guard_ending(reason));
+        }
+        if let Some((sha, Some(reason))) = &current.diff {
+            tracing::warn!(attempt = n, %reason, diff_sha256 = %sha, "no progress");
+            return stop(self.guard_ending(*reason));
+        }
+
+        // What the hook denied during the session: attempts at tampering.
+        self.journal_denials(n)?;
+        // The deterministic gate on the diff, before the goal test.
+        if self.current().diff_gate.is_none() {
+            let findings = self
+                .env
+                .policy
+                .compile()
+                .map_err(JobError::Policy)?
+                .diff_findings(&diff);
+            self.journal.append(Event::GateChecked {
+                attempt: n,
+                gate: Gate::Diff,
+                findings,
+            })?;
+        }
+        let current = self.current();
+        let gate = current.diff_gate.clone().unwrap_or_default();
+        if !gate.is_empty() {
+            return Ok(self.reject_by_gates(n, gate, current.denied));
+        }
+
+        let (deadline, deadline_reason) = self.deadline(attempt_started);
+        let goal = match current.goal {
+            Some(g) => g,
+            None => {
+                let goal = goal::run(
+                    &self.job.goal,
+                    self.ws.root(),
+                    Mode::FirstFailure,
+                    &self.goal_limits(deadline),
+                )
+                .await?;
+                self.write(&dir.join("goal.txt"), &goal.render())?;
+                self.write(
+                    &dir.join("goal.json"),
+                    &serde_json::to_string_pretty(&goal).expect("a goal report serializes"),
+                )?;
+                // A goal test cut short by a signal has no result.
+                if let Some(e) = self.signalled() {
+                    return stop(e);
+                }
+                self.journal.append(Event::GoalRun {
+                    attempt: n,
+                    report: goal.clone(),
+                })?;
+                goal
+            }
+        };
+        if let Some(e) = self.signalled() {
+            return stop(e);
+        }
+        if Instant::now() >= deadline {
+            return stop(self.guard_ending(deadline_reason));
+        }
+
+        if goal.passed() {
+            if self.current().test_count_gate.is_none() {
+                let findings = self.test_count_findings(&goal, counts);
+                self.journal.append(Event::GateChecked {
+                    attempt: n,
+                    gate: Gate::TestCount,
+                    findings,
+                })?;
+            }
+            let current = self.current();
+            let gate = current.test_count_gate.clone().unwrap_or_default();
+            if !gate.is_empty() {
+                return Ok(self.reject_by_gates(n, gate, current.denied));
+            }
+        }
+
+        let verdict = if goal.passed() {
+            match self.current().critic {
+                Some(done) => {
+                    tracing::info!(attempt = n, "the critic already answered; not asking again");
+                    if let Some(e) = done.failure.filter(|e| done.stopped == Some(e.reason)) {
+                        return stop(e);
+                    }
+                    done.verdict.unwrap_or(CriticVerdict::Invalid {
+                        why: "the critic session recorded no verdict".into(),
+                    })
+                }
+                None => match self
+                    .critic(n, baseline, &goal, counts, &diff.patch, dir, attempt_started)
+                    .await?
+                {
+                    Ok(v) => v,
+                    Err(e) => return stop(e),
+                },
+            }
+        } else {
+            CriticVerdict::Skipped
+        };
+        if let CriticVerdict::Invalid { why } = &verdict {
+            tracing::warn!(attempt = n, why = %why, "the critic's verdict is invalid");
+        }
+        if let Some(reason) = self.budget.exceeded(&self.journal.state().spend()) {
+            return stop(self.guard_ending(reason));
+        }
+        match decide(&goal, &verdict) {
+            Ok(()) => match self.verify_integrity() {
+                Some(e) => stop(e),
+                None => Ok(Judged::Accepted),
+            },
+            Err(feedback) => {
+                let denied = self.current().denied;
+                let (gate, findings) = if denied.is_empty() {
+                    (None, vec![])
+                } else {
+                    (
+                        Some(Reason::ProtectedPath),
+                        denied.iter().map(Finding::render).collect(),
+                    )
+                };
+                Ok(Judged::Rejected {
+                    feedback,
+                    gate,
+                    findings,
+                })
+            }
+        }
+    }
+
+    /// Ask the critic, in a fresh session without tools.
+    #[allow(clippy::too_many_arguments)]
+    async fn critic(
+        &mut self,
+        n: u32,
+        baseline: &GoalReport,
+        goal: &GoalReport,
+        counts: &BTreeMap<String, Counts>,
+        patch: &str,
+        dir: &Path,
+        attempt_started: Instant,
+    ) -> Result<Result<CriticVerdict, Ending>, JobError> {
+        if let Some(e) = self.may_start(&self.job.critic_model) {
+            return Ok(Err(e));
+        }
+        if let Some(e) = self.verify_integrity() {
+            return Ok(Err(e));
+        }
+        let gates = gates_statement(self.job, goal, counts);
+        let input = CriticInput {
+            task: &self.job.task,
+            baseline: &baseline.render(),
+            goal_names: self.job.goal.iter().map(|s| s.name.as_str()).collect(),
+            rubric: &self.job.rubric,
+            base_ref: &self.base,
+            patch,
+            gates: &gates,
+        }
+        .render();
+        self.write(&dir.join("critic-input.txt"), &input)?;
+        let schema = critic::verdict_schema().to_string();
+        let args = self.agent.critic_args(
+            &self.job.critic_model,
+            &schema,
+            &self.env.settings_path,
+            self.limits(),
+            critic::INSTRUCTION,
+        );
+        let done = self
+            .session(
+                Role::Critic,
+                n,
+                args,
+                Some(input),
+                dir,
+                attempt_started,
+                Some(critic::read_verdict),
+            )
+            .await?;
+        let verdict = done.verdict.clone().unwrap_or(CriticVerdict::Invalid {
+            why: "the critic session recorded no verdict".into(),
+        });
+        self.write(
+            &dir.join("critic-verdict.json"),
+            &serde_json::to_string_pretty(&verdict).expect("a verdict serializes"),
+        )?;
+        if let Some(reason) = done.stopped {
+            return Ok(Err(self.guard_ending(reason)));
+        }
+        Ok(Ok(verdict))
+    }
+
+    /// Gate findings as the attempt's rejection (denials appended).
+    fn reject_by_gates(&self, n: u32, mut findings: Vec<Finding>, denied: Vec<Finding>) -> Judged {
+        // A protected path outranks a skip marker, which outranks a count.
+        findings.sort_by_key(|f| match f.reason {
+            Reason::ProtectedPath => 0,
+            Reason::SkipMarker => 1,
+            _ => 2,
+        });
+        for f in &findings {
+            tracing::warn!(attempt = n, reason = %f.reason, path = %f.path, line = f.line.unwrap_or(0), problem = %f.problem, "gate finding");
+        }
+        let gate = findings.first().map(|f| f.reason);
+        findings.extend(denied);
+        Judged::Rejected {
+            findings: findings.iter().map(Finding::render).collect(),
+            feedback: Feedback::Gates(findings),
+            gate,
+        }
+    }
+
+    /// Journal the hook's denials log lines not journaled yet.
+    fn journal_denials(&mut self, n: u32) -> Result<(), JobError> {
+        let Some(log) = self.env.policy.denials_log.clone() else {
+            return Ok(());
+        };
+        let Ok(text) = std::fs::read_to_string(&log) else {
+            return Ok(());
+        };
+        let seen = self.journal.state().denials;
+        let root = format!("{}/", self.ws.root().display());
+        for line in text.lines().skip(seen) {
+            let finding = match serde_json::from_str::<Denial>(line) {
+                Ok(d) => d.finding(&root),
+                Err(e) => Finding {
+                    reason: Reason::ProtectedPath,
+                    path: "?".into(),
+                    line: None,
+                    problem: format!("a tool call was denied (unreadable log line: {e})"),
+                    fix: "leave protected files and git history as they are; fix the code under test".into(),
+                },
+            };
+            self.journal
+                .append(Event::HookDenied { attempt: n, finding })?;
+        }
+        Ok(())
+    }
+
+    /// The test-count gate for the steps of a green goal test.
+    fn test_count_findings(
+        &self,
+        goal: &GoalReport,
+        counts: &BTreeMap<String, Counts>,
+    ) -> Vec<Finding> {
+        let mut out = Vec::new();
+        for (step, result) in self.job.goal.iter().zip(&goal.steps) {
+            let (Some(preset), Some(base)) = (step.report, counts.get(&step.name)) else {
+                continue;
+            };
+            let problem = match testcount::parse(preset, &result.output) {
+                None => Some("its output no longer has a test summary".to_owned()),
+                Some(now) => testcount::compare(base, &now),
+            };
+            if let Some(problem) = problem {
+                out.push(Finding {
+                    reason: Reason::TestCountDropped,
+                    path: format!("goal step `{}`", step.name),
+                    line: None,
+                    problem: format!("the test count dropped: {problem}"),
+                    fix: "run every test that ran at baseline, none skipped or deselected; fix the code, not the test selection".into(),
+                });
+            }
+        }
+        out
+    }
+
+    /// Judge integrity: the config, the rubric and the policy are unchanged.
+    pub(super) fn verify_integrity(&self) -> Option<Ending> {
+        for (path, recorded) in &self.env.integrity {
+            let now = tamper::file_sha256(path).unwrap_or_else(|e| format!("unreadable: {e}"));
+            if &now != recorded {
+                tracing::error!(path = %path.display(), "a judge's input changed during the job");
+                return Some(Ending {
+                    reason: Reason::ConfigTampered,
+                    detail: format!("`{}` changed during the job (sha256 {} at start); the judges' inputs must not change", path.display(), recorded),
+                });
+            }
+        }
+        None
+    }
+}
+
+/// What the critic is told the code already established.
+fn gates_statement(job: &Job, goal: &GoalReport, counts: &BTreeMap<String, Counts>) -> String {
+    let mut s = String::from(
+        "The deterministic gates passed: no protected path (tests that existed at BASE_REF, test-runner configuration, loopd.toml, the rubric) was changed and no skip marker was added",
+    );
+    let lines: Vec<String> = job
+        .goal
+        .iter()
+        .zip(&goal.steps)
+        .filter_map(|(step, r)| {
+            let base = counts.get(&step.name)?;
+            let now = testcount::parse(step.report?, &r.output)?;
+            Some(format!(
+                "`{}`: {} tests ran and {} passed (baseline: {} ran)",
+                step.name, now.ran, now.passed, base.ran
+            ))
+        })
+        .collect();
+    if !lines.is_empty() {
+        s.push_str(&format!(
+            "; the test count did not drop ({})",
+            lines.join("; ")
+        ));
+    }
+    s.push_str(". These are enforced in code; you need not re-check them, and no verdict can override them.");
+    s
+}

@@ -1,0 +1,371 @@
+//! The attempt loop: from a pinned BASE_REF to an accepted diff or an
+//! honest "no", driven by the job's journal.
+//!
+//! ```text
+//! prepare ─ pin BASE_REF ─ baseline (every goal step) ─┐
+//!   ┌──────────────────────────────────────────────────┘
+//!   └─ attempt n: agent session ─ judge: diff ─ gates ─ goal test ─ test count
+//!        ├─ red   → next prompt = failing step + output      ─ critic ─ decision
+//!        └─ green → critic (fresh session, no tools, JSON verdict)
+//!                     ├─ PASS, no violations → accepted
+//!                     └─ otherwise → next prompt = violations
+//!   attempts used up → exhausted;  a guard → stopped;  a signal → interrupted
+//!   every ending but acceptance → circuit breaker (park + failure.json)
+//! ```
+//!
+//! Every step's result is appended to the [`journal`](crate::journal) before
+//! anything acts on it, and every step first asks the journal whether it is
+//! already done: a job resumed after `kill -9` replays what finished and runs
+//! only what did not. The phases live in their own files: [`prepare`],
+//! [`attempt`] (the agent session), [`judge`] (gates → goal → test count →
+//! critic → decision), [`ending`] (the breaker and the views).
+//!
+//! The code decides: acceptance is computed here from the goal test's exit
+//! codes and the parsed verdict, never from what a model says about itself.
+
+mod attempt;
+mod ending;
+mod feedback;
+mod judge;
+mod prepare;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use tokio::sync::watch;
+
+pub use feedback::{decide, next_prompt, Feedback, MAX_FEEDBACK};
+
+use crate::agent::session::{self, StopRequest};
+use crate::agent::{AgentCli, ClaudeCode};
+use crate::config::Job;
+use crate::goal::{self, GoalReport, Mode};
+use crate::guard::caps::Budget;
+use crate::guard::tamper;
+use crate::journal::{Ending, Event, Journal, JournalError, Phase};
+use crate::outcome::Reason;
+use crate::report::Summary;
+use crate::util;
+use crate::workspace::Workspace;
+
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error("cannot create the run directory `{}`: {source}", path.display())]
+    RunDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error(transparent)]
+    Workspace(#[from] crate::workspace::WorkspaceError),
+    #[error(transparent)]
+    Goal(#[from] goal::GoalError),
+    #[error(transparent)]
+    Session(#[from] session::SessionError),
+    #[error("the protection policy: {0}")]
+    Policy(#[source] tamper::PolicyError),
+    #[error("cannot serve the API key to the CLI: {0}")]
+    Key(#[source] std::io::Error),
+    #[error("cannot write `{}`: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the journal names BASE_REF `{base}`, which is not a commit id")]
+    BaseRef {
+        base: String,
+        #[source]
+        source: git2::Error,
+    },
+}
+
+/// How the caller controls a running job.
+pub struct Control {
+    /// Stop requests (signals, cancel, shutdown).
+    pub stop: watch::Receiver<Option<StopRequest>>,
+    /// This executable, for the `apiKeyHelper` and hook commands.
+    pub loopd_exe: PathBuf,
+    /// The API key, if loopd has one to hand to the CLI.
+    pub api_key: Option<String>,
+    /// Use this id instead of a fresh one (the daemon's job; a resume).
+    pub job_id: Option<String>,
+}
+
+impl Control {
+    /// A name for files of this job outside its run directory.
+    fn job_id_or_dir(&self, dir: &Path) -> String {
+        self.job_id.clone().unwrap_or_else(|| {
+            dir.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        })
+    }
+}
+
+/// One job while it runs: its inputs, its journal (the state) and the
+/// handles it acts through. Everything it knows about its progress is in
+/// `journal.state()`, never mirrored in a field here.
+struct Run<'a> {
+    job: &'a Job,
+    agent: &'a dyn AgentCli,
+    id: String,
+    dir: PathBuf,
+    base: String,
+    base_oid: git2::Oid,
+    ws: Workspace,
+    journal: Journal,
+    budget: Budget,
+    stop: watch::Receiver<Option<StopRequest>>,
+    env: prepare::Prepared,
+}
+
+/// Run a job in a repository whose tree the caller has checked is clean —
+/// or resume it from its journal, if it has one.
+pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, JobError> {
+    let agent: &dyn AgentCli = &ClaudeCode;
+    let id = control.job_id.clone().unwrap_or_else(util::new_job_id);
+    let dir = job.state_dir.join("runs").join(&id);
+    util::private_dir(&dir).map_err(|source| JobError::RunDir {
+        path: dir.clone(),
+        source,
+    })?;
+    let mut journal = Journal::open(&dir)?;
+    // BASE_REF is pinned once; a resumed job keeps the journal's.
+    let base = match journal.state().base_ref.clone() {
+        Some(b) => b,
+        None => ws.head_commit()?.to_string(),
+    };
+    let base_oid =
+        git2::Oid::from_str(&base).map_err(|source| JobError::BaseRef {
+            base: base.clone(),
+            source,
+        })?;
+    let env = prepare::prepare(job, &ws, &dir, &control, base_oid, agent)?;
+    if journal.state().job_id.is_none() {
+        journal.append(Event::JobStarted {
+            job_id: id.clone(),
+            base_ref: base.clone(),
+            repo: ws.root().to_path_buf(),
+            task: job.task.clone(),
+        })?;
+        tracing::info!(job_id = %id, base_ref = %base, run_dir = %dir.display(), "job started");
+    } else {
+        journal.append(Event::Resumed {
+            pid: std::process::id(),
+        })?;
+        let s = journal.state();
+        tracing::info!(job_id = %id, phase = ?s.phase(), attempts = s.attempts.len(), spent_usd = s.spend().cost_usd, "job resumed from its journal");
+    }
+    let mut run = Run {
+        job,
+        agent,
+        id,
+        dir,
+        base,
+        base_oid,
+        ws,
+        journal,
+        budget: Budget {
+            caps: job.caps.clone(),
+            price: agent.prices(),
+        },
+        stop: control.stop,
+        env,
+    };
+    let ending = match run.journal.state().phase() {
+        Phase::Ending(e) => e,
+        Phase::Finalized(_) => run
+            .journal
+            .state()
+            .decided()
+            .expect("a finalized journal has an ending"),
+        _ => match run.main_loop().await {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::error!(error = %e, "internal error");
+                Ending {
+                    reason: Reason::InternalError,
+                    detail: e.to_string(),
+                }
+            }
+        },
+    };
+    drop(run.env.key_server.take());
+    run.finish(ending)
+}
+
+impl Run<'_> {
+    fn write(&self, path: &Path, text: &str) -> Result<(), JobError> {
+        std::fs::write(path, text).map_err(|source| JobError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    fn job_deadline(&self) -> Instant {
+        self.journal.started() + self.job.caps.timeout
+    }
+
+    /// The earliest deadline that applies now, and the reason it would give.
+    fn deadline(&self, attempt_started: Instant) -> (Instant, Reason) {
+        let job = self.job_deadline();
+        let attempt = attempt_started + self.job.caps.attempt_timeout;
+        if attempt < job {
+            (attempt, Reason::AttemptTimeout)
+        } else {
+            (job, Reason::WallClock)
+        }
+    }
+
+    /// What bounds a goal test now: secrets out, the job's grace, the
+    /// deadline, signals, and the job's containment scope.
+    fn goal_limits(&self, deadline: Instant) -> goal::Limits<'_> {
+        goal::Limits {
+            env_remove: util::SECRET_VARS,
+            grace: self.job.guard.grace,
+            deadline: Some(deadline),
+            stop: Some(self.stop.clone()),
+            scope: &self.id,
+        }
+    }
+
+    /// The stop request, if one came.
+    fn stop_request(&self) -> Option<StopRequest> {
+        *self.stop.borrow()
+    }
+
+    /// A stop request as the ending it causes.
+    fn signalled(&self) -> Option<Ending> {
+        self.stop_request().map(|req| self.guard_ending(req.reason))
+    }
+
+    fn spend_line(&self) -> String {
+        let spent = self.journal.state().spend();
+        format!(
+            "spent ${:.4} of ${}, {} of {} turns, {} of {} tokens",
+            spent.cost_usd,
+            self.job.caps.budget_usd,
+            spent.turns,
+            self.job.caps.max_turns,
+            spent.tokens(),
+            self.job.caps.max_tokens
+        )
+    }
+
+    /// The ending a guard's reason gives, with a sentence for humans.
+    fn guard_ending(&self, reason: Reason) -> Ending {
+        let caps = &self.job.caps;
+        let g = &self.job.guard;
+        let detail = match reason {
+            Reason::BudgetUsd | Reason::MaxTurns | Reason::MaxTokens => format!("the {reason} cap was reached: {}", self.spend_line()),
+            Reason::WallClock => format!("the job ran into its wall-clock limit of {}", humantime::format_duration(caps.timeout)),
+            Reason::AttemptTimeout => format!("an attempt ran into its limit of {}", humantime::format_duration(caps.attempt_timeout)),
+            Reason::IdleTimeout => format!("the agent sent no event for {}", humantime::format_duration(caps.idle_timeout)),
+            Reason::StuckRepeat => format!("the agent repeated the same tool call {} times within its last {} calls", g.stuck_repeat, g.stuck_window),
+            Reason::StuckNoProgress => "the attempt left the working tree exactly as the previous attempt did".into(),
+            Reason::JudgesDisagree => "the diff returned to an earlier attempt's state: the goal test and the critic pull in opposite directions; a human should look at the rubric and the task".into(),
+            Reason::Signal => "loopd received a termination signal".into(),
+            other => other.to_string(),
+        };
+        Ending { reason, detail }
+    }
+
+    /// The baseline: every goal step before attempt 1, run once per job.
+    async fn baseline(&mut self) -> Result<Result<GoalReport, Ending>, JobError> {
+        if let Some(b) = self.journal.state().baseline.clone() {
+            return Ok(Ok(b));
+        }
+        let baseline = goal::run(
+            &self.job.goal,
+            self.ws.root(),
+            Mode::All,
+            &self.goal_limits(self.job_deadline()),
+        )
+        .await?;
+        self.write(&self.dir.join("baseline.txt"), &baseline.render())?;
+        self.write(
+            &self.dir.join("baseline.json"),
+            &serde_json::to_string_pretty(&baseline).expect("a goal report serializes"),
+        )?;
+        // A baseline cut short by a signal is not the baseline.
+        if let Some(e) = self.signalled() {
+            return Ok(Err(e));
+        }
+        self.journal.append(Event::Baseline {
+            report: baseline.clone(),
+        })?;
+        Ok(Ok(baseline))
+    }
+
+    async fn main_loop(&mut self) -> Result<Ending, JobError> {
+        let baseline = match self.baseline().await? {
+            Ok(b) => b,
+            Err(e) => return Ok(e),
+        };
+        let counts = judge::baseline_counts(self.job, &baseline);
+        if let Some(e) = self.signalled() {
+            return Ok(e);
+        }
+        if Instant::now() >= self.job_deadline() {
+            return Ok(self.guard_ending(Reason::WallClock));
+        }
+        loop {
+            let state = self.journal.state();
+            let (n, prompt) = match &state.current {
+                Some(c) => (c.attempt, c.prompt.clone()),
+                None => {
+                    let (n, prompt) = state.next_attempt();
+                    if n > self.job.max_attempts {
+                        break;
+                    }
+                    let prompt = prompt.unwrap_or(&self.job.task).to_owned();
+                    self.journal.append(Event::AttemptStarted {
+                        attempt: n,
+                        prompt: prompt.clone(),
+                    })?;
+                    (n, prompt)
+                }
+            };
+            match self.attempt(n, &prompt, &baseline, &counts).await? {
+                attempt::Step::Accepted => {
+                    return Ok(self
+                        .journal
+                        .state()
+                        .decided()
+                        .expect("an accepted attempt decides the job"))
+                }
+                attempt::Step::Stop(ending) => return Ok(ending),
+                attempt::Step::Rejected => {
+                    if let Some(e) = self.signalled() {
+                        return Ok(e);
+                    }
+                }
+            }
+        }
+        // When the last attempt was rejected by a gate, that is the honest
+        // reason the job ends without acceptance.
+        let last = self
+            .journal
+            .state()
+            .attempts
+            .last()
+            .and_then(|a| a.rejected_by.map(|r| (r, a.gate_findings.first().cloned())));
+        Ok(match last {
+            Some((reason, finding)) => Ending {
+                reason,
+                detail: format!(
+                    "{} attempts, none accepted; the last was rejected by the {reason} gate: {}",
+                    self.job.max_attempts,
+                    finding.unwrap_or_default()
+                ),
+            },
+            None => Ending {
+                reason: Reason::AttemptsExhausted,
+                detail: format!("{} attempts, none accepted", self.job.max_attempts),
+            },
+        })
+    }
+}

@@ -1,0 +1,130 @@
+//! Before the first attempt (and again on every resume, idempotently): the
+//! protection policy the hook enforces, the judges' checksums, the session
+//! settings file, and the API key's way to the CLI.
+
+use std::path::{Path, PathBuf};
+
+use super::{Control, JobError};
+use crate::agent::key::KeyServer;
+use crate::agent::AgentCli;
+use crate::config::Job;
+use crate::guard::tamper::{self, Policy};
+use crate::rubric::RubricSource;
+use crate::util;
+use crate::workspace::Workspace;
+
+/// What every session and gate of the job needs, set up once.
+pub struct Prepared {
+    pub policy: Policy,
+    /// sha256 of the judges' inputs recorded at start: the config, the
+    /// rubric, the policy file.
+    pub integrity: Vec<(PathBuf, String)>,
+    pub settings_path: PathBuf,
+    /// Removed from every session's environment: credentials never reach
+    /// the agent, its tools or its hooks (the API key only through the
+    /// helper).
+    pub session_env_remove: Vec<std::ffi::OsString>,
+    /// Serves the API key while the job runs; dropped before the ending.
+    pub key_server: Option<KeyServer>,
+}
+
+fn write(path: &Path, text: &str) -> Result<(), JobError> {
+    std::fs::write(path, text).map_err(|source| JobError::Write {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Set up the job's policy, settings and key server in its run directory.
+pub fn prepare(
+    job: &Job,
+    ws: &Workspace,
+    dir: &Path,
+    control: &Control,
+    base_oid: git2::Oid,
+    agent: &dyn AgentCli,
+) -> Result<Prepared, JobError> {
+    // The key reaches the CLI through its apiKeyHelper, never the environment
+    // of the agent's tools. The socket path must fit a sockaddr_un.
+    let key_server = match &control.api_key {
+        Some(k) => {
+            let mut sock = dir.join("key.sock");
+            if sock.as_os_str().len() > 100 {
+                let short = std::env::temp_dir().join(format!("loopd-{}", std::process::id()));
+                util::private_dir(&short).map_err(|source| JobError::RunDir {
+                    path: short.clone(),
+                    source,
+                })?;
+                sock = short.join(format!("{}.sock", control.job_id_or_dir(dir)));
+            }
+            Some(KeyServer::start(&sock, k.clone()).map_err(JobError::Key)?)
+        }
+        None => None,
+    };
+    // The protection policy: written where the hook reads it, hashed with
+    // the other judges' inputs.
+    let mut own_files: Vec<(PathBuf, &str)> = Vec::new();
+    if let Some(c) = &job.config_file {
+        own_files.push((
+            c.canonicalize().unwrap_or_else(|_| c.clone()),
+            "the job's configuration",
+        ));
+    }
+    if let RubricSource::File(r) = &job.rubric.source {
+        own_files.push((r.canonicalize().unwrap_or_else(|_| r.clone()), "the rubric"));
+    }
+    let mut policy = Policy::build(ws.git2(), ws.root(), base_oid, &job.protect, &own_files)
+        .map_err(JobError::Policy)?;
+    policy.denials_log = Some(dir.join("hook-denials.jsonl"));
+    let policy_path = dir.join("policy.json");
+    policy
+        .outside
+        .insert(policy_path.clone(), "loopd's protection policy".into());
+    write(
+        &policy_path,
+        &serde_json::to_string_pretty(&policy).expect("the policy serializes"),
+    )?;
+    let mut integrity = Vec::new();
+    for path in own_files
+        .iter()
+        .map(|(p, _)| p.clone())
+        .chain([policy_path.clone()])
+    {
+        let sha = tamper::file_sha256(&path).map_err(|source| JobError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        integrity.push((path, sha));
+    }
+    let hook_command = format!(
+        "{}={} {} hook pre-tool-use",
+        tamper::POLICY_VAR,
+        util::shell_quote(&policy_path.to_string_lossy()),
+        util::shell_quote(&control.loopd_exe.to_string_lossy())
+    );
+    let settings = agent.settings(
+        key_server
+            .as_ref()
+            .map(|s| s.helper_command(&control.loopd_exe))
+            .as_deref(),
+        Some(&hook_command),
+    );
+    let settings_path = dir.join("settings.json");
+    write(&settings_path, &settings)?;
+    write(
+        &dir.join("job.json"),
+        &serde_json::to_string_pretty(job).expect("job serializes"),
+    )?;
+    let session_env_remove = util::TOKEN_VARS
+        .iter()
+        .map(|v| (*v).into())
+        .chain(key_server.as_ref().map(|_| util::API_KEY_VAR.into()))
+        .collect();
+    Ok(Prepared {
+        policy,
+        integrity,
+        settings_path,
+        session_env_remove,
+        key_server,
+    })
+}

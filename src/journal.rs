@@ -1,0 +1,877 @@
+//! The journal: one job's truth, `runs/<job-id>/ledger.jsonl`.
+//!
+//! Every fact about a job — a session finished and what it cost, a diff
+//! taken, a gate's findings, a goal test's result, a verdict, the end of an
+//! attempt, the ending, where the breaker parked the work, the commit, the
+//! daemon's final state — is one typed [`Event`], appended and fsync'd
+//! **before** anything acts on it. A job's state is a pure fold over its
+//! events ([`Replay`]); resuming after `kill -9` is replaying the journal, and
+//! what it records as finished is never run or billed again, whatever the
+//! instant of the kill. `state.json` and `summary.json` are views written
+//! after the journal.
+//!
+//! The same types write and read every line: there are no JSON literals and
+//! nothing is read back by key. The per-call lines of the hot path (model
+//! calls, tool calls) are written without an fsync — the next durable event
+//! flushes them, since the file is append-only — so the guards are never
+//! slowed down by the disk.
+//!
+//! A torn last line (the process died mid-write) is dropped on open, and the
+//! file is truncated to its last whole line before anything is appended.
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::agent::session::Role;
+use crate::critic::CriticVerdict;
+use crate::goal::GoalReport;
+use crate::guard::caps::Spend;
+use crate::guard::progress::DiffHistory;
+use crate::guard::tamper::Finding;
+use crate::guard::{ModelCall, Record, Recorder, ToolCall};
+use crate::outcome::{Reason, Status};
+use crate::report::AttemptRecord;
+
+/// The journal's file name in a run directory.
+pub const FILE: &str = "ledger.jsonl";
+
+/// How many entries `failure.json` quotes.
+pub const LAST_EVENTS: usize = 10;
+
+/// Why a job (or an attempt) stops, with a sentence for humans.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ending {
+    pub reason: Reason,
+    pub detail: String,
+}
+
+/// A session's end: its reconciled spend and how it went.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionFinished {
+    pub attempt: u32,
+    pub role: Role,
+    pub session: u32,
+    /// Reconciled with the CLI's result event; the authority for billing.
+    pub spend: Spend,
+    /// What the stream's live estimate said.
+    pub cost_usd_estimate: f64,
+    pub tool_calls: u64,
+    pub wall_ms: u64,
+    pub terminal_reason: Option<String>,
+    pub is_error: Option<bool>,
+    /// Set when loopd stopped the session.
+    pub stopped: Option<Reason>,
+    pub exit_code: Option<i32>,
+    pub leftover_processes: usize,
+    /// How the session failed, as the ending it implies (`None`: it completed).
+    pub failure: Option<Ending>,
+    /// The critic's verdict (critic sessions only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<CriticVerdict>,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "as", rename_all = "snake_case")]
+pub enum AttemptEnd {
+    Accepted,
+    /// Rejected; the next attempt runs with this prompt.
+    Rejected { next_prompt: String },
+    /// The job stops.
+    Stopped { ending: Ending },
+}
+
+/// Which deterministic gate produced a [`Event::GateChecked`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Gate {
+    /// Protected paths and skip markers, on the diff.
+    Diff,
+    /// The test count of a green goal test against the baseline.
+    TestCount,
+}
+
+/// Every fact of a job, in the order it happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// The first line of every journal.
+    JobStarted {
+        job_id: String,
+        base_ref: String,
+        repo: PathBuf,
+        task: String,
+    },
+    /// A later process took the job over (after a crash or a shutdown).
+    Resumed { pid: u32 },
+    /// The goal test before attempt 1, every step.
+    Baseline { report: GoalReport },
+    AttemptStarted { attempt: u32, prompt: String },
+    SessionStarted { attempt: u32, role: Role, session: u32 },
+    ModelCall(ModelCall),
+    ToolCall(ToolCall),
+    SessionFinished(SessionFinished),
+    /// One line of the hook's denials log, read after the agent session.
+    HookDenied { attempt: u32, finding: Finding },
+    /// The state of the tree after the agent session (`diff.patch`).
+    DiffTaken { attempt: u32, sha256: String },
+    /// A gate ran; an empty list means it passed.
+    GateChecked {
+        attempt: u32,
+        gate: Gate,
+        findings: Vec<Finding>,
+    },
+    GoalRun { attempt: u32, report: GoalReport },
+    AttemptEnded { record: AttemptRecord, end: AttemptEnd },
+    /// The decision: how the job ends (before the breaker runs).
+    JobEnded { ending: Ending },
+    /// The daemon is shutting down: the job stays resumable where it is.
+    Suspended,
+    /// The breaker parked the work (or found nothing to park, or failed).
+    Parked {
+        stash_commit: Option<String>,
+        error: Option<String>,
+    },
+    /// The accepted change, committed on the job's branch (daemon).
+    Committed { commit: String },
+    /// The daemon's final state, recorded before the spool file moves.
+    Finalized { state: Status },
+}
+
+impl Event {
+    /// The event's name, as in the file (`"session_finished"`), for crash
+    /// points and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::JobStarted { .. } => "job_started",
+            Event::Resumed { .. } => "resumed",
+            Event::Baseline { .. } => "baseline",
+            Event::AttemptStarted { .. } => "attempt_started",
+            Event::SessionStarted { .. } => "session_started",
+            Event::ModelCall(_) => "model_call",
+            Event::ToolCall(_) => "tool_call",
+            Event::SessionFinished(_) => "session_finished",
+            Event::HookDenied { .. } => "hook_denied",
+            Event::DiffTaken { .. } => "diff_taken",
+            Event::GateChecked { .. } => "gate_checked",
+            Event::GoalRun { .. } => "goal_run",
+            Event::AttemptEnded { .. } => "attempt_ended",
+            Event::JobEnded { .. } => "job_ended",
+            Event::Suspended => "suspended",
+            Event::Parked { .. } => "parked",
+            Event::Committed { .. } => "committed",
+            Event::Finalized { .. } => "finalized",
+        }
+    }
+
+    /// Facts something acts on are fsync'd; the per-call lines of the hot
+    /// path are not (the next durable append flushes them).
+    fn durable(&self) -> bool {
+        !matches!(self, Event::ModelCall(_) | Event::ToolCall(_))
+    }
+}
+
+/// One line of the journal: when, how far into the job, what.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    pub ts: String,
+    /// Milliseconds of the job's wall clock when this was appended, across
+    /// restarts: the wall-clock cap keeps counting after a resume.
+    pub ms: u64,
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error("cannot open the journal `{}`: {source}", path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot append to the journal `{}`: {source}", path.display())]
+    Append {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Parse a journal's text. A last line without its newline is torn and
+/// dropped (`torn` says so); an unreadable line elsewhere is skipped with a
+/// warning (a newer loopd's event, or damage) rather than losing the job.
+pub fn parse(text: &str) -> (Vec<Entry>, bool) {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let (whole, torn) = match text.rfind('\n') {
+        Some(i) => (&text[..=i], i + 1 < text.len()),
+        None => ("", !text.is_empty()),
+    };
+    let mut entries = Vec::new();
+    for (n, line) in whole.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Entry>(line) {
+            Ok(e) => entries.push(e),
+            Err(e) => tracing::warn!(line = n + 1, error = %e, "skipping an unreadable journal line"),
+        }
+    }
+    (entries, torn)
+}
+
+/// Read and fold a journal without opening it for writing (`loopd status`,
+/// `loopd report`, the daemon's repair pass). A missing file is an empty
+/// journal.
+pub fn load(run_dir: &Path) -> Replay {
+    let text = crate::util::read_text(&run_dir.join(FILE)).unwrap_or_default();
+    let (entries, _) = parse(&text);
+    Replay::fold(&entries)
+}
+
+/// The journal, open for appending, with the state it folds to.
+pub struct Journal {
+    path: PathBuf,
+    file: std::fs::File,
+    state: Replay,
+    /// The job's wall clock: now minus what earlier processes used.
+    clock: Instant,
+}
+
+impl Journal {
+    /// Open (creating it) for appending; a torn last line is cut off first.
+    pub fn open(run_dir: &Path) -> Result<Journal, JournalError> {
+        let path = run_dir.join(FILE);
+        let open_err = |source| JournalError::Open {
+            path: path.clone(),
+            source,
+        };
+        let text = match std::fs::read(&path) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Err(open_err(e)),
+        };
+        let (entries, torn) = parse(&text);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(open_err)?;
+        if torn {
+            let keep = text.rfind('\n').map_or(0, |i| i + 1) as u64;
+            tracing::warn!(path = %path.display(), "the journal's last line was torn by a crash; dropping it");
+            file.set_len(keep).map_err(open_err)?;
+        }
+        let state = Replay::fold(&entries);
+        let clock = Instant::now()
+            .checked_sub(std::time::Duration::from_millis(state.wall_ms))
+            .unwrap_or_else(Instant::now);
+        Ok(Journal {
+            path,
+            file,
+            state,
+            clock,
+        })
+    }
+
+    /// What the journal says so far.
+    pub fn state(&self) -> &Replay {
+        &self.state
+    }
+
+    /// When the job started, on this process's clock (earlier runs included).
+    pub fn started(&self) -> Instant {
+        self.clock
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Append `event` (fsync'd when it is a fact something acts on), fold it
+    /// into the state, then pass the crash point `journal:<kind>`.
+    pub fn append(&mut self, event: Event) -> Result<(), JournalError> {
+        let entry = Entry {
+            ts: crate::util::now_rfc3339(),
+            ms: self.clock.elapsed().as_millis() as u64,
+            event,
+        };
+        let mut line = serde_json::to_string(&entry).expect("a journal entry serializes");
+        line.push('\n');
+        let durable = entry.event.durable();
+        let result = self.file.write_all(line.as_bytes()).and_then(|()| {
+            if durable {
+                self.file.sync_data()
+            } else {
+                Ok(())
+            }
+        });
+        result.map_err(|source| JournalError::Append {
+            path: self.path.clone(),
+            source,
+        })?;
+        let kind = entry.event.kind();
+        self.state.apply(&entry);
+        if durable {
+            crate::util::crash_point(&format!("journal:{kind}"));
+        }
+        Ok(())
+    }
+}
+
+/// The guards' per-call records go to the journal; a failed write is logged
+/// (the hot path never stops a session for it; the next durable append
+/// reports the disk's state).
+impl Recorder for Journal {
+    fn record(&mut self, record: Record) {
+        let event = match record {
+            Record::ModelCall(c) => Event::ModelCall(c),
+            Record::ToolCall(c) => Event::ToolCall(c),
+        };
+        if let Err(e) = self.append(event) {
+            tracing::warn!(error = %e, "cannot journal a model or tool call");
+        }
+    }
+}
+
+/// The attempt in progress: what of it the journal says is done.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Current {
+    pub attempt: u32,
+    pub prompt: String,
+    pub agent: Option<SessionFinished>,
+    /// The diff's sha256 and what the progress guard said of it.
+    pub diff: Option<(String, Option<Reason>)>,
+    pub diff_gate: Option<Vec<Finding>>,
+    pub denied: Vec<Finding>,
+    pub goal: Option<GoalReport>,
+    pub test_count_gate: Option<Vec<Finding>>,
+    pub critic: Option<SessionFinished>,
+}
+
+/// Where a job is in its life, derived from its journal.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Phase {
+    /// Nothing recorded: prepare and run the baseline.
+    Start,
+    /// The baseline is known; attempt `next` starts next.
+    Ready { next: u32 },
+    /// Attempt `n` is under way (its agent session may be done).
+    Attempt { n: u32 },
+    /// The decision is recorded; the ending steps (park, reports, commit,
+    /// final state) remain.
+    Ending(Ending),
+    /// The daemon recorded a final state: nothing remains.
+    Finalized(Status),
+}
+
+/// A job's state: the fold of its journal.
+#[derive(Debug, Clone, Default)]
+pub struct Replay {
+    pub job_id: Option<String>,
+    /// When the job started (the first entry's time).
+    pub started_at: Option<String>,
+    pub base_ref: Option<String>,
+    pub baseline: Option<GoalReport>,
+    /// Ended attempts, in order.
+    pub attempts: Vec<AttemptRecord>,
+    /// How the last ended attempt ended.
+    pub last_end: Option<AttemptEnd>,
+    pub current: Option<Current>,
+    /// Reconciled spend of finished sessions, plus the live estimates of
+    /// sessions that never finished (a kill mid-session still counts).
+    pub spent: Spend,
+    /// Sessions started so far (the next session's number).
+    pub sessions: u32,
+    /// Model-call estimates of sessions not (yet) finished, by session.
+    unfinished: std::collections::BTreeMap<u32, Spend>,
+    pub diffs: DiffHistory,
+    /// Lines of the hook's denials log already journaled.
+    pub denials: usize,
+    pub wall_ms: u64,
+    pub ending: Option<Ending>,
+    /// Suspended and not resumed since.
+    pub suspended: bool,
+    pub parked: Option<(Option<String>, Option<String>)>,
+    pub committed: Option<String>,
+    pub finalized: Option<Status>,
+    /// The last entries, for `failure.json`.
+    pub recent: VecDeque<Entry>,
+    /// Every entry folded.
+    pub entries: usize,
+}
+
+impl Replay {
+    pub fn fold(entries: &[Entry]) -> Replay {
+        let mut r = Replay::default();
+        for e in entries {
+            r.apply(e);
+        }
+        r
+    }
+
+    /// Total spend: finished sessions plus unfinished ones' estimates.
+    pub fn spend(&self) -> Spend {
+        self.unfinished
+            .values()
+            .fold(self.spent, |acc, s| acc.plus(s))
+    }
+
+    /// The next attempt's number and prompt (`None`: the task itself).
+    pub fn next_attempt(&self) -> (u32, Option<&str>) {
+        let n = self.attempts.last().map_or(1, |a| a.n + 1);
+        let prompt = match &self.last_end {
+            Some(AttemptEnd::Rejected { next_prompt }) => Some(next_prompt.as_str()),
+            _ => None,
+        };
+        (n, prompt)
+    }
+
+    /// The ending the journal implies: recorded, or decided by the last
+    /// attempt's end (a kill between the two).
+    pub fn decided(&self) -> Option<Ending> {
+        if let Some(e) = &self.ending {
+            return Some(e.clone());
+        }
+        match &self.last_end {
+            Some(AttemptEnd::Accepted) if self.current.is_none() => Some(Ending {
+                reason: Reason::Accepted,
+                detail: format!(
+                    "attempt {} was accepted: the goal test is green and the critic passed the diff",
+                    self.attempts.last().map_or(0, |a| a.n)
+                ),
+            }),
+            Some(AttemptEnd::Stopped { ending }) if self.current.is_none() => {
+                Some(ending.clone())
+            }
+            _ => None,
+        }
+    }
+
+    pub fn phase(&self) -> Phase {
+        if let Some(s) = self.finalized {
+            return Phase::Finalized(s);
+        }
+        if let Some(e) = self.decided() {
+            return Phase::Ending(e);
+        }
+        if let Some(c) = &self.current {
+            return Phase::Attempt { n: c.attempt };
+        }
+        match self.baseline {
+            Some(_) => Phase::Ready {
+                next: self.next_attempt().0,
+            },
+            None => Phase::Start,
+        }
+    }
+
+    /// Fold one entry in.
+    pub fn apply(&mut self, entry: &Entry) {
+        self.wall_ms = self.wall_ms.max(entry.ms);
+        self.entries += 1;
+        if !matches!(entry.event, Event::ModelCall(_) | Event::ToolCall(_)) {
+            self.recent.push_back(entry.clone());
+            if self.recent.len() > LAST_EVENTS {
+                self.recent.pop_front();
+            }
+        }
+        fn current(r: &mut Replay, n: u32) -> Option<&mut Current> {
+            r.current.as_mut().filter(|c| c.attempt == n)
+        }
+        match &entry.event {
+            Event::JobStarted {
+                job_id, base_ref, ..
+            } => {
+                self.job_id = Some(job_id.clone());
+                self.base_ref = Some(base_ref.clone());
+                self.started_at = Some(entry.ts.clone());
+            }
+            Event::Resumed { .. } => self.suspended = false,
+            Event::Baseline { report } => self.baseline = Some(report.clone()),
+            Event::AttemptStarted { attempt, prompt } => {
+                self.current = Some(Current {
+                    attempt: *attempt,
+                    prompt: prompt.clone(),
+                    ..Current::default()
+                })
+            }
+            Event::SessionStarted { session, .. } => {
+                self.sessions = self.sessions.max(session + 1);
+                self.unfinished.insert(*session, Spend::default());
+            }
+            Event::ModelCall(c) => {
+                if let Some(s) = self.unfinished.get_mut(&c.session) {
+                    s.add(&Spend {
+                        cost_usd: c.cost_usd_estimate,
+                        turns: 1,
+                        input_tokens: c.input_tokens,
+                        output_tokens: c.output_tokens,
+                    });
+                }
+            }
+            Event::ToolCall(_) => {}
+            Event::SessionFinished(f) => {
+                self.unfinished.remove(&f.session);
+                self.spent.add(&f.spend);
+                // A session cut short by a signal did not finish its work:
+                // billed, but a resumed job runs it again.
+                let cut_short = f.stopped == Some(Reason::Signal);
+                if let Some(c) = current(self, f.attempt).filter(|_| !cut_short) {
+                    match f.role {
+                        Role::Agent => c.agent = Some(f.clone()),
+                        Role::Critic => c.critic = Some(f.clone()),
+                    }
+                }
+            }
+            Event::HookDenied { attempt, finding } => {
+                self.denials += 1;
+                if let Some(c) = current(self, *attempt) {
+                    c.denied.push(finding.clone());
+                }
+            }
+            Event::DiffTaken { attempt, sha256 } => {
+                let verdict = self.diffs.observe(sha256);
+                if let Some(c) = current(self, *attempt) {
+                    c.diff = Some((sha256.clone(), verdict));
+                }
+            }
+            Event::GateChecked {
+                attempt,
+                gate,
+                findings,
+            } => {
+                if let Some(c) = current(self, *attempt) {
+                    match gate {
+                        Gate::Diff => c.diff_gate = Some(findings.clone()),
+                        Gate::TestCount => c.test_count_gate = Some(findings.clone()),
+                    }
+                }
+            }
+            Event::GoalRun { attempt, report } => {
+                if let Some(c) = current(self, *attempt) {
+                    c.goal = Some(report.clone());
+                }
+            }
+            Event::AttemptEnded { record, end } => {
+                if self.current.as_ref().is_some_and(|c| c.attempt == record.n) {
+                    self.current = None;
+                }
+                self.attempts.push(record.clone());
+                self.last_end = Some(end.clone());
+            }
+            Event::JobEnded { ending } => {
+                self.ending = Some(ending.clone());
+                self.current = None;
+            }
+            Event::Suspended => self.suspended = true,
+            Event::Parked {
+                stash_commit,
+                error,
+            } => self.parked = Some((stash_commit.clone(), error.clone())),
+            Event::Committed { commit } => self.committed = Some(commit.clone()),
+            Event::Finalized { state } => self.finalized = Some(*state),
+        }
+    }
+
+    /// The last entries, as JSON, for `failure.json`.
+    pub fn last_events(&self) -> Vec<serde_json::Value> {
+        self.recent
+            .iter()
+            .map(|e| serde_json::to_value(e).expect("a journal entry serializes"))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::goal::StepResult;
+
+    fn goal(passed: bool) -> GoalReport {
+        GoalReport {
+            steps: vec![StepResult {
+                name: "pytest".into(),
+                command: "python3 -m pytest -q".into(),
+                exit_code: Some(if passed { 0 } else { 1 }),
+                timed_out: false,
+                passed,
+                output: "1 failed, 2 passed".into(),
+                duration_ms: 5,
+                leftovers: 0,
+            }],
+        }
+    }
+
+    fn spend(usd: f64) -> Spend {
+        Spend {
+            cost_usd: usd,
+            turns: 2,
+            input_tokens: 100,
+            output_tokens: 10,
+        }
+    }
+
+    fn finished(attempt: u32, role: Role, session: u32, usd: f64) -> Event {
+        Event::SessionFinished(SessionFinished {
+            attempt,
+            role,
+            session,
+            spend: spend(usd),
+            cost_usd_estimate: usd,
+            tool_calls: 1,
+            wall_ms: 10,
+            terminal_reason: None,
+            is_error: Some(false),
+            stopped: None,
+            exit_code: Some(0),
+            leftover_processes: 0,
+            failure: None,
+            verdict: (role == Role::Critic).then_some(CriticVerdict::Pass),
+        })
+    }
+
+    fn record(n: u32) -> AttemptRecord {
+        AttemptRecord {
+            n,
+            goal_passed: true,
+            failed_step: None,
+            critic: "FAIL".into(),
+            critic_note: None,
+            violations: vec![],
+            gate_findings: vec![],
+            rejected_by: None,
+            denied_tool_calls: 0,
+            cost_usd: 0.0,
+            turns: 0,
+            input_tokens: 0,
+            output_tokens: 0,
+            diff_sha256: "d1".into(),
+            stopped: None,
+            prompt_file: "p".into(),
+        }
+    }
+
+    fn lines(events: Vec<Event>) -> String {
+        events
+            .into_iter()
+            .enumerate()
+            .map(|(i, event)| {
+                let e = Entry {
+                    ts: "t".into(),
+                    ms: i as u64 * 100,
+                    event,
+                };
+                format!("{}\n", serde_json::to_string(&e).expect("json"))
+            })
+            .collect()
+    }
+
+    fn start() -> Vec<Event> {
+        vec![
+            Event::JobStarted {
+                job_id: "j".into(),
+                base_ref: "b".into(),
+                repo: "/r".into(),
+                task: "t".into(),
+            },
+            Event::Baseline {
+                report: goal(false),
+            },
+            Event::AttemptStarted {
+                attempt: 1,
+                prompt: "t".into(),
+            },
+            Event::SessionStarted {
+                attempt: 1,
+                role: Role::Agent,
+                session: 0,
+            },
+        ]
+    }
+
+    #[test]
+    fn a_finished_agent_session_is_done_and_billed_once() {
+        let mut ev = start();
+        ev.push(finished(1, Role::Agent, 0, 0.5));
+        let (entries, torn) = parse(&lines(ev));
+        assert!(!torn);
+        let r = Replay::fold(&entries);
+        assert_eq!(r.phase(), Phase::Attempt { n: 1 });
+        let c = r.current.as_ref().expect("attempt 1 in progress");
+        assert!(c.agent.is_some() && c.goal.is_none() && c.critic.is_none());
+        assert_eq!(r.spend().cost_usd, 0.5);
+        assert_eq!(r.sessions, 1);
+        assert_eq!(r.wall_ms, 400);
+    }
+
+    #[test]
+    fn an_unfinished_session_counts_its_estimates() {
+        let mut ev = start();
+        for _ in 0..2 {
+            ev.push(Event::ModelCall(ModelCall {
+                attempt: 1,
+                role: Role::Agent,
+                session: 0,
+                message_id: "m".into(),
+                model: "haiku".into(),
+                input_tokens: 100,
+                output_tokens: 20,
+                cost_usd_estimate: 0.25,
+                latency_ms: 1,
+            }));
+        }
+        let r = Replay::fold(&parse(&lines(ev)).0);
+        let s = r.spend();
+        assert_eq!((s.cost_usd, s.turns, s.input_tokens), (0.5, 2, 200));
+        assert!(r.current.as_ref().expect("current").agent.is_none());
+    }
+
+    #[test]
+    fn a_torn_last_line_is_dropped() {
+        let mut ev = start();
+        ev.push(finished(1, Role::Agent, 0, 0.5));
+        let text = lines(ev);
+        // Cut the last line in half: the session's end was never written.
+        let cut = text.len() - 40;
+        let (entries, torn) = parse(&text[..cut]);
+        assert!(torn);
+        let r = Replay::fold(&entries);
+        assert!(r.current.expect("current").agent.is_none());
+        assert_eq!(r.spent.cost_usd, 0.0);
+    }
+
+    #[test]
+    fn a_torn_line_is_cut_before_the_next_append() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let text = lines(start());
+        std::fs::write(dir.path().join(FILE), format!("{text}{{\"ts\":\"x\",\"ms\":5,\"eve"))
+            .expect("write");
+        let mut j = Journal::open(dir.path()).expect("open");
+        assert_eq!(j.state().phase(), Phase::Attempt { n: 1 });
+        j.append(finished(1, Role::Agent, 0, 0.5)).expect("append");
+        let again = load(dir.path());
+        assert_eq!(again.entries, 5, "the torn bytes are gone");
+        assert_eq!(again.spent.cost_usd, 0.5);
+    }
+
+    #[test]
+    fn rejected_then_accepted_then_parked_and_finalized() {
+        let mut ev = start();
+        ev.extend([
+            finished(1, Role::Agent, 0, 0.5),
+            Event::DiffTaken {
+                attempt: 1,
+                sha256: "d1".into(),
+            },
+            Event::GoalRun {
+                attempt: 1,
+                report: goal(true),
+            },
+            Event::SessionStarted {
+                attempt: 1,
+                role: Role::Critic,
+                session: 1,
+            },
+            finished(1, Role::Critic, 1, 0.25),
+            Event::AttemptEnded {
+                record: record(1),
+                end: AttemptEnd::Rejected {
+                    next_prompt: "fix the print".into(),
+                },
+            },
+        ]);
+        let r = Replay::fold(&parse(&lines(ev.clone())).0);
+        assert_eq!(r.phase(), Phase::Ready { next: 2 });
+        assert_eq!(r.next_attempt(), (2, Some("fix the print")));
+        assert_eq!(r.spend().cost_usd, 0.75);
+        // The same diff again would be no progress.
+        assert_eq!(r.diffs.clone().observe("d1"), Some(Reason::StuckNoProgress));
+
+        ev.push(Event::AttemptStarted {
+            attempt: 2,
+            prompt: "fix the print".into(),
+        });
+        ev.push(Event::AttemptEnded {
+            record: record(2),
+            end: AttemptEnd::Accepted,
+        });
+        let r = Replay::fold(&parse(&lines(ev.clone())).0);
+        // Killed between the attempt's end and the job's: the decision stands.
+        assert!(matches!(r.phase(), Phase::Ending(Ending { reason: Reason::Accepted, .. })));
+        ev.push(Event::JobEnded {
+            ending: Ending {
+                reason: Reason::Accepted,
+                detail: "ok".into(),
+            },
+        });
+        ev.push(Event::Committed {
+            commit: "c".into(),
+        });
+        let r = Replay::fold(&parse(&lines(ev.clone())).0);
+        assert_eq!(r.committed.as_deref(), Some("c"));
+        assert!(matches!(r.phase(), Phase::Ending(_)));
+        ev.push(Event::Finalized {
+            state: Status::Accepted,
+        });
+        let r = Replay::fold(&parse(&lines(ev)).0);
+        assert_eq!(r.phase(), Phase::Finalized(Status::Accepted));
+        assert_eq!(r.attempts.len(), 2);
+    }
+
+    #[test]
+    fn a_stop_recorded_on_the_attempt_is_the_ending() {
+        let mut ev = start();
+        let ending = Ending {
+            reason: Reason::BudgetUsd,
+            detail: "cap".into(),
+        };
+        ev.push(Event::AttemptEnded {
+            record: record(1),
+            end: AttemptEnd::Stopped {
+                ending: ending.clone(),
+            },
+        });
+        let r = Replay::fold(&parse(&lines(ev)).0);
+        assert_eq!(r.phase(), Phase::Ending(ending));
+    }
+
+    #[test]
+    fn unknown_lines_are_skipped_and_a_bom_is_tolerated() {
+        let text = format!(
+            "\u{feff}{}{{\"ts\":\"t\",\"ms\":1,\"event\":\"from_the_future\"}}\n",
+            lines(start())
+        );
+        let (entries, torn) = parse(&text);
+        assert_eq!((entries.len(), torn), (4, false));
+    }
+
+    #[test]
+    fn events_round_trip_through_the_same_type() {
+        for event in start().into_iter().chain([
+            finished(1, Role::Critic, 1, 0.1),
+            Event::Suspended,
+            Event::Parked {
+                stash_commit: Some("abc".into()),
+                error: None,
+            },
+            Event::Finalized {
+                state: Status::AwaitingApproval,
+            },
+        ]) {
+            let e = Entry {
+                ts: "t".into(),
+                ms: 1,
+                event,
+            };
+            let text = serde_json::to_string(&e).expect("json");
+            let back: Entry = serde_json::from_str(&text).expect("parse");
+            assert_eq!(back, e, "{text}");
+            assert!(text.contains(&format!("\"event\":\"{}\"", e.event.kind())));
+        }
+    }
+}

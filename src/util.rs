@@ -1,0 +1,181 @@
+//! The bottom layer: small helpers every other module may use and that use
+//! no other module of the crate — atomic writes, BOM-tolerant reads, the
+//! clock, job ids, private directories, shell quoting, the names of the
+//! credential variables, and the test-only crash points.
+
+use std::io::Write;
+use std::path::Path;
+
+/// Variables that hold a credential: never passed to the agent, its tools,
+/// its hooks or a goal step. The forge tokens come first, in the order
+/// `loopd ci` picks them.
+pub const TOKEN_VARS: &[&str] = &["LOOPD_GITHUB_TOKEN", "GITHUB_TOKEN", "GH_TOKEN"];
+
+/// The Anthropic API key's variable.
+pub const API_KEY_VAR: &str = "ANTHROPIC_API_KEY";
+
+/// Every credential variable a child of loopd must not inherit.
+pub const SECRET_VARS: &[&str] = &[
+    API_KEY_VAR,
+    "LOOPD_GITHUB_TOKEN",
+    "GITHUB_TOKEN",
+    "GH_TOKEN",
+];
+
+/// Now, as RFC 3339 with milliseconds (UTC).
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+/// A job id: `YYYYMMDD-HHMMSSmmm-xxxx`, sortable by submission time to the
+/// millisecond (the queue runs jobs in id order), unique by its random tail.
+pub fn new_job_id() -> String {
+    let now = now_rfc3339();
+    let stamp: String = now.chars().filter(|c| c.is_ascii_digit()).collect();
+    let mut rnd = [0u8; 2];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut rnd);
+    }
+    format!("{}-{}-{}", &stamp[..8], &stamp[8..17], hex::encode(rnd))
+}
+
+/// Create a private directory (0700) and its parents.
+pub fn private_dir(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+}
+
+/// Write `bytes` to `path` atomically: a temp file beside it, fsync'd, then
+/// renamed over it, so a reader (or a restart after `kill -9`) never sees
+/// half a file.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
+/// Write `value` as pretty JSON (with a final newline) atomically.
+pub fn write_json_atomic<T: serde::Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
+    let mut text = serde_json::to_string_pretty(value).map_err(std::io::Error::other)?;
+    text.push('\n');
+    write_atomic(path, text.as_bytes())
+}
+
+/// Read a text file, tolerating a UTF-8 byte-order mark (editors on other
+/// systems write one).
+pub fn read_text(path: &Path) -> std::io::Result<String> {
+    let text = std::fs::read_to_string(path)?;
+    Ok(match text.strip_prefix('\u{feff}') {
+        Some(rest) => rest.to_owned(),
+        None => text,
+    })
+}
+
+/// Quote for a POSIX shell: single quotes, with embedded ones escaped.
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@".contains(c))
+    {
+        return s.to_owned();
+    }
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// Named crash points: in a build with the `failpoints` feature (tests
+/// only), `LOOPD_CRASH_AT=NAME` or `NAME#K` ends the process with SIGKILL —
+/// exactly like `kill -9` — the first (or K-th) time the point is reached,
+/// and `LOOPD_CRASH_TRACE=FILE` appends every point reached to FILE, so a
+/// test can first learn which points a job passes and then kill it at each.
+/// In every other build, a crash point compiles to nothing.
+#[inline]
+pub fn crash_point(name: &str) {
+    #[cfg(feature = "failpoints")]
+    failpoints::reached(name);
+    #[cfg(not(feature = "failpoints"))]
+    let _ = name;
+}
+
+#[cfg(feature = "failpoints")]
+mod failpoints {
+    use std::collections::HashMap;
+    use std::io::Write;
+    use std::sync::Mutex;
+
+    static HITS: Mutex<Option<HashMap<String, u32>>> = Mutex::new(None);
+
+    pub fn reached(name: &str) {
+        let mut hits = HITS.lock().unwrap_or_else(|e| e.into_inner());
+        let count = {
+            let map = hits.get_or_insert_with(HashMap::new);
+            let c = map.entry(name.to_owned()).or_insert(0);
+            *c += 1;
+            *c
+        };
+        if let Some(trace) = std::env::var_os("LOOPD_CRASH_TRACE") {
+            if let Ok(mut f) = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(trace)
+            {
+                let _ = writeln!(f, "{name}#{count}");
+            }
+        }
+        let Ok(at) = std::env::var("LOOPD_CRASH_AT") else {
+            return;
+        };
+        let (point, nth) = match at.split_once('#') {
+            Some((p, k)) => (p, k.parse().unwrap_or(1)),
+            None => (at.as_str(), 1),
+        };
+        if point == name && count == nth {
+            tracing::warn!(point = name, hit = count, "crash point: SIGKILL");
+            // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
+            unsafe {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+            // SIGKILL cannot be caught; wait for it to land.
+            loop {
+                std::thread::park();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(shell_quote("/usr/bin/loopd"), "/usr/bin/loopd");
+        assert_eq!(shell_quote("/a b/it's"), "'/a b/it'\\''s'");
+    }
+
+    #[test]
+    fn job_ids_sort_by_time() {
+        let id = new_job_id();
+        assert_eq!(id.len(), "20261130-112048123-abcd".len(), "{id}");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        assert!(new_job_id() > id, "ids sort by time");
+    }
+
+    #[test]
+    fn atomic_write_and_bom_tolerant_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("x.json");
+        write_atomic(&p, "\u{feff}{\"a\":1}".as_bytes()).expect("write");
+        assert_eq!(read_text(&p).expect("read"), "{\"a\":1}");
+        assert!(!dir.path().join("x.json.tmp").exists());
+    }
+}
