@@ -7,4 +7,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-test-tools.sh >/dev/null
 cargo build --locked --examples
-cargo test --locked --lib --test it
+# `failpoints` compiles in the named crash points the crash walks kill at.
+cargo test --locked --features failpoints --lib --test it

@@ -34,7 +34,7 @@ use crate::guard::progress::DiffHistory;
 use crate::guard::tamper::Finding;
 use crate::guard::{ModelCall, Record, Recorder, ToolCall};
 use crate::outcome::{Reason, Status};
-use crate::report::AttemptRecord;
+use crate::report::{AttemptRecord, Summary, Totals};
 
 /// The journal's file name in a run directory.
 pub const FILE: &str = "ledger.jsonl";
@@ -375,6 +375,8 @@ pub struct Replay {
     pub job_id: Option<String>,
     /// When the job started (the first entry's time).
     pub started_at: Option<String>,
+    pub repo: Option<PathBuf>,
+    pub task: Option<String>,
     pub base_ref: Option<String>,
     pub baseline: Option<GoalReport>,
     /// Ended attempts, in order.
@@ -485,8 +487,13 @@ impl Replay {
         }
         match &entry.event {
             Event::JobStarted {
-                job_id, base_ref, ..
+                job_id,
+                base_ref,
+                repo,
+                task,
             } => {
+                self.repo = Some(repo.clone());
+                self.task = Some(task.clone());
                 self.job_id = Some(job_id.clone());
                 self.base_ref = Some(base_ref.clone());
                 self.started_at = Some(entry.ts.clone());
@@ -575,6 +582,32 @@ impl Replay {
             } => self.parked = Some((stash_commit.clone(), error.clone())),
             Event::Committed { commit } => self.committed = Some(commit.clone()),
             Event::Finalized { state } => self.finalized = Some(*state),
+        }
+    }
+
+    /// The summary (a view) of a job that ended with `ending`.
+    pub fn summary(
+        &self,
+        ending: &Ending,
+        run_dir: &Path,
+        failure_report: Option<PathBuf>,
+        wall_ms: u64,
+    ) -> Summary {
+        Summary {
+            job_id: self.job_id.clone().unwrap_or_default(),
+            repo: self.repo.clone().unwrap_or_default(),
+            base_ref: self.base_ref.clone().unwrap_or_default(),
+            task: self.task.clone().unwrap_or_default(),
+            outcome: ending.reason.outcome(),
+            reason: ending.reason,
+            detail: ending.detail.clone(),
+            attempts: self.attempts.clone(),
+            totals: Totals::from_spend(&self.spend(), wall_ms.max(self.wall_ms)),
+            stash_commit: self.parked.as_ref().and_then(|p| p.0.clone()),
+            failure_report,
+            run_dir: run_dir.to_path_buf(),
+            started_at: self.started_at.clone().unwrap_or_default(),
+            finished_at: crate::util::now_rfc3339(),
         }
     }
 

@@ -90,6 +90,9 @@ pub async fn serve(
         api_key: opts.api_key.clone(),
     });
 
+    // Views behind their journals (a kill between the journal and them):
+    // bring them to the journal's truth before anything else runs.
+    repair(&spool, &opts.state_dir);
     // Jobs a previous daemon was running: stop what it left behind, resume them.
     let mut resume: VecDeque<PathBuf> = spool.list("running").into();
     for file in &resume {
@@ -173,6 +176,70 @@ pub async fn serve(
     }
     tracing::info!("daemon stopped");
     Ok(())
+}
+
+/// Bring every job whose files disagree to its journal's truth:
+/// - in `running/` with a final state in its journal: the daemon was killed
+///   after recording it; finish the views, drop the worktree, move the file;
+/// - in `done/` with a non-final `state.json` (or none): rewrite it from the
+///   journal.
+///
+/// A job in `running/` without a final state is resumed by the caller.
+pub fn repair(spool: &Spool, state_dir: &std::path::Path) {
+    for (dir, file) in spool
+        .list("running")
+        .into_iter()
+        .map(|f| ("running", f))
+        .chain(spool.list("done").into_iter().map(|f| ("done", f)))
+    {
+        let Some(id) = file.file_stem().map(|s| s.to_string_lossy().into_owned()) else {
+            continue;
+        };
+        let run_dir = state_dir.join("runs").join(&id);
+        let replay = crate::journal::load(&run_dir);
+        let current = JobState::load(state_dir, &id);
+        if dir == "done" && current.as_ref().is_some_and(|s| s.state.is_final()) {
+            continue;
+        }
+        let final_state = match replay.finalized {
+            Some(s) => s,
+            // Only a job the daemon already let go of is read from its
+            // ending alone (an older daemon recorded no final state).
+            None if dir == "done" => match replay.decided() {
+                Some(e) => Status::from_outcome(e.reason.outcome()),
+                None => Status::Error,
+            },
+            None => continue,
+        };
+        let Ok(spec) = spool.read(&file) else { continue };
+        let mut state = current.unwrap_or_else(|| JobState::new(&spec, final_state));
+        if let Some(ending) = replay.decided() {
+            let report = run_dir.join("failure.json");
+            let summary = replay.summary(&ending, &run_dir, report.exists().then_some(report), 0);
+            let path = run_dir.join("summary.json");
+            if !path.exists() {
+                if let Err(e) = crate::util::write_json_atomic(&path, &summary) {
+                    tracing::error!(job_id = %id, error = %e, "cannot write the summary");
+                }
+            }
+            state.fill_from(&summary);
+        } else {
+            state.reason = Some(Reason::InternalError.to_string());
+            state.detail = Some("the job's journal records no ending".into());
+        }
+        state.commit_accepted = replay.committed.clone();
+        state.state = final_state;
+        tracing::warn!(job_id = %id, state = final_state.as_str(), "repaired a job's state from its journal");
+        if dir == "running" {
+            worker::remove_worktree(&spec.repo, state_dir, &id);
+        }
+        state.save(state_dir);
+        if dir == "running" {
+            if let Err(e) = spool.move_to(&file, "done") {
+                tracing::error!(job_id = %id, error = %e, "cannot move the job file to done/");
+            }
+        }
+    }
 }
 
 /// The next job to start: a resumable one first, then the oldest incoming.

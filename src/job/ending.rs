@@ -10,6 +10,7 @@ use crate::journal::{Ending, Event};
 use crate::outcome::Reason;
 use crate::report::{Summary, Totals};
 
+
 impl Run<'_> {
     pub(super) fn finish(mut self, ending: Ending) -> Result<Summary, super::JobError> {
         let suspend = self.journal.state().ending.is_none()
@@ -54,22 +55,11 @@ impl Run<'_> {
                 }
             }
         });
-        let summary = Summary {
-            job_id: self.id.clone(),
-            repo: self.ws.root().to_path_buf(),
-            base_ref: self.base.clone(),
-            task: self.job.task.clone(),
-            outcome: ending.reason.outcome(),
-            reason: ending.reason,
-            detail: ending.detail,
-            attempts: state.attempts.clone(),
-            totals,
-            stash_commit: parked.and_then(|p| p.stash_commit),
-            failure_report,
-            run_dir: self.dir.clone(),
-            started_at: state.started_at.clone().unwrap_or_default(),
-            finished_at: crate::util::now_rfc3339(),
-        };
+        let mut summary = state.summary(&ending, &self.dir, failure_report, wall_ms);
+        // Parked but not journaled (a full disk): the summary still says where.
+        if summary.stash_commit.is_none() {
+            summary.stash_commit = parked.and_then(|p| p.stash_commit);
+        }
         let path = self.dir.join("summary.json");
         if let Err(e) = crate::util::write_json_atomic(&path, &summary) {
             tracing::error!(error = %e, path = %path.display(), "cannot write the summary");

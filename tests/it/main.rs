@@ -7,6 +7,7 @@ mod support;
 
 mod attacks;
 mod ci;
+mod crash;
 mod daemon;
 mod guards;
 mod hook;

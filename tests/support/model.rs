@@ -165,6 +165,10 @@ struct State {
     sessions: HashMap<String, (Role, usize)>,
     started: HashMap<Role, usize>,
     log: Vec<Recorded>,
+    /// Play the scenario once per working directory (jobs side by side,
+    /// each in its own worktree): sessions are counted per directory.
+    per_dir: bool,
+    started_in: HashMap<(String, Role), usize>,
 }
 
 /// A running scripted model. Dropping it stops the server.
@@ -178,6 +182,28 @@ impl ScriptedModel {
     /// Start on `127.0.0.1:port` (0 = any free port) in a thread of its own.
     pub fn start(scenario: Scenario) -> ScriptedModel {
         Self::start_on(scenario, 0)
+    }
+
+    /// Play `scenario` once for every working directory the requests name:
+    /// jobs that run side by side each get the whole script, whatever the
+    /// interleaving.
+    pub fn start_per_dir(scenario: Scenario) -> ScriptedModel {
+        let m = Self::start_on(scenario, 0);
+        m.state.lock().expect("model state").per_dir = true;
+        m
+    }
+
+    /// How many sessions of a role have started in each working directory.
+    pub fn session_counts_per_dir(&self, role: Role) -> Vec<(String, usize)> {
+        let st = self.state.lock().expect("model state");
+        let mut v: Vec<(String, usize)> = st
+            .started_in
+            .iter()
+            .filter(|((_, r), _)| *r == role)
+            .map(|((d, _), n)| (d.clone(), *n))
+            .collect();
+        v.sort();
+        v
     }
 
     pub fn start_on(scenario: Scenario, port: u16) -> ScriptedModel {
@@ -353,7 +379,9 @@ async fn handle(
         let session = match st.sessions.get(&session_id) {
             Some(&(_, index)) => index,
             None => {
-                let counter = st.started.entry(role).or_insert(0);
+                *st.started.entry(role).or_insert(0) += 1;
+                let key = (if st.per_dir { cwd.clone() } else { String::new() }, role);
+                let counter = st.started_in.entry(key).or_insert(0);
                 let index = *counter;
                 *counter += 1;
                 st.sessions.insert(session_id.clone(), (role, index));
