@@ -10,5 +10,6 @@ mod ci;
 mod daemon;
 mod guards;
 mod hook;
+mod meta;
 mod run_loop;
 mod systemd;
