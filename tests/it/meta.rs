@@ -1,6 +1,7 @@
 //! Facts about loopd itself that the README states: the minimum Rust the
-//! lockfile needs.
+//! lockfile needs, the shell completions and the man page.
 
+use std::path::Path;
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -120,4 +121,128 @@ fn rust_version_is_what_the_lockfile_needs_and_the_readme_says_so() {
             "the README says Rust {v}; Cargo.toml's rust-version is {declared}"
         );
     }
+}
+
+fn loopd(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_loopd"))
+        .args(args)
+        .env("LOOPD_LOG", "warn")
+        .output()
+        .unwrap_or_else(|e| panic!("loopd {args:?}: {e}"))
+}
+
+fn loopd_stdout(args: &[&str]) -> String {
+    let text = stdout(loopd(args), &format!("loopd {}", args.join(" ")));
+    assert!(
+        !text.trim().is_empty(),
+        "loopd {} printed nothing",
+        args.join(" ")
+    );
+    text
+}
+
+fn names_subcommands(text: &str, what: &str) {
+    for sub in ["run", "daemon", "submit", "status", "completions", "man"] {
+        let word = regex::Regex::new(&format!(r"\b{sub}\b")).expect("regex");
+        assert!(word.is_match(text), "{what} does not name `{sub}`:\n{text}");
+    }
+}
+
+#[test]
+fn completions_for_bash_zsh_and_fish_name_the_subcommands() {
+    for shell in ["bash", "zsh", "fish"] {
+        let script = loopd_stdout(&["completions", shell]);
+        names_subcommands(&script, &format!("the {shell} completions"));
+    }
+    let out = loopd(&["completions", "tcsh"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown shell is a usage error"
+    );
+}
+
+/// The bash script parses, registers itself for `loopd`, and completes.
+#[test]
+fn bash_completions_parse_and_complete_a_subcommand() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let file = tmp.path().join("loopd.bash");
+    std::fs::write(&file, loopd_stdout(&["completions", "bash"])).expect("write script");
+    let bash = |script: &str, file: &Path| {
+        Command::new("bash")
+            .args(["--norc", "--noprofile", "-c", script, "bash"])
+            .arg(file)
+            .output()
+            .expect("bash")
+    };
+    stdout(
+        Command::new("bash")
+            .arg("-n")
+            .arg(&file)
+            .output()
+            .expect("bash -n"),
+        "bash -n on the completion script",
+    );
+    let out = stdout(
+        bash(
+            r#"source "$1" && complete -p loopd && COMP_WORDS=(loopd sub) COMP_CWORD=1 && _loopd loopd sub loopd && echo "reply: ${COMPREPLY[*]}""#,
+            &file,
+        ),
+        "sourcing the bash completions",
+    );
+    assert!(
+        out.contains("reply: submit"),
+        "completing `loopd sub`:\n{out}"
+    );
+}
+
+#[test]
+fn the_man_page_is_roff_and_lists_the_subcommands() {
+    let page = loopd_stdout(&["man"]);
+    // Before the title only roff requests (clap_mangen defines a string),
+    // then `.TH loopd 1` before any section.
+    let th = page
+        .lines()
+        .position(|l| l.starts_with(".TH "))
+        .unwrap_or_else(|| panic!("no .TH header:\n{page}"));
+    assert!(
+        page.lines().take(th).all(|l| l.starts_with('.')),
+        "text before .TH:\n{page}"
+    );
+    assert!(
+        page.lines().nth(th).expect("th").starts_with(".TH loopd 1"),
+        "{page}"
+    );
+    let first_section = page
+        .lines()
+        .position(|l| l.starts_with(".SH"))
+        .expect(".SH");
+    assert!(th < first_section, "{page}");
+    let subcommands = page
+        .split_once(".SH SUBCOMMANDS")
+        .unwrap_or_else(|| panic!("no SUBCOMMANDS section:\n{page}"))
+        .1;
+    for sub in ["run", "daemon", "submit", "status", "completions", "man"] {
+        assert!(
+            subcommands.contains(&format!("loopd\\-{sub}(1)")),
+            "SUBCOMMANDS does not list loopd-{sub}(1):\n{page}"
+        );
+    }
+    assert!(
+        !page.contains("agent\\-key"),
+        "the internal subcommand is listed:\n{page}"
+    );
+
+    // The pages SUBCOMMANDS refers to exist.
+    let run = loopd_stdout(&["man", "run"]);
+    assert!(run.contains("\n.TH loopd-run 1"), "{run}");
+    assert!(run.contains("\\-\\-max\\-attempts"), "{run}");
+    let hook = loopd_stdout(&["man", "hook", "pre-tool-use"]);
+    assert!(hook.contains("\n.TH loopd-hook-pre-tool-use 1"), "{hook}");
+    let out = loopd(&["man", "no-such-command"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown subcommand is a usage error"
+    );
 }
