@@ -4,6 +4,11 @@
 #   - pytest and ruff from PyPI (the fixture repository's goal test), and
 #     pyyaml (to check the example workflow parses).
 # Prints the directories to put on PATH.
+#
+# It also needs `systemd-analyze` (Debian package `systemd`) for the unit
+# file test. It never escalates privileges on its own: as root (CI on a
+# fresh Debian machine) it says what it installs and why, then runs
+# apt-get; as anyone else it prints the command to run and fails.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tools="$root/.tools"
@@ -12,6 +17,25 @@ PYTEST_VERSION=8.3.4
 RUFF_VERSION=0.8.4
 PYYAML_VERSION=6.0.2
 mkdir -p "$tools"
+
+# systemd-analyze, for `systemd-analyze verify` of the units in systemd/.
+# Checked first: a missing package fails before minutes of downloads.
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+  why="the tests run \`systemd-analyze verify\` on the units in systemd/"
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing the Debian package systemd with apt-get (running as root): $why" >&2
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >&2
+  else
+    {
+      echo "error: systemd-analyze is missing; $why."
+      echo "Install the package that provides it (Debian/Ubuntu: systemd), then run this again:"
+      echo "    sudo apt-get install systemd"
+      echo "(this script never runs sudo itself)"
+    } >&2
+    exit 1
+  fi
+fi
 
 if ! "$tools/npm/node_modules/.bin/claude" --version 2>/dev/null | grep -q "^$CLAUDE_CODE_VERSION "; then
   echo "installing @anthropic-ai/claude-code@$CLAUDE_CODE_VERSION into $tools/npm" >&2
@@ -25,12 +49,5 @@ if ! "$tools/venv/bin/python" -m pytest --version >/dev/null 2>&1 \
   echo "installing pytest==$PYTEST_VERSION ruff==$RUFF_VERSION pyyaml==$PYYAML_VERSION into $tools/venv" >&2
   python3 -m venv "$tools/venv"
   "$tools/venv/bin/pip" install --quiet --disable-pip-version-check "pytest==$PYTEST_VERSION" "ruff==$RUFF_VERSION" "pyyaml==$PYYAML_VERSION" >&2
-fi
-# systemd-analyze, for `systemd-analyze verify` of the units in systemd/.
-if ! command -v systemd-analyze >/dev/null 2>&1; then
-  echo "installing systemd (for systemd-analyze)" >&2
-  sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
-  $sudo apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends systemd >&2
 fi
 echo "$tools/npm/node_modules/.bin:$tools/venv/bin"

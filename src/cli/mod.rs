@@ -6,6 +6,7 @@ pub mod approve;
 pub mod cancel;
 pub mod check;
 pub mod ci;
+pub mod completions;
 pub mod daemon;
 pub mod hook;
 pub mod report_cmd;
@@ -50,6 +51,8 @@ pub enum Command {
     Ci(ci::CiArgs),
     /// Entry points for Claude Code hooks.
     Hook(hook::HookArgs),
+    Completions(completions::CompletionsArgs),
+    Man(completions::ManArgs),
     /// Print the API key served on SOCKET (the CLI's `apiKeyHelper`; internal).
     #[command(hide = true)]
     AgentKey {
@@ -201,6 +204,8 @@ pub fn dispatch(cli: Cli) -> Result<ExitStatus, CliError> {
         Command::Reject(args) => approve::reject(args),
         Command::Ci(args) => ci::ci(args),
         Command::Hook(args) => hook::hook(args),
+        Command::Completions(args) => completions::completions(args),
+        Command::Man(args) => completions::man(args),
         Command::AgentKey { socket } => {
             crate::agent::key::print_key(&socket).map_err(|e| {
                 CliError::new(

@@ -11,5 +11,6 @@ mod crash;
 mod daemon;
 mod guards;
 mod hook;
+mod meta;
 mod run_loop;
 mod systemd;
