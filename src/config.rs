@@ -11,33 +11,23 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::approval::{ApprovalAction, ApprovalSettings};
-use crate::ci::risk::RiskPolicy;
+use crate::guard::risk::RiskPolicy;
+pub use crate::goal::GoalStep;
+pub use crate::guard::caps::Caps;
+pub use crate::guard::GuardSettings;
 use crate::guard::tamper::ProtectSettings;
 use crate::guard::testcount::Preset;
 use crate::notify::Webhook;
 use crate::rubric::Rubric;
+use crate::util::FileError;
 
 /// The name of the per-repository configuration file.
 pub const CONFIG_FILE: &str = "loopd.toml";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read `{}`: {source}", file.display())]
-    Read {
-        file: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("`{}` is not valid TOML for loopd: {message}", file.display())]
-    Parse { file: PathBuf, message: String },
-    #[error("`{}`: field `{field}`: expected {expected}, found {found}", file.display())]
-    Invalid {
-        file: PathBuf,
-        field: String,
-        expected: String,
-        found: String,
-    },
+    #[error(transparent)]
+    File(#[from] crate::util::FileError),
     #[error("no task: set `task` in `{}` or pass `--task TEXT`", file.display())]
     NoTask { file: PathBuf },
     #[error("no goal test: add `[[goal]]` steps to `{}` or pass `--goal CMD`", file.display())]
@@ -48,7 +38,7 @@ impl ConfigError {
     /// A `hint:` line for the user, where there is something useful to say.
     pub fn hint(&self) -> Option<String> {
         match self {
-            ConfigError::Parse { .. } | ConfigError::Invalid { .. } => {
+            ConfigError::File(FileError::Parse { .. } | FileError::Invalid { .. }) => {
                 Some("run `loopd check` to validate `loopd.toml` and the rubric".into())
             }
             ConfigError::NoTask { .. } => Some(
@@ -58,18 +48,18 @@ impl ConfigError {
             ConfigError::NoGoal { .. } => {
                 Some("for example: [[goal]]\\nrun = \"python3 -m pytest -q\"".into())
             }
-            ConfigError::Read { .. } => None,
+            ConfigError::File(FileError::Read { .. }) => None,
         }
     }
 }
 
-/// The flags every job-taking command shares (`run`, `check`, `submit`, `ci`).
-/// Each overrides the `loopd.toml` field of the same name.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct JobFlags {
-    /// Repository to work on.
-    #[arg(short = 'C', long = "repo", value_name = "DIR", default_value = ".")]
-    pub repo: PathBuf,
+/// The job settings a flag, a job file in the queue and `loopd.toml` can
+/// each set — one type for the first two (clap and serde), so the command
+/// line and the queue never drift apart. A value here overrides the
+/// `loopd.toml` field of the same name.
+#[derive(Debug, Clone, Default, PartialEq, clap::Args, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Overrides {
     /// Configuration file (default: `loopd.toml` at the repository root, if present).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -94,12 +84,6 @@ pub struct JobFlags {
     /// Tools the agent may use, comma-separated [default: Read,Edit,Write,Glob,Grep plus `Bash(<step> *)` per goal step].
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub allowed_tools: Option<Vec<String>>,
-    /// The Claude Code CLI [default: `claude` on PATH].
-    #[arg(long, value_name = "PATH", env = "LOOPD_AGENT_BIN")]
-    pub agent_bin: Option<PathBuf>,
-    /// Where runs, reports and the queue live [default: `$XDG_STATE_HOME/loopd`].
-    #[arg(long, value_name = "DIR", env = "LOOPD_STATE_DIR")]
-    pub state_dir: Option<PathBuf>,
     /// Spend cap in USD over the whole job, agent and critic together [default: 2].
     #[arg(long, value_name = "X")]
     pub budget_usd: Option<f64>,
@@ -118,6 +102,69 @@ pub struct JobFlags {
     /// Stop an agent that emits no event for this long [default: 5m].
     #[arg(long, value_name = "DUR")]
     pub idle_timeout: Option<String>,
+}
+
+impl Overrides {
+    /// The same, with relative paths made absolute against `cwd` (a job
+    /// file is read later, by a daemon with another working directory).
+    pub fn absolute(&self, cwd: &Path) -> Overrides {
+        let abs = |p: &Option<PathBuf>| {
+            p.as_ref().map(|p| {
+                if p.is_absolute() {
+                    p.clone()
+                } else {
+                    cwd.join(p)
+                }
+            })
+        };
+        Overrides {
+            config: abs(&self.config),
+            rubric: abs(&self.rubric),
+            ..self.clone()
+        }
+    }
+}
+
+/// The flags every job-taking command shares (`run`, `check`, `submit`,
+/// `ci`): where to work, with what, and the [`Overrides`].
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct JobFlags {
+    /// Repository to work on.
+    #[arg(short = 'C', long = "repo", value_name = "DIR", default_value = ".")]
+    pub repo: PathBuf,
+    /// The Claude Code CLI [default: `claude` on PATH].
+    #[arg(long, value_name = "PATH", env = "LOOPD_AGENT_BIN")]
+    pub agent_bin: Option<PathBuf>,
+    /// Where runs, reports and the queue live [default: `$XDG_STATE_HOME/loopd`].
+    #[arg(long, value_name = "DIR", env = "LOOPD_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub over: Overrides,
+}
+
+impl std::ops::Deref for JobFlags {
+    type Target = Overrides;
+    fn deref(&self) -> &Overrides {
+        &self.over
+    }
+}
+
+impl JobFlags {
+    /// The flags of a queued job, run by the daemon in `repo` with its own
+    /// agent binary and state dir (a job file names neither).
+    pub fn for_daemon(
+        repo: &Path,
+        agent_bin: Option<PathBuf>,
+        state_dir: &Path,
+        over: &Overrides,
+    ) -> JobFlags {
+        JobFlags {
+            repo: repo.to_path_buf(),
+            agent_bin,
+            state_dir: Some(state_dir.to_path_buf()),
+            over: over.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -202,58 +249,38 @@ struct GuardFile {
     grace: Option<String>,
 }
 
-/// One step of the goal test.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct GoalStep {
-    pub name: String,
-    pub run: String,
-    #[serde(with = "humantime_serde_compat")]
-    pub timeout: Duration,
-    /// Which test runner's summary to read for the test-count gate
-    /// (explicit, or inferred from `run`); `None` = no count for this step.
-    pub report: Option<Preset>,
+
+/// What approving does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalAction {
+    /// Merge the job's branch into a named local branch.
+    Merge,
+    /// Push the job's branch and open a pull request (GitHub).
+    PullRequest,
 }
 
-/// Caps over the whole job (agent and critic sessions together).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Caps {
-    pub budget_usd: f64,
-    pub max_turns: u64,
-    pub max_tokens: u64,
-    #[serde(with = "humantime_serde_compat")]
-    pub timeout: Duration,
-    #[serde(with = "humantime_serde_compat")]
-    pub attempt_timeout: Duration,
-    #[serde(with = "humantime_serde_compat")]
-    pub idle_timeout: Duration,
+/// `[approval]` in `loopd.toml`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalSettings {
+    pub required: bool,
+    pub action: ApprovalAction,
+    /// For `merge`: the local branch to merge into.
+    pub merge_into: String,
+    /// For `pull_request`: the remote to push to.
+    pub remote: String,
+    /// For `pull_request`: the base branch.
+    pub base: String,
 }
 
-/// Progress-guard and process settings.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct GuardSettings {
-    /// How many recent tool calls the repeat detector looks at.
-    pub stuck_window: usize,
-    /// How many identical calls within the window mean "stuck".
-    pub stuck_repeat: usize,
-    /// Bash commands matching one of these (substring of the command's first
-    /// word sequence) are polling and never count as stuck.
-    pub poll_patterns: Vec<String>,
-    /// Time between SIGTERM and SIGKILL when stopping a process tree.
-    #[serde(with = "humantime_serde_compat")]
-    pub grace: Duration,
-}
-
-impl Default for GuardSettings {
-    /// What `loopd.toml` gets when `[guard]` says nothing.
+impl Default for ApprovalSettings {
     fn default() -> Self {
-        GuardSettings {
-            stuck_window: 5,
-            stuck_repeat: 3,
-            poll_patterns: DEFAULT_POLL_PATTERNS
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
-            grace: Duration::from_secs(5),
+        ApprovalSettings {
+            required: false,
+            action: ApprovalAction::Merge,
+            merge_into: "main".into(),
+            remote: "origin".into(),
+            base: "main".into(),
         }
     }
 }
@@ -288,12 +315,18 @@ pub struct Job {
     pub config_text: Option<String>,
 }
 
+// Every default of a job, in one place (the help texts quote them).
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+pub const DEFAULT_BUDGET_USD: f64 = 2.0;
+pub const DEFAULT_MAX_TURNS: u64 = 200;
+pub const DEFAULT_MAX_TOKENS: u64 = 5_000_000;
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3600);
+pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1200);
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 pub const DEFAULT_AGENT_MODEL: &str = "haiku";
 pub const DEFAULT_CRITIC_MODEL: &str = "sonnet";
 pub const DEFAULT_TOOLS: [&str; 5] = ["Read", "Edit", "Write", "Glob", "Grep"];
 pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(600);
-pub const DEFAULT_POLL_PATTERNS: [&str; 6] = ["sleep", "wait", "tail -f", "watch", "timeout", "ps"];
 
 /// Where a value came from, for error messages.
 struct Origin<'a> {
@@ -315,12 +348,12 @@ impl Origin<'_> {
 
     fn invalid(&self, field: &str, expected: &str, found: impl ToString) -> ConfigError {
         let (file, field) = self.field(field);
-        ConfigError::Invalid {
+        ConfigError::from(FileError::Invalid {
             file,
             field,
             expected: expected.to_owned(),
             found: found.to_string(),
-        }
+        })
     }
 }
 
@@ -408,15 +441,15 @@ pub fn protect_of_repo(
     if !path.is_file() {
         return Ok((ProtectSettings::default(), Vec::new()));
     }
-    let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+    let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::from(FileError::Read {
         file: path.clone(),
         source,
-    })?;
+    }))?;
     let file: ConfigFile =
-        toml::from_str(text.trim_start_matches('\u{feff}')).map_err(|e| ConfigError::Parse {
+        toml::from_str(text.trim_start_matches('\u{feff}')).map_err(|e| ConfigError::from(FileError::Parse {
             file: path.clone(),
             message: e.to_string(),
-        })?;
+        }))?;
     let mut own = vec![(path, "the job's configuration".to_owned())];
     if let Some(r) = file.rubric {
         own.push((
@@ -463,18 +496,18 @@ impl Job {
         };
         let (file, config_text) = match &config_path {
             Some(p) => {
-                let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Read {
+                let text = std::fs::read_to_string(p).map_err(|source| ConfigError::from(FileError::Read {
                     file: p.clone(),
                     source,
-                })?;
+                }))?;
                 let text = text
                     .strip_prefix('\u{feff}')
                     .map(str::to_owned)
                     .unwrap_or(text);
-                let parsed: ConfigFile = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+                let parsed: ConfigFile = toml::from_str(&text).map_err(|e| ConfigError::from(FileError::Parse {
                     file: p.clone(),
                     message: e.to_string(),
-                })?;
+                }))?;
                 (parsed, Some(text))
             }
             None => (ConfigFile::default(), None),
@@ -631,36 +664,36 @@ impl Job {
 
         let (v, f) = pick(flags.budget_usd, file.budget_usd);
         let budget_usd = match v {
-            None => 2.0,
+            None => DEFAULT_BUDGET_USD,
             Some(x) if x.is_finite() && x > 0.0 => x,
             Some(x) => {
                 return Err(origin(f).invalid("budget_usd", "a positive number of US dollars", x))
             }
         };
         let (v, f) = pick(flags.max_turns, file.max_turns);
-        let max_turns = positive(&origin(f), "max_turns", v, 200)?;
+        let max_turns = positive(&origin(f), "max_turns", v, DEFAULT_MAX_TURNS)?;
         let (v, f) = pick(flags.max_tokens, file.max_tokens);
-        let max_tokens = positive(&origin(f), "max_tokens", v, 5_000_000)?;
+        let max_tokens = positive(&origin(f), "max_tokens", v, DEFAULT_MAX_TOKENS)?;
         let (v, f) = pick(flags.timeout.clone(), file.timeout);
         let timeout = duration(
             &origin(f),
             "timeout",
             v.as_deref(),
-            Duration::from_secs(3600),
+            DEFAULT_TIMEOUT,
         )?;
         let (v, f) = pick(flags.attempt_timeout.clone(), file.attempt_timeout);
         let attempt_timeout = duration(
             &origin(f),
             "attempt_timeout",
             v.as_deref(),
-            Duration::from_secs(1200),
+            DEFAULT_ATTEMPT_TIMEOUT,
         )?;
         let (v, f) = pick(flags.idle_timeout.clone(), file.idle_timeout);
         let idle_timeout = duration(
             &origin(f),
             "idle_timeout",
             v.as_deref(),
-            Duration::from_secs(300),
+            DEFAULT_IDLE_TIMEOUT,
         )?;
 
         let o = origin(false);
@@ -836,14 +869,6 @@ impl Job {
 }
 
 /// Durations in JSON as humantime strings (`"20m"`), the way users write them.
-mod humantime_serde_compat {
-    use std::time::Duration;
-
-    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_duration(*d).to_string())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -882,10 +907,13 @@ mod tests {
     #[test]
     fn flags_override_the_file() {
         let flags = JobFlags {
-            max_attempts: Some(2),
-            goal: vec!["make test".into()],
-            agent_model: Some("sonnet".into()),
-            timeout: Some("90s".into()),
+            over: Overrides {
+                max_attempts: Some(2),
+                goal: vec!["make test".into()],
+                agent_model: Some("sonnet".into()),
+                timeout: Some("90s".into()),
+                ..Overrides::default()
+            },
             ..JobFlags::default()
         };
         let job = resolve_with(OK, flags).expect("valid");
@@ -919,7 +947,10 @@ mod tests {
             .to_string();
         assert!(e.contains("unknown field `max_atempts`"), "{e}");
         let flags = JobFlags {
-            budget_usd: Some(-1.0),
+            over: Overrides {
+                budget_usd: Some(-1.0),
+                ..Overrides::default()
+            },
             ..JobFlags::default()
         };
         let e = resolve_with(OK, flags).unwrap_err().to_string();

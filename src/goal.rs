@@ -11,11 +11,23 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
 
 use crate::agent::session::StopRequest;
-use crate::config::GoalStep;
+use crate::guard::testcount::Preset;
 use crate::process::{self, Contained};
 
 /// Output kept per step: the head and tail of anything longer.
 pub const MAX_STEP_OUTPUT: usize = 64 * 1024;
+
+/// One step of the goal test.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GoalStep {
+    pub name: String,
+    pub run: String,
+    #[serde(with = "crate::util::duration_text")]
+    pub timeout: Duration,
+    /// Which test runner's summary to read for the test-count gate
+    /// (explicit, or inferred from `run`); `None` = no count for this step.
+    pub report: Option<Preset>,
+}
 
 /// What one step did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

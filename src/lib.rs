@@ -14,15 +14,39 @@
 //!    work in a stash pinned by a ref ([`workspace`]) and writes
 //!    `failure.json` outside the repository ([`report`]).
 //!
+//! # Durability
+//! Every fact of a job is appended to its [`journal`] (fsync'd) before
+//! anything acts on it; a job's state is a fold over the journal, and a
+//! resume after `kill -9` replays it: what it records as finished is never
+//! run or billed again. `state.json` and `summary.json` are views.
+//!
 //! # Where the guards live
 //! Caps (turns, tokens, USD, before spending): [`guard::caps`]. Repeated tool
 //! calls, no progress, oscillation: [`guard::progress`]. Wall clock, attempt
 //! and idle timeouts: [`agent::session`]. Process trees: [`process`].
 //!
+//! # The module layers
+//! Bottom to top; a module uses only its own layer and those below, never in
+//! a cycle (checked by a test, `tests/it/layers.rs`):
+//!
+//! | layer | modules | owns |
+//! | --- | --- | --- |
+//! | 0 | [`util`] | atomic writes, ids, clock, shell quoting, crash points |
+//! | 1 | [`outcome`], [`process`] | reasons → exit codes (the one place); process trees |
+//! | 2 | [`workspace`], [`agent`], [`notify`] | git; the agent CLI seam (Claude Code); webhooks |
+//! | 3 | [`guard`], [`goal`], [`rubric`], [`critic`] | the judges and their settings |
+//! | 4 | [`report`], [`breaker`], [`journal`] | views, parking, the job's truth |
+//! | 5 | [`config`] | `loopd.toml` + flags → a validated job |
+//! | 6 | [`job`] | the attempt loop, phase by phase |
+//! | 7 | [`daemon`], [`ci`] | the queue and approvals; the CI autofix |
+//! | 8 | [`cli`] | arguments → a command → an exit status |
+//!
 //! Exit codes are decided in one place: [`outcome`].
 
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
 pub mod agent;
-pub mod approval;
+
 pub mod breaker;
 pub mod ci;
 pub mod cli;

@@ -132,9 +132,54 @@ impl Status {
     }
 }
 
+/// What `loopd ci` decided (its `--json` `decision`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CiDecision {
+    PullRequestOpened,
+    PullRequestExists,
+    /// Loopd's own branch or commit: nothing to do.
+    Skipped,
+    /// A fork's event, refused.
+    Refused,
+    /// Accepted, but the risk policy refused the fix.
+    GateRefused,
+    /// The loop did not accept a fix.
+    NotAccepted,
+}
+
+impl CiDecision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CiDecision::PullRequestOpened => "pull request opened",
+            CiDecision::PullRequestExists => "pull request exists",
+            CiDecision::Skipped => "skipped",
+            CiDecision::Refused => "refused",
+            CiDecision::GateRefused => "gate refused",
+            CiDecision::NotAccepted => "not accepted",
+        }
+    }
+
+    /// `loopd ci`'s exit code: 0 when a pull request exists (or there was
+    /// nothing to do), 2 for a refused fork, 3 for the risk policy, else the
+    /// job's own (`reason`, when the loop ran).
+    pub fn exit_status(self, reason: Option<Reason>) -> ExitStatus {
+        match self {
+            CiDecision::PullRequestOpened | CiDecision::PullRequestExists | CiDecision::Skipped => {
+                ExitStatus::Success
+            }
+            CiDecision::Refused => ExitStatus::Usage,
+            CiDecision::GateRefused => ExitStatus::Guard,
+            CiDecision::NotAccepted => reason.map_or(ExitStatus::Environment, ExitStatus::from),
+        }
+    }
+}
+
 /// Process exit codes of the contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitStatus {
+    /// 0: a command that is not a job succeeded.
+    Success,
     /// 0: accepted.
     Accepted,
     /// 1: attempts used up, never accepted.
@@ -153,7 +198,7 @@ pub enum ExitStatus {
 impl ExitStatus {
     pub fn code(self) -> u8 {
         match self {
-            ExitStatus::Accepted => 0,
+            ExitStatus::Success | ExitStatus::Accepted => 0,
             ExitStatus::Exhausted => 1,
             ExitStatus::Usage => 2,
             ExitStatus::Guard => 3,

@@ -126,6 +126,88 @@ pub struct FailureReport {
     pub last_events: Vec<serde_json::Value>,
 }
 
+/// The branch a daemon job's change lives on.
+pub struct Branch<'a> {
+    pub branch: &'a str,
+    pub commit_accepted: Option<&'a str>,
+}
+
+/// The Markdown account of a job.
+pub fn markdown(
+    branch: Option<&Branch<'_>>,
+    summary: &Summary,
+    failure: Option<&FailureReport>,
+) -> String {
+    let mut md = format!("# loopd job {}\n\n", summary.job_id);
+    md.push_str(&format!(
+        "**{}** ({}) — {}\n\n",
+        summary.outcome_word(),
+        summary.reason,
+        summary.detail
+    ));
+    md.push_str(&format!(
+        "- repository: `{}`\n- BASE_REF: `{}`\n- task: {}\n",
+        summary.repo.display(),
+        summary.base_ref,
+        summary.task
+    ));
+    if let Some(st) = branch {
+        md.push_str(&format!("- branch: `{}`\n", st.branch));
+        if let Some(c) = &st.commit_accepted {
+            md.push_str(&format!("- accepted commit: `{c}` (`git log -1 {c}`)\n"));
+        }
+    }
+    md.push_str(&format!(
+        "- cost: ${:.4} · {} turns · {} input / {} output tokens · {:.1} s\n\n",
+        summary.totals.cost_usd,
+        summary.totals.turns,
+        summary.totals.input_tokens,
+        summary.totals.output_tokens,
+        summary.totals.wall_ms as f64 / 1000.0
+    ));
+    md.push_str("| attempt | goal test | gates | critic | cost | turns |\n| --- | --- | --- | --- | --- | --- |\n");
+    for a in &summary.attempts {
+        let goal = if a.goal_passed {
+            "green".to_owned()
+        } else {
+            format!("red at `{}`", a.failed_step.as_deref().unwrap_or("-"))
+        };
+        let gates = a
+            .rejected_by
+            .map_or("passed".to_owned(), |r| format!("`{r}`"));
+        md.push_str(&format!(
+            "| {} | {goal} | {gates} | {} | ${:.4} | {} |\n",
+            a.n, a.critic, a.cost_usd, a.turns
+        ));
+    }
+    for a in &summary.attempts {
+        if a.violations.is_empty() && a.gate_findings.is_empty() {
+            continue;
+        }
+        md.push_str(&format!("\n### Attempt {}\n\n", a.n));
+        for f in &a.gate_findings {
+            md.push_str(&format!("- {f}\n"));
+        }
+        for v in &a.violations {
+            md.push_str(&format!("- {}\n", v.render()));
+        }
+    }
+    md.push_str("\n## Getting the work back\n\n");
+    match (&summary.stash_commit, failure) {
+        (Some(_), Some(f)) => md.push_str(&format!("The work is parked: `{}`\n", f.restore)),
+        (None, Some(f)) => md.push_str(&format!("{}\n", f.restore)),
+        _ if branch.is_some_and(|s| s.commit_accepted.is_some()) => md.push_str(&format!(
+            "The change is committed on `{}`: `git -C {} merge {}`\n",
+            branch.map(|s| s.branch).unwrap_or(""),
+            summary.repo.display(),
+            branch.map(|s| s.branch).unwrap_or("")
+        )),
+        _ => md.push_str("The change is in the working tree.\n"),
+    }
+    md.push_str(&format!("\nFiles: `{}`\n", summary.run_dir.display()));
+    md
+}
+
 /// A short human account of a summary, for stderr at the end of a run.
 pub fn render_human(s: &Summary) -> String {
     let mut out = String::new();

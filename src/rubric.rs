@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::config::ConfigError;
+/// A rubric file that cannot be used, named with its file and field.
+pub type RubricError = crate::util::FileError;
 
 /// The rubric used when `loopd.toml` names none: the four rules of the
 /// reference critic loop.
@@ -76,23 +77,23 @@ impl Rubric {
             .expect("the embedded default rubric is valid (unit-tested)")
     }
 
-    pub fn load(path: &Path) -> Result<Rubric, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    pub fn load(path: &Path) -> Result<Rubric, RubricError> {
+        let text = std::fs::read_to_string(path).map_err(|source| RubricError::Read {
             file: path.to_path_buf(),
             source,
         })?;
         Rubric::parse(&text, RubricSource::File(path.to_path_buf()))
     }
 
-    pub fn parse(text: &str, source: RubricSource) -> Result<Rubric, ConfigError> {
+    pub fn parse(text: &str, source: RubricSource) -> Result<Rubric, RubricError> {
         let file_name = PathBuf::from(source.to_string());
-        let invalid = |field: String, expected: &str, found: String| ConfigError::Invalid {
+        let invalid = |field: String, expected: &str, found: String| RubricError::Invalid {
             file: file_name.clone(),
             field,
             expected: expected.to_owned(),
             found,
         };
-        let raw: RubricFile = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let raw: RubricFile = toml::from_str(text).map_err(|e| RubricError::Parse {
             file: file_name.clone(),
             message: e.to_string(),
         })?;

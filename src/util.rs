@@ -22,6 +22,27 @@ pub const SECRET_VARS: &[&str] = &[
     "GH_TOKEN",
 ];
 
+/// A file loopd reads (`loopd.toml`, a rubric) that cannot be used, named
+/// with the file, the field, what was expected and what was found.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("cannot read `{}`: {source}", file.display())]
+    Read {
+        file: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`{}` is not valid TOML for loopd: {message}", file.display())]
+    Parse { file: std::path::PathBuf, message: String },
+    #[error("`{}`: field `{field}`: expected {expected}, found {found}", file.display())]
+    Invalid {
+        file: std::path::PathBuf,
+        field: String,
+        expected: String,
+        found: String,
+    },
+}
+
 /// Now, as RFC 3339 with milliseconds (UTC).
 pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
@@ -90,6 +111,16 @@ pub fn shell_quote(s: &str) -> String {
         return s.to_owned();
     }
     format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// Serialize a `Duration` the way users write it (`"5m 30s"`), for
+/// `#[serde(with = "crate::util::duration_text")]`.
+pub mod duration_text {
+    use std::time::Duration;
+
+    pub fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
 }
 
 /// Named crash points: in a build with the `failpoints` feature (tests

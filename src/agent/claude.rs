@@ -36,7 +36,14 @@ impl AgentCli for ClaudeCode {
         limits: CliLimits,
         prompt: &str,
     ) -> Vec<OsString> {
-        agent_args(model, allowed_tools, settings, limits, prompt)
+    let mut args = common_args(model, settings, limits);
+    args.push("--permission-mode".into());
+    args.push("acceptEdits".into());
+    args.push("--allowedTools".into());
+    args.push(allowed_tools.join(",").into());
+    args.push("--".into());
+    args.push(prompt.into());
+    args
     }
 
     fn critic_args(
@@ -47,7 +54,14 @@ impl AgentCli for ClaudeCode {
         limits: CliLimits,
         instruction: &str,
     ) -> Vec<OsString> {
-        critic_args(model, schema, settings, limits, instruction)
+    let mut args = common_args(model, settings, limits);
+    args.push("--tools".into());
+    args.push("".into());
+    args.push("--json-schema".into());
+    args.push(schema.into());
+    args.push("--".into());
+    args.push(instruction.into());
+    args
     }
 
     fn session_env(&self) -> Vec<(OsString, OsString)> {
@@ -91,43 +105,9 @@ fn common_args(model: &str, settings: &Path, limits: CliLimits) -> Vec<OsString>
     args
 }
 
-/// The agent's command line (after the binary).
-pub fn agent_args(
-    model: &str,
-    allowed_tools: &[String],
-    settings: &Path,
-    limits: CliLimits,
-    prompt: &str,
-) -> Vec<OsString> {
-    let mut args = common_args(model, settings, limits);
-    args.push("--permission-mode".into());
-    args.push("acceptEdits".into());
-    args.push("--allowedTools".into());
-    args.push(allowed_tools.join(",").into());
-    args.push("--".into());
-    args.push(prompt.into());
-    args
-}
 
-/// The critic's command line: no tools, a JSON schema for the verdict. The
-/// material to judge goes on stdin (it can exceed the kernel's limit for one
-/// argument); the argument only says what to do with it.
-pub fn critic_args(
-    model: &str,
-    schema: &str,
-    settings: &Path,
-    limits: CliLimits,
-    instruction: &str,
-) -> Vec<OsString> {
-    let mut args = common_args(model, settings, limits);
-    args.push("--tools".into());
-    args.push("".into());
-    args.push("--json-schema".into());
-    args.push(schema.into());
-    args.push("--".into());
-    args.push(instruction.into());
-    args
-}
+
+
 
 /// The per-session settings file: permissions, hooks, and the key helper.
 pub fn settings_json(
@@ -186,7 +166,7 @@ mod tests {
     #[test]
     fn agent_args_end_with_the_prompt_after_double_dash() {
         let tools = vec!["Read".to_string(), "Bash(python3 -m pytest *)".to_string()];
-        let args = agent_args(
+        let args = ClaudeCode.agent_args(
             "haiku",
             &tools,
             Path::new("/s/settings.json"),
@@ -216,7 +196,7 @@ mod tests {
 
     #[test]
     fn critic_args_have_no_tools_and_a_schema() {
-        let args = critic_args(
+        let args = ClaudeCode.critic_args(
             "sonnet",
             "{\"type\":\"object\"}",
             Path::new("/s.json"),

@@ -2,7 +2,7 @@
 //!
 //! Reasoning and execution live apart: the loop (agent, gates, critic) runs
 //! first; then the **autofix gate** is computed in code — accepted, every
-//! deterministic gate green, and the risk policy ([`risk`]) satisfied — and
+//! deterministic gate green, and the risk policy ([`crate::guard::risk`]) satisfied — and
 //! only then does the one step that writes to the outside world run: push
 //! `loopd/autofix/<short-sha>` and open a pull request against the failing
 //! branch. Otherwise nothing is pushed and the reason is reported.
@@ -14,8 +14,8 @@
 //!
 //! Only [`github`] knows GitHub.
 
+pub mod autofix;
 pub mod github;
-pub mod risk;
 
 use std::path::Path;
 
@@ -32,12 +32,12 @@ pub fn autofix_branch(sha: &str) -> String {
     format!("loopd/autofix/{}", &sha[..sha.len().min(12)])
 }
 
+pub use crate::outcome::CiDecision as Decision;
+
 /// What `loopd ci` decided, for the step summary and `--json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct CiReport {
-    /// `pull_request_opened`, `pull_request_exists`, `skipped`, `refused`,
-    /// `not_accepted`, `gate_refused`.
-    pub decision: String,
+    pub decision: Decision,
     pub why: String,
     pub sha: String,
     pub branch: Option<String>,
@@ -163,7 +163,7 @@ pub fn pr_body(summary: &Summary, baseline_excerpt: &str, run_url: Option<&str>)
 pub fn write_step_summary(path: &Path, report: &CiReport) {
     let mut md = format!(
         "## loopd autofix: {}\n\n{}\n\n",
-        report.decision.replace('_', " "),
+        report.decision.as_str(),
         report.why
     );
     if let Some(pr) = &report.pull_request {
@@ -174,7 +174,7 @@ pub fn write_step_summary(path: &Path, report: &CiReport) {
     }
     if let Some(s) = &report.summary {
         md.push('\n');
-        md.push_str(&crate::cli::report_cmd::markdown(None, s, None));
+        md.push_str(&crate::report::markdown(None, s, None));
     }
     use std::io::Write;
     match std::fs::OpenOptions::new()

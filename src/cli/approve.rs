@@ -1,7 +1,8 @@
 //! `loopd approve` / `loopd reject`: the human's answer to a job that
 //! awaits approval.
 
-use crate::approval::{self, ApprovalSettings};
+use crate::config::ApprovalSettings;
+use crate::daemon::approval;
 use crate::cli::daemon::state_dir_or_default;
 use crate::cli::CliError;
 use crate::daemon::state::{JobState, Status};
@@ -43,12 +44,12 @@ pub fn approve(args: DecideArgs) -> Result<ExitStatus, CliError> {
         && approval::load(&state_dir, &st.job_id).is_some();
     if st.state != Status::AwaitingApproval && !retry {
         if st.delivered.is_some() {
-            println!(
+            crate::cli::out!(
                 "job {} was already approved and delivered: {}",
                 st.job_id,
                 st.delivered.as_deref().unwrap_or("")
             );
-            return Ok(ExitStatus::Accepted);
+            return Ok(ExitStatus::Success);
         }
         return Err(CliError::new(
             ExitStatus::Usage,
@@ -64,8 +65,8 @@ pub fn approve(args: DecideArgs) -> Result<ExitStatus, CliError> {
             CliError::new(ExitStatus::Environment, e)
                 .hint("the approval is recorded: run `loopd approve` again once the cause is fixed")
         })?;
-    println!("approved {}: {what}", st.job_id);
-    Ok(ExitStatus::Accepted)
+    crate::cli::out!("approved {}: {what}", st.job_id);
+    Ok(ExitStatus::Success)
 }
 
 /// Reject an accepted job: nothing leaves the machine, the change stays
@@ -82,6 +83,6 @@ pub fn reject(args: DecideArgs) -> Result<ExitStatus, CliError> {
     }
     let what =
         approval::reject(&state_dir, &mut st).map_err(|e| CliError::new(ExitStatus::Usage, e))?;
-    println!("{}: {what}", st.job_id);
-    Ok(ExitStatus::Accepted)
+    crate::cli::out!("{}: {what}", st.job_id);
+    Ok(ExitStatus::Success)
 }

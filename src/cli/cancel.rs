@@ -28,8 +28,8 @@ pub fn cancel(args: CancelArgs) -> Result<ExitStatus, CliError> {
     let state_dir = state_dir_or_default(args.state_dir);
     let spool = Spool::new(&state_dir);
     if crate::daemon::cancel_queued(&spool, &state_dir, &args.job) {
-        println!("cancelled {} (it had not started)", args.job);
-        return Ok(ExitStatus::Accepted);
+        crate::cli::out!("cancelled {} (it had not started)", args.job);
+        return Ok(ExitStatus::Success);
     }
     if spool
         .dir("running")
@@ -42,11 +42,11 @@ pub fn cancel(args: CancelArgs) -> Result<ExitStatus, CliError> {
                 format!("cannot request the cancel: {e}"),
             )
         })?;
-        println!(
+        crate::cli::out!(
             "cancel requested for {}: the daemon stops it and parks its work",
             args.job
         );
-        return Ok(ExitStatus::Accepted);
+        return Ok(ExitStatus::Success);
     }
     Err(CliError::new(
         ExitStatus::Usage,

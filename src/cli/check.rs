@@ -36,11 +36,11 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
         }
     }
     if args.json {
-        println!(
+        crate::cli::out!(
             "{}",
             serde_json::to_string_pretty(&job).expect("the job serializes")
         );
-        return Ok(ExitStatus::Accepted);
+        return Ok(ExitStatus::Success);
     }
     let mut out = String::new();
     out.push_str(&format!("repository:    {}\n", job.repo.display()));
@@ -120,6 +120,6 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
     }
     out.push_str(&format!("agent CLI:     {}\n", job.agent_bin.display()));
     out.push_str(&format!("state dir:     {}\n", job.state_dir.display()));
-    print!("{out}");
-    Ok(ExitStatus::Accepted)
+    crate::cli::out!("{}", out.trim_end_matches('\n'));
+    Ok(ExitStatus::Success)
 }

@@ -1,12 +1,13 @@
-//! `loopd ci`: `loopd run` for a CI job, then the autofix gate.
+//! `loopd ci`: `loopd run` for a CI job, then the autofix gate
+//! ([`crate::ci::autofix`]).
 
-use crate::ci::github::{self, Actions, Api};
+use crate::ci::autofix::{self, Autofix, CiError};
+use crate::ci::github::Actions;
 use crate::ci::{self, CiReport};
 use crate::cli::run::prepare;
 use crate::cli::CliError;
 use crate::config::JobFlags;
-use crate::job;
-use crate::outcome::{ExitStatus, Outcome};
+use crate::outcome::ExitStatus;
 
 /// Try a gated autofix of the checked-out failing commit (GitHub Actions).
 ///
@@ -36,33 +37,22 @@ fn finish(args: &CiArgs, actions: &Actions, report: CiReport) -> ExitStatus {
     if let Some(path) = &actions.step_summary {
         ci::write_step_summary(path, &report);
     }
-    eprintln!(
-        "loopd ci: {}: {}",
-        report.decision.replace('_', " "),
-        report.why
-    );
+    eprintln!("loopd ci: {}: {}", report.decision.as_str(), report.why);
     if let Some(s) = &report.summary {
         eprintln!(
             "loopd ci: report files for upload: `{}`",
             s.run_dir.display()
         );
     }
-    let status = match report.decision.as_str() {
-        "pull_request_opened" | "pull_request_exists" | "skipped" => ExitStatus::Accepted,
-        "refused" => ExitStatus::Usage,
-        "gate_refused" => ExitStatus::Guard,
-        _ => report
-            .summary
-            .as_ref()
-            .map_or(ExitStatus::Environment, |s| s.reason.into()),
-    };
     if args.json {
-        println!(
+        crate::cli::out!(
             "{}",
             serde_json::to_string(&report).expect("a report serializes")
         );
     }
-    status
+    report
+        .decision
+        .exit_status(report.summary.as_ref().map(|s| s.reason))
 }
 
 pub fn ci(args: CiArgs) -> Result<ExitStatus, CliError> {
@@ -71,156 +61,26 @@ pub fn ci(args: CiArgs) -> Result<ExitStatus, CliError> {
             .hint("`loopd ci` runs in GitHub Actions; use `loopd run` elsewhere")
     })?;
     let rt = crate::cli::runtime()?;
-    let base = |decision: &str, why: String| CiReport {
-        decision: decision.into(),
-        why,
-        sha: actions.sha.clone(),
-        branch: None,
-        pull_request: None,
-        risk_violations: vec![],
-        summary: None,
-    };
-
-    let (ws, mut job) = prepare(&args.flags)?;
-    // No recursion: never on loopd's own branches or commits.
-    if let Some(why) = ci::is_loopd_work(&actions.branch, &ws) {
-        return Ok(finish(
-            &args,
-            &actions,
-            base("skipped", format!("nothing to do: {why}")),
-        ));
-    }
-    if actions.from_fork && !job.ci.allow_forks {
-        return Ok(finish(
-            &args,
-            &actions,
-            base("refused", format!("the `{}` event comes from a fork; loopd does not run with this repository's secrets on it (set `[ci] allow_forks = true` to allow)", actions.event_name)),
-        ));
-    }
-    let token = github::token_from_env().map_err(|e| CliError::new(ExitStatus::Usage, e))?;
-    let api = Api::new(&actions.api_url, &actions.repository, token.clone())
-        .map_err(|e| CliError::new(ExitStatus::Environment, e))?;
-    let branch = ci::autofix_branch(&actions.sha);
-    // At most one pull request per failing commit.
-    match rt.block_on(api.find_pull(&branch)) {
-        Ok(Some(pr)) => {
-            let mut r = base(
-                "pull_request_exists",
-                format!(
-                    "an autofix for {} already exists: #{}",
-                    actions.sha, pr.number
-                ),
-            );
-            r.pull_request = Some(pr);
-            return Ok(finish(&args, &actions, r));
-        }
-        Ok(None) => {}
-        Err(e) => return Err(CliError::new(ExitStatus::Environment, e)),
-    }
-
-    // The loop, on the small CI budget unless the flags say otherwise.
-    if args.flags.budget_usd.is_none() {
-        job.caps.budget_usd = job.ci.budget_usd;
-    }
-    if args.flags.max_attempts.is_none() {
-        job.max_attempts = job.ci.max_attempts;
-    }
-    crate::cli::run::ready(&ws, &job)?;
-    let repo_root = ws.root().to_path_buf();
+    let (ws, job) = prepare(&args.flags)?;
     let control = crate::cli::foreground_control()?;
-    let summary = rt
-        .block_on(job::run(&job, ws, control))
-        .map_err(|e| CliError::new(ExitStatus::Environment, e))?;
-    if summary.outcome != Outcome::Accepted {
-        let _ = rt.block_on(api.set_status(
-            &actions.sha,
-            "failure",
-            &format!("no verified fix: {}", summary.reason),
-            actions.run_url.as_deref(),
-        ));
-        let mut r = base(
-            "not_accepted",
-            format!(
-                "no fix was accepted ({}): {}",
-                summary.reason, summary.detail
-            ),
-        );
-        r.summary = Some(summary);
-        return Ok(finish(&args, &actions, r));
-    }
-
-    // The autofix gate, in code: accepted (every deterministic gate green)
-    // and the risk policy.
-    let ws = crate::workspace::Workspace::open(&repo_root)?;
-    let diff = ws.diff_since(ws.head_commit()?)?;
-    let violations = job.ci.violations(&diff);
-    if !violations.is_empty() {
-        let _ = rt.block_on(api.set_status(
-            &actions.sha,
-            "failure",
-            "a fix was found but fails the risk policy",
-            actions.run_url.as_deref(),
-        ));
-        let mut r = base(
-            "gate_refused",
-            format!(
-                "the fix was accepted but not pushed: {}",
-                violations.join("; ")
-            ),
-        );
-        r.risk_violations = violations;
-        r.summary = Some(summary);
-        return Ok(finish(&args, &actions, r));
-    }
-
-    // The one outward step.
-    let message = format!(
-        "loopd: autofix for {}\n\n{}\n\n{} {}\n",
-        &actions.sha[..actions.sha.len().min(12)],
-        summary.task,
-        ci::TRAILER,
-        summary.job_id
-    );
-    ci::commit_to_branch(&repo_root, &branch, &message).map_err(|e| {
-        CliError::new(
-            ExitStatus::Environment,
-            format!("cannot commit the fix: {e}"),
-        )
-    })?;
-    github::push(
-        &repo_root,
-        &args.remote,
-        &format!("refs/heads/{branch}"),
-        &format!("refs/heads/{branch}"),
-        Some(&token),
-    )
-    .map_err(|e| CliError::new(ExitStatus::Environment, e))?;
-    let baseline =
-        std::fs::read_to_string(summary.run_dir.join("baseline.txt")).unwrap_or_default();
-    let body = ci::pr_body(
-        &summary,
-        &crate::goal::head_and_tail(&baseline, 3000),
-        actions.run_url.as_deref(),
-    );
-    let title = format!("loopd autofix: {}", summary.headline());
-    let pr = rt
-        .block_on(api.create_pull(&branch, &actions.branch, &title, &body))
-        .map_err(|e| CliError::new(ExitStatus::Environment, e))?;
-    let _ = rt.block_on(api.set_status(
-        &actions.sha,
-        "success",
-        &format!("a verified fix is proposed in #{}", pr.number),
-        Some(&pr.url),
-    ));
-    let mut r = base(
-        "pull_request_opened",
-        format!(
-            "pushed `{branch}` and opened #{} against `{}`",
-            pr.number, actions.branch
-        ),
-    );
-    r.branch = Some(branch);
-    r.pull_request = Some(pr);
-    r.summary = Some(summary);
-    Ok(finish(&args, &actions, r))
+    let fix = Autofix {
+        actions: &actions,
+        job,
+        ws,
+        remote: &args.remote,
+        budget_from_flags: args.flags.budget_usd.is_some(),
+        attempts_from_flags: args.flags.max_attempts.is_some(),
+    };
+    let ready = |ws: &crate::workspace::Workspace, job: &crate::config::Job| {
+        crate::job::ready(ws, job).map_err(CiError::from)
+    };
+    let report = rt
+        .block_on(autofix::run(fix, ready, move || control))
+        .map_err(|e| match e {
+            CiError::GitHub(crate::ci::github::GitHubError::NoToken) => {
+                CliError::new(ExitStatus::Usage, e)
+            }
+            e => CliError::new(ExitStatus::Environment, e),
+        })?;
+    Ok(finish(&args, &actions, report))
 }

@@ -88,5 +88,5 @@ fn print(bytes: &[u8]) -> Result<ExitStatus, CliError> {
                 format!("cannot write to stdout: {e}"),
             )
         })?;
-    Ok(ExitStatus::Accepted)
+    Ok(ExitStatus::Success)
 }

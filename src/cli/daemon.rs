@@ -71,5 +71,5 @@ pub fn daemon(args: DaemonArgs) -> Result<ExitStatus, CliError> {
     let rt = crate::cli::runtime()?;
     rt.block_on(daemon::serve(opts, rx))
         .map_err(|e| CliError::new(ExitStatus::Environment, e))?;
-    Ok(ExitStatus::Accepted)
+    Ok(ExitStatus::Success)
 }

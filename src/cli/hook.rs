@@ -78,7 +78,7 @@ pub fn hook(args: HookArgs) -> Result<ExitStatus, CliError> {
         "Write" | "Edit" | "MultiEdit" | "NotebookEdit" | "Bash"
     );
     if !mutating {
-        return Ok(ExitStatus::Accepted);
+        return Ok(ExitStatus::Success);
     }
     let policy = match std::env::var_os(POLICY_VAR) {
         Some(path) => Policy::load(Path::new(&path)).map_err(|e| e.to_string()),
@@ -111,7 +111,7 @@ pub fn hook(args: HookArgs) -> Result<ExitStatus, CliError> {
                 let _ = writeln!(f, "{entry}");
             }
         }
-        println!("{}", deny(&reason));
+        crate::cli::out!("{}", deny(&reason));
     }
-    Ok(ExitStatus::Accepted)
+    Ok(ExitStatus::Success)
 }

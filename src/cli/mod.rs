@@ -107,6 +107,32 @@ impl From<crate::workspace::WorkspaceError> for CliError {
 
 /// The tokio runtime a command runs its async work on: two workers, as
 /// many as the machines we target have cores.
+/// Print to stdout like `println!`, but a reader that went away (`loopd
+/// status --json | head`) ends the command quietly instead of a panic: the
+/// data went where it was wanted, and there is no one left to tell.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(format_args!($($arg)*))
+    };
+}
+pub(crate) use out;
+
+#[doc(hidden)]
+pub fn write_stdout(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout
+        .write_fmt(args)
+        .and_then(|()| stdout.write_all(b"\n"))
+        .and_then(|()| stdout.flush());
+    if let Err(e) = written {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        tracing::error!(error = %e, "cannot write to stdout");
+    }
+}
+
 pub fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -213,7 +239,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitStatus, CliError> {
                     format!("cannot read the key from `{}`: {e}", socket.display()),
                 )
             })?;
-            Ok(ExitStatus::Accepted)
+            Ok(ExitStatus::Success)
         }
     }
 }

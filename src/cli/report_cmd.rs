@@ -4,7 +4,7 @@ use crate::cli::daemon::state_dir_or_default;
 use crate::cli::CliError;
 use crate::daemon::state::JobState;
 use crate::outcome::ExitStatus;
-use crate::report::{FailureReport, Summary};
+use crate::report::{markdown, Branch, FailureReport, Summary};
 
 /// Print the account of a job: attempts, verdicts, gates, costs, and how to
 /// get the work back.
@@ -20,82 +20,6 @@ pub struct ReportArgs {
     pub format: String,
 }
 
-/// The Markdown account of a job.
-pub fn markdown(
-    state: Option<&JobState>,
-    summary: &Summary,
-    failure: Option<&FailureReport>,
-) -> String {
-    let mut md = format!("# loopd job {}\n\n", summary.job_id);
-    md.push_str(&format!(
-        "**{}** ({}) — {}\n\n",
-        summary.outcome_word(),
-        summary.reason,
-        summary.detail
-    ));
-    md.push_str(&format!(
-        "- repository: `{}`\n- BASE_REF: `{}`\n- task: {}\n",
-        summary.repo.display(),
-        summary.base_ref,
-        summary.task
-    ));
-    if let Some(st) = state {
-        md.push_str(&format!("- branch: `{}`\n", st.branch));
-        if let Some(c) = &st.commit_accepted {
-            md.push_str(&format!("- accepted commit: `{c}` (`git log -1 {c}`)\n"));
-        }
-    }
-    md.push_str(&format!(
-        "- cost: ${:.4} · {} turns · {} input / {} output tokens · {:.1} s\n\n",
-        summary.totals.cost_usd,
-        summary.totals.turns,
-        summary.totals.input_tokens,
-        summary.totals.output_tokens,
-        summary.totals.wall_ms as f64 / 1000.0
-    ));
-    md.push_str("| attempt | goal test | gates | critic | cost | turns |\n| --- | --- | --- | --- | --- | --- |\n");
-    for a in &summary.attempts {
-        let goal = if a.goal_passed {
-            "green".to_owned()
-        } else {
-            format!("red at `{}`", a.failed_step.as_deref().unwrap_or("-"))
-        };
-        let gates = a
-            .rejected_by
-            .map_or("passed".to_owned(), |r| format!("`{r}`"));
-        md.push_str(&format!(
-            "| {} | {goal} | {gates} | {} | ${:.4} | {} |\n",
-            a.n, a.critic, a.cost_usd, a.turns
-        ));
-    }
-    for a in &summary.attempts {
-        if a.violations.is_empty() && a.gate_findings.is_empty() {
-            continue;
-        }
-        md.push_str(&format!("\n### Attempt {}\n\n", a.n));
-        for f in &a.gate_findings {
-            md.push_str(&format!("- {f}\n"));
-        }
-        for v in &a.violations {
-            md.push_str(&format!("- {}\n", v.render()));
-        }
-    }
-    md.push_str("\n## Getting the work back\n\n");
-    match (&summary.stash_commit, failure) {
-        (Some(_), Some(f)) => md.push_str(&format!("The work is parked: `{}`\n", f.restore)),
-        (None, Some(f)) => md.push_str(&format!("{}\n", f.restore)),
-        _ if state.is_some_and(|s| s.commit_accepted.is_some()) => md.push_str(&format!(
-            "The change is committed on `{}`: `git -C {} merge {}`\n",
-            state.map(|s| s.branch.as_str()).unwrap_or(""),
-            summary.repo.display(),
-            state.map(|s| s.branch.as_str()).unwrap_or("")
-        )),
-        _ => md.push_str("The change is in the working tree.\n"),
-    }
-    md.push_str(&format!("\nFiles: `{}`\n", summary.run_dir.display()));
-    md
-}
-
 pub fn report(args: ReportArgs) -> Result<ExitStatus, CliError> {
     let state_dir = state_dir_or_default(args.state_dir);
     let run_dir = state_dir.join("runs").join(&args.job);
@@ -109,8 +33,8 @@ pub fn report(args: ReportArgs) -> Result<ExitStatus, CliError> {
     let Some(summary) = summary else {
         return match state {
             Some(st) => {
-                println!("job {} is {}; no summary yet", st.job_id, st.state.as_str());
-                Ok(ExitStatus::Accepted)
+                crate::cli::out!("job {} is {}; no summary yet", st.job_id, st.state.as_str());
+                Ok(ExitStatus::Success)
             }
             None => Err(CliError::new(
                 ExitStatus::Usage,
@@ -124,12 +48,19 @@ pub fn report(args: ReportArgs) -> Result<ExitStatus, CliError> {
         };
     };
     if args.format == "json" {
-        println!(
+        crate::cli::out!(
             "{}",
             serde_json::json!({"state": state, "summary": summary, "failure": failure})
         );
     } else {
-        print!("{}", markdown(state.as_ref(), &summary, failure.as_ref()));
+        let branch = state.as_ref().map(|s| Branch {
+            branch: &s.branch,
+            commit_accepted: s.commit_accepted.as_deref(),
+        });
+        crate::cli::out!(
+            "{}",
+            markdown(branch.as_ref(), &summary, failure.as_ref()).trim_end_matches('\n')
+        );
     }
-    Ok(ExitStatus::Accepted)
+    Ok(ExitStatus::Success)
 }

@@ -38,15 +38,9 @@ pub fn prepare(flags: &JobFlags) -> Result<(Workspace, Job), CliError> {
 /// The last checks before a foreground job touches anything: a clean tree
 /// and a state dir to write to.
 pub fn ready(ws: &Workspace, job: &Job) -> Result<(), CliError> {
-    ws.ensure_clean()?;
-    crate::util::private_dir(&job.state_dir).map_err(|e| {
-        CliError::new(
-            ExitStatus::Environment,
-            format!(
-                "cannot create the state dir `{}`: {e}",
-                job.state_dir.display()
-            ),
-        )
+    job::ready(ws, job).map_err(|e| match e {
+        job::JobError::Workspace(w) => CliError::from(w),
+        e => CliError::new(ExitStatus::Environment, e),
     })
 }
 
@@ -60,7 +54,7 @@ pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
         .map_err(|e| CliError::new(ExitStatus::Environment, e))?;
     eprint!("{}", report::render_human(&summary));
     if args.json {
-        println!(
+        crate::cli::out!(
             "{}",
             serde_json::to_string(&summary).expect("the summary serializes")
         );

@@ -92,8 +92,8 @@ pub fn status(args: StatusArgs) -> Result<ExitStatus, CliError> {
         } else {
             Value::Array(jobs)
         };
-        println!("{v}");
-        return Ok(ExitStatus::Accepted);
+        crate::cli::out!("{v}");
+        return Ok(ExitStatus::Success);
     }
     let mut out = String::new();
     if args.job.is_some() {
@@ -144,6 +144,6 @@ pub fn status(args: StatusArgs) -> Result<ExitStatus, CliError> {
             ));
         }
     }
-    print!("{out}");
-    Ok(ExitStatus::Accepted)
+    crate::cli::out!("{}", out.trim_end_matches('\n'));
+    Ok(ExitStatus::Success)
 }

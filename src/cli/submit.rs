@@ -3,7 +3,7 @@
 use crate::cli::daemon::state_dir_or_default;
 use crate::cli::CliError;
 use crate::config::{Job, JobFlags};
-use crate::daemon::spool::{JobSpec, SpecFlags, Spool};
+use crate::daemon::spool::{JobSpec, Spool};
 use crate::outcome::ExitStatus;
 use crate::workspace::Workspace;
 
@@ -54,7 +54,7 @@ pub fn submit(args: SubmitArgs) -> Result<ExitStatus, CliError> {
         repo: ws.root().to_path_buf(),
         git_ref: args.git_ref.clone(),
         commit: commit.id().to_string(),
-        flags: SpecFlags::from_flags(&args.flags, &cwd),
+        flags: args.flags.over.absolute(&cwd),
         task: job.task.clone(),
         goal: job.goal.iter().map(|s| s.run.clone()).collect(),
         submitted_at: crate::util::now_rfc3339(),
@@ -63,10 +63,10 @@ pub fn submit(args: SubmitArgs) -> Result<ExitStatus, CliError> {
         .submit(&spec)
         .map_err(|e| CliError::new(ExitStatus::Environment, e))?;
     if args.json {
-        println!("{}", serde_json::json!({"job_id": spec.job_id}));
+        crate::cli::out!("{}", serde_json::json!({"job_id": spec.job_id}));
     } else {
-        println!("{}", spec.job_id);
+        crate::cli::out!("{}", spec.job_id);
     }
     tracing::info!(job_id = %spec.job_id, commit = %spec.commit, "job queued");
-    Ok(ExitStatus::Accepted)
+    Ok(ExitStatus::Success)
 }

@@ -13,18 +13,20 @@
 //! error file beside it and never blocks the others. Each job runs in its own
 //! tokio task ([`worker`]) in its own git worktree, at most `--jobs` at once.
 //!
-//! Durability: every job checkpoints after its baseline, each agent session
-//! and each attempt. After `kill -9` the next daemon finds the job still in
-//! `running/`, stops whatever the dead daemon's job left running (found by
-//! the job id in their containment tokens), and resumes from the checkpoint;
-//! spend recorded after the checkpoint is recovered from the ledger, so the
-//! caps keep counting.
+//! Durability: each job's journal is its truth ([`crate::journal`]); the
+//! final state is journaled before `state.json` is written and before the
+//! spool file moves. At start the daemon first repairs every job whose views
+//! lag its journal ([`repair`]), stops whatever a dead daemon's jobs left
+//! running (found by the job id in their containment tokens), then resumes
+//! the jobs still in `running/` by replaying their journals: what finished is
+//! not run again, and the caps keep counting.
 //!
 //! Shutdown: SIGTERM stops claiming, stops the running agents with the grace
 //! period and suspends their jobs as `interrupted` (the work stays in the
 //! worktree, resumable), then exits 0. A second SIGTERM/SIGINT skips the
 //! grace period.
 
+pub mod approval;
 pub mod spool;
 pub mod state;
 pub mod systemd;

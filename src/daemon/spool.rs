@@ -16,96 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::JobFlags;
-
-/// The flags a job file may carry: `loopd run`'s, minus the binary and the
-/// state dir, which belong to the daemon.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SpecFlags {
-    #[serde(default)]
-    pub config: Option<PathBuf>,
-    #[serde(default)]
-    pub task: Option<String>,
-    #[serde(default)]
-    pub goal: Vec<String>,
-    #[serde(default)]
-    pub rubric: Option<PathBuf>,
-    #[serde(default)]
-    pub max_attempts: Option<i64>,
-    #[serde(default)]
-    pub agent_model: Option<String>,
-    #[serde(default)]
-    pub critic_model: Option<String>,
-    #[serde(default)]
-    pub allowed_tools: Option<Vec<String>>,
-    #[serde(default)]
-    pub budget_usd: Option<f64>,
-    #[serde(default)]
-    pub max_turns: Option<i64>,
-    #[serde(default)]
-    pub max_tokens: Option<i64>,
-    #[serde(default)]
-    pub timeout: Option<String>,
-    #[serde(default)]
-    pub attempt_timeout: Option<String>,
-    #[serde(default)]
-    pub idle_timeout: Option<String>,
-}
-
-impl SpecFlags {
-    /// From the command line; relative paths become absolute against `cwd`.
-    pub fn from_flags(f: &JobFlags, cwd: &Path) -> SpecFlags {
-        let abs = |p: &Option<PathBuf>| {
-            p.as_ref().map(|p| {
-                if p.is_absolute() {
-                    p.clone()
-                } else {
-                    cwd.join(p)
-                }
-            })
-        };
-        SpecFlags {
-            config: abs(&f.config),
-            task: f.task.clone(),
-            goal: f.goal.clone(),
-            rubric: abs(&f.rubric),
-            max_attempts: f.max_attempts,
-            agent_model: f.agent_model.clone(),
-            critic_model: f.critic_model.clone(),
-            allowed_tools: f.allowed_tools.clone(),
-            budget_usd: f.budget_usd,
-            max_turns: f.max_turns,
-            max_tokens: f.max_tokens,
-            timeout: f.timeout.clone(),
-            attempt_timeout: f.attempt_timeout.clone(),
-            idle_timeout: f.idle_timeout.clone(),
-        }
-    }
-
-    /// Back to flags for a run in `repo`, with the daemon's binary and state dir.
-    pub fn to_flags(&self, repo: &Path, agent_bin: Option<PathBuf>, state_dir: &Path) -> JobFlags {
-        JobFlags {
-            repo: repo.to_path_buf(),
-            config: self.config.clone(),
-            task: self.task.clone(),
-            goal: self.goal.clone(),
-            rubric: self.rubric.clone(),
-            max_attempts: self.max_attempts,
-            agent_model: self.agent_model.clone(),
-            critic_model: self.critic_model.clone(),
-            allowed_tools: self.allowed_tools.clone(),
-            agent_bin,
-            state_dir: Some(state_dir.to_path_buf()),
-            budget_usd: self.budget_usd,
-            max_turns: self.max_turns,
-            max_tokens: self.max_tokens,
-            timeout: self.timeout.clone(),
-            attempt_timeout: self.attempt_timeout.clone(),
-            idle_timeout: self.idle_timeout.clone(),
-        }
-    }
-}
+use crate::config::Overrides;
 
 /// A queued job.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -118,7 +29,9 @@ pub struct JobSpec {
     pub git_ref: String,
     /// The commit it pointed at when the job was submitted (BASE_REF).
     pub commit: String,
-    pub flags: SpecFlags,
+    /// `loopd run`'s settings, minus the binary and the state dir, which
+    /// belong to the daemon (a job file naming them is refused).
+    pub flags: Overrides,
     /// The task and goal steps as resolved at submit, for `loopd status`.
     pub task: String,
     pub goal: Vec<String>,
@@ -320,7 +233,7 @@ mod tests {
             repo: "/repo".into(),
             git_ref: "HEAD".into(),
             commit: "0".repeat(40),
-            flags: SpecFlags::default(),
+            flags: Overrides::default(),
             task: "t".into(),
             goal: vec!["true".into()],
             submitted_at: "now".into(),

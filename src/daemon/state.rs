@@ -1,5 +1,6 @@
-//! A job's durable state as the daemon and `loopd status` see it:
-//! `runs/<job-id>/state.json`, written atomically at every transition.
+//! A job's state as the daemon and `loopd status` see it:
+//! `runs/<job-id>/state.json`, written atomically at every transition — a
+//! view of the job's journal, written after it (and repaired from it).
 
 use std::path::{Path, PathBuf};
 
@@ -77,7 +78,7 @@ impl JobState {
     }
 
     /// Read a state file; a BOM is tolerated, a truncated file is `None`
-    /// (the caller falls back to the spool and the checkpoint).
+    /// (the caller falls back to the spool and the journal).
     pub fn load(state_dir: &Path, id: &str) -> Option<JobState> {
         let path = Self::path(state_dir, id);
         let text = std::fs::read_to_string(&path).ok()?;

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use super::spool::{JobSpec, Spool};
 use super::state::{branch_name, JobState, Status};
 use crate::agent::session::{StopCause, StopRequest};
-use crate::config::{find_on_path, Job};
+use crate::config::{find_on_path, Job, JobFlags};
 use crate::job::{self, Control};
 use crate::journal::{Event, Journal};
 use crate::report::Summary;
@@ -312,9 +312,7 @@ async fn notify_end(hooks: &[crate::notify::Webhook], state: &JobState) {
 
 fn prepare_job(spec: &JobSpec, worktree: &Path, ctx: &Context) -> Result<(Workspace, Job), String> {
     let ws = Workspace::open(worktree).map_err(|e| e.to_string())?;
-    let flags = spec
-        .flags
-        .to_flags(worktree, ctx.agent_bin.clone(), &ctx.state_dir);
+    let flags = JobFlags::for_daemon(worktree, ctx.agent_bin.clone(), &ctx.state_dir, &spec.flags);
     let mut job = Job::resolve(&flags, ws.root()).map_err(|e| e.to_string())?;
     job.agent_bin = find_on_path(&job.agent_bin)
         .ok_or_else(|| format!("the agent CLI `{}` was not found", job.agent_bin.display()))?;

@@ -3,12 +3,27 @@
 //! from the partial stream) and *before* spending: a session the remaining
 //! budget cannot cover at its minimum is never started ("budget before cost").
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 use crate::agent::events::Usage;
 use crate::agent::Price;
-use crate::config::Caps;
 use crate::outcome::Reason;
+
+/// Caps over the whole job (agent and critic sessions together).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Caps {
+    pub budget_usd: f64,
+    pub max_turns: u64,
+    pub max_tokens: u64,
+    #[serde(with = "crate::util::duration_text")]
+    pub timeout: Duration,
+    #[serde(with = "crate::util::duration_text")]
+    pub attempt_timeout: Duration,
+    #[serde(with = "crate::util::duration_text")]
+    pub idle_timeout: Duration,
+}
 
 /// What has been spent.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]

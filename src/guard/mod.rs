@@ -10,20 +10,53 @@
 
 pub mod caps;
 pub mod progress;
+pub mod risk;
 pub mod tamper;
 pub mod testcount;
 
 use std::collections::HashMap;
+use std::time::Duration;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
 use crate::agent::events::{ApiEvent, AssistantBlock, Event, Usage};
 use crate::agent::session::{Observer, Role, Verdict};
-use crate::config::GuardSettings;
 use crate::outcome::Reason;
 use caps::{Budget, Spend};
 use progress::RepeatDetector;
+
+/// Progress-guard and process settings.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GuardSettings {
+    /// How many recent tool calls the repeat detector looks at.
+    pub stuck_window: usize,
+    /// How many identical calls within the window mean "stuck".
+    pub stuck_repeat: usize,
+    /// Bash commands matching one of these (substring of the command's first
+    /// word sequence) are polling and never count as stuck.
+    pub poll_patterns: Vec<String>,
+    /// Time between SIGTERM and SIGKILL when stopping a process tree.
+    #[serde(with = "crate::util::duration_text")]
+    pub grace: Duration,
+}
+
+impl Default for GuardSettings {
+    /// What `loopd.toml` gets when `[guard]` says nothing.
+    fn default() -> Self {
+        GuardSettings {
+            stuck_window: 5,
+            stuck_repeat: 3,
+            poll_patterns: DEFAULT_POLL_PATTERNS
+                .iter()
+                .map(|s| s.to_string())
+                .collect(),
+            grace: Duration::from_secs(5),
+        }
+    }
+}
+
+pub const DEFAULT_POLL_PATTERNS: [&str; 6] = ["sleep", "wait", "tail -f", "watch", "timeout", "ps"];
 
 /// One model call, as the stream reported it: the live estimate of what it
 /// cost. A finished session's reconciled totals supersede these; they count

@@ -155,7 +155,7 @@ mod tests {
 
     #[test]
     fn polling_is_exempt() {
-        let p: Vec<String> = crate::config::DEFAULT_POLL_PATTERNS
+        let p: Vec<String> = crate::guard::DEFAULT_POLL_PATTERNS
             .iter()
             .map(|s| s.to_string())
             .collect();

@@ -122,6 +122,16 @@ struct Run<'a> {
     env: prepare::Prepared,
 }
 
+/// The last checks before a foreground job touches anything: a clean tree
+/// and a state dir to write to.
+pub fn ready(ws: &Workspace, job: &Job) -> Result<(), JobError> {
+    ws.ensure_clean()?;
+    util::private_dir(&job.state_dir).map_err(|source| JobError::RunDir {
+        path: job.state_dir.clone(),
+        source,
+    })
+}
+
 /// Run a job in a repository whose tree the caller has checked is clean —
 /// or resume it from its journal, if it has one.
 pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, JobError> {

@@ -11,6 +11,7 @@ mod crash;
 mod daemon;
 mod guards;
 mod hook;
+mod layers;
 mod meta;
 mod run_loop;
 mod systemd;

@@ -11,42 +11,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::{ApprovalAction, ApprovalSettings};
 use crate::daemon::state::{JobState, Status};
 
-/// What approving does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ApprovalAction {
-    /// Merge the job's branch into a named local branch.
-    Merge,
-    /// Push the job's branch and open a pull request (GitHub).
-    PullRequest,
-}
-
-/// `[approval]` in `loopd.toml`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ApprovalSettings {
-    pub required: bool,
-    pub action: ApprovalAction,
-    /// For `merge`: the local branch to merge into.
-    pub merge_into: String,
-    /// For `pull_request`: the remote to push to.
-    pub remote: String,
-    /// For `pull_request`: the base branch.
-    pub base: String,
-}
-
-impl Default for ApprovalSettings {
-    fn default() -> Self {
-        ApprovalSettings {
-            required: false,
-            action: ApprovalAction::Merge,
-            merge_into: "main".into(),
-            remote: "origin".into(),
-            base: "main".into(),
-        }
-    }
-}
 
 /// A recorded decision.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -300,7 +267,8 @@ pub fn reject(state_dir: &Path, st: &mut JobState) -> Result<String, ApprovalErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::spool::{JobSpec, SpecFlags};
+    use crate::config::Overrides;
+    use crate::daemon::spool::JobSpec;
 
     #[tokio::test]
     async fn the_outward_step_refuses_without_a_recorded_approval() {
@@ -310,7 +278,7 @@ mod tests {
             repo: dir.path().join("repo"),
             git_ref: "HEAD".into(),
             commit: "0".repeat(40),
-            flags: SpecFlags::default(),
+            flags: Overrides::default(),
             task: "t".into(),
             goal: vec![],
             submitted_at: "now".into(),

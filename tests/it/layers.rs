@@ -1,0 +1,192 @@
+//! The house without cycles (issue: the journal is the truth): the crate's
+//! top-level modules form layers, and a module may use only modules of its
+//! own layer or below — never one above, and never in a cycle. Read from the
+//! source (`crate::module` paths, `use crate::{..}` groups), so a new
+//! upward import fails here, named, before it spreads.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Bottom to top. Every top-level module appears exactly once.
+const LAYERS: &[&[&str]] = &[
+    &["util"],
+    &["outcome", "process"],
+    &["workspace", "agent", "notify"],
+    &["guard", "goal", "rubric", "critic"],
+    &["report", "breaker", "journal"],
+    &["config"],
+    &["job"],
+    &["ci", "daemon"],
+    &["cli"],
+];
+
+fn top_level_of(src: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(src).expect("under src");
+    let first = rel.components().next().expect("a component");
+    first
+        .as_os_str()
+        .to_string_lossy()
+        .trim_end_matches(".rs")
+        .to_owned()
+}
+
+/// Every top-level module a file refers to through `crate::`.
+fn references(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let code: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut rest = code.as_str();
+    while let Some(i) = rest.find("crate::") {
+        rest = &rest[i + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // `use crate::{a, b::c, d::{e, f}}`: the first name of each item.
+            let mut depth = 0;
+            let mut item_start = true;
+            let mut name = String::new();
+            for c in group.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        if !name.is_empty() {
+                            out.insert(std::mem::take(&mut name));
+                        }
+                        item_start = true;
+                        continue;
+                    }
+                    _ => {}
+                }
+                if item_start {
+                    if c.is_alphanumeric() || c == '_' {
+                        name.push(c);
+                    } else if !name.is_empty() {
+                        out.insert(std::mem::take(&mut name));
+                        item_start = false;
+                    }
+                }
+            }
+            if !name.is_empty() {
+                out.insert(name);
+            }
+        } else {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() {
+                out.insert(name);
+            }
+        }
+    }
+    out
+}
+
+fn graph() -> BTreeMap<String, BTreeSet<String>> {
+    let src = crate::support::manifest_dir().join("src");
+    let mut files = Vec::new();
+    let mut stack = vec![src.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read src").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                files.push(p);
+            }
+        }
+    }
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in files {
+        let module = top_level_of(&src, &f);
+        if module == "lib" || module == "main" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).expect("read");
+        let deps = g.entry(module.clone()).or_default();
+        for r in references(&text) {
+            if r != module {
+                deps.insert(r);
+            }
+        }
+    }
+    g
+}
+
+#[test]
+fn the_references_parser_reads_groups_and_paths() {
+    let r = references(
+        "use crate::{agent::session::{Role, StopRequest}, util, guard::caps::Spend};\n\
+         // crate::cli in a comment does not count\n\
+         let x = crate::report::round_usd(1.0);",
+    );
+    let want: BTreeSet<String> = ["agent", "util", "guard", "report"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(r, want);
+}
+
+#[test]
+fn modules_use_only_their_layer_and_below_and_form_no_cycle() {
+    let g = graph();
+    let layer_of: BTreeMap<&str, usize> = LAYERS
+        .iter()
+        .enumerate()
+        .flat_map(|(i, l)| l.iter().map(move |m| (*m, i)))
+        .collect();
+    let mut problems = Vec::new();
+    for (m, deps) in &g {
+        let Some(&lm) = layer_of.get(m.as_str()) else {
+            problems.push(format!("`{m}` is in no layer: add it to LAYERS"));
+            continue;
+        };
+        for d in deps {
+            match layer_of.get(d.as_str()) {
+                Some(&ld) if ld > lm => problems.push(format!(
+                    "`{m}` (layer {lm}) uses `{d}` (layer {ld}), a layer above it"
+                )),
+                Some(_) => {}
+                None => problems.push(format!("`{m}` uses `{d}`, which is in no layer")),
+            }
+        }
+    }
+    // Cycles, within a layer too: a depth-first search for a back edge.
+    fn visit(
+        m: &str,
+        g: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+        cycles: &mut Vec<String>,
+    ) {
+        if let Some(i) = path.iter().position(|p| p == m) {
+            let mut c = path[i..].to_vec();
+            c.push(m.to_owned());
+            cycles.push(c.join(" → "));
+            return;
+        }
+        if done.contains(m) {
+            return;
+        }
+        path.push(m.to_owned());
+        for d in g.get(m).into_iter().flatten() {
+            visit(d, g, path, done, cycles);
+        }
+        path.pop();
+        done.insert(m.to_owned());
+    }
+    let mut done = BTreeSet::new();
+    let mut cycles = Vec::new();
+    for m in g.keys() {
+        visit(m, &g, &mut Vec::new(), &mut done, &mut cycles);
+    }
+    problems.extend(cycles.into_iter().map(|c| format!("import cycle: {c}")));
+    assert!(
+        problems.is_empty(),
+        "the module layers are broken:\n{}\n\ngraph: {g:#?}",
+        problems.join("\n")
+    );
+}
