@@ -47,14 +47,6 @@ pub fn enable_stray_sweep() {
 /// leave them to tokio.
 static MANAGED: Mutex<Option<HashSet<i32>>> = Mutex::new(None);
 
-fn managed_insert(pid: i32) {
-    MANAGED
-        .lock()
-        .expect("managed pid set")
-        .get_or_insert_with(HashSet::new)
-        .insert(pid);
-}
-
 fn managed_remove(pid: i32) {
     if let Some(set) = MANAGED.lock().expect("managed pid set").as_mut() {
         set.remove(&pid);
@@ -130,9 +122,14 @@ pub struct Contained {
 
 impl Contained {
     pub fn spawn(mut cmd: Command, token: String) -> std::io::Result<Contained> {
+        // Hold the managed set across the spawn: a child that exits at once
+        // must not be reaped by `reap_orphans` on another thread before it is
+        // marked as tokio's, or tokio's wait fails with ECHILD.
+        let mut managed = MANAGED.lock().expect("managed pid set");
         let child = cmd.spawn()?;
         let pid = child.id().map(|p| p as i32).unwrap_or(0);
-        managed_insert(pid);
+        managed.get_or_insert_with(HashSet::new).insert(pid);
+        drop(managed);
         Ok(Contained { child, pid, token })
     }
 
