@@ -19,6 +19,7 @@
 //! group *and* the token set; a second request to stop skips the grace.
 
 use std::collections::HashSet;
+use std::fmt;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -30,6 +31,106 @@ pub const TOKEN_VAR: &str = "LOOPD_CONTAINMENT";
 
 /// How often the stop loop looks whether the processes are gone.
 const POLL: Duration = Duration::from_millis(5);
+
+/// The signals containment sends. An enum rather than a raw `c_int`, so a
+/// signal number cannot stand where a pid belongs or the other way round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// Asks to exit; may be caught or ignored.
+    Term,
+    /// Cannot be caught nor ignored.
+    Kill,
+}
+
+impl Signal {
+    fn raw(self) -> libc::c_int {
+        match self {
+            Signal::Term => libc::SIGTERM,
+            Signal::Kill => libc::SIGKILL,
+        }
+    }
+}
+
+/// One process. A signal sent through a `Pid` reaches that process only:
+/// kill(2) reads 0 as "my group", a negative number as "that group" and -1
+/// as "everything I may signal", so [`Pid::new`] refuses all of them and
+/// groups have their own type, [`Pgid`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Pid(i32);
+
+impl Pid {
+    /// `None` unless `raw` is positive (see the type's doc).
+    pub fn new(raw: i32) -> Option<Pid> {
+        (raw > 0).then_some(Pid(raw))
+    }
+
+    pub fn get(self) -> i32 {
+        self.0
+    }
+
+    /// The group this process leads. Only a group leader has one by that
+    /// number — such as every child spawned from [`command`], which puts it
+    /// in a new group of its own.
+    pub fn led_group(self) -> Pgid {
+        Pgid(self.0)
+    }
+
+    /// Send `sig` to this process alone. `ESRCH` means it is already gone.
+    pub fn kill(self, sig: Signal) -> std::io::Result<()> {
+        raw_kill(self.0, sig)
+    }
+}
+
+impl fmt::Display for Pid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A process group: a signal sent through a `Pgid` reaches every member.
+/// Built only from its leader's [`Pid`] ([`Pid::led_group`]), so it is
+/// always positive, and the minus sign kill(2) wants lives in one place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Pgid(i32);
+
+impl Pgid {
+    pub fn get(self) -> i32 {
+        self.0
+    }
+
+    /// Send `sig` to every process of the group. `ESRCH` means the group
+    /// has no member left.
+    pub fn kill(self, sig: Signal) -> std::io::Result<()> {
+        raw_kill(-self.0, sig)
+    }
+}
+
+impl fmt::Display for Pgid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+fn raw_kill(target: libc::pid_t, sig: Signal) -> std::io::Result<()> {
+    // SAFETY: kill(2) takes two integers and touches no memory of ours.
+    if unsafe { libc::kill(target, sig.raw()) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Signal each process, ignoring failures: a process found by a scan may
+/// exit before the signal reaches it (`ESRCH`), which is what we want.
+fn kill_all(pids: &[Pid], sig: Signal) {
+    for &pid in pids {
+        if let Err(e) = pid.kill(sig) {
+            if e.raw_os_error() != Some(libc::ESRCH) {
+                tracing::debug!(pid = pid.get(), ?sig, error = %e, "cannot signal a contained process");
+            }
+        }
+    }
+}
 
 /// Whether a sweep also stops *strays*: see [`enable_stray_sweep`].
 static KILL_STRAYS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -45,15 +146,15 @@ pub fn enable_stray_sweep() {
 
 /// Pids spawned through tokio and not yet waited for: the orphan reaper must
 /// leave them to tokio.
-static MANAGED: Mutex<Option<HashSet<i32>>> = Mutex::new(None);
+static MANAGED: Mutex<Option<HashSet<Pid>>> = Mutex::new(None);
 
-fn managed_remove(pid: i32) {
+fn managed_remove(pid: Pid) {
     if let Some(set) = MANAGED.lock().expect("managed pid set").as_mut() {
         set.remove(&pid);
     }
 }
 
-fn is_managed(pid: i32) -> bool {
+fn is_managed(pid: Pid) -> bool {
     MANAGED
         .lock()
         .expect("managed pid set")
@@ -116,7 +217,7 @@ pub fn command(program: impl AsRef<std::ffi::OsStr>, token: &str) -> Command {
 #[derive(Debug)]
 pub struct Contained {
     pub child: Child,
-    pub pid: i32,
+    pub pid: Pid,
     pub token: String,
 }
 
@@ -127,10 +228,19 @@ impl Contained {
         // marked as tokio's, or tokio's wait fails with ECHILD.
         let mut managed = MANAGED.lock().expect("managed pid set");
         let child = cmd.spawn()?;
-        let pid = child.id().map(|p| p as i32).unwrap_or(0);
+        let pid = child
+            .id()
+            .and_then(|p| i32::try_from(p).ok())
+            .and_then(Pid::new)
+            .expect("a child that was just spawned and not yet waited for has a pid");
         managed.get_or_insert_with(HashSet::new).insert(pid);
         drop(managed);
         Ok(Contained { child, pid, token })
+    }
+
+    /// The child's own process group (see [`command`]).
+    pub fn group(&self) -> Pgid {
+        self.pid.led_group()
     }
 
     /// Wait for the child to exit by itself.
@@ -144,7 +254,7 @@ impl Contained {
     /// to every process carrying its token, `grace` to go, then SIGKILL.
     /// Returns the child's exit status.
     pub async fn stop(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
-        signal_group(self.pid, libc::SIGTERM);
+        signal_group(self.group(), Signal::Term);
         let status = terminate_tree(&self.token, grace, Some(&mut self.child)).await;
         managed_remove(self.pid);
         status
@@ -152,25 +262,17 @@ impl Contained {
 
     /// After a normal exit: stop whatever the child left running.
     pub async fn sweep(&self, grace: Duration) -> usize {
-        signal_group(self.pid, libc::SIGTERM);
+        signal_group(self.group(), Signal::Term);
         sweep(&self.token, grace).await
     }
 }
 
-fn signal_group(pgid: i32, sig: i32) {
-    if pgid > 0 {
-        // SAFETY: kill(2) with a negative pid signals a process group; no
-        // memory is involved.
-        unsafe {
-            libc::kill(-pgid, sig);
+/// Signal a group, ignoring `ESRCH`: the group may have no member left.
+fn signal_group(group: Pgid, sig: Signal) {
+    if let Err(e) = group.kill(sig) {
+        if e.raw_os_error() != Some(libc::ESRCH) {
+            tracing::debug!(pgid = group.get(), ?sig, error = %e, "cannot signal a contained group");
         }
-    }
-}
-
-fn signal(pid: i32, sig: i32) {
-    // SAFETY: kill(2) has no memory-safety preconditions.
-    unsafe {
-        libc::kill(pid, sig);
     }
 }
 
@@ -196,14 +298,19 @@ pub async fn sweep(token: &str, grace: Duration) -> usize {
 }
 
 /// Our unmanaged, token-less, live children.
-fn strays() -> Vec<i32> {
+fn strays() -> Vec<Pid> {
     let me = std::process::id() as i32;
     let prefix = format!("{TOKEN_VAR}=");
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     dir.flatten()
-        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|s| s.parse::<i32>().ok())
+                .and_then(Pid::new)
+        })
         .filter(|&pid| {
             matches!(stat_fields(pid), Some((state, ppid)) if ppid == me && state != 'Z')
                 && !is_managed(pid)
@@ -228,17 +335,14 @@ async fn stop_strays(grace: Duration) -> usize {
         count = found.len(),
         "stopping orphans that shed their containment token"
     );
-    for &pid in &found {
-        signal(pid, libc::SIGTERM);
-    }
+    kill_all(&found, Signal::Term);
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline && found.iter().any(|&p| !is_zombie(p)) {
         reap_orphans();
         tokio::time::sleep(POLL).await;
     }
-    for &pid in found.iter().filter(|&&p| !is_zombie(p)) {
-        signal(pid, libc::SIGKILL);
-    }
+    let left: Vec<Pid> = found.iter().copied().filter(|&p| !is_zombie(p)).collect();
+    kill_all(&left, Signal::Kill);
     tokio::time::sleep(POLL).await;
     reap_orphans();
     found.len()
@@ -258,9 +362,7 @@ async fn terminate_tree(
     loop {
         let pids = processes_with_token(token);
         if !killed {
-            for &pid in &pids {
-                signal(pid, libc::SIGTERM);
-            }
+            kill_all(&pids, Signal::Term);
         }
         if let Some(c) = child.as_deref_mut() {
             if status.is_none() {
@@ -278,9 +380,7 @@ async fn terminate_tree(
         if now >= deadline {
             // Grace is over: kill what is left, and keep scanning, since a
             // dying parent may have forked once more.
-            for &pid in &pids {
-                signal(pid, libc::SIGKILL);
-            }
+            kill_all(&pids, Signal::Kill);
             if let Some(c) = child.as_deref_mut() {
                 if status.is_none() {
                     let _ = c.start_kill();
@@ -303,7 +403,7 @@ async fn terminate_tree(
 }
 
 /// Live (non-zombie) processes whose environment carries `token`.
-pub fn processes_with_token(token: &str) -> Vec<i32> {
+pub fn processes_with_token(token: &str) -> Vec<Pid> {
     processes_matching(|t| t == token)
         .into_iter()
         .map(|(pid, _)| pid)
@@ -311,7 +411,7 @@ pub fn processes_with_token(token: &str) -> Vec<i32> {
 }
 
 /// Live processes whose token satisfies `pred`, with their tokens.
-fn processes_matching(pred: impl Fn(&str) -> bool) -> Vec<(i32, String)> {
+fn processes_matching(pred: impl Fn(&str) -> bool) -> Vec<(Pid, String)> {
     let prefix = format!("{TOKEN_VAR}=");
     let prefix = prefix.as_bytes();
     let me = std::process::id() as i32;
@@ -324,10 +424,11 @@ fn processes_matching(pred: impl Fn(&str) -> bool) -> Vec<(i32, String)> {
             .file_name()
             .to_str()
             .and_then(|s| s.parse::<i32>().ok())
+            .and_then(Pid::new)
         else {
             continue;
         };
-        if pid == me {
+        if pid.get() == me {
             continue;
         }
         let Ok(env) = std::fs::read(entry.path().join("environ")) else {
@@ -346,9 +447,9 @@ fn processes_matching(pred: impl Fn(&str) -> bool) -> Vec<(i32, String)> {
     pids
 }
 
-fn stat_fields(pid: i32) -> Option<(char, i32)> {
-    let stat =
-        std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("stat")).ok()?;
+fn stat_fields(pid: Pid) -> Option<(char, i32)> {
+    let stat = std::fs::read_to_string(Path::new("/proc").join(pid.get().to_string()).join("stat"))
+        .ok()?;
     // The command name is in parentheses and may contain spaces.
     let after = &stat[stat.rfind(')')? + 2..];
     let mut fields = after.split(' ');
@@ -357,7 +458,7 @@ fn stat_fields(pid: i32) -> Option<(char, i32)> {
     Some((state, ppid))
 }
 
-fn is_zombie(pid: i32) -> bool {
+fn is_zombie(pid: Pid) -> bool {
     matches!(stat_fields(pid), Some(('Z', _)) | None)
 }
 
@@ -374,6 +475,7 @@ pub fn reap_orphans() -> usize {
             .file_name()
             .to_str()
             .and_then(|s| s.parse::<i32>().ok())
+            .and_then(Pid::new)
         else {
             continue;
         };
@@ -382,8 +484,8 @@ pub fn reap_orphans() -> usize {
                 let mut status = 0;
                 // SAFETY: waitpid on a specific pid of a zombie child we do not
                 // otherwise track; `status` is a valid out-pointer.
-                let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-                if r == pid {
+                let r = unsafe { libc::waitpid(pid.get(), &mut status, libc::WNOHANG) };
+                if r == pid.get() {
                     reaped += 1;
                 }
             }
@@ -442,5 +544,14 @@ mod tests {
         let found = c.sweep(Duration::from_millis(100)).await;
         assert!(found >= 1);
         assert!(processes_with_token(&token).is_empty());
+    }
+
+    #[test]
+    fn pids_and_groups_are_positive_and_distinct() {
+        assert_eq!(Pid::new(0), None);
+        assert_eq!(Pid::new(-1), None);
+        let pid = Pid::new(42).expect("positive");
+        assert_eq!(pid.get(), 42);
+        assert_eq!(pid.led_group().get(), 42);
     }
 }

@@ -166,7 +166,7 @@ pub async fn run(
     })?;
     tracing::debug!(
         role = spec.role.as_str(),
-        pid = child.pid,
+        pid = child.pid.get(),
         "session started"
     );
 
