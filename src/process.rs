@@ -16,7 +16,8 @@
 //!    zombies nor lost to another parent.
 //!
 //! [`Contained::stop`] and [`sweep`] implement TERM → grace → KILL over the
-//! group *and* the token set; a second request to stop skips the grace.
+//! group *and* the token set; a hurry request (a second signal, see
+//! [`Contained::stop_until`]) cuts the grace short, even once it has begun.
 //!
 //! A token scan must also see processes in the middle of `execve(2)`: between
 //! the old image and the new one's stack, `/proc/<pid>/environ` reads empty,
@@ -25,6 +26,8 @@
 
 use std::collections::HashSet;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -231,6 +234,42 @@ pub fn command(program: impl AsRef<std::ffi::OsStr>, token: &str) -> Command {
     cmd
 }
 
+/// A request to skip what is left of a grace period: a second signal. The
+/// one place that implements "a second request to stop skips the grace":
+/// every grace wait of a stop sleeps through [`Hurry::sleep`], so the
+/// request cuts it short whenever it arrives, before or during the wait.
+/// Once arrived, it stays arrived for every later grace of the same stop.
+struct Hurry<'a, H> {
+    request: Option<Pin<&'a mut H>>,
+}
+
+impl<'a, H: Future<Output = ()>> Hurry<'a, H> {
+    fn new(request: Pin<&'a mut H>) -> Self {
+        Hurry {
+            request: Some(request),
+        }
+    }
+
+    fn arrived(&self) -> bool {
+        self.request.is_none()
+    }
+
+    /// Sleep `d`, or less if the request arrives meanwhile.
+    async fn sleep(&mut self, d: Duration) {
+        let Some(request) = self.request.as_mut() else {
+            tokio::time::sleep(d).await;
+            return;
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(d) => {}
+            _ = request.as_mut() => {
+                tracing::info!("hurry requested: skipping the rest of the grace period");
+                self.request = None;
+            }
+        }
+    }
+}
+
 /// A running contained child.
 #[derive(Debug)]
 pub struct Contained {
@@ -272,16 +311,38 @@ impl Contained {
     /// to every process carrying its token, `grace` to go, then SIGKILL.
     /// Returns the child's exit status.
     pub async fn stop(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
+        self.stop_until(grace, std::future::pending()).await
+    }
+
+    /// [`stop`](Self::stop), but when `hurry` resolves (a second signal),
+    /// whatever is left of the grace is skipped and SIGKILL follows within a
+    /// poll. `hurry` may resolve at once (the first request was already in
+    /// a hurry) or at any time during the grace.
+    pub async fn stop_until(
+        &mut self,
+        grace: Duration,
+        hurry: impl Future<Output = ()>,
+    ) -> Option<std::process::ExitStatus> {
+        let hurry = std::pin::pin!(hurry);
+        let mut hurry = Hurry::new(hurry);
         signal_group(self.group(), Signal::Term);
-        let stopped = terminate_tree(&self.token, grace, Some(&mut self.child)).await;
+        let stopped = terminate_tree(&self.token, grace, Some(&mut self.child), &mut hurry).await;
         managed_remove(self.pid);
         stopped.status
     }
 
     /// After a normal exit: stop whatever the child left running.
     pub async fn sweep(&self, grace: Duration) -> usize {
+        self.sweep_until(grace, std::future::pending()).await
+    }
+
+    /// [`sweep`](Self::sweep), with the grace cut short when `hurry`
+    /// resolves, as in [`stop_until`](Self::stop_until).
+    pub async fn sweep_until(&self, grace: Duration, hurry: impl Future<Output = ()>) -> usize {
+        let hurry = std::pin::pin!(hurry);
+        let mut hurry = Hurry::new(hurry);
         signal_group(self.group(), Signal::Term);
-        sweep(&self.token, grace).await
+        sweep_token(&self.token, grace, &mut hurry).await
     }
 }
 
@@ -297,14 +358,23 @@ fn signal_group(group: Pgid, sig: Signal) {
 /// Stop every live process that carries `token` (TERM, grace, KILL).
 /// Returns how many were found.
 pub async fn sweep(token: &str, grace: Duration) -> usize {
-    let stopped = terminate_tree(token, grace, None).await;
+    let never = std::pin::pin!(std::future::pending::<()>());
+    sweep_token(token, grace, &mut Hurry::new(never)).await
+}
+
+async fn sweep_token<H: Future<Output = ()>>(
+    token: &str,
+    grace: Duration,
+    hurry: &mut Hurry<'_, H>,
+) -> usize {
+    let stopped = terminate_tree(token, grace, None, hurry).await;
     if stopped.seen > 0 {
         tracing::debug!(token, found = stopped.seen, "stopped leftover processes");
     }
     reap_orphans();
     let mut found = stopped.seen;
     if KILL_STRAYS.load(std::sync::atomic::Ordering::Relaxed) {
-        found += stop_strays(grace).await;
+        found += stop_strays(grace, hurry).await;
     }
     found
 }
@@ -323,7 +393,7 @@ fn strays() -> Vec<Pid> {
         .collect()
 }
 
-async fn stop_strays(grace: Duration) -> usize {
+async fn stop_strays<H: Future<Output = ()>>(grace: Duration, hurry: &mut Hurry<'_, H>) -> usize {
     let found = strays();
     if found.is_empty() {
         return 0;
@@ -338,9 +408,9 @@ async fn stop_strays(grace: Duration) -> usize {
     // stranger, who must not get the SIGKILL.
     let alive = |p: Pid| matches!(stat(p), Some(st) if st.ppid == me && !st.dead());
     let ends = Instant::now() + grace;
-    while Instant::now() < ends && found.iter().any(|&p| alive(p)) {
+    while !hurry.arrived() && Instant::now() < ends && found.iter().any(|&p| alive(p)) {
         reap_orphans();
-        tokio::time::sleep(POLL).await;
+        hurry.sleep(POLL).await;
     }
     let left: Vec<Pid> = found.iter().copied().filter(|&p| alive(p)).collect();
     kill_all(&left, Signal::Kill);
@@ -357,7 +427,12 @@ struct Stopped {
     seen: usize,
 }
 
-async fn terminate_tree(token: &str, grace: Duration, mut child: Option<&mut Child>) -> Stopped {
+async fn terminate_tree<H: Future<Output = ()>>(
+    token: &str,
+    grace: Duration,
+    mut child: Option<&mut Child>,
+    hurry: &mut Hurry<'_, H>,
+) -> Stopped {
     let mut status = None;
     let grace_ends = Instant::now() + grace;
     let mut killed_at: Option<Instant> = None;
@@ -383,7 +458,7 @@ async fn terminate_tree(token: &str, grace: Duration, mut child: Option<&mut Chi
             break;
         }
         let now = Instant::now();
-        if killed_at.is_none() && now >= grace_ends {
+        if killed_at.is_none() && (hurry.arrived() || now >= grace_ends) {
             killed_at = Some(now);
             if let Some(c) = child.as_deref_mut() {
                 if status.is_none() {
@@ -409,7 +484,7 @@ async fn terminate_tree(token: &str, grace: Duration, mut child: Option<&mut Chi
             }
         }
         reap_orphans();
-        tokio::time::sleep(POLL).await;
+        hurry.sleep(POLL).await;
     }
     if let (Some(c), None) = (child, status) {
         status = c.wait().await.ok();
@@ -610,9 +685,10 @@ pub fn reap_orphans() -> usize {
 /// modules that use containment.
 #[cfg(test)]
 pub(crate) mod testing {
+    use std::path::Path;
     use std::time::{Duration, Instant};
 
-    use tokio::io::{AsyncBufRead, Lines};
+    use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader, Lines};
 
     use super::{reap_orphans, scan, Signal, POLL};
 
@@ -628,6 +704,15 @@ pub(crate) mod testing {
             let token = token.to_owned();
             KillOnDrop {
                 matches: Box::new(move |t| t == token),
+            }
+        }
+
+        /// Processes of every unit of `scope` (see [`super::new_token`]):
+        /// for a test that does not see the tokens its code makes.
+        pub fn scope(scope: &str) -> Self {
+            let prefix = format!("{scope}/");
+            KillOnDrop {
+                matches: Box::new(move |t| t.starts_with(&prefix)),
             }
         }
     }
@@ -650,6 +735,23 @@ pub(crate) mod testing {
         }
     }
 
+    /// A FIFO at `path` with its reading end open, for a contained script to
+    /// report what it did (`echo ready >path`) when its stdout is taken.
+    /// Opened read-write, so that the reader sees no end of file before the
+    /// script opens the writing end, nor between two writers.
+    pub fn fifo(path: &Path) -> Lines<BufReader<tokio::net::unix::pipe::Receiver>> {
+        let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+            .expect("a temporary path has no NUL");
+        // SAFETY: `c_path` is a valid NUL-terminated string for the call.
+        let rc = unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) };
+        assert_eq!(rc, 0, "mkfifo: {}", std::io::Error::last_os_error());
+        let rx = tokio::net::unix::pipe::OpenOptions::new()
+            .read_write(true)
+            .open_receiver(path)
+            .expect("open the fifo");
+        BufReader::new(rx).lines()
+    }
+
     /// Wait for the line `want`, skipping others; a failure guard bounds the
     /// wait, so a broken script fails the test instead of hanging it.
     pub async fn expect_line<R: AsyncBufRead + Unpin>(lines: &mut Lines<R>, want: &str) {
@@ -666,13 +768,27 @@ pub(crate) mod testing {
             .await
             .unwrap_or_else(|_| panic!("no `{want}` within 10 s"));
     }
+
+    /// A shell script that does not die on SIGTERM: it reports each one on
+    /// `out` (a redirection target: `&1`, a FIFO's path) and goes on. It
+    /// says `ready` on `out` once its trap is set. The `sleep`s run in the
+    /// background so that `wait`, unlike a foreground command, lets the trap
+    /// run as soon as the signal arrives.
+    pub fn stubborn_script(out: &str) -> String {
+        format!(
+            "trap 'echo term >{out}' TERM; echo ready >{out}; \
+             while :; do sleep 1 & wait $!; done"
+        )
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::process::ExitStatusExt;
+
     use tokio::io::{AsyncBufReadExt, BufReader};
 
-    use super::testing::{expect_line, KillOnDrop};
+    use super::testing::{expect_line, stubborn_script, KillOnDrop};
     use super::*;
 
     #[tokio::test]
@@ -719,6 +835,48 @@ mod tests {
         expect_line(&mut out, "ready").await;
         let found = c.sweep(Duration::from_millis(100)).await;
         assert!(found >= 1, "the sweep found nothing");
+        assert!(
+            processes_with_token(&token).is_empty(),
+            "survivors: {:?}",
+            processes_with_token(&token)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_hurry_request_cuts_a_running_grace_short() {
+        become_subreaper();
+        let token = new_token("unit", "test-hurry");
+        let _cleanup = KillOnDrop::token(&token);
+        let mut cmd = command("sh", &token);
+        cmd.arg("-c")
+            .arg(stubborn_script("&1"))
+            .stdout(std::process::Stdio::piped());
+        let mut c = Contained::spawn(cmd, token.clone()).expect("spawn sh");
+        let mut out = BufReader::new(c.child.stdout.take().expect("stdout was piped")).lines();
+        expect_line(&mut out, "ready").await;
+
+        let (hurry_tx, mut hurry_rx) = tokio::sync::watch::channel(false);
+        let stop = c.stop_until(Duration::from_secs(30), async move {
+            // The sender outlives the stop: an error cannot happen here.
+            let _ = hurry_rx.wait_for(|&h| h).await;
+        });
+        let second_signal = async {
+            // The child reports the SIGTERM: the stop and its grace began.
+            expect_line(&mut out, "term").await;
+            hurry_tx.send(true).expect("the stop is listening");
+        };
+        // A failure guard, far below the 30 s grace: the assertion is that
+        // the stop returns at all before it.
+        let (status, ()) = tokio::time::timeout(Duration::from_secs(10), async {
+            tokio::join!(stop, second_signal)
+        })
+        .await
+        .expect("the hurry request cut the 30 s grace short");
+        assert_eq!(
+            status.and_then(|s| s.signal()),
+            Some(libc::SIGKILL),
+            "the child got SIGKILL"
+        );
         assert!(
             processes_with_token(&token).is_empty(),
             "survivors: {:?}",
