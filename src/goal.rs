@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
 
-use crate::agent::session::StopRequest;
+use crate::agent::session::{self, StopRequest};
 use crate::guard::testcount::Preset;
 use crate::process::{self, Contained};
 
@@ -204,22 +204,23 @@ async fn run_step(
         timeout_at = timeout_at.min(d);
     }
     let mut stop = limits.stop.clone();
+    // Every stop below waits out the grace unless a hurried request (a
+    // second signal) arrives, before the stop or during its grace.
     let (exit_code, timed_out) = tokio::select! {
         status = child.wait() => (status.ok().and_then(|s| s.code()), false),
         _ = tokio::time::sleep_until(timeout_at.into()) => {
             tracing::warn!(step = %step.name, timeout_s = step.timeout.as_secs_f64(), "goal step timed out");
-            let status = child.stop(grace).await;
+            let status = child.stop_until(grace, hurry_requested(&mut stop)).await;
             (status.and_then(|s| s.code()), true)
         }
         _ = stop_requested(&mut stop) => {
-            let hurry = stop.as_ref().and_then(|s| *s.borrow()).is_some_and(|r| r.hurry);
-            let status = child.stop(if hurry { Duration::ZERO } else { grace }).await;
+            let status = child.stop_until(grace, hurry_requested(&mut stop)).await;
             (status.and_then(|s| s.code()), false)
         }
     };
     // Whatever the step left running (a test server, a setsid daemon) goes
     // now: it would otherwise also hold the pipe open.
-    let leftovers = child.sweep(grace).await;
+    let leftovers = child.sweep_until(grace, hurry_requested(&mut stop)).await;
     if leftovers > 0 {
         tracing::info!(step = %step.name, leftovers, "stopped processes the goal step left running");
     }
@@ -243,6 +244,15 @@ async fn stop_requested(stop: &mut Option<tokio::sync::watch::Receiver<Option<St
                 std::future::pending::<()>().await;
             }
         }
+        None => std::future::pending::<()>().await,
+    }
+}
+
+/// Resolves when a stop request asks to skip the grace (see
+/// [`session::wait_for_hurry`]); never without a stop channel.
+async fn hurry_requested(stop: &mut Option<tokio::sync::watch::Receiver<Option<StopRequest>>>) {
+    match stop {
+        Some(rx) => session::wait_for_hurry(rx).await,
         None => std::future::pending::<()>().await,
     }
 }
@@ -287,6 +297,8 @@ async fn read_bounded(mut reader: tokio::net::unix::pipe::Receiver) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outcome::Reason;
+    use crate::process::testing::{self, expect_line, stubborn_script, KillOnDrop};
 
     fn limits() -> Limits<'static> {
         Limits {
@@ -342,6 +354,48 @@ mod tests {
             .expect("run");
         assert!(r.steps[0].timed_out);
         assert!(!r.passed());
+    }
+
+    #[tokio::test]
+    async fn a_second_signal_skips_the_rest_of_the_grace() {
+        crate::process::become_subreaper();
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Unique per test process: the guard must not reach another run's.
+        let scope = format!("unit-goal-hurry-{}", std::process::id());
+        let _cleanup = KillOnDrop::scope(&scope);
+        let mut ctl = testing::fifo(&dir.path().join("ctl"));
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        let limits = Limits {
+            grace: Duration::from_secs(30),
+            stop: Some(rx),
+            scope: &scope,
+            ..limits()
+        };
+        let request = |hurry| {
+            Some(StopRequest {
+                reason: Reason::Signal,
+                hurry,
+                cause: session::StopCause::Signal,
+            })
+        };
+        let steps = [step("stubborn", &stubborn_script("ctl"))];
+        let signals = async {
+            expect_line(&mut ctl, "ready").await;
+            tx.send(request(false)).expect("the step listens");
+            // The step reports the SIGTERM: the stop and its grace began.
+            expect_line(&mut ctl, "term").await;
+            tx.send(request(true)).expect("the step listens");
+        };
+        // A failure guard, far below the 30 s grace: the assertion is that
+        // the run returns at all before it.
+        let (report, ()) = tokio::time::timeout(Duration::from_secs(10), async {
+            tokio::join!(run(&steps, dir.path(), Mode::All, &limits), signals)
+        })
+        .await
+        .expect("the second signal cut the 30 s grace short");
+        let report = report.expect("run");
+        assert!(!report.passed());
+        assert_eq!(report.steps[0].exit_code, None, "the step was killed");
     }
 
     #[test]

@@ -181,7 +181,7 @@ pub async fn run(
     })?;
     tracing::debug!(
         role = spec.role.as_str(),
-        pid = child.pid,
+        pid = child.pid.get(),
         "session started"
     );
 
@@ -215,7 +215,7 @@ pub async fn run(
     );
     let mut lines = BufReader::new(stdout).lines();
     let mut result: Option<ResultEvent> = None;
-    let mut stopped: Option<(Reason, bool)> = None;
+    let mut stopped: Option<Reason> = None;
     let mut last_event = Instant::now();
     let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
     let (deadline, deadline_reason) = spec.deadline.unwrap_or((far, Reason::WallClock));
@@ -242,7 +242,7 @@ pub async fn run(
                 match events::parse_line(&line) {
                     Ok(event) => {
                         if let Some(reason) = observer.on_event(&event, now) {
-                            stopped = Some((reason, false));
+                            stopped = Some(reason);
                             break;
                         }
                         match event {
@@ -256,17 +256,17 @@ pub async fn run(
             }
             _ = tokio::time::sleep_until(idle_at.into()) => {
                 tracing::warn!(role = spec.role.as_str(), idle_s = spec.idle_timeout.as_secs_f64(), "no event from the session");
-                stopped = Some((Reason::IdleTimeout, false));
+                stopped = Some(Reason::IdleTimeout);
                 break;
             }
             _ = tokio::time::sleep_until(deadline.into()) => {
-                stopped = Some((deadline_reason, false));
+                stopped = Some(deadline_reason);
                 break;
             }
             changed = stop.changed() => {
                 if changed.is_ok() {
                     if let Some(req) = *stop.borrow() {
-                        stopped = Some((req.reason, req.hurry));
+                        stopped = Some(req.reason);
                         break;
                     }
                 }
@@ -276,19 +276,16 @@ pub async fn run(
     log.flush().await.map_err(log_err)?;
 
     let (exit_code, leftovers) = match stopped {
-        Some((reason, hurry)) => {
+        Some(reason) => {
             tracing::info!(role = spec.role.as_str(), %reason, "stopping the session");
-            let grace = if hurry { Duration::ZERO } else { spec.grace };
-            // A second signal while we wait skips what is left of the grace.
-            let status = tokio::select! {
-                s = child.stop(grace) => s,
-                _ = wait_for_hurry(stop) => child.stop(Duration::ZERO).await,
-            };
+            // A hurried request (a second signal) skips the grace, whether it
+            // came first or arrives while the grace runs.
+            let status = child.stop_until(spec.grace, wait_for_hurry(stop)).await;
             (status.and_then(|s| s.code()), 0)
         }
         None => {
             let status = child.wait().await.ok();
-            let leftovers = child.sweep(spec.grace).await;
+            let leftovers = child.sweep_until(spec.grace, wait_for_hurry(stop)).await;
             if leftovers > 0 {
                 tracing::info!(
                     role = spec.role.as_str(),
@@ -302,7 +299,7 @@ pub async fn run(
     let stderr_tail = stderr_task.await.unwrap_or_default();
     Ok(SessionEnd {
         result,
-        stopped: stopped.map(|(r, _)| r),
+        stopped,
         exit_code,
         stderr_tail,
         wall: started.elapsed(),
@@ -310,14 +307,79 @@ pub async fn run(
     })
 }
 
-/// Resolves when a stop request with `hurry` arrives.
+/// Resolves when a stop request asks to skip the grace (`hurry`: a second
+/// signal) — at once if the latest request already does. Never resolves
+/// once the sender is gone: no request can come any more. Meant as the
+/// `hurry` of [`Contained::stop_until`].
 pub async fn wait_for_hurry(stop: &mut tokio::sync::watch::Receiver<Option<StopRequest>>) {
-    loop {
-        if stop.borrow().is_some_and(|r| r.hurry) {
-            return;
+    if stop.wait_for(|r| r.is_some_and(|r| r.hurry)).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::testing::{self, expect_line, stubborn_script, KillOnDrop};
+
+    /// Sees every event, stops nothing.
+    struct Quiet;
+
+    impl Observer for Quiet {
+        fn on_event(&mut self, _: &Event, _: Instant) -> Verdict {
+            None
         }
-        if stop.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
+    }
+
+    #[tokio::test]
+    async fn a_second_signal_skips_the_rest_of_the_grace() {
+        process::become_subreaper();
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Unique per test process: the guard must not reach another run's.
+        let scope = format!("unit-session-hurry-{}", std::process::id());
+        let _cleanup = KillOnDrop::scope(&scope);
+        let mut ctl = testing::fifo(&dir.path().join("ctl"));
+        // The "CLI" ignores the first SIGTERM and reports it on the FIFO.
+        let spec = SessionSpec {
+            role: Role::Agent,
+            bin: "/bin/sh".into(),
+            args: vec!["-c".into(), stubborn_script("ctl").into()],
+            cwd: dir.path().to_path_buf(),
+            env_set: vec![],
+            env_remove: vec![],
+            stdin: None,
+            stream_log: dir.path().join("stream.jsonl"),
+            stderr_log: dir.path().join("stderr.txt"),
+            deadline: None,
+            idle_timeout: Duration::from_secs(60),
+            grace: Duration::from_secs(30),
+            scope,
+        };
+        let (tx, mut rx) = tokio::sync::watch::channel(None);
+        let request = |hurry| {
+            Some(StopRequest {
+                reason: Reason::Signal,
+                hurry,
+                cause: StopCause::Signal,
+            })
+        };
+        let signals = async {
+            expect_line(&mut ctl, "ready").await;
+            tx.send(request(false)).expect("the session listens");
+            // The CLI reports the SIGTERM: the stop and its grace began.
+            expect_line(&mut ctl, "term").await;
+            tx.send(request(true)).expect("the session listens");
+        };
+        // A failure guard, far below the 30 s grace: the assertion is that
+        // the session returns at all before it.
+        let mut observer = Quiet;
+        let (end, ()) = tokio::time::timeout(Duration::from_secs(10), async {
+            tokio::join!(run(&spec, &mut observer, &mut rx), signals)
+        })
+        .await
+        .expect("the second signal cut the 30 s grace short");
+        let end = end.expect("session");
+        assert_eq!(end.stopped, Some(Reason::Signal));
+        assert_eq!(end.exit_code, None, "the CLI was killed");
     }
 }
