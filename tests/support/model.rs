@@ -169,7 +169,14 @@ struct State {
     /// each in its own worktree): sessions are counted per directory.
     per_dir: bool,
     started_in: HashMap<(String, Role), usize>,
+    /// Choose a new session's script by what its first request says
+    /// (instead of by order): a session re-run after a crash then gets the
+    /// same script as the first time.
+    pick: Option<Picker>,
 }
+
+/// Chooses a new session's script from its role and first request body.
+pub type Picker = std::sync::Arc<dyn Fn(Role, &Value) -> Option<usize> + Send + Sync>;
 
 /// A running scripted model. Dropping it stops the server.
 pub struct ScriptedModel {
@@ -190,6 +197,14 @@ impl ScriptedModel {
     pub fn start_per_dir(scenario: Scenario) -> ScriptedModel {
         let m = Self::start_on(scenario, 0);
         m.state.lock().expect("model state").per_dir = true;
+        m
+    }
+
+    /// Like [`Self::start_per_dir`], with each new session's script chosen
+    /// by `pick` from its first request.
+    pub fn start_per_dir_picking(scenario: Scenario, pick: Picker) -> ScriptedModel {
+        let m = Self::start_per_dir(scenario);
+        m.state.lock().expect("model state").pick = Some(pick);
         m
     }
 
@@ -381,8 +396,9 @@ async fn handle(
             None => {
                 *st.started.entry(role).or_insert(0) += 1;
                 let key = (if st.per_dir { cwd.clone() } else { String::new() }, role);
+                let picked = st.pick.as_ref().and_then(|p| p(role, &body));
                 let counter = st.started_in.entry(key).or_insert(0);
-                let index = *counter;
+                let index = picked.unwrap_or(*counter);
                 *counter += 1;
                 st.sessions.insert(session_id.clone(), (role, index));
                 index
