@@ -27,13 +27,17 @@ pub struct StatusArgs {
 }
 
 /// The status of every job the state dir knows, oldest first.
+///
+/// A job file only ever moves forward (incoming → running → done) while we
+/// look, so the directories are scanned in that order and the last sighting
+/// of a job wins: a job claimed or finished mid-scan is never missed.
 pub fn collect(state_dir: &Path) -> Vec<Value> {
     let spool = Spool::new(state_dir);
-    let mut out = Vec::new();
+    let mut seen = std::collections::BTreeMap::new();
     for (dir, default) in [
-        ("done", Status::Error),
-        ("running", Status::Running),
         ("incoming", Status::Queued),
+        ("running", Status::Running),
+        ("done", Status::Error),
     ] {
         for file in spool.list(dir) {
             let id = file
@@ -66,11 +70,10 @@ pub fn collect(state_dir: &Path) -> Vec<Value> {
                     v["spent_usd"] = json!(crate::report::round_usd(replay.spend().cost_usd));
                 }
             }
-            out.push(v);
+            seen.insert(id, v);
         }
     }
-    out.sort_by(|a, b| a["job_id"].as_str().cmp(&b["job_id"].as_str()));
-    out
+    seen.into_values().collect()
 }
 
 pub fn status(args: StatusArgs) -> Result<ExitStatus, CliError> {
