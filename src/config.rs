@@ -46,7 +46,7 @@ impl ConfigError {
                     .into(),
             ),
             ConfigError::NoGoal { .. } => {
-                Some("for example: [[goal]]\\nrun = \"python3 -m pytest -q\"".into())
+                Some("add a step, for example `[[goal]]` with `run = \"python3 -m pytest -q\"`, or pass `--goal \"python3 -m pytest -q\"`".into())
             }
             ConfigError::File(FileError::Read { .. }) => None,
         }

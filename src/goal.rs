@@ -135,7 +135,12 @@ pub async fn run(
     let mut results = Vec::with_capacity(steps.len());
     for step in steps {
         let result = run_step(step, dir, limits).await?;
-        tracing::info!(step = %result.name, passed = result.passed, exit_code = ?result.exit_code, ms = result.duration_ms, "goal step");
+        let exit = match (result.timed_out, result.exit_code) {
+            (true, _) => "timed out".to_owned(),
+            (false, Some(c)) => c.to_string(),
+            (false, None) => "killed by a signal".to_owned(),
+        };
+        tracing::info!(step = %result.name, passed = result.passed, exit = %exit, ms = result.duration_ms, "goal step");
         let failed = !result.passed;
         results.push(result);
         if failed && (mode == Mode::FirstFailure || limits.interrupted()) {

@@ -170,7 +170,10 @@ pub fn markdown(
         let goal = if a.goal_passed {
             "green".to_owned()
         } else {
-            format!("red at `{}`", a.failed_step.as_deref().unwrap_or("-"))
+            match a.failed_step.as_deref() {
+                Some(step) => format!("red at `{step}`"),
+                None => "not run".to_owned(),
+            }
         };
         let gates = a
             .rejected_by
@@ -222,7 +225,10 @@ pub fn render_human(s: &Summary) -> String {
         let goal = if a.goal_passed {
             "goal green".to_owned()
         } else {
-            format!("goal red at `{}`", a.failed_step.as_deref().unwrap_or("?"))
+            match a.failed_step.as_deref() {
+                Some(step) => format!("goal red at `{step}`"),
+                None => "goal not run".to_owned(),
+            }
         };
         out.push_str(&format!(
             "  attempt {}: {goal}, critic {}, {} violation(s), ${:.4}, {} turns\n",

@@ -20,7 +20,14 @@ pub struct CheckArgs {
 
 pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
     let ws = Workspace::open(&args.flags.repo)?;
-    let job = Job::resolve(&args.flags, ws.root())?;
+    let job = Job::resolve(&args.flags, ws.root()).map_err(|e| {
+        let mut err = CliError::from(e);
+        // The usual hint is "run `loopd check`": this is it.
+        if err.hint.as_deref().is_some_and(|h| h.contains("loopd check")) {
+            err.hint = None;
+        }
+        err
+    })?;
     if find_on_path(&job.agent_bin).is_none() {
         eprintln!(
             "warning: the agent CLI `{}` was not found; `loopd run` would exit 5",

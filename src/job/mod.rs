@@ -167,7 +167,14 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
             pid: std::process::id(),
         })?;
         let s = journal.state();
-        tracing::info!(job_id = %id, phase = ?s.phase(), attempts = s.attempts.len(), spent_usd = s.spend().cost_usd, "job resumed from its journal");
+        let next = match s.phase() {
+            Phase::Start => "the baseline".to_owned(),
+            Phase::Ready { next } => format!("attempt {next}"),
+            Phase::Attempt { n } => format!("attempt {n} (in progress)"),
+            Phase::Ending(e) => format!("its ending ({})", e.reason),
+            Phase::Finalized(st) => format!("nothing: it is {}", st.as_str()),
+        };
+        tracing::info!(job_id = %id, resumes_at = %next, attempts_ended = s.attempts.len(), spent_usd = %format!("{:.4}", s.spend().cost_usd), "job resumed from its journal");
     }
     let mut run = Run {
         job,
