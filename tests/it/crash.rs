@@ -73,7 +73,11 @@ fn outcome(env: &TestEnv, ids: &[String]) -> Outcome {
         attempts: vec![],
     };
     for id in ids {
-        let s = final_state(env, id);
+        // Generous: a walk restarts the daemon mid-job, and on a loaded
+        // machine a job's four real CLI sessions take a while.
+        let s = wait_for_within(env, id, "a final state", Duration::from_secs(400), |s| {
+            !matches!(s["state"].as_str(), Some("queued" | "running" | "interrupted"))
+        });
         let sum: Value = serde_json::from_str(
             &std::fs::read_to_string(s["summary"].as_str().expect("summary path"))
                 .expect("summary"),
@@ -147,7 +151,7 @@ fn walk(plan: Plan, crash: Option<&str>) -> (Outcome, Vec<String>) {
     if let Some(point) = crash {
         vars.push(("LOOPD_CRASH_AT", point));
         let mut first = daemon_with(&env, &model, jobs, &vars);
-        let until = Instant::now() + Duration::from_secs(120);
+        let until = Instant::now() + Duration::from_secs(400);
         let status = loop {
             if let Some(s) = first.try_wait().expect("try_wait") {
                 break s;

@@ -82,7 +82,18 @@ pub fn status(env: &TestEnv, id: &str) -> Value {
 
 /// Wait (bounded) until `pred` holds for the job's status.
 pub fn wait_for(env: &TestEnv, id: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-    let until = Instant::now() + Duration::from_secs(90);
+    wait_for_within(env, id, what, Duration::from_secs(90), pred)
+}
+
+/// [`wait_for`] with its own bound (a failure guard, never a timing claim).
+pub fn wait_for_within(
+    env: &TestEnv,
+    id: &str,
+    what: &str,
+    within: Duration,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    let until = Instant::now() + within;
     loop {
         let s = status(env, id);
         if pred(&s) {
