@@ -1,23 +1,40 @@
 //! `loopd ci`, durable approvals and notifications — no network: a bare
-//! repository is the remote and a loopback server stands in for the GitHub
-//! API and the webhook receiver (issue: CI gated autofix).
+//! repository served over loopback HTTP by the real `git http-backend` (it
+//! wants the token, like GitHub) is the remote, and a loopback server that
+//! answers like the GitHub API (422 on a duplicate pull request, 404 for an
+//! unknown branch) stands in for the API and the webhook receiver (issues:
+//! CI gated autofix; 12, the token goes only where loopd decided).
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use crate::support::daemon::{status, submit, wait_for, Daemon};
-use crate::support::github::FakeGitHub;
+use crate::support::github::{FakeGitHub, PullScript};
+use crate::support::gitserver::{base64, basic, Attacker, GitServer};
 use crate::support::model::{Role, ScriptedModel};
 use crate::support::*;
 
 const TOKEN: &str = "ghs_test_token_0d9f3a1b_never_print";
 
-/// The fixture as a CI checkout: `origin` is a bare repository.
-fn ci_env() -> (TestEnv, std::path::PathBuf, String) {
+/// A CI checkout of the fixture: the remote is a bare repository at
+/// `<tmp>/git/acme/rechnung.git`, served by `git` (`GITHUB_SERVER_URL`) and
+/// also the checkout's `origin` (a path); the fake API reads its branches.
+struct Ci {
+    env: TestEnv,
+    remote: PathBuf,
+    sha: String,
+    gh: FakeGitHub,
+    git: GitServer,
+}
+
+fn ci_env() -> Ci {
     let env = TestEnv::new();
-    let remote = env.tmp.path().join("remote.git");
+    let root = env.tmp.path().join("git");
+    let remote = root.join("acme/rechnung.git");
+    std::fs::create_dir_all(remote.parent().expect("owner dir")).expect("git root");
     let out = Command::new("git")
         .args(["clone", "-q", "--bare"])
         .arg(&env.repo)
@@ -28,10 +45,45 @@ fn ci_env() -> (TestEnv, std::path::PathBuf, String) {
     assert!(out.status.success());
     env.git(&["remote", "add", "origin", &remote.to_string_lossy()]);
     let sha = env.git(&["rev-parse", "HEAD"]).trim().to_owned();
-    (env, remote, sha)
+    let gh = FakeGitHub::start();
+    gh.set_remote(&remote);
+    let git = GitServer::start(&root, TOKEN);
+    Ci {
+        env,
+        remote,
+        sha,
+        gh,
+        git,
+    }
 }
 
-fn remote_git(remote: &std::path::Path, args: &[&str]) -> (bool, String) {
+impl Ci {
+    /// Commit a change to the fixture before the run (a new failing commit).
+    fn commit(&mut self, message: &str) {
+        self.env.git(&["commit", "-qam", message]);
+        self.sha = self.env.git(&["rev-parse", "HEAD"]).trim().to_owned();
+    }
+
+    fn branch(&self) -> String {
+        format!("loopd/autofix/{}", &self.sha[..12])
+    }
+
+    /// The receive-pack requests that carried the token, as GitHub wants it.
+    fn authenticated_pushes(&self) -> usize {
+        self.git
+            .seen()
+            .iter()
+            .filter(|q| q.path.ends_with("/git-receive-pack"))
+            .filter(|q| q.authorization.as_deref() == Some(basic(TOKEN).as_str()))
+            .count()
+    }
+
+    fn config(&self) -> Vec<u8> {
+        std::fs::read(self.env.repo.join(".git/config")).expect(".git/config")
+    }
+}
+
+fn remote_git(remote: &Path, args: &[&str]) -> (bool, String) {
     let out = Command::new("git")
         .arg("--git-dir")
         .arg(remote)
@@ -45,29 +97,25 @@ fn remote_git(remote: &std::path::Path, args: &[&str]) -> (bool, String) {
     )
 }
 
-fn loopd_ci(
-    env: &TestEnv,
-    model: &ScriptedModel,
-    gh: &FakeGitHub,
-    sha: &str,
-    branch: &str,
-    event: Value,
-    event_name: &str,
-) -> (RunResult, String) {
+fn loopd_ci(ci: &Ci, model: &ScriptedModel, args: &[&str], branch: &str, event: Value, event_name: &str) -> (RunResult, String) {
+    let env = &ci.env;
     let event_path = env.tmp.path().join("event.json");
     std::fs::write(&event_path, event.to_string()).expect("event");
     let summary = env.tmp.path().join("step-summary.md");
+    let _ = std::fs::remove_file(&summary);
     let r = finish(
         env.loopd(Some(model))
             .args(["ci", "--json"])
+            .args(args)
             .env("GITHUB_ACTIONS", "true")
             .env("GITHUB_REPOSITORY", "acme/rechnung")
-            .env("GITHUB_SHA", sha)
+            .env("GITHUB_SHA", &ci.sha)
             .env("GITHUB_REF_NAME", branch)
             .env("GITHUB_EVENT_NAME", event_name)
             .env("GITHUB_EVENT_PATH", &event_path)
-            .env("GITHUB_API_URL", gh.url())
-            .env("GITHUB_SERVER_URL", "https://github.example")
+            .env("GITHUB_API_URL", ci.gh.url())
+            .env("GITHUB_SERVER_URL", ci.git.url())
+            .env("LOOPD_TEST_ALLOW_HTTP_LOOPBACK", "1")
             .env("GITHUB_RUN_ID", "42")
             .env("GITHUB_TOKEN", TOKEN)
             .env("GITHUB_STEP_SUMMARY", &summary)
@@ -77,43 +125,74 @@ fn loopd_ci(
     (r, std::fs::read_to_string(&summary).unwrap_or_default())
 }
 
+/// `loopd ci` on a push to `main`.
+fn ci_push(ci: &Ci, model: &ScriptedModel, args: &[&str]) -> (RunResult, String) {
+    loopd_ci(ci, model, args, "main", push_event(), "push")
+}
+
 fn push_event() -> Value {
     json!({"repository": {"full_name": "acme/rechnung", "fork": false}})
 }
 
-fn assert_no_token_in_state(env: &TestEnv) {
+fn assert_no_secret_in_state(env: &TestEnv, secrets: &[&str]) {
     for (path, bytes) in env.state_files() {
-        assert!(
-            !String::from_utf8_lossy(&bytes).contains(TOKEN),
-            "the token leaked into {}",
-            path.display()
-        );
+        let text = String::from_utf8_lossy(&bytes);
+        for s in secrets {
+            assert!(!text.contains(s), "`{s}` leaked into {}", path.display());
+        }
     }
+}
+
+fn assert_no_token_in_state(env: &TestEnv) {
+    assert_no_secret_in_state(env, &[TOKEN]);
+}
+
+/// The `ci --json` report.
+fn report(r: &RunResult) -> Value {
+    serde_json::from_str(r.stdout.trim())
+        .unwrap_or_else(|e| panic!("no JSON report ({e}):\n{}\n{}", r.stdout, r.stderr))
+}
+
+/// The journal of the job a `ci` report names.
+fn ci_journal(report: &Value) -> Vec<loopd::journal::Event> {
+    journal(&report["summary"])
 }
 
 #[test]
 fn a_red_build_fixed_and_accepted_opens_exactly_one_pull_request() {
-    let (env, remote, sha) = ci_env();
-    let gh = FakeGitHub::start();
+    let ci = ci_env();
+    let (env, remote, sha, gh) = (&ci.env, &ci.remote, &ci.sha, &ci.gh);
+    let config_before = ci.config();
     let model = ScriptedModel::start(scenario(
         vec![agent_writes(&clean_solution())],
         vec![pass()],
     ));
-    let (r, step_summary) = loopd_ci(&env, &model, &gh, &sha, "main", push_event(), "push");
+    let (r, step_summary) = ci_push(&ci, &model, &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let report: Value = serde_json::from_str(r.stdout.trim()).expect("json");
+    let report = report(&r);
     assert_eq!(report["decision"], "pull_request_opened");
-    let branch = format!("loopd/autofix/{}", &sha[..12]);
-    // Pushed: the remote has the branch with the fix, carrying the trailer.
-    let (ok, _) = remote_git(&remote, &["rev-parse", &branch]);
+    let branch = ci.branch();
+    // The push went to GITHUB_SERVER_URL/GITHUB_REPOSITORY.git, with the
+    // token as GitHub wants it, and nowhere else.
+    assert_eq!(
+        report["push_url"],
+        format!("{}/acme/rechnung.git", ci.git.url())
+    );
+    assert_eq!(ci.authenticated_pushes(), 1, "{:?}", ci.git.seen());
+    let (ok, _) = remote_git(remote, &["rev-parse", &branch]);
     assert!(ok, "the branch was pushed");
     assert_eq!(
-        remote_git(&remote, &["show", &format!("{branch}:rechnung.py")]).1,
+        remote_git(remote, &["show", &format!("{branch}:rechnung.py")]).1,
         clean_solution()
     );
-    assert!(remote_git(&remote, &["log", "-1", "--format=%B", &branch])
-        .1
-        .contains("Loopd-Job:"));
+    let message = remote_git(remote, &["log", "-1", "--format=%B", &branch]).1;
+    assert!(message.contains("Loopd-Job:"), "{message}");
+    assert!(message.contains(&format!("Loopd-Autofix-Of: {sha}")), "{message}");
+    assert_eq!(
+        remote_git(remote, &["rev-parse", &format!("{branch}^")]).1.trim(),
+        sha,
+        "the fix sits on the failing commit"
+    );
     // One pull request, against the failing branch, with the summary.
     let pulls = gh.pulls();
     assert_eq!(pulls.len(), 1);
@@ -136,7 +215,7 @@ fn a_red_build_fixed_and_accepted_opens_exactly_one_pull_request() {
     // A status on the failing commit, authenticated with the token.
     let statuses = gh.statuses();
     assert_eq!(statuses.len(), 1);
-    assert_eq!(statuses[0].0, sha);
+    assert_eq!(statuses[0].0, *sha);
     assert_eq!(statuses[0].1["state"], "success");
     assert!(gh.requests().iter().all(|q| q.path.starts_with("/hook")
         || q.authorization.as_deref() == Some(&format!("Bearer {TOKEN}"))));
@@ -144,49 +223,52 @@ fn a_red_build_fixed_and_accepted_opens_exactly_one_pull_request() {
         step_summary.contains("pull request opened"),
         "{step_summary}"
     );
-    // The checkout's HEAD did not move.
+    // The commit, the push and the pull request are facts of the journal.
+    let events = ci_journal(&report);
+    use loopd::journal::Event;
+    assert!(events.iter().any(|e| matches!(e, Event::Committed { .. })));
+    assert!(events.iter().any(|e| matches!(e, Event::Pushed { branch: b, url, .. } if *b == branch && url.ends_with("/acme/rechnung.git"))));
+    assert!(events.iter().any(|e| matches!(e, Event::PullRequest { number: 1, opened_now: true, .. })));
+    assert!(events.iter().any(|e| matches!(e, Event::GitDirPinned { .. })));
+    // The checkout's HEAD did not move, its git config is as it was.
     assert_eq!(env.git(&["rev-parse", "HEAD"]).trim(), sha);
+    assert_eq!(ci.config(), config_before);
     // The token reached neither the agent nor any file.
     assert!(!model
         .requests()
         .iter()
         .any(|q| q.body.to_string().contains(TOKEN)));
-    assert_no_token_in_state(&env);
+    assert_no_token_in_state(env);
 }
 
 #[test]
 fn a_fix_that_fails_the_risk_policy_is_not_pushed() {
-    let (env, remote, _) = ci_env();
-    let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
+    let mut ci = ci_env();
+    let cfg = std::fs::read_to_string(ci.env.repo.join("loopd.toml")).expect("cfg");
     std::fs::write(
-        env.repo.join("loopd.toml"),
+        ci.env.repo.join("loopd.toml"),
         format!("{cfg}\n[ci]\nmax_lines = 2\n"),
     )
     .expect("cfg");
-    env.git(&["commit", "-qam", "tight risk policy"]);
-    let sha = env.git(&["rev-parse", "HEAD"]).trim().to_owned();
-    let gh = FakeGitHub::start();
+    ci.commit("tight risk policy");
     let model = ScriptedModel::start(scenario(
         vec![agent_writes(&clean_solution())],
         vec![pass()],
     ));
-    let (r, step_summary) = loopd_ci(&env, &model, &gh, &sha, "main", push_event(), "push");
+    let (r, step_summary) = ci_push(&ci, &model, &[]);
     assert_eq!(r.code, 3, "{}", r.stderr);
-    let report: Value = serde_json::from_str(r.stdout.trim()).expect("json");
+    let report = report(&r);
     assert_eq!(report["decision"], "gate_refused");
     assert!(report["risk_violations"][0]
         .as_str()
         .expect("why")
         .contains("lines changed; the policy allows at most 2"));
     assert!(
-        !remote_git(
-            &remote,
-            &["rev-parse", &format!("loopd/autofix/{}", &sha[..12])]
-        )
-        .0,
+        !remote_git(&ci.remote, &["rev-parse", &ci.branch()]).0,
         "nothing pushed"
     );
-    assert!(gh.pulls().is_empty());
+    assert!(ci.git.seen().is_empty(), "not even a connection");
+    assert!(ci.gh.pulls().is_empty());
     assert!(
         step_summary.contains("gate refused") && step_summary.contains("at most 2"),
         "{step_summary}"
@@ -195,52 +277,48 @@ fn a_fix_that_fails_the_risk_policy_is_not_pushed() {
 
 #[test]
 fn nothing_runs_on_loopds_own_branches() {
-    let (env, _remote, sha) = ci_env();
-    let gh = FakeGitHub::start();
+    let ci = ci_env();
     let model = ScriptedModel::start(scenario(vec![], vec![]));
     let (r, _) = loopd_ci(
-        &env,
+        &ci,
         &model,
-        &gh,
-        &sha,
+        &[],
         "loopd/autofix/0123456789ab",
         push_event(),
         "push",
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.contains("\"skipped\""));
-    assert!(model.requests().is_empty() && gh.requests().is_empty());
+    assert!(model.requests().is_empty() && ci.gh.requests().is_empty());
 }
 
 #[test]
 fn a_second_run_for_the_same_commit_opens_no_second_pull_request() {
-    let (env, _remote, sha) = ci_env();
-    let gh = FakeGitHub::start();
-    gh.add_pull(&format!("loopd/autofix/{}", &sha[..12]), "main");
+    let ci = ci_env();
+    ci.gh.add_pull(&ci.branch(), "main");
     let model = ScriptedModel::start(scenario(
         vec![agent_writes(&clean_solution())],
         vec![pass()],
     ));
-    let (r, _) = loopd_ci(&env, &model, &gh, &sha, "main", push_event(), "push");
+    let (r, _) = ci_push(&ci, &model, &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.contains("\"pull_request_exists\""));
-    assert_eq!(gh.pulls().len(), 1);
+    assert_eq!(ci.gh.pulls().len(), 1);
     assert!(model.requests().is_empty(), "no model call, no cost");
 }
 
 #[test]
 fn an_event_from_a_fork_is_refused() {
-    let (env, _remote, sha) = ci_env();
-    let gh = FakeGitHub::start();
+    let ci = ci_env();
     let model = ScriptedModel::start(scenario(
         vec![agent_writes(&clean_solution())],
         vec![pass()],
     ));
     let event = json!({"pull_request": {"head": {"repo": {"full_name": "mallory/rechnung"}}, "base": {"repo": {"full_name": "acme/rechnung"}}}});
-    let (r, summary) = loopd_ci(&env, &model, &gh, &sha, "feature", event, "pull_request");
+    let (r, summary) = loopd_ci(&ci, &model, &[], "feature", event, "pull_request");
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(summary.contains("fork"), "{summary}");
-    assert!(model.requests().is_empty() && gh.pulls().is_empty());
+    assert!(model.requests().is_empty() && ci.gh.pulls().is_empty());
 }
 
 // ---- the durable approval gate (daemon) --------------------------------------
@@ -271,7 +349,7 @@ fn awaiting_approval(
 }
 
 fn approval_env(action: &str, gh: &FakeGitHub) -> (TestEnv, std::path::PathBuf) {
-    let (env, remote, _) = ci_env();
+    let Ci { env, remote, .. } = ci_env();
     let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
     std::fs::write(
         env.repo.join("loopd.toml"),
@@ -428,7 +506,7 @@ fn approve_with_merge_merges_into_the_named_local_branch() {
 fn a_webhook_failing_twice_is_delivered_once_and_the_job_is_unaffected() {
     let gh = FakeGitHub::start();
     gh.script_hook(&[500, 500, 200]);
-    let (env, _, _) = ci_env();
+    let Ci { env, .. } = ci_env();
     let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
     std::fs::write(
         env.repo.join("loopd.toml"),
