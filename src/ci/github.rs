@@ -693,6 +693,48 @@ mod tests {
         assert!(!path.accepts_credentials_for("/srv/git/app.git"));
     }
 
+    /// A repository with one commit on `refs/heads/<branch>` (a new root
+    /// commit each call), and a bare remote beside it.
+    fn commit_on(r: &git2::Repository, branch: &str, text: &str) -> git2::Oid {
+        let sig = git2::Signature::now("t", "t@example.invalid").expect("sig");
+        let blob = r.blob(text.as_bytes()).expect("blob");
+        let mut tb = r.treebuilder(None).expect("tree");
+        tb.insert("f", blob, 0o100644).expect("insert");
+        let tree = r.find_tree(tb.write().expect("write")).expect("tree");
+        let oid = r.commit(None, &sig, &sig, text, &tree, &[]).expect("commit");
+        r.reference(&format!("refs/heads/{branch}"), oid, true, "t").expect("ref");
+        oid
+    }
+
+    #[test]
+    fn loopd_force_pushes_its_own_branch_only_over_what_it_saw() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let r = git2::Repository::init(tmp.path().join("work")).expect("init");
+        let remote = tmp.path().join("remote.git");
+        git2::Repository::init_bare(&remote).expect("bare");
+        let target = PushTarget::new(&remote.to_string_lossy(), false).expect("path");
+        let refspec = "refs/heads/loopd/autofix/abc";
+        let push_now = |lease| push(r.workdir().expect("workdir"), &target, refspec, refspec, None, lease);
+        let first = commit_on(&r, "loopd/autofix/abc", "one");
+        push_now(Lease::Absent).expect("a new branch");
+        push_now(Lease::Absent).expect("already there: nothing to do");
+        // A new fix: not over a branch it expected absent...
+        let second = commit_on(&r, "loopd/autofix/abc", "two");
+        match push_now(Lease::Absent) {
+            Err(GitHubError::Lease { found, .. }) => assert_eq!(found, first.to_string()),
+            other => panic!("pushed over an unexpected branch: {other:?}"),
+        }
+        // ...nor over a commit it did not see...
+        match push_now(Lease::At(second)) {
+            Err(GitHubError::Lease { .. }) => {}
+            other => panic!("pushed without the lease: {other:?}"),
+        }
+        // ...only over the one it saw (a force-push: no common history).
+        push_now(Lease::At(first)).expect("forced under the lease");
+        let bare = git2::Repository::open_bare(&remote).expect("open");
+        assert_eq!(bare.refname_to_id(refspec).expect("ref"), second);
+    }
+
     #[test]
     fn a_push_url_rewritten_by_git_config_is_refused_before_connecting() {
         let tmp = tempfile::tempdir().expect("tmp");

