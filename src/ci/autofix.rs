@@ -396,23 +396,26 @@ struct Hold {
     state_dir: std::path::PathBuf,
     git_dir: std::path::PathBuf,
     id: String,
+    original_sha256: Option<String>,
 }
 
 impl Hold {
     fn new(state_dir: &Path, git_dir: &Path) -> Result<Hold, CredentialError> {
         let id = format!("ci-{}", std::process::id());
-        credentials::hold(state_dir, git_dir, &id)?;
+        let held = credentials::hold(state_dir, git_dir, &id)?;
         Ok(Hold {
             state_dir: state_dir.to_path_buf(),
             git_dir: git_dir.to_path_buf(),
             id,
+            original_sha256: held.original_sha256,
         })
     }
 }
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        if let Err(e) = credentials::release(&self.state_dir, &self.git_dir, &self.id) {
+        let held = self.original_sha256.as_deref();
+        if let Err(e) = credentials::release(&self.state_dir, &self.git_dir, &self.id, held) {
             tracing::error!(error = %e, "cannot put the checkout's git credentials back; the next loopd job in this repository retries");
         }
     }

@@ -139,6 +139,9 @@ struct Run<'a> {
     env: prepare::Prepared,
     /// `.git/` config, hooks and info as the job started.
     pin: Pin,
+    /// sha256 of the git config the credentials were held from (in memory:
+    /// the record on disk is not trusted to say it).
+    held: Option<String>,
 }
 
 /// The last checks before a foreground job touches anything: a clean tree
@@ -197,11 +200,11 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
     }
     // Before any session: the credentials out of the checkout, then `.git/`
     // pinned as it is without them.
-    hold_credentials(&mut journal, job, &ws, &id)?;
+    let held = hold_credentials(&mut journal, job, &ws, &id)?;
     let pin = match pin_git_dir(&mut journal, &ws, &dir) {
         Ok(pin) => pin,
         Err(e) => {
-            if let Err(r) = credentials::release(&job.state_dir, ws.common_dir(), &id) {
+            if let Err(r) = credentials::release(&job.state_dir, ws.common_dir(), &id, held.as_deref()) {
                 tracing::error!(error = %r, "cannot put the checkout's git credentials back");
             }
             return Err(e);
@@ -223,6 +226,7 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
         stop: control.stop,
         env,
         pin,
+        held,
     };
     let ending = match run.journal.state().phase() {
         Phase::Ending(e) => e,
@@ -247,13 +251,14 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
 }
 
 /// Hold the credentials of the checkout's git config out of it for the job
-/// (idempotent on a resume); journaled when there were any.
+/// (idempotent on a resume); journaled when there were any. Returns the
+/// sha256 of what is held.
 fn hold_credentials(
     journal: &mut Journal,
     job: &Job,
     ws: &Workspace,
     id: &str,
-) -> Result<(), JobError> {
+) -> Result<Option<String>, JobError> {
     let held = credentials::hold(&job.state_dir, ws.common_dir(), id)?;
     if !held.removed.is_empty() && !journal.state().credentials_held {
         journal.append(Event::CredentialsHeld {
@@ -261,7 +266,7 @@ fn hold_credentials(
             recovered: held.recovered,
         })?;
     }
-    Ok(())
+    Ok(held.original_sha256)
 }
 
 /// The job's pin of `.git/`: taken (copies first, then the journal) on the
@@ -306,7 +311,12 @@ impl Run<'_> {
 
     /// Let go of the checkout's credentials; the last holder puts them back.
     fn release_credentials(&mut self) {
-        match credentials::release(&self.job.state_dir, self.ws.common_dir(), &self.id) {
+        match credentials::release(
+            &self.job.state_dir,
+            self.ws.common_dir(),
+            &self.id,
+            self.held.as_deref(),
+        ) {
             Ok(released) => {
                 if self.journal.state().credentials_held {
                     let restored = released == Released::Restored;

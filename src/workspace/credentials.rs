@@ -42,6 +42,8 @@ pub enum CredentialError {
     },
     #[error("the held-credentials record `{}` is unreadable: {message}", path.display())]
     Record { path: PathBuf, message: String },
+    #[error("the held-credentials record `{}` was changed since loopd wrote it; not writing it into the git config (the original is lost to loopd: restore `.git/config` by hand)", path.display())]
+    Tampered { path: PathBuf },
 }
 
 /// One job (or `loopd ci` run) holding a repository's credentials.
@@ -73,6 +75,14 @@ pub struct Held {
     /// A record left by a holder that is gone (a crash) was found and the
     /// config put back before holding again.
     pub recovered: bool,
+    /// sha256 of the original bytes, kept in the holder's memory: the record
+    /// lives in a file the agent could write, and [`release`] puts back only
+    /// what hashes to this.
+    pub original_sha256: Option<String>,
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
 }
 
 /// What [`release`] did.
@@ -159,12 +169,23 @@ fn save(path: &Path, record: &Record) -> Result<(), CredentialError> {
     std::fs::rename(&tmp, path).map_err(io_err(path))
 }
 
-/// Put the original bytes back over the config.
-fn put_back(record: &Record, path: &Path) -> Result<(), CredentialError> {
-    let bytes = hex::decode(&record.original_hex).map_err(|e| CredentialError::Record {
+/// The original bytes the record holds.
+fn original(record: &Record, path: &Path) -> Result<Vec<u8>, CredentialError> {
+    hex::decode(&record.original_hex).map_err(|e| CredentialError::Record {
         path: path.to_path_buf(),
         message: e.to_string(),
-    })?;
+    })
+}
+
+/// Put the original bytes back over the config — only bytes that hash to
+/// `expected`, when the caller knows what it held.
+fn put_back(record: &Record, path: &Path, expected: Option<&str>) -> Result<(), CredentialError> {
+    let bytes = original(record, path)?;
+    if expected.is_some_and(|e| e != sha256_hex(&bytes)) {
+        return Err(CredentialError::Tampered {
+            path: path.to_path_buf(),
+        });
+    }
     crate::util::write_atomic(&record.config, &bytes).map_err(io_err(&record.config))
 }
 
@@ -320,13 +341,15 @@ pub fn hold(state_dir: &Path, git_dir: &Path, holder: &str) -> Result<Held, Cred
         if !record.holders.is_empty() {
             record.holders.push(me);
             save(&record_path, &record)?;
+            let original_sha256 = Some(sha256_hex(&original(&record, &record_path)?));
             return Ok(Held {
                 removed: record.removed,
                 recovered,
+                original_sha256,
             });
         }
         // Every holder is gone (a crash): put the config back first.
-        put_back(&record, &record_path)?;
+        put_back(&record, &record_path, None)?;
         std::fs::remove_file(&record_path).map_err(io_err(&record_path))?;
         tracing::warn!(config = %config.display(), "put back the git credentials a crashed loopd job held");
         recovered = true;
@@ -335,6 +358,7 @@ pub fn hold(state_dir: &Path, git_dir: &Path, holder: &str) -> Result<Held, Cred
         return Ok(Held {
             removed: vec![],
             recovered,
+            original_sha256: None,
         });
     }
     let original = std::fs::read(&config).map_err(io_err(&config))?;
@@ -353,11 +377,18 @@ pub fn hold(state_dir: &Path, git_dir: &Path, holder: &str) -> Result<Held, Cred
     Ok(Held {
         removed: record.removed,
         recovered,
+        original_sha256: Some(sha256_hex(&original)),
     })
 }
 
-/// Release `holder`'s hold; the last holder puts the config back.
-pub fn release(state_dir: &Path, git_dir: &Path, holder: &str) -> Result<Released, CredentialError> {
+/// Release `holder`'s hold; the last holder puts the config back — only if
+/// the record still holds what `held` (the holder's [`Held`]) says it did.
+pub fn release(
+    state_dir: &Path,
+    git_dir: &Path,
+    holder: &str,
+    held: Option<&str>,
+) -> Result<Released, CredentialError> {
     let (record_path, lock_path) = record_paths(state_dir, git_dir);
     if !record_path.exists() {
         return Ok(Released::NotHeld);
@@ -377,7 +408,13 @@ pub fn release(state_dir: &Path, git_dir: &Path, holder: &str) -> Result<Release
         });
     }
     // The last holder left (or every other one is gone): put it back.
-    put_back(&record, &record_path)?;
+    if let Err(e) = put_back(&record, &record_path, held) {
+        if matches!(e, CredentialError::Tampered { .. }) {
+            // Never used again, kept as evidence.
+            let _ = std::fs::rename(&record_path, record_path.with_extension("tampered"));
+        }
+        return Err(e);
+    }
     std::fs::remove_file(&record_path).map_err(io_err(&record_path))?;
     tracing::info!(config = %record.config.display(), "put the git credentials back");
     Ok(Released::Restored)
@@ -411,6 +448,8 @@ mod tests {
         let git = config.parent().expect("git dir");
         let state = tmp.path().join("state");
         let held = hold(&state, git, "job-1").expect("hold");
+        let sha = held.original_sha256.clone();
+        assert_eq!(sha.as_deref(), Some(sha256_hex(&before).as_str()));
         assert!(!held.recovered);
         assert_eq!(held.removed.len(), 3, "{:?}", held.removed);
         let during = std::fs::read_to_string(&config).expect("read");
@@ -440,12 +479,14 @@ mod tests {
             0o600
         );
         // A second holder joins; the first release keeps them held.
-        assert_eq!(hold(&state, git, "job-2").expect("hold").removed.len(), 3);
-        assert_eq!(release(&state, git, "job-1").expect("release"), Released::StillHeld);
+        let second = hold(&state, git, "job-2").expect("hold");
+        assert_eq!(second.removed.len(), 3);
+        assert_eq!(second.original_sha256, sha);
+        assert_eq!(release(&state, git, "job-1", sha.as_deref()).expect("release"), Released::StillHeld);
         assert!(!carries_credentials(&config));
-        assert_eq!(release(&state, git, "job-2").expect("release"), Released::Restored);
+        assert_eq!(release(&state, git, "job-2", sha.as_deref()).expect("release"), Released::Restored);
         assert_eq!(std::fs::read(&config).expect("read"), before);
-        assert_eq!(release(&state, git, "job-2").expect("release"), Released::NotHeld);
+        assert_eq!(release(&state, git, "job-2", sha.as_deref()).expect("release"), Released::NotHeld);
     }
 
     #[test]
@@ -464,8 +505,35 @@ mod tests {
         let held = hold(&state, git, "next").expect("hold");
         assert!(held.recovered);
         assert_eq!(held.removed.len(), 3);
-        assert_eq!(release(&state, git, "next").expect("release"), Released::Restored);
+        assert_eq!(
+            release(&state, git, "next", held.original_sha256.as_deref()).expect("release"),
+            Released::Restored
+        );
         assert_eq!(std::fs::read(&config).expect("read"), before);
+    }
+
+    #[test]
+    fn a_record_rewritten_while_held_is_never_written_into_the_config() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let config = repo_config(tmp.path());
+        let git = config.parent().expect("git dir");
+        let state = tmp.path().join("state");
+        let held = hold(&state, git, "job").expect("hold");
+        let during = std::fs::read(&config).expect("read");
+        // The agent runs as the same user: it could rewrite the record to
+        // plant a config of its own at the end.
+        let (record_path, _) = record_paths(&state, git);
+        let mut record = load(&record_path).expect("load").expect("record");
+        record.original_hex = hex::encode("[remote \"origin\"]\n\tpushurl = http://127.0.0.1:9/x\n");
+        save(&record_path, &record).expect("save");
+        assert!(matches!(
+            release(&state, git, "job", held.original_sha256.as_deref()),
+            Err(CredentialError::Tampered { .. })
+        ));
+        assert_eq!(std::fs::read(&config).expect("read"), during, "nothing planted");
+        // Nor later, by a job that finds the record.
+        assert!(hold(&state, git, "later").expect("hold").removed.is_empty());
+        assert_eq!(std::fs::read(&config).expect("read"), during);
     }
 
     #[test]
@@ -479,7 +547,7 @@ mod tests {
         let held = hold(&state, &git, "j").expect("hold");
         assert!(held.removed.is_empty());
         assert_eq!(std::fs::read_to_string(git.join("config")).expect("read"), text);
-        assert_eq!(release(&state, &git, "j").expect("release"), Released::NotHeld);
+        assert_eq!(release(&state, &git, "j", None).expect("release"), Released::NotHeld);
     }
 
     #[test]

@@ -231,7 +231,16 @@ impl Pin {
             match self.files.get(&c.path) {
                 None => std::fs::remove_file(&path)?,
                 Some(pinned) => {
-                    let bytes = std::fs::read(self.store.join(&pinned.sha256))?;
+                    let copy = self.store.join(&pinned.sha256);
+                    let bytes = std::fs::read(&copy)?;
+                    // The store is a file like any other: a copy whose bytes
+                    // are not what was pinned is never written into `.git/`.
+                    if hex::encode(Sha256::digest(&bytes)) != pinned.sha256 {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!("the pinned copy `{}` was changed; not putting it into `.git/`", copy.display()),
+                        ));
+                    }
                     if let Some(parent) = path.parent() {
                         std::fs::create_dir_all(parent)?;
                     }
@@ -320,6 +329,12 @@ mod tests {
             std::fs::read_to_string(git.join("info/exclude")).expect("exclude"),
             "# nothing\n"
         );
+        // A copy in the store that was tampered with is refused.
+        let sha = &pin.files()["config"].sha256;
+        std::fs::write(tmp.path().join("store").join(sha), "[remote \"x\"]\n").expect("tamper");
+        std::fs::write(git.join("config"), "changed\n").expect("config");
+        assert!(pin.restore(None).is_err());
+        assert_eq!(std::fs::read_to_string(git.join("config")).expect("config"), "changed\n");
     }
 
     #[test]
