@@ -96,6 +96,31 @@ impl Outward<'_> {
         }
     }
 
+    /// The pull request exists (`opened_now`: this run opened it): the
+    /// status says so, and so does the report.
+    async fn proposed(
+        &self,
+        mut report: CiReport,
+        pr: github::PullRequest,
+        opened_now: bool,
+        why: String,
+    ) -> CiReport {
+        self.status(
+            "success",
+            &format!("a verified fix is proposed in #{}", pr.number),
+            Some(&pr.url),
+        )
+        .await;
+        report.decision = if opened_now {
+            Decision::PullRequestOpened
+        } else {
+            Decision::PullRequestExists
+        };
+        report.why = why;
+        report.pull_request = Some(pr);
+        report
+    }
+
     /// An API or push failure as the run's decision.
     async fn failed(&self, mut report: CiReport, what: &str, e: GitHubError) -> CiReport {
         tracing::error!(error = %e, what, "the autofix's outward step failed");
@@ -314,25 +339,14 @@ async fn outward(
         url: pr.url.clone(),
         opened_now,
     })?;
-    out.status(
-        "success",
-        &format!("a verified fix is proposed in #{}", pr.number),
-        Some(&pr.url),
-    )
-    .await;
-    report.decision = if opened_now {
-        Decision::PullRequestOpened
-    } else {
-        Decision::PullRequestExists
-    };
-    report.why = format!(
+    let why = format!(
         "pushed `{}` and {} #{} against `{}`",
         out.branch,
         if opened_now { "opened" } else { "found the existing" },
         pr.number,
         actions.branch
     );
-    report.pull_request = Some(pr);
+    let mut report = out.proposed(report, pr, opened_now, why).await;
     report.summary = Some(summary);
     Ok(report)
 }
@@ -364,26 +378,14 @@ async fn open_from_earlier_run(out: &Outward<'_>, mut report: CiReport, tip: &Br
         .await
     {
         Ok((pr, opened_now)) => {
-            out.status(
-                "success",
-                &format!("a verified fix is proposed in #{}", pr.number),
-                Some(&pr.url),
-            )
-            .await;
-            report.decision = if opened_now {
-                Decision::PullRequestOpened
-            } else {
-                Decision::PullRequestExists
-            };
-            report.why = format!(
+            let why = format!(
                 "`{}` already carries a verified fix of {} from job `{job}`; {} #{} without running the loop again",
                 out.branch,
                 actions.sha,
                 if opened_now { "opened" } else { "found" },
                 pr.number
             );
-            report.pull_request = Some(pr);
-            report
+            out.proposed(report, pr, opened_now, why).await
         }
         Err(e) => out.failed(report, "open the pull request", e).await,
     }

@@ -86,22 +86,9 @@ pub const SKIP_MARKERS: &[&str] = &[
     r"@(Disabled|Ignore)\b",
 ];
 
-/// Git subcommands that rewrite history, reset the working tree, or write
-/// the repository's configuration, hooks or refs (`.git/` is loopd's during
-/// a job; loopd commits an accepted change itself). `config`, `remote`,
-/// `symbolic-ref`, `branch` and `tag` are judged by their arguments: their
-/// read-only forms stay allowed.
+/// Git subcommands that rewrite history or reset the working tree (and
+/// `commit --amend`): denied wherever the hook runs.
 pub const FORBIDDEN_GIT: &[&str] = &[
-    "commit",
-    "merge",
-    "cherry-pick",
-    "revert",
-    "am",
-    "pull",
-    "init",
-    "worktree",
-    "submodule",
-    "notes",
     "stash",
     "reset",
     "checkout",
@@ -117,6 +104,24 @@ pub const FORBIDDEN_GIT: &[&str] = &[
     "replace",
     "gc",
     "prune",
+];
+
+/// Git subcommands that write the repository's refs, configuration or
+/// hooks: denied inside a loopd job, where `.git/` is loopd's and loopd
+/// commits an accepted change itself. (`config`, `remote`, `symbolic-ref`,
+/// `branch` and `tag` are judged by their arguments: their read-only forms
+/// stay allowed.)
+pub const GIT_DIR_WRITERS: &[&str] = &[
+    "commit",
+    "merge",
+    "cherry-pick",
+    "revert",
+    "am",
+    "pull",
+    "init",
+    "worktree",
+    "submodule",
+    "notes",
 ];
 
 /// Programs that write, move or delete the paths they are given.
@@ -157,8 +162,10 @@ pub struct Policy {
     pub skip_markers: Vec<String>,
     /// Where the hook appends what it denied (loopd reads it after a session).
     pub denials_log: Option<PathBuf>,
-    /// The checkout's git directories (its own and the common one, which a
-    /// worktree shares): nothing under them may be written.
+    /// Inside a loopd job: the checkout's git directories (its own and the
+    /// common one, which a worktree shares). Nothing under them may be
+    /// written, and git may not write refs, config or hooks. Empty for the
+    /// standalone hook in your own sessions.
     #[serde(default)]
     pub git_dirs: Vec<PathBuf>,
 }
@@ -255,12 +262,6 @@ impl Policy {
                 message: e.to_string(),
             })?;
         }
-        let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
-        let mut git_dirs = vec![canonical(repo_git.path())];
-        let common = canonical(repo_git.commondir());
-        if !git_dirs.contains(&common) {
-            git_dirs.push(common);
-        }
         Ok(Policy {
             repo: repo.to_path_buf(),
             base_ref: base.to_string(),
@@ -269,7 +270,7 @@ impl Policy {
             outside,
             skip_markers,
             denials_log: None,
-            git_dirs,
+            git_dirs: vec![],
         })
     }
 
@@ -398,7 +399,7 @@ impl Compiled<'_> {
     /// that contains protected files counts as protected too.
     pub fn protected(&self, rel: &str) -> Option<String> {
         let rel = rel.trim_start_matches("./").trim_end_matches('/');
-        if rel == ".git" || rel.starts_with(".git/") {
+        if self.owns_git_dir() && (rel == ".git" || rel.starts_with(".git/")) {
             return Some(GIT_DIR_WHY.to_owned());
         }
         if rel.is_empty() || rel == "." {
@@ -498,7 +499,7 @@ impl Compiled<'_> {
             let Some((program, args)) = cmd.program() else {
                 continue;
             };
-            if let Some(reason) = hook_installer(program, args) {
+            if let Some(reason) = hook_installer(program, args).filter(|_| self.owns_git_dir()) {
                 return Some(reason);
             }
             if program == "git" {
@@ -571,12 +572,24 @@ impl Compiled<'_> {
         }
         let sub = sub?;
         let rest: Vec<&String> = it.collect();
-        if FORBIDDEN_GIT.contains(&sub) {
+        if FORBIDDEN_GIT.contains(&sub) || (sub == "commit" && rest.iter().any(|a| *a == "--amend"))
+        {
+            let what = if sub == "commit" {
+                "git commit --amend".to_owned()
+            } else {
+                format!("git {sub}")
+            };
             return Some(format!(
-                "loopd: `git {sub}` rewrites history, resets the working tree or writes the repository's git directory (config, hooks, refs), and is not allowed during a loopd job. Change the files you need directly; loopd keeps every attempt's state and commits an accepted change itself."
+                "loopd: `{what}` rewrites history or resets the working tree, and is not allowed during a loopd job. Change the files you need directly; loopd keeps every attempt's state itself."
             ));
         }
-        if let Some(what) = git_dir_write(sub, &rest) {
+        let owned = self.owns_git_dir();
+        if owned && GIT_DIR_WRITERS.contains(&sub) {
+            return Some(format!(
+                "loopd: `git {sub}` writes the repository's refs or git directory, which is loopd's during a job. Change the files you need directly; loopd keeps every attempt's state and commits an accepted change itself."
+            ));
+        }
+        if let Some(what) = git_dir_write(sub, &rest).filter(|_| owned) {
             return Some(format!(
                 "loopd: `{what}` writes the repository's git directory (its config, remotes, hooks or refs), which is loopd's during a job: it decides where a push goes and what git runs. Read-only forms (`git config --get`, `git remote -v`, `git branch --list`) are fine; leave the repository's setup as it is and fix the code under test."
             ));
@@ -591,14 +604,20 @@ impl Compiled<'_> {
         None
     }
 
+    /// Is this a loopd job's policy, under which `.git/` is loopd's?
+    fn owns_git_dir(&self) -> bool {
+        !self.policy.git_dirs.is_empty()
+    }
+
     /// A protected file named inside a piece of inline code.
     fn mentioned(&self, code: &str) -> Option<(String, String)> {
-        let git_dir = code.contains(".git/")
+        let git_dir = self.owns_git_dir()
+            && (code.contains(".git/")
             || self
                 .policy
                 .git_dirs
                 .iter()
-                .any(|d| code.contains(&*d.to_string_lossy()));
+                .any(|d| code.contains(&*d.to_string_lossy())));
         if git_dir {
             return Some((".git/".to_owned(), GIT_DIR_WHY.to_owned()));
         }
@@ -1185,6 +1204,18 @@ mod tests {
         // The diff gate's view: `.git` paths are protected too.
         assert!(p.protected(".git/config").is_some());
         assert!(p.protected(".github/workflows/ci.yml").is_none());
+
+        // The standalone hook in your own sessions: history stays protected,
+        // commits and `.git/` are yours.
+        let mut own = policy();
+        own.git_dirs.clear();
+        let p = own.compile().expect("compile");
+        for cmd in ["git commit -qam wip", "git remote add up https://example.com/x", "pre-commit install"] {
+            assert!(bash(&p, cmd).is_none(), "denied outside a job: {cmd}");
+        }
+        for cmd in ["git commit --amend -m x", "git reset --hard", "git stash"] {
+            assert!(bash(&p, cmd).is_some(), "allowed outside a job: {cmd}");
+        }
     }
 
     #[test]

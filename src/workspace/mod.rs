@@ -204,16 +204,21 @@ impl Workspace {
         }
     }
 
-    /// Uncommitted changes and untracked files (ignored files do not count).
-    pub fn dirty_paths(&self) -> Result<Vec<String>, WorkspaceError> {
+    /// The status of every changed or untracked file (ignored files do not
+    /// count), untracked directories listed file by file.
+    fn statuses(&self) -> Result<git2::Statuses<'_>, WorkspaceError> {
         let mut opts = StatusOptions::new();
         opts.include_untracked(true)
             .recurse_untracked_dirs(true)
             .include_ignored(false);
-        let statuses = self
-            .repo
+        self.repo
             .statuses(Some(&mut opts))
-            .map_err(self.git("status"))?;
+            .map_err(self.git("status"))
+    }
+
+    /// Uncommitted changes and untracked files (ignored files do not count).
+    pub fn dirty_paths(&self) -> Result<Vec<String>, WorkspaceError> {
+        let statuses = self.statuses()?;
         Ok(statuses
             .iter()
             .filter_map(|s| s.path().map(str::to_owned))
@@ -271,14 +276,7 @@ impl Workspace {
     /// The untracked files (not ignored, not usual artefacts) with their
     /// git blob ids: what a goal run is compared against.
     pub fn untracked_blobs(&self) -> Result<BTreeMap<String, String>, WorkspaceError> {
-        let mut opts = StatusOptions::new();
-        opts.include_untracked(true)
-            .recurse_untracked_dirs(true)
-            .include_ignored(false);
-        let statuses = self
-            .repo
-            .statuses(Some(&mut opts))
-            .map_err(self.git("status"))?;
+        let statuses = self.statuses()?;
         let globs = artefact_globs();
         let mut out = BTreeMap::new();
         for s in statuses.iter() {

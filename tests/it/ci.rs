@@ -58,6 +58,14 @@ fn ci_env() -> Ci {
 }
 
 impl Ci {
+    /// Append `extra` to the fixture's `loopd.toml` and commit it.
+    fn configure(&mut self, extra: &str, message: &str) {
+        let path = self.env.repo.join("loopd.toml");
+        let cfg = std::fs::read_to_string(&path).expect("loopd.toml");
+        std::fs::write(&path, format!("{cfg}\n{extra}")).expect("loopd.toml");
+        self.commit(message);
+    }
+
     /// Commit a change to the fixture before the run (a new failing commit).
     fn commit(&mut self, message: &str) {
         self.env.git(&["commit", "-qam", message]);
@@ -147,6 +155,14 @@ fn assert_no_token_in_state(env: &TestEnv) {
     assert_no_secret_in_state(env, &[TOKEN]);
 }
 
+/// The model of a run that fixes the build at the first attempt.
+fn one_clean_fix() -> ScriptedModel {
+    ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ))
+}
+
 /// The `ci --json` report.
 fn report(r: &RunResult) -> Value {
     serde_json::from_str(r.stdout.trim())
@@ -163,10 +179,7 @@ fn a_red_build_fixed_and_accepted_opens_exactly_one_pull_request() {
     let ci = ci_env();
     let (env, remote, sha, gh) = (&ci.env, &ci.remote, &ci.sha, &ci.gh);
     let config_before = ci.config();
-    let model = ScriptedModel::start(scenario(
-        vec![agent_writes(&clean_solution())],
-        vec![pass()],
-    ));
+    let model = one_clean_fix();
     let (r, step_summary) = ci_push(&ci, &model, &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let report = report(&r);
@@ -244,17 +257,8 @@ fn a_red_build_fixed_and_accepted_opens_exactly_one_pull_request() {
 #[test]
 fn a_fix_that_fails_the_risk_policy_is_not_pushed() {
     let mut ci = ci_env();
-    let cfg = std::fs::read_to_string(ci.env.repo.join("loopd.toml")).expect("cfg");
-    std::fs::write(
-        ci.env.repo.join("loopd.toml"),
-        format!("{cfg}\n[ci]\nmax_lines = 2\n"),
-    )
-    .expect("cfg");
-    ci.commit("tight risk policy");
-    let model = ScriptedModel::start(scenario(
-        vec![agent_writes(&clean_solution())],
-        vec![pass()],
-    ));
+    ci.configure("[ci]\nmax_lines = 2\n", "tight risk policy");
+    let model = one_clean_fix();
     let (r, step_summary) = ci_push(&ci, &model, &[]);
     assert_eq!(r.code, 3, "{}", r.stderr);
     let report = report(&r);
@@ -296,10 +300,7 @@ fn nothing_runs_on_loopds_own_branches() {
 fn a_second_run_for_the_same_commit_opens_no_second_pull_request() {
     let ci = ci_env();
     ci.gh.add_pull(&ci.branch(), "main");
-    let model = ScriptedModel::start(scenario(
-        vec![agent_writes(&clean_solution())],
-        vec![pass()],
-    ));
+    let model = one_clean_fix();
     let (r, _) = ci_push(&ci, &model, &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.contains("\"pull_request_exists\""));
@@ -535,10 +536,7 @@ fn issue12_a_rerun_after_an_api_outage_opens_exactly_one_pull_request_without_a_
     let ci = ci_env();
     // Pushed, then the API is down for every try of the pull request.
     ci.gh.script_pulls(&[PullScript::Fail(502); 4]);
-    let model = ScriptedModel::start(scenario(
-        vec![agent_writes(&clean_solution())],
-        vec![pass()],
-    ));
+    let model = one_clean_fix();
     let (r, step_summary) = ci_push(&ci, &model, &[]);
     assert_eq!(r.code, 5, "{}", r.stderr);
     let first = report(&r);
@@ -580,10 +578,7 @@ fn issue12_a_pull_request_created_behind_a_502_is_success_not_an_error() {
     // GitHub creates the pull request, the answer is lost (502); the retry
     // gets 422 "already exists".
     ci.gh.script_pulls(&[PullScript::CreateThenFail(502)]);
-    let model = ScriptedModel::start(scenario(
-        vec![agent_writes(&clean_solution())],
-        vec![pass()],
-    ));
+    let model = one_clean_fix();
     let (r, step_summary) = ci_push(&ci, &model, &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let report = report(&r);
@@ -613,10 +608,7 @@ fn issue12_a_branch_with_someone_elses_commit_is_never_pushed_over() {
         &ci.remote.to_string_lossy(),
         &format!("HEAD:refs/heads/{}", ci.branch()),
     ]);
-    let model = ScriptedModel::start(scenario(
-        vec![agent_writes(&clean_solution())],
-        vec![pass()],
-    ));
+    let model = one_clean_fix();
     let (r, step_summary) = ci_push(&ci, &model, &[]);
     assert_eq!(r.code, 5, "{}", r.stderr);
     let report = report(&r);
@@ -637,17 +629,11 @@ fn issue12_goal_and_build_artefacts_are_not_part_of_the_fix() {
     // No `.gitignore` for `__pycache__`, as in many repositories, a goal
     // step that leaves a report behind, and room for one changed file.
     std::fs::remove_file(ci.env.repo.join(".gitignore")).expect("rm .gitignore");
-    let cfg = std::fs::read_to_string(ci.env.repo.join("loopd.toml")).expect("cfg");
-    std::fs::write(
-        ci.env.repo.join("loopd.toml"),
-        format!("{cfg}\n[[goal]]\nname = \"stamp\"\nrun = \"sh -c 'date +%N > build-stamp.txt'\"\n\n[ci]\nmax_files = 1\n"),
-    )
-    .expect("cfg");
-    ci.commit("no .gitignore; a goal step that leaves a file");
-    let model = ScriptedModel::start(scenario(
-        vec![agent_writes(&clean_solution())],
-        vec![pass()],
-    ));
+    ci.configure(
+        "[[goal]]\nname = \"stamp\"\nrun = \"sh -c 'date +%N > build-stamp.txt'\"\n\n[ci]\nmax_files = 1\n",
+        "no .gitignore; a goal step that leaves a file",
+    );
+    let model = one_clean_fix();
     let (r, _) = ci_push(&ci, &model, &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let report = report(&r);
