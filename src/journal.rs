@@ -3,7 +3,9 @@
 //! Every fact about a job — a session finished and what it cost, a diff
 //! taken, a gate's findings, a goal test's result, a verdict, the end of an
 //! attempt, the ending, where the breaker parked the work, the commit, the
-//! daemon's final state — is one typed [`Event`], appended and fsync'd
+//! push and the pull request, the pinned git directory and the credentials
+//! held out of the checkout, the daemon's final state — is one typed
+//! [`Event`], appended and fsync'd
 //! **before** anything acts on it. A job's state is a pure fold over its
 //! events ([`Replay`]); resuming after `kill -9` is replaying the journal, and
 //! what it records as finished is never run or billed again, whatever the
@@ -19,7 +21,7 @@
 //! A torn last line (the process died mid-write) is dropped on open, and the
 //! file is truncated to its last whole line before anything is appended.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -35,6 +37,8 @@ use crate::guard::tamper::Finding;
 use crate::guard::{ModelCall, Record, Recorder, ToolCall};
 use crate::outcome::{Reason, Status};
 use crate::report::{AttemptRecord, Summary, Totals};
+use crate::workspace::gitdir::Pinned;
+use crate::workspace::Artefacts;
 
 /// The journal's file name in a run directory.
 pub const FILE: &str = "ledger.jsonl";
@@ -93,6 +97,10 @@ pub enum Gate {
     Diff,
     /// The test count of a green goal test against the baseline.
     TestCount,
+    /// `.git/` (config, hooks, info) against its pin, after the agent session.
+    GitDir,
+    /// `.git/` against its pin, after the goal test ran the agent's code.
+    GitDirAfterGoal,
 }
 
 /// Every fact of a job, in the order it happened.
@@ -108,8 +116,23 @@ pub enum Event {
     },
     /// A later process took the job over (after a crash or a shutdown).
     Resumed { pid: u32 },
-    /// The goal test before attempt 1, every step.
-    Baseline { report: GoalReport },
+    /// Credentials found in the checkout's git config (entry names, never
+    /// values) are held out of it for the job (`recovered`: a crashed job's
+    /// hold was put back first).
+    CredentialsHeld { removed: Vec<String>, recovered: bool },
+    /// The job let go of the credentials (`restored`: it was the last
+    /// holder, and the config is as it was).
+    CredentialsReleased { restored: bool },
+    /// `.git/` config, hooks and info as the job started: the copies are in
+    /// the run directory's `git-dir/`, named by sha256.
+    GitDirPinned { files: BTreeMap<String, Pinned> },
+    /// The goal test before attempt 1, every step; `artefacts`: untracked
+    /// files it created (path → git blob id).
+    Baseline {
+        report: GoalReport,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        artefacts: BTreeMap<String, String>,
+    },
     AttemptStarted { attempt: u32, prompt: String },
     SessionStarted { attempt: u32, role: Role, session: u32 },
     ModelCall(ModelCall),
@@ -125,7 +148,12 @@ pub enum Event {
         gate: Gate,
         findings: Vec<Finding>,
     },
-    GoalRun { attempt: u32, report: GoalReport },
+    GoalRun {
+        attempt: u32,
+        report: GoalReport,
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        artefacts: BTreeMap<String, String>,
+    },
     AttemptEnded { record: AttemptRecord, end: AttemptEnd },
     /// The decision: how the job ends (before the breaker runs).
     JobEnded { ending: Ending },
@@ -136,8 +164,26 @@ pub enum Event {
         stash_commit: Option<String>,
         error: Option<String>,
     },
-    /// The accepted change, committed on the job's branch (daemon).
+    /// The accepted change, committed on the job's branch (daemon) or on
+    /// `loopd/autofix/<sha>` (`loopd ci`).
     Committed { commit: String },
+    /// `loopd ci` pushed `commit` to `branch` at `url` (the URL decided
+    /// before the agent ran; no userinfo). `replaced`: the earlier loopd
+    /// commit the push overwrote (a force-push with lease).
+    Pushed {
+        url: String,
+        branch: String,
+        commit: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        replaced: Option<String>,
+    },
+    /// The pull request of `loopd ci` (`opened_now`: this run created it;
+    /// otherwise it existed — found, or GitHub answered "already exists").
+    PullRequest {
+        number: u64,
+        url: String,
+        opened_now: bool,
+    },
     /// The daemon's final state, recorded before the spool file moves.
     Finalized { state: Status },
 }
@@ -149,6 +195,9 @@ impl Event {
         match self {
             Event::JobStarted { .. } => "job_started",
             Event::Resumed { .. } => "resumed",
+            Event::CredentialsHeld { .. } => "credentials_held",
+            Event::CredentialsReleased { .. } => "credentials_released",
+            Event::GitDirPinned { .. } => "git_dir_pinned",
             Event::Baseline { .. } => "baseline",
             Event::AttemptStarted { .. } => "attempt_started",
             Event::SessionStarted { .. } => "session_started",
@@ -164,6 +213,8 @@ impl Event {
             Event::Suspended => "suspended",
             Event::Parked { .. } => "parked",
             Event::Committed { .. } => "committed",
+            Event::Pushed { .. } => "pushed",
+            Event::PullRequest { .. } => "pull_request",
             Event::Finalized { .. } => "finalized",
         }
     }
@@ -352,6 +403,9 @@ pub struct Current {
     pub diff: Option<(String, Option<Reason>)>,
     pub diff_gate: Option<Vec<Finding>>,
     pub denied: Vec<Finding>,
+    /// `.git/` against its pin, after the agent session / after the goal.
+    pub git_dir_gate: Option<Vec<Finding>>,
+    pub git_dir_after_goal: Option<Vec<Finding>>,
     pub goal: Option<GoalReport>,
     pub test_count_gate: Option<Vec<Finding>>,
     pub critic: Option<SessionFinished>,
@@ -404,6 +458,16 @@ pub struct Replay {
     pub suspended: bool,
     pub parked: Option<(Option<String>, Option<String>)>,
     pub committed: Option<String>,
+    /// The pinned `.git/` files, once pinned.
+    pub git_dir_pin: Option<BTreeMap<String, Pinned>>,
+    /// Credentials are held out of the checkout and not released yet.
+    pub credentials_held: bool,
+    /// Untracked files the goal runs created: not the agent's change.
+    pub artefacts: Artefacts,
+    /// Where `loopd ci` pushed: (branch, commit).
+    pub pushed: Option<(String, String)>,
+    /// The pull request of `loopd ci`: (number, url).
+    pub pull_request: Option<(u64, String)>,
     pub finalized: Option<Status>,
     /// The last entries, for `failure.json`.
     pub recent: VecDeque<Entry>,
@@ -503,7 +567,13 @@ impl Replay {
                 self.started_at = Some(entry.ts.clone());
             }
             Event::Resumed { .. } => self.suspended = false,
-            Event::Baseline { report } => self.baseline = Some(report.clone()),
+            Event::CredentialsHeld { .. } => self.credentials_held = true,
+            Event::CredentialsReleased { .. } => self.credentials_held = false,
+            Event::GitDirPinned { files } => self.git_dir_pin = Some(files.clone()),
+            Event::Baseline { report, artefacts } => {
+                self.baseline = Some(report.clone());
+                self.artefacts.from_goal.extend(artefacts.clone());
+            }
             Event::AttemptStarted { attempt, prompt } => {
                 self.current = Some(Current {
                     attempt: *attempt,
@@ -560,10 +630,25 @@ impl Replay {
                     match gate {
                         Gate::Diff => c.diff_gate = Some(findings.clone()),
                         Gate::TestCount => c.test_count_gate = Some(findings.clone()),
+                        // A goal re-run after a crash checks `.git/` again:
+                        // what either check found stands.
+                        Gate::GitDir => c
+                            .git_dir_gate
+                            .get_or_insert_with(Vec::new)
+                            .extend(findings.iter().cloned()),
+                        Gate::GitDirAfterGoal => c
+                            .git_dir_after_goal
+                            .get_or_insert_with(Vec::new)
+                            .extend(findings.iter().cloned()),
                     }
                 }
             }
-            Event::GoalRun { attempt, report } => {
+            Event::GoalRun {
+                attempt,
+                report,
+                artefacts,
+            } => {
+                self.artefacts.from_goal.extend(artefacts.clone());
                 if let Some(c) = current(self, *attempt) {
                     c.goal = Some(report.clone());
                 }
@@ -585,6 +670,12 @@ impl Replay {
                 error,
             } => self.parked = Some((stash_commit.clone(), error.clone())),
             Event::Committed { commit } => self.committed = Some(commit.clone()),
+            Event::Pushed { branch, commit, .. } => {
+                self.pushed = Some((branch.clone(), commit.clone()))
+            }
+            Event::PullRequest { number, url, .. } => {
+                self.pull_request = Some((*number, url.clone()))
+            }
             Event::Finalized { state } => self.finalized = Some(*state),
         }
     }
@@ -718,6 +809,7 @@ mod tests {
             },
             Event::Baseline {
                 report: goal(false),
+                artefacts: BTreeMap::new(),
             },
             Event::AttemptStarted {
                 attempt: 1,
@@ -808,6 +900,7 @@ mod tests {
             Event::GoalRun {
                 attempt: 1,
                 report: goal(true),
+                artefacts: [("out.log".to_owned(), "b1".to_owned())].into(),
             },
             Event::SessionStarted {
                 attempt: 1,
@@ -824,6 +917,7 @@ mod tests {
         ]);
         let r = Replay::fold(&parse(&lines(ev.clone())).0);
         assert_eq!(r.phase(), Phase::Ready { next: 2 });
+        assert_eq!(r.artefacts.from_goal.get("out.log").map(String::as_str), Some("b1"));
         assert_eq!(r.next_attempt(), (2, Some("fix the print")));
         assert_eq!(r.spend().cost_usd, 0.75);
         // The same diff again would be no progress.
@@ -898,6 +992,38 @@ mod tests {
             },
             Event::Finalized {
                 state: Status::AwaitingApproval,
+            },
+            Event::CredentialsHeld {
+                removed: vec!["http.https://github.com/.extraheader".into()],
+                recovered: false,
+            },
+            Event::CredentialsReleased { restored: true },
+            Event::GitDirPinned {
+                files: [(
+                    "config".to_owned(),
+                    Pinned {
+                        sha256: "ab".into(),
+                        mode: 0o644,
+                        link: false,
+                    },
+                )]
+                .into(),
+            },
+            Event::GateChecked {
+                attempt: 1,
+                gate: Gate::GitDirAfterGoal,
+                findings: vec![],
+            },
+            Event::Pushed {
+                url: "https://github.com/acme/app.git".into(),
+                branch: "loopd/autofix/0123456789ab".into(),
+                commit: "c".into(),
+                replaced: None,
+            },
+            Event::PullRequest {
+                number: 7,
+                url: "https://github.com/acme/app/pull/7".into(),
+                opened_now: false,
             },
         ]) {
             let e = Entry {

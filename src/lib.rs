@@ -33,7 +33,7 @@
 //! | --- | --- | --- |
 //! | 0 | [`util`] | atomic writes, ids, clock, shell quoting, crash points |
 //! | 1 | [`outcome`], [`process`] | reasons → exit codes (the one place); process trees |
-//! | 2 | [`workspace`], [`agent`], [`notify`] | git; the agent CLI seam (Claude Code); webhooks |
+//! | 2 | [`workspace`], [`agent`], [`notify`] | git (the diff, the pinned `.git/`, held credentials); the agent CLI seam (Claude Code); webhooks |
 //! | 3 | [`guard`], [`goal`], [`rubric`], [`critic`] | the judges and their settings |
 //! | 4 | [`report`], [`breaker`], [`journal`] | views, parking, the job's truth |
 //! | 5 | [`config`] | `loopd.toml` + flags → a validated job |

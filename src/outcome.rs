@@ -146,6 +146,9 @@ pub enum CiDecision {
     GateRefused,
     /// The loop did not accept a fix.
     NotAccepted,
+    /// The GitHub API or the push failed, or the autofix branch holds a
+    /// commit loopd did not make.
+    Error,
 }
 
 impl CiDecision {
@@ -157,6 +160,7 @@ impl CiDecision {
             CiDecision::Refused => "refused",
             CiDecision::GateRefused => "gate refused",
             CiDecision::NotAccepted => "not accepted",
+            CiDecision::Error => "error",
         }
     }
 
@@ -171,6 +175,7 @@ impl CiDecision {
             CiDecision::Refused => ExitStatus::Usage,
             CiDecision::GateRefused => ExitStatus::Guard,
             CiDecision::NotAccepted => reason.map_or(ExitStatus::Environment, ExitStatus::from),
+            CiDecision::Error => ExitStatus::Environment,
         }
     }
 }

@@ -4,7 +4,12 @@
 //! tests), and pushing with the token as the credential (git2).
 //!
 //! The token is read from the environment, kept in memory, and never logged
-//! or written anywhere.
+//! or written anywhere. Where it may go is decided before the agent runs
+//! ([`PushTarget`]): one URL, pushed to explicitly, with the credential
+//! offered only to that scheme, host and port, over https (plain http only
+//! to a loopback address, and only with the test-only
+//! [`ALLOW_HTTP_LOOPBACK_VAR`]); a git config that rewrites the URL
+//! (`insteadOf`) makes the push refuse rather than follow it.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -12,6 +17,11 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 pub use crate::util::TOKEN_VARS;
+
+/// Test-only: allow pushing with the token over plain http to a loopback
+/// address (the test suite's git server). Nothing else ever gets it over
+/// http.
+pub const ALLOW_HTTP_LOOPBACK_VAR: &str = "LOOPD_TEST_ALLOW_HTTP_LOOPBACK";
 
 #[derive(Debug, thiserror::Error)]
 pub enum GitHubError {
@@ -25,10 +35,41 @@ pub enum GitHubError {
     Api {
         method: String,
         path: String,
+        /// The HTTP status, when the API answered.
+        status: Option<u16>,
         message: String,
     },
     #[error("git push to `{remote}` failed: {message}")]
     Push { remote: String, message: String },
+    #[error("cannot push to `{url}`: {why}")]
+    PushTarget { url: String, why: String },
+    #[error("the git configuration rewrites the push URL `{url}` to `{to}` (`url.<base>.insteadOf` / `pushInsteadOf`); loopd pushes only to the URL it decided before the agent ran")]
+    PushRedirected { url: String, to: String },
+    #[error("the remote branch `{branch}` moved: expected {expected}, found {found}; loopd force-pushes only its own branch, and only over what it saw (a lease)")]
+    Lease {
+        branch: String,
+        expected: String,
+        found: String,
+    },
+}
+
+impl GitHubError {
+    /// The API's HTTP status for this error, if it answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            GitHubError::Api { status, .. } => *status,
+            _ => None,
+        }
+    }
+
+    pub fn hint(&self) -> Option<&'static str> {
+        match self {
+            GitHubError::PushTarget { .. } => Some("the push URL comes from `GITHUB_SERVER_URL` + `GITHUB_REPOSITORY` (in Actions), else from the remote's URL (`--remote`); it must be https"),
+            GitHubError::PushRedirected { .. } => Some("remove the `insteadOf` rewrite from the git configuration (`git config --show-origin --get-regexp 'url\\..*insteadof'`)"),
+            GitHubError::NoToken => Some("pass the workflow's token to the step: `env: GITHUB_TOKEN: ${{ secrets.GITHUB_TOKEN }}`"),
+            _ => None,
+        }
+    }
 }
 
 /// What the Actions environment says about this run.
@@ -44,6 +85,11 @@ pub struct Actions {
     /// The event comes from a fork.
     pub from_fork: bool,
     pub api_url: String,
+    /// `GITHUB_SERVER_URL` (`https://github.com`, or a GitHub Enterprise
+    /// host): with `repository`, where the fix is pushed.
+    pub server_url: Option<String>,
+    /// [`ALLOW_HTTP_LOOPBACK_VAR`] is set (tests only).
+    pub allow_http_loopback: bool,
     pub step_summary: Option<PathBuf>,
     pub run_url: Option<String>,
 }
@@ -101,11 +147,12 @@ impl Actions {
             .ok()
             .filter(|u| !u.is_empty())
             .unwrap_or_else(|| "https://api.github.com".into());
-        let run_url = match (
-            std::env::var("GITHUB_SERVER_URL"),
-            std::env::var("GITHUB_RUN_ID"),
-        ) {
-            (Ok(server), Ok(id)) => Some(format!("{server}/{repository}/actions/runs/{id}")),
+        let server_url = std::env::var("GITHUB_SERVER_URL")
+            .ok()
+            .filter(|u| !u.is_empty())
+            .map(|u| u.trim_end_matches('/').to_owned());
+        let run_url = match (&server_url, std::env::var("GITHUB_RUN_ID")) {
+            (Some(server), Ok(id)) => Some(format!("{server}/{repository}/actions/runs/{id}")),
             _ => None,
         };
         Ok(Actions {
@@ -115,10 +162,17 @@ impl Actions {
             event_name,
             from_fork,
             api_url,
+            server_url,
+            allow_http_loopback: allow_http_loopback_from_env(),
             step_summary: std::env::var_os("GITHUB_STEP_SUMMARY").map(PathBuf::from),
             run_url,
         })
     }
+}
+
+/// Is the test-only [`ALLOW_HTTP_LOOPBACK_VAR`] set to `1`?
+pub fn allow_http_loopback_from_env() -> bool {
+    std::env::var(ALLOW_HTTP_LOOPBACK_VAR).is_ok_and(|v| v == "1")
 }
 
 /// The token, from the first of [`TOKEN_VARS`] that is set.
@@ -127,6 +181,141 @@ pub fn token_from_env() -> Result<String, GitHubError> {
         .iter()
         .find_map(|v| std::env::var(v).ok().filter(|t| !t.is_empty()))
         .ok_or(GitHubError::NoToken)
+}
+
+/// Where a push goes, decided before the agent runs and never re-read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushTarget {
+    /// The URL pushed to, without userinfo.
+    pub url: String,
+    kind: TargetKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum TargetKind {
+    /// The token goes to this scheme, host and port, and nowhere else.
+    Remote {
+        scheme: String,
+        host: String,
+        port: Option<u16>,
+    },
+    /// A path or `file://` URL: no credential is ever offered.
+    Local,
+}
+
+impl PushTarget {
+    /// In Actions: `GITHUB_SERVER_URL/GITHUB_REPOSITORY.git`; elsewhere the
+    /// URL `remote` has now (its push URL if it has one).
+    pub fn decide(actions: &Actions, repo: &Path, remote: &str) -> Result<PushTarget, GitHubError> {
+        match &actions.server_url {
+            Some(server) => PushTarget::new(
+                &format!("{server}/{}.git", actions.repository),
+                actions.allow_http_loopback,
+            ),
+            None => PushTarget::of_remote(repo, remote, actions.allow_http_loopback),
+        }
+    }
+
+    /// The URL `remote` has in the repository's configuration now.
+    pub fn of_remote(repo: &Path, remote: &str, allow_http_loopback: bool) -> Result<PushTarget, GitHubError> {
+        let err = |why: String| GitHubError::PushTarget {
+            url: remote.to_owned(),
+            why,
+        };
+        let r = git2::Repository::open(repo).map_err(|e| err(e.message().to_owned()))?;
+        let rm = r
+            .find_remote(remote)
+            .map_err(|e| err(format!("no remote `{remote}`: {}", e.message())))?;
+        let url = rm
+            .pushurl()
+            .or(rm.url())
+            .ok_or_else(|| err(format!("the remote `{remote}` has no URL")))?
+            .to_owned();
+        PushTarget::new(&url, allow_http_loopback)
+    }
+
+    /// Check a URL: https (userinfo dropped), a local path, or — tests only
+    /// — http to a loopback address.
+    pub fn new(url: &str, allow_http_loopback: bool) -> Result<PushTarget, GitHubError> {
+        let refuse = |why: &str| GitHubError::PushTarget {
+            url: redact(url),
+            why: why.to_owned(),
+        };
+        if url.starts_with('/') {
+            return Ok(PushTarget {
+                url: url.to_owned(),
+                kind: TargetKind::Local,
+            });
+        }
+        let mut parsed = reqwest::Url::parse(url).map_err(|_| {
+            refuse("not a URL loopd can push to with a token (an `ssh` or `host:path` remote?); loopd pushes over https")
+        })?;
+        let scheme = parsed.scheme().to_owned();
+        if scheme == "file" {
+            return Ok(PushTarget {
+                url: url.to_owned(),
+                kind: TargetKind::Local,
+            });
+        }
+        let host = parsed
+            .host_str()
+            .ok_or_else(|| refuse("the URL has no host"))?
+            .to_owned();
+        match scheme.as_str() {
+            "https" => {}
+            "http" if allow_http_loopback && is_loopback(&host) => {}
+            "http" => return Err(refuse("the token is sent only over https (plain http only to a loopback address, in tests)")),
+            _ => return Err(refuse("loopd pushes over https")),
+        }
+        let _ = parsed.set_username("");
+        let _ = parsed.set_password(None);
+        Ok(PushTarget {
+            url: parsed.to_string(),
+            kind: TargetKind::Remote {
+                scheme,
+                port: parsed.port_or_known_default(),
+                host,
+            },
+        })
+    }
+
+    /// May the token be offered to a server asking for it at `url`?
+    pub fn accepts_credentials_for(&self, url: &str) -> bool {
+        let TargetKind::Remote { scheme, host, port } = &self.kind else {
+            return false;
+        };
+        reqwest::Url::parse(url).is_ok_and(|u| {
+            u.scheme() == scheme && u.host_str() == Some(host.as_str()) && u.port_or_known_default() == *port
+        })
+    }
+}
+
+fn is_loopback(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// A URL for a message: without userinfo.
+fn redact(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.to_string()
+        }
+        Err(_) => url.to_owned(),
+    }
+}
+
+/// The tip of a remote branch, as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BranchTip {
+    pub sha: String,
+    pub message: String,
+    pub parents: Vec<String>,
 }
 
 /// A pull request, as loopd needs it.
@@ -156,6 +345,7 @@ impl Api {
             .map_err(|e| GitHubError::Api {
                 method: "-".into(),
                 path: "-".into(),
+                status: None,
                 message: e.to_string(),
             })?;
         Ok(Api {
@@ -176,9 +366,10 @@ impl Api {
         body: Option<&Value>,
     ) -> Result<Value, GitHubError> {
         let url = format!("{}{path}", self.base);
-        let err = |message: String| GitHubError::Api {
+        let err = |status: Option<u16>, message: String| GitHubError::Api {
             method: method.to_string(),
             path: path.to_owned(),
+            status,
             message,
         };
         let mut backoff = self.backoff;
@@ -208,7 +399,7 @@ impl Api {
                     if !(status.is_server_error() || status.as_u16() == 429)
                         || attempt == self.attempts
                     {
-                        return Err(err(format!("HTTP {status}: {text}")));
+                        return Err(err(Some(status.as_u16()), format!("HTTP {status}: {text}")));
                     }
                     tracing::warn!(%method, path, status = status.as_u16(), attempt, "GitHub API error; retrying");
                     true
@@ -222,7 +413,7 @@ impl Api {
                         "request failed"
                     };
                     if attempt == self.attempts {
-                        return Err(err(what.into()));
+                        return Err(err(None, what.into()));
                     }
                     tracing::warn!(%method, path, error = what, attempt, "GitHub API unreachable; retrying");
                     true
@@ -233,7 +424,7 @@ impl Api {
                 backoff = backoff.saturating_mul(2);
             }
         }
-        Err(err("retries exhausted".into()))
+        Err(err(None, "retries exhausted".into()))
     }
 
     fn owner(&self) -> &str {
@@ -253,6 +444,54 @@ impl Api {
             number: p["number"].as_u64().unwrap_or(0),
             url: p["html_url"].as_str().unwrap_or("").to_owned(),
         }))
+    }
+
+    /// The tip of `branch`, or `None` when GitHub does not know it (404).
+    pub async fn branch(&self, branch: &str) -> Result<Option<BranchTip>, GitHubError> {
+        let path = format!("/repos/{}/branches/{branch}", self.repository);
+        match self.call(reqwest::Method::GET, &path, None).await {
+            Ok(v) => {
+                let c = &v["commit"];
+                Ok(Some(BranchTip {
+                    sha: c["sha"].as_str().unwrap_or("").to_owned(),
+                    message: c["commit"]["message"].as_str().unwrap_or("").to_owned(),
+                    parents: c["parents"]
+                        .as_array()
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(|p| p["sha"].as_str().map(str::to_owned))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                }))
+            }
+            Err(e) if e.status() == Some(404) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Open a pull request, or find the one that exists: GitHub answers 422
+    /// "already exists" to a duplicate — also to the retry of a request
+    /// whose first answer was lost (a 502 after creating it). `true`: this
+    /// call created it.
+    pub async fn open_pull(
+        &self,
+        head: &str,
+        base: &str,
+        title: &str,
+        body: &str,
+    ) -> Result<(PullRequest, bool), GitHubError> {
+        match self.create_pull(head, base, title, body).await {
+            Ok(pr) => Ok((pr, true)),
+            Err(e) if e.status() == Some(422) => match self.find_pull(head).await? {
+                Some(pr) => {
+                    tracing::info!(number = pr.number, head, "the pull request already exists");
+                    Ok((pr, false))
+                }
+                None => Err(e),
+            },
+            Err(e) => Err(e),
+        }
     }
 
     pub async fn create_pull(
@@ -302,40 +541,82 @@ impl Api {
     }
 }
 
-/// Push `local_ref` to `remote_ref` on `remote` (a name or a URL), with the
-/// token as the credential for https remotes.
+/// What the remote branch must hold for loopd to push over it (a lease):
+/// loopd only force-pushes its own `loopd/` branches, and only over what it
+/// saw. A branch already at the pushed commit is always fine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lease {
+    /// The branch must not exist.
+    Absent,
+    /// The branch must be at this commit (loopd's own, seen before the job).
+    At(git2::Oid),
+}
+
+/// Push `local_ref` to `remote_ref` at `target` (its URL, never a remote's
+/// configuration), offering `token` only to the target's host. The push is
+/// forced only for `refs/heads/loopd/...`, and only under `lease`.
 pub fn push(
     repo: &Path,
-    remote: &str,
+    target: &PushTarget,
     local_ref: &str,
     remote_ref: &str,
     token: Option<&str>,
+    lease: Lease,
 ) -> Result<(), GitHubError> {
     let err = |e: git2::Error| GitHubError::Push {
-        remote: remote.to_owned(),
+        remote: target.url.clone(),
         message: e.message().to_owned(),
     };
     let r = git2::Repository::open(repo).map_err(err)?;
-    let mut remote_obj = match r.find_remote(remote) {
-        Ok(rm) => rm,
-        Err(_) => r.remote_anonymous(remote).map_err(err)?,
-    };
+    let mut remote_obj = r.remote_anonymous(&target.url).map_err(err)?;
+    // An `insteadOf`/`pushInsteadOf` anywhere in git's configuration would
+    // send the push (and the token) elsewhere: refuse instead.
+    let rewritten = remote_obj
+        .pushurl()
+        .filter(|p| *p != target.url)
+        .or(remote_obj.url().filter(|u| *u != target.url));
+    if let Some(to) = rewritten {
+        return Err(GitHubError::PushRedirected {
+            url: target.url.clone(),
+            to: redact(to),
+        });
+    }
+    let own = remote_ref.starts_with("refs/heads/loopd/");
     let rejected = std::cell::RefCell::new(None);
+    let moved = std::cell::RefCell::new(None);
     {
         let mut callbacks = git2::RemoteCallbacks::new();
         let mut tried = false;
-        callbacks.credentials(move |_url, _user, _allowed| {
-            // One try: a wrong token must fail, not loop.
-            if tried {
+        callbacks.credentials(move |url, _user, allowed| {
+            // Only to the host decided before the agent ran, only once (a
+            // wrong token must fail, not loop).
+            if !target.accepts_credentials_for(url) {
+                tracing::warn!(url = %redact(url), "a server asked for credentials that loopd only gives the decided push host");
+                return Err(git2::Error::from_str("no credentials for this URL"));
+            }
+            if tried || !allowed.contains(git2::CredentialType::USER_PASS_PLAINTEXT) {
                 return Err(git2::Error::from_str("the token was refused"));
             }
             tried = true;
             match token {
                 Some(t) => git2::Cred::userpass_plaintext("x-access-token", t),
-                None => Err(git2::Error::from_str(
-                    "no token for an authenticated remote",
-                )),
+                None => Err(git2::Error::from_str("no token for an authenticated remote")),
             }
+        });
+        callbacks.push_negotiation(|updates| {
+            for u in updates {
+                let found = u.src();
+                let fine = found == u.dst()
+                    || match lease {
+                        Lease::Absent => found.is_zero(),
+                        Lease::At(expected) => found == expected,
+                    };
+                if !fine {
+                    *moved.borrow_mut() = Some(found);
+                    return Err(git2::Error::from_str("the lease does not hold"));
+                }
+            }
+            Ok(())
         });
         callbacks.push_update_reference(|refname, status| {
             if let Some(s) = status {
@@ -345,15 +626,126 @@ pub fn push(
         });
         let mut opts = git2::PushOptions::new();
         opts.remote_callbacks(callbacks);
-        remote_obj
-            .push(&[format!("{local_ref}:{remote_ref}")], Some(&mut opts))
-            .map_err(err)?;
+        // Never follow a redirect to another server; never a proxy from the
+        // configuration.
+        opts.follow_redirects(git2::RemoteRedirect::None);
+        opts.proxy_options(git2::ProxyOptions::new());
+        let force = if own { "+" } else { "" };
+        let pushed = remote_obj.push(&[format!("{force}{local_ref}:{remote_ref}")], Some(&mut opts));
+        if let Some(found) = moved.borrow_mut().take() {
+            return Err(GitHubError::Lease {
+                branch: remote_ref.trim_start_matches("refs/heads/").to_owned(),
+                expected: match lease {
+                    Lease::Absent => "no branch".into(),
+                    Lease::At(o) => o.to_string(),
+                },
+                found: if found.is_zero() {
+                    "no branch".into()
+                } else {
+                    found.to_string()
+                },
+            });
+        }
+        pushed.map_err(err)?;
     }
     match rejected.into_inner() {
         Some(why) => Err(GitHubError::Push {
-            remote: remote.to_owned(),
+            remote: target.url.clone(),
             message: why,
         }),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_goes_over_https_to_the_decided_host_only() {
+        let t = PushTarget::new("https://x-access-token:ghs_secret@github.com/acme/app.git", false)
+            .expect("https");
+        assert_eq!(t.url, "https://github.com/acme/app.git", "userinfo dropped");
+        assert!(t.accepts_credentials_for("https://github.com/acme/app.git/info/refs?service=git-receive-pack"));
+        for other in [
+            "http://github.com/acme/app.git",
+            "https://github.com.evil.example/acme/app.git",
+            "https://github.com:8443/acme/app.git",
+            "http://127.0.0.1:9/x.git",
+        ] {
+            assert!(!t.accepts_credentials_for(other), "{other}");
+        }
+        for refused in [
+            "http://github.com/acme/app.git",
+            "git@github.com:acme/app.git",
+            "ssh://git@github.com/acme/app.git",
+        ] {
+            assert!(PushTarget::new(refused, true).is_err(), "{refused}");
+        }
+        // Loopback http only with the test-only setting.
+        assert!(PushTarget::new("http://127.0.0.1:9/acme/app.git", false).is_err());
+        let local = PushTarget::new("http://127.0.0.1:9/acme/app.git", true).expect("loopback");
+        assert!(local.accepts_credentials_for("http://127.0.0.1:9/acme/app.git/info/refs"));
+        assert!(!local.accepts_credentials_for("http://127.0.0.1:10/acme/app.git/info/refs"));
+        assert!(PushTarget::new("http://10.0.0.1/acme/app.git", true).is_err());
+        // A path: pushed to without any credential.
+        let path = PushTarget::new("/srv/git/app.git", false).expect("path");
+        assert!(!path.accepts_credentials_for("/srv/git/app.git"));
+    }
+
+    /// A repository with one commit on `refs/heads/<branch>` (a new root
+    /// commit each call), and a bare remote beside it.
+    fn commit_on(r: &git2::Repository, branch: &str, text: &str) -> git2::Oid {
+        let sig = git2::Signature::now("t", "t@example.invalid").expect("sig");
+        let blob = r.blob(text.as_bytes()).expect("blob");
+        let mut tb = r.treebuilder(None).expect("tree");
+        tb.insert("f", blob, 0o100644).expect("insert");
+        let tree = r.find_tree(tb.write().expect("write")).expect("tree");
+        let oid = r.commit(None, &sig, &sig, text, &tree, &[]).expect("commit");
+        r.reference(&format!("refs/heads/{branch}"), oid, true, "t").expect("ref");
+        oid
+    }
+
+    #[test]
+    fn loopd_force_pushes_its_own_branch_only_over_what_it_saw() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let r = git2::Repository::init(tmp.path().join("work")).expect("init");
+        let remote = tmp.path().join("remote.git");
+        git2::Repository::init_bare(&remote).expect("bare");
+        let target = PushTarget::new(&remote.to_string_lossy(), false).expect("path");
+        let refspec = "refs/heads/loopd/autofix/abc";
+        let push_now = |lease| push(r.workdir().expect("workdir"), &target, refspec, refspec, None, lease);
+        let first = commit_on(&r, "loopd/autofix/abc", "one");
+        push_now(Lease::Absent).expect("a new branch");
+        push_now(Lease::Absent).expect("already there: nothing to do");
+        // A new fix: not over a branch it expected absent...
+        let second = commit_on(&r, "loopd/autofix/abc", "two");
+        match push_now(Lease::Absent) {
+            Err(GitHubError::Lease { found, .. }) => assert_eq!(found, first.to_string()),
+            other => panic!("pushed over an unexpected branch: {other:?}"),
+        }
+        // ...nor over a commit it did not see...
+        match push_now(Lease::At(second)) {
+            Err(GitHubError::Lease { .. }) => {}
+            other => panic!("pushed without the lease: {other:?}"),
+        }
+        // ...only over the one it saw (a force-push: no common history).
+        push_now(Lease::At(first)).expect("forced under the lease");
+        let bare = git2::Repository::open_bare(&remote).expect("open");
+        assert_eq!(bare.refname_to_id(refspec).expect("ref"), second);
+    }
+
+    #[test]
+    fn a_push_url_rewritten_by_git_config_is_refused_before_connecting() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let r = git2::Repository::init(tmp.path()).expect("init");
+        let mut cfg = r.config().expect("config");
+        cfg.set_str("url.http://127.0.0.1:9/.pushInsteadOf", "https://github.com/")
+            .expect("set");
+        let target = PushTarget::new("https://github.com/acme/app.git", false).expect("target");
+        match push(tmp.path(), &target, "refs/heads/x", "refs/heads/loopd/x", Some("t"), Lease::Absent) {
+            Err(GitHubError::PushRedirected { to, .. }) => assert!(to.starts_with("http://127.0.0.1:9/"), "{to}"),
+            other => panic!("not refused: {other:?}"),
+        }
     }
 }

@@ -9,8 +9,11 @@
 //!
 //! Safety: nothing runs on loopd's own branches or commits (no recursion);
 //! at most one pull request per failing commit (a second run finds the first
-//! and stops); an event from a fork is refused unless the config allows it;
-//! the token never reaches the agent, a log line or a file.
+//! and stops; a run after a partial failure opens the pull request from the
+//! branch the first one pushed, without a model call); an event from a fork
+//! is refused unless the config allows it; the token never reaches the
+//! agent, a log line or a file, and goes only where loopd decided before the
+//! agent ran ([`github::PushTarget`]).
 //!
 //! Only [`github`] knows GitHub.
 
@@ -22,10 +25,14 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::report::Summary;
-use crate::workspace::Workspace;
+use crate::workspace::{ChangeKind, Diff, Workspace};
 
 /// The trailer every loopd commit carries (no recursion on loopd's commits).
 pub const TRAILER: &str = "Loopd-Job:";
+
+/// The trailer of an autofix commit: the failing commit it fixes (a rerun
+/// recognizes an earlier run's fix by it).
+pub const FIX_TRAILER: &str = "Loopd-Autofix-Of:";
 
 /// The branch an autofix of `sha` is pushed to.
 pub fn autofix_branch(sha: &str) -> String {
@@ -41,6 +48,8 @@ pub struct CiReport {
     pub why: String,
     pub sha: String,
     pub branch: Option<String>,
+    /// Where the fix is (or would be) pushed, decided before the agent ran.
+    pub push_url: Option<String>,
     pub pull_request: Option<github::PullRequest>,
     pub risk_violations: Vec<String>,
     pub summary: Option<Summary>,
@@ -59,70 +68,74 @@ pub fn is_loopd_work(branch: &str, ws: &Workspace) -> Option<String> {
     None
 }
 
-/// Commit the working tree's state on top of HEAD *without moving HEAD or
-/// touching the checkout*, and point `refs/heads/<branch>` at it.
-pub fn commit_to_branch(repo: &Path, branch: &str, message: &str) -> Result<String, git2::Error> {
+/// Commit the change `diff` describes (BASE_REF to the working tree,
+/// artefacts left out) as one commit on top of `base`, *without moving HEAD
+/// or touching the checkout or its index*, and point `refs/heads/<branch>`
+/// at it.
+pub fn commit_to_branch(
+    repo: &Path,
+    base: git2::Oid,
+    diff: &Diff,
+    branch: &str,
+    message: &str,
+) -> Result<String, git2::Error> {
     let r = git2::Repository::open(repo)?;
+    let io = |e: std::io::Error| git2::Error::from_str(&e.to_string());
     // A private index, so the checkout's own index stays as it was.
     let mut index = git2::Index::new()?;
-    let head = r.head()?.peel_to_commit()?;
-    index.read_tree(&head.tree()?)?;
-    let statuses = r.statuses(Some(
-        git2::StatusOptions::new()
-            .include_untracked(true)
-            .recurse_untracked_dirs(true),
-    ))?;
+    let parent = r.find_commit(base)?;
+    index.read_tree(&parent.tree()?)?;
     let root = r
         .workdir()
         .ok_or_else(|| git2::Error::from_str("bare repository"))?
         .to_path_buf();
-    for s in statuses.iter() {
-        let Some(path) = s.path() else { continue };
-        let full = root.join(path);
-        if full.exists() {
-            let meta = std::fs::symlink_metadata(&full)
-                .map_err(|e| git2::Error::from_str(&e.to_string()))?;
-            let content = if meta.file_type().is_symlink() {
-                std::fs::read_link(&full).map(|t| t.to_string_lossy().into_owned().into_bytes())
-            } else {
-                std::fs::read(&full)
-            }
-            .map_err(|e| git2::Error::from_str(&e.to_string()))?;
-            let oid = r.blob(&content)?;
-            #[cfg(unix)]
-            let mode = {
-                use std::os::unix::fs::PermissionsExt;
-                if meta.file_type().is_symlink() {
-                    0o120000
-                } else if meta.permissions().mode() & 0o111 != 0 {
-                    0o100755
-                } else {
-                    0o100644
-                }
-            };
-            index.add(&git2::IndexEntry {
-                ctime: git2::IndexTime::new(0, 0),
-                mtime: git2::IndexTime::new(0, 0),
-                dev: 0,
-                ino: 0,
-                mode,
-                uid: 0,
-                gid: 0,
-                file_size: content.len() as u32,
-                id: oid,
-                flags: 0,
-                flags_extended: 0,
-                path: path.as_bytes().to_vec(),
-            })?;
-        } else {
-            index.remove_path(Path::new(path))?;
+    for change in &diff.changes {
+        if let Some(old) = &change.old_path {
+            index.remove_path(Path::new(old))?;
         }
+        if change.status == ChangeKind::Deleted {
+            index.remove_path(Path::new(&change.path))?;
+            continue;
+        }
+        let full = root.join(&change.path);
+        let meta = std::fs::symlink_metadata(&full).map_err(io)?;
+        let content = if meta.file_type().is_symlink() {
+            std::fs::read_link(&full).map(|t| t.to_string_lossy().into_owned().into_bytes())
+        } else {
+            std::fs::read(&full)
+        }
+        .map_err(io)?;
+        let oid = r.blob(&content)?;
+        let mode = {
+            use std::os::unix::fs::PermissionsExt;
+            if meta.file_type().is_symlink() {
+                0o120000
+            } else if meta.permissions().mode() & 0o111 != 0 {
+                0o100755
+            } else {
+                0o100644
+            }
+        };
+        index.add(&git2::IndexEntry {
+            ctime: git2::IndexTime::new(0, 0),
+            mtime: git2::IndexTime::new(0, 0),
+            dev: 0,
+            ino: 0,
+            mode,
+            uid: 0,
+            gid: 0,
+            file_size: content.len() as u32,
+            id: oid,
+            flags: 0,
+            flags_extended: 0,
+            path: change.path.as_bytes().to_vec(),
+        })?;
     }
     let tree = r.find_tree(index.write_tree_to(&r)?)?;
     let sig = r
         .signature()
         .or_else(|_| git2::Signature::now("loopd", "loopd@localhost"))?;
-    let oid = r.commit(None, &sig, &sig, message, &tree, &[&head])?;
+    let oid = r.commit(None, &sig, &sig, message, &tree, &[&parent])?;
     r.reference(&format!("refs/heads/{branch}"), oid, true, "loopd autofix")?;
     Ok(oid.to_string())
 }
@@ -168,6 +181,9 @@ pub fn write_step_summary(path: &Path, report: &CiReport) {
     );
     if let Some(pr) = &report.pull_request {
         md.push_str(&format!("Pull request: [#{}]({})\n\n", pr.number, pr.url));
+    }
+    if let (Some(branch), Some(url)) = (&report.branch, &report.push_url) {
+        md.push_str(&format!("Branch: `{branch}` at `{url}`\n\n"));
     }
     for v in &report.risk_violations {
         md.push_str(&format!("- risk policy: {v}\n"));

@@ -2,7 +2,7 @@
 //! ([`crate::ci::autofix`]).
 
 use crate::ci::autofix::{self, Autofix, CiError};
-use crate::ci::github::Actions;
+use crate::ci::github::{Actions, GitHubError};
 use crate::ci::{self, CiReport};
 use crate::cli::run::prepare;
 use crate::cli::CliError;
@@ -17,15 +17,19 @@ use crate::outcome::ExitStatus;
 /// Runs the loop with the small `[ci]` budget; only an accepted fix that
 /// passes every gate and the risk policy is pushed to
 /// `loopd/autofix/<short-sha>` as a pull request against the failing branch.
+/// The push goes to `GITHUB_SERVER_URL/GITHUB_REPOSITORY.git` (else the
+/// remote's URL, read before the agent runs), over https only.
 /// Exit 0 when a pull request with a verified fix exists (now or from an
 /// earlier run), 0 on loopd's own branches (nothing to do), 2 for a refused
-/// fork event, 3 when the fix failed the risk policy, otherwise `loopd run`'s
-/// code. The failing build itself stays red: its own job already failed.
+/// fork event or a missing token, 3 when the fix failed the risk policy, 5
+/// when the GitHub API or the push failed, otherwise `loopd run`'s code. The
+/// failing build itself stays red: its own job already failed.
 #[derive(Debug, clap::Args)]
 pub struct CiArgs {
     #[command(flatten)]
     pub flags: JobFlags,
-    /// The remote to push the fix to.
+    /// Outside GitHub Actions (no `GITHUB_SERVER_URL`): the remote whose URL,
+    /// read before the agent runs, the fix is pushed to.
     #[arg(long, default_value = "origin")]
     pub remote: String,
     /// Print the decision as JSON on stdout.
@@ -74,13 +78,39 @@ pub fn ci(args: CiArgs) -> Result<ExitStatus, CliError> {
     let ready = |ws: &crate::workspace::Workspace, job: &crate::config::Job| {
         crate::job::ready(ws, job).map_err(CiError::from)
     };
-    let report = rt
-        .block_on(autofix::run(fix, ready, move || control))
-        .map_err(|e| match e {
-            CiError::GitHub(crate::ci::github::GitHubError::NoToken) => {
-                CliError::new(ExitStatus::Usage, e)
+    match rt.block_on(autofix::run(fix, ready, move || control)) {
+        Ok(report) => Ok(finish(&args, &actions, report)),
+        Err(e) => {
+            // The step summary says what happened, whatever happened.
+            if let Some(path) = &actions.step_summary {
+                let report = CiReport {
+                    decision: ci::Decision::Error,
+                    why: e.to_string(),
+                    sha: actions.sha.clone(),
+                    branch: None,
+                    push_url: None,
+                    pull_request: None,
+                    risk_violations: vec![],
+                    summary: None,
+                };
+                ci::write_step_summary(path, &report);
             }
-            e => CliError::new(ExitStatus::Environment, e),
-        })?;
-    Ok(finish(&args, &actions, report))
+            Err(match e {
+                CiError::GitHub(g) => {
+                    let status = match g {
+                        GitHubError::NoToken | GitHubError::PushTarget { .. } => ExitStatus::Usage,
+                        _ => ExitStatus::Environment,
+                    };
+                    let hint = g.hint();
+                    let err = CliError::new(status, g);
+                    match hint {
+                        Some(h) => err.hint(h),
+                        None => err,
+                    }
+                }
+                CiError::Workspace(w) => CliError::from(w),
+                e => CliError::new(ExitStatus::Environment, e),
+            })
+        }
+    }
 }

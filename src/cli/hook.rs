@@ -1,5 +1,6 @@
 //! `loopd hook pre-tool-use`: the Claude Code PreToolUse hook that denies
-//! tool calls which would change a protected path or rewrite git history.
+//! tool calls which would change a protected path, rewrite git history, or
+//! write the repository's git directory (config, remotes, hooks, refs).
 //!
 //! Inside a loopd job the policy arrives through the file named by
 //! `LOOPD_POLICY` (set in the hook's command line in the per-session

@@ -122,12 +122,20 @@ pub async fn deliver(
         ApprovalAction::Merge => merge(&st.repo, &st.branch, &settings.merge_into)?,
         ApprovalAction::PullRequest => {
             let token = crate::ci::github::token_from_env()?;
-            crate::ci::github::push(
+            // The job has ended and put `.git/` back as it was pinned: the
+            // remote's URL now is the one the job started with.
+            let target = crate::ci::github::PushTarget::of_remote(
                 &st.repo,
                 &settings.remote,
+                crate::ci::github::allow_http_loopback_from_env(),
+            )?;
+            crate::ci::github::push(
+                &st.repo,
+                &target,
                 &format!("refs/heads/{}", st.branch),
                 &format!("refs/heads/{}", st.branch),
                 Some(&token),
+                crate::ci::github::Lease::Absent,
             )?;
             let repo = std::env::var("LOOPD_GITHUB_REPOSITORY")
                 .or_else(|_| std::env::var("GITHUB_REPOSITORY"))

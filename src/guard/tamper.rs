@@ -8,6 +8,9 @@
 //! - the job's `loopd.toml` and the rubric;
 //! - whatever the lead adds in `loopd.toml` (`[protect] paths`).
 //!
+//! - the repository's git directory (`.git/**`): loopd's during a job, since
+//!   its config decides where a push goes and its hooks what git runs.
+//!
 //! It is enforced twice: at the tool call by `loopd hook pre-tool-use`
 //! ([`Policy::check_tool`]), and after every attempt by a deterministic gate
 //! on the diff since BASE_REF ([`Policy::diff_findings`]): any change to a
@@ -83,7 +86,8 @@ pub const SKIP_MARKERS: &[&str] = &[
     r"@(Disabled|Ignore)\b",
 ];
 
-/// Git subcommands that rewrite history or reset the working tree.
+/// Git subcommands that rewrite history or reset the working tree (and
+/// `commit --amend`): denied wherever the hook runs.
 pub const FORBIDDEN_GIT: &[&str] = &[
     "stash",
     "reset",
@@ -102,11 +106,41 @@ pub const FORBIDDEN_GIT: &[&str] = &[
     "prune",
 ];
 
+/// Git subcommands that write the repository's refs, configuration or
+/// hooks: denied inside a loopd job, where `.git/` is loopd's and loopd
+/// commits an accepted change itself. (`config`, `remote`, `symbolic-ref`,
+/// `branch` and `tag` are judged by their arguments: their read-only forms
+/// stay allowed.)
+pub const GIT_DIR_WRITERS: &[&str] = &[
+    "commit",
+    "merge",
+    "cherry-pick",
+    "revert",
+    "am",
+    "pull",
+    "init",
+    "worktree",
+    "submodule",
+    "notes",
+];
+
 /// Programs that write, move or delete the paths they are given.
 const MUTATORS: &[&str] = &[
     "rm", "rmdir", "unlink", "shred", "mv", "cp", "ln", "chmod", "chown", "chgrp", "touch",
     "truncate", "tee", "dd", "install", "rsync", "patch",
 ];
+
+/// Programs that install git hooks, with the argument that makes them do it
+/// (`None`: any invocation).
+const HOOK_INSTALLERS: &[(&str, Option<&str>)] = &[
+    ("pre-commit", Some("install")),
+    ("lefthook", Some("install")),
+    ("husky", None),
+    ("husky-init", None),
+];
+
+/// Why the repository's git directory is protected, for denials and findings.
+pub const GIT_DIR_WHY: &str = "the repository's git directory is loopd's during a job: its config decides where a push goes and its hooks what git runs";
 
 /// Interpreters whose inline code (`-c`, `-e`) is searched for protected paths.
 const INTERPRETERS: &[&str] = &[
@@ -128,6 +162,12 @@ pub struct Policy {
     pub skip_markers: Vec<String>,
     /// Where the hook appends what it denied (loopd reads it after a session).
     pub denials_log: Option<PathBuf>,
+    /// Inside a loopd job: the checkout's git directories (its own and the
+    /// common one, which a worktree shares). Nothing under them may be
+    /// written, and git may not write refs, config or hooks. Empty for the
+    /// standalone hook in your own sessions.
+    #[serde(default)]
+    pub git_dirs: Vec<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -230,6 +270,7 @@ impl Policy {
             outside,
             skip_markers,
             denials_log: None,
+            git_dirs: vec![],
         })
     }
 
@@ -358,6 +399,9 @@ impl Compiled<'_> {
     /// that contains protected files counts as protected too.
     pub fn protected(&self, rel: &str) -> Option<String> {
         let rel = rel.trim_start_matches("./").trim_end_matches('/');
+        if self.owns_git_dir() && (rel == ".git" || rel.starts_with(".git/")) {
+            return Some(GIT_DIR_WHY.to_owned());
+        }
         if rel.is_empty() || rel == "." {
             return (!self.policy.files.is_empty())
                 .then(|| "the repository root contains protected files".to_owned());
@@ -392,6 +436,9 @@ impl Compiled<'_> {
         });
         if let Some(why) = self.policy.outside.get(&abs) {
             return Some((abs.display().to_string(), why.clone()));
+        }
+        if self.policy.git_dirs.iter().any(|d| abs.starts_with(d)) {
+            return Some((abs.display().to_string(), GIT_DIR_WHY.to_owned()));
         }
         let rel = abs.strip_prefix(&self.policy.repo).ok()?;
         let rel = rel.to_string_lossy();
@@ -452,6 +499,9 @@ impl Compiled<'_> {
             let Some((program, args)) = cmd.program() else {
                 continue;
             };
+            if let Some(reason) = hook_installer(program, args).filter(|_| self.owns_git_dir()) {
+                return Some(reason);
+            }
             if program == "git" {
                 if let Some(reason) = self.check_git(args, cwd) {
                     return Some(reason);
@@ -533,6 +583,17 @@ impl Compiled<'_> {
                 "loopd: `{what}` rewrites history or resets the working tree, and is not allowed during a loopd job. Change the files you need directly; loopd keeps every attempt's state itself."
             ));
         }
+        let owned = self.owns_git_dir();
+        if owned && GIT_DIR_WRITERS.contains(&sub) {
+            return Some(format!(
+                "loopd: `git {sub}` writes the repository's refs or git directory, which is loopd's during a job. Change the files you need directly; loopd keeps every attempt's state and commits an accepted change itself."
+            ));
+        }
+        if let Some(what) = git_dir_write(sub, &rest).filter(|_| owned) {
+            return Some(format!(
+                "loopd: `{what}` writes the repository's git directory (its config, remotes, hooks or refs), which is loopd's during a job: it decides where a push goes and what git runs. Read-only forms (`git config --get`, `git remote -v`, `git branch --list`) are fine; leave the repository's setup as it is and fix the code under test."
+            ));
+        }
         if matches!(sub, "rm" | "mv") {
             for a in rest.iter().filter(|a| !a.starts_with('-')) {
                 if let Some((p, why)) = self.protected_path(a, cwd) {
@@ -543,8 +604,23 @@ impl Compiled<'_> {
         None
     }
 
+    /// Is this a loopd job's policy, under which `.git/` is loopd's?
+    fn owns_git_dir(&self) -> bool {
+        !self.policy.git_dirs.is_empty()
+    }
+
     /// A protected file named inside a piece of inline code.
     fn mentioned(&self, code: &str) -> Option<(String, String)> {
+        let git_dir = self.owns_git_dir()
+            && (code.contains(".git/")
+            || self
+                .policy
+                .git_dirs
+                .iter()
+                .any(|d| code.contains(&*d.to_string_lossy())));
+        if git_dir {
+            return Some((".git/".to_owned(), GIT_DIR_WHY.to_owned()));
+        }
         self.policy
             .files
             .iter()
@@ -560,8 +636,22 @@ impl Compiled<'_> {
     }
 
     /// The diff gate: protected paths changed and skip markers added.
+    /// Untracked artefacts left out of the change are still checked for
+    /// protected paths (a "build artefact" named like a runner config is not
+    /// waved through).
     pub fn diff_findings(&self, diff: &Diff) -> Vec<Finding> {
         let mut out = Vec::new();
+        for path in &diff.excluded {
+            if let Some(why) = self.protected(path) {
+                out.push(Finding {
+                    reason: Reason::ProtectedPath,
+                    path: path.clone(),
+                    line: None,
+                    problem: format!("`{path}` was created, but it is protected ({why})"),
+                    fix: format!("remove `{path}`; fix the code under test instead"),
+                });
+            }
+        }
         for change in &diff.changes {
             for path in std::iter::once(&change.path).chain(change.old_path.iter()) {
                 if let Some(why) = self.protected(path) {
@@ -605,10 +695,101 @@ impl Compiled<'_> {
     }
 }
 
+/// A program that installs git hooks (`pre-commit install`, `husky`, …),
+/// directly or through a package runner (`npx husky`).
+fn hook_installer(program: &str, args: &[String]) -> Option<String> {
+    let (program, args) = match program {
+        "npx" | "bunx" | "pnpx" => match args.iter().position(|a| !a.starts_with('-')) {
+            Some(i) => (args[i].as_str(), &args[i + 1..]),
+            None => return None,
+        },
+        "pnpm" | "yarn" | "bun" | "npm" if args.first().is_some_and(|a| a == "exec" || a == "dlx" || a == "x") => {
+            match args.get(1) {
+                Some(p) => (p.as_str(), &args[2..]),
+                None => return None,
+            }
+        }
+        _ => (program, args),
+    };
+    let program = program.split('@').next().unwrap_or(program);
+    HOOK_INSTALLERS
+        .iter()
+        .find(|(p, arg)| *p == program && arg.is_none_or(|a| args.iter().any(|x| x == a)))
+        .map(|_| format!("loopd: `{program}` installs git hooks into the repository's git directory, which is loopd's during a job. Leave the hooks as they are and fix the code under test."))
+}
+
+/// The form of `git <sub> <rest>` that writes config, remotes or refs, if
+/// this is one; read-only forms are `None`.
+fn git_dir_write(sub: &str, rest: &[&String]) -> Option<String> {
+    let has = |flags: &[&str]| rest.iter().any(|a| flags.contains(&a.as_str()));
+    let operands: Vec<&str> = rest
+        .iter()
+        .filter(|a| !a.starts_with('-'))
+        .map(|a| a.as_str())
+        .collect();
+    let writes = match sub {
+        "config" => !has(&[
+            "--get",
+            "--get-all",
+            "--get-regexp",
+            "--get-urlmatch",
+            "--get-color",
+            "--get-colorbool",
+            "-l",
+            "--list",
+        ]) && !matches!(operands.first(), Some(&"get") | Some(&"list")),
+        "remote" => !matches!(operands.first(), None | Some(&"show") | Some(&"get-url")),
+        "symbolic-ref" => has(&["-d", "--delete"]) || operands.len() > 1,
+        "branch" => {
+            has(&[
+                "-d",
+                "-D",
+                "--delete",
+                "-m",
+                "-M",
+                "--move",
+                "-c",
+                "-C",
+                "--copy",
+                "-f",
+                "--force",
+                "-u",
+                "--set-upstream-to",
+                "--unset-upstream",
+                "--edit-description",
+            ]) || (!operands.is_empty() && !has(&["-l", "--list", "--contains", "--merged", "--no-merged", "--points-at"]))
+        }
+        "tag" => {
+            has(&["-d", "--delete", "-a", "--annotate", "-s", "--sign", "-f", "--force", "-m", "-F"])
+                || (!operands.is_empty() && !has(&["-l", "--list", "--contains", "--merged", "--no-merged", "--points-at"]))
+        }
+        _ => false,
+    };
+    writes.then(|| format!("git {sub}"))
+}
+
 fn deny_path(path: &str, why: &str) -> String {
     format!(
         "loopd: `{path}` is protected ({why}); it cannot be changed, moved, deleted or chmod-ed during this job. Fix the code under test instead — adding a new test file is allowed."
     )
+}
+
+/// Changes to the pinned `.git/` files as gate findings (`stage`: when they
+/// happened, for the agent to read).
+pub fn git_dir_findings(changes: &[crate::workspace::gitdir::Changed], stage: &str) -> Vec<Finding> {
+    changes
+        .iter()
+        .map(|c| {
+            let path = format!(".git/{}", c.path);
+            Finding {
+                reason: Reason::ProtectedPath,
+                problem: format!("`{path}` {} {stage}, but it is protected ({GIT_DIR_WHY})", c.drift.as_str()),
+                path,
+                line: None,
+                fix: "leave `.git/` alone — no `git config`, `git remote`, hook installs or writes under `.git/`, also not from code the tests run; loopd has put it back".into(),
+            }
+        })
+        .collect()
 }
 
 /// Hash of a file's bytes (for the judge-integrity guard).
@@ -855,6 +1036,7 @@ mod tests {
             outside,
             skip_markers: SKIP_MARKERS.iter().map(|s| s.to_string()).collect(),
             denials_log: None,
+            git_dirs: vec![PathBuf::from("/repo/.git")],
         }
     }
 
@@ -955,6 +1137,84 @@ mod tests {
             "echo ok > notes.txt",
         ] {
             assert!(bash(&p, cmd).is_none(), "denied but harmless: {cmd}");
+        }
+    }
+
+    #[test]
+    fn the_git_directory_and_git_commands_that_write_it_are_denied() {
+        let pol = policy();
+        let p = pol.compile().expect("compile");
+        let cwd = Path::new("/repo");
+        for path in ["/repo/.git/config", "/repo/.git/hooks/pre-push", ".git/info/exclude"] {
+            assert!(
+                p.check_tool("Write", &json!({ "file_path": path }), cwd).is_some(),
+                "not denied: Write {path}"
+            );
+        }
+        assert!(p
+            .check_tool("Read", &json!({"file_path": "/repo/.git/config"}), cwd)
+            .is_none());
+        for cmd in [
+            "git remote set-url --push origin http://127.0.0.1:9/x",
+            "git remote add evil http://127.0.0.1:9/x",
+            "git config remote.origin.pushurl http://127.0.0.1:9/x",
+            "git config --add url.http://127.0.0.1:9/.pushInsteadOf https://github.com/",
+            "git -C /repo config core.hooksPath /tmp/hooks",
+            "git config set core.fsmonitor true",
+            "git update-ref refs/heads/main HEAD~1",
+            "git symbolic-ref HEAD refs/heads/other",
+            "git commit -qam wip",
+            "git commit --amend -m x",
+            "git branch -f main HEAD~1",
+            "git branch evil",
+            "git tag -f v1",
+            "git init",
+            "git worktree add /tmp/x",
+            "echo '[remote \"x\"]' >> .git/config",
+            "cp /tmp/hook .git/hooks/pre-commit",
+            "chmod +x /repo/.git/hooks/pre-commit",
+            "python3 -c \"open('.git/config','a').write('x')\"",
+            "pre-commit install",
+            "npx husky install",
+            "npx --yes husky",
+            "lefthook install",
+        ] {
+            assert!(bash(&p, cmd).is_some(), "not denied: {cmd}");
+        }
+        for cmd in [
+            "git config --get remote.origin.url",
+            "git config --list",
+            "git config get user.name",
+            "git remote -v",
+            "git remote",
+            "git remote get-url origin",
+            "git symbolic-ref HEAD",
+            "git branch",
+            "git branch --show-current",
+            "git branch --list 'loopd/*'",
+            "git tag",
+            "git tag -l",
+            "git add rechnung.py",
+            "git status --short",
+            "cat .git/config",
+            "pre-commit run --all-files",
+        ] {
+            assert!(bash(&p, cmd).is_none(), "denied but read-only: {cmd}");
+        }
+        // The diff gate's view: `.git` paths are protected too.
+        assert!(p.protected(".git/config").is_some());
+        assert!(p.protected(".github/workflows/ci.yml").is_none());
+
+        // The standalone hook in your own sessions: history stays protected,
+        // commits and `.git/` are yours.
+        let mut own = policy();
+        own.git_dirs.clear();
+        let p = own.compile().expect("compile");
+        for cmd in ["git commit -qam wip", "git remote add up https://example.com/x", "pre-commit install"] {
+            assert!(bash(&p, cmd).is_none(), "denied outside a job: {cmd}");
+        }
+        for cmd in ["git commit --amend -m x", "git reset --hard", "git stash"] {
+            assert!(bash(&p, cmd).is_some(), "allowed outside a job: {cmd}");
         }
     }
 

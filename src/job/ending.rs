@@ -1,6 +1,8 @@
-//! How a job ends: the decision is journaled, then — for every ending but
-//! acceptance — the breaker parks the work and the journal records where,
-//! *then* `failure.json` and `summary.json` (views) are written. A resumed
+//! How a job ends: the decision is journaled, `.git/` is put back as pinned,
+//! then — for every ending but acceptance — the breaker parks the work and
+//! the journal records where, the checkout's credentials are released (the
+//! last holder puts them back), *then* `failure.json` and `summary.json`
+//! (views) are written. A resumed
 //! job whose journal already holds a step does not do it again; a failing
 //! disk never hides where the work went (it is logged and printed).
 
@@ -27,11 +29,17 @@ impl Run<'_> {
                 tracing::error!(error = %e, "cannot journal the job's end");
             }
         }
+        // Before the breaker's stash (a git operation): `.git/` as pinned.
+        // An ending mid-attempt had no gate to look; what was there is kept.
+        if let Err(e) = self.restore_git_dir(&self.dir.join("git-dir-changed").join("ending")) {
+            tracing::error!(error = %e, "cannot put the git directory back as pinned");
+        }
         let parked = if ending.reason == Reason::Accepted || suspend {
             None
         } else {
             Some(self.park(&ending))
         };
+        self.release_credentials();
         let state = self.journal.state();
         let wall_ms = state.wall_ms.max(self.journal.started().elapsed().as_millis() as u64);
         let totals = Totals::from_spend(&state.spend(), wall_ms);

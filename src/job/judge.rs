@@ -1,7 +1,8 @@
-//! Everything after the agent session, in order: the diff and the progress
-//! guard → the hook's denials → the diff gate (protected paths, skip
-//! markers) → the goal test → the test-count gate → judge integrity → the
-//! critic → the decision. Each step's result is journaled; on a resume a step
+//! Everything after the agent session, in order: `.git/` against its pin
+//! (then put back) → the diff and the progress guard → the hook's denials →
+//! the diff gate (protected paths, skip markers) → the goal test → `.git/`
+//! again (the goal ran the agent's code) → the test-count gate → judge
+//! integrity → the critic → the decision. Each step's result is journaled; on a resume a step
 //! whose result the journal holds is not run again.
 
 use std::collections::BTreeMap;
@@ -47,7 +48,12 @@ impl Run<'_> {
         attempt_started: Instant,
     ) -> Result<Judged, JobError> {
         let stop = |e: Ending| Ok(Judged::Stop(e));
-        let diff = self.ws.diff_since(self.base_oid)?;
+        // `.git/` first: what the agent wrote there is found, journaled, and
+        // put back before loopd's own git computes the diff.
+        self.git_dir_gate(n, false, dir)?;
+        let diff = self
+            .ws
+            .diff_since(self.base_oid, &self.journal.state().artefacts)?;
         self.write(&dir.join("diff.patch"), &diff.patch)?;
         if self.current().diff.is_none() {
             self.journal.append(Event::DiffTaken {
@@ -84,7 +90,8 @@ impl Run<'_> {
             })?;
         }
         let current = self.current();
-        let gate = current.diff_gate.clone().unwrap_or_default();
+        let mut gate = current.git_dir_gate.clone().unwrap_or_default();
+        gate.extend(current.diff_gate.clone().unwrap_or_default());
         if !gate.is_empty() {
             return Ok(self.reject_by_gates(n, gate, current.denied));
         }
@@ -93,6 +100,7 @@ impl Run<'_> {
         let goal = match current.goal {
             Some(g) => g,
             None => {
+                let before = self.ws.untracked_blobs()?;
                 let goal = goal::run(
                     &self.job.goal,
                     self.ws.root(),
@@ -109,13 +117,26 @@ impl Run<'_> {
                 if let Some(e) = self.signalled() {
                     return stop(e);
                 }
+                // The goal ran the agent's code: `.git/` again, and back.
+                self.git_dir_gate(n, true, dir)?;
+                let after = self.ws.untracked_blobs()?;
+                let artefacts = self.journal.state().artefacts.created_by_goal(&before, &after);
+                if !artefacts.is_empty() {
+                    tracing::info!(attempt = n, files = artefacts.len(), "untracked files from the goal test: not part of the change");
+                }
                 self.journal.append(Event::GoalRun {
                     attempt: n,
                     report: goal.clone(),
+                    artefacts,
                 })?;
                 goal
             }
         };
+        let current = self.current();
+        let after_goal = current.git_dir_after_goal.clone().unwrap_or_default();
+        if !after_goal.is_empty() {
+            return Ok(self.reject_by_gates(n, after_goal, current.denied));
+        }
         if let Some(e) = self.signalled() {
             return stop(e);
         }
@@ -271,6 +292,38 @@ impl Run<'_> {
             feedback: Feedback::Gates(findings),
             gate,
         }
+    }
+
+    /// Compare `.git/` with its pin (once per stage of an attempt, except
+    /// when a crash re-runs the goal: then again), journal what changed as
+    /// findings, *then* put the pinned files back (always: a resume may land
+    /// between the two).
+    fn git_dir_gate(&mut self, n: u32, after_goal: bool, dir: &Path) -> Result<(), JobError> {
+        let (gate, done, stage) = if after_goal {
+            (Gate::GitDirAfterGoal, false, "while the goal test ran the agent's code")
+        } else {
+            (
+                Gate::GitDir,
+                self.current().git_dir_gate.is_some(),
+                "during the agent session",
+            )
+        };
+        if !done {
+            let changes = self.pin.changes().map_err(|source| JobError::GitDir {
+                path: self.pin.git_dir().to_path_buf(),
+                source,
+            })?;
+            let findings = tamper::git_dir_findings(&changes, stage);
+            for f in &findings {
+                tracing::warn!(attempt = n, path = %f.path, problem = %f.problem, "the git directory changed");
+            }
+            self.journal.append(Event::GateChecked {
+                attempt: n,
+                gate,
+                findings,
+            })?;
+        }
+        self.restore_git_dir(&dir.join("git-dir-changed"))
     }
 
     /// Journal the hook's denials log lines not journaled yet.

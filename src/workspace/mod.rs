@@ -6,7 +6,17 @@
 //! Rules: nothing here drops, pops or clears a stash, cleans a working tree
 //! or resets one; parking is the only write to the user's tree, and it is
 //! undone by `git stash apply <commit>`.
+//!
+//! The change is what the agent wrote: untracked files that goal steps
+//! created, and the usual build artefacts ([`ARTEFACT_GLOBS`]), are left out
+//! of the diff ([`Artefacts`]). `.git/` itself is pinned for the job
+//! ([`gitdir`]), and credentials in its config are held out of the agent's
+//! reach ([`credentials`]).
 
+pub mod credentials;
+pub mod gitdir;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use git2::{DiffFormat, DiffOptions, Oid, Repository, StatusOptions};
@@ -62,12 +72,85 @@ pub enum ChangeKind {
     ModeChanged,
 }
 
+/// Untracked paths that are build artefacts whoever made them (gitignore
+/// semantics: a directory of that name at any depth). Only *untracked*
+/// files: a tracked file is part of the change whatever its name.
+pub const ARTEFACT_GLOBS: &[&str] = &[
+    "**/__pycache__/**",
+    "**/*.pyc",
+    "**/.pytest_cache/**",
+    "**/target/**",
+    "**/node_modules/**",
+];
+
+/// What is not the agent's change: untracked files the goal steps created
+/// (path → the git blob id the goal run left; a file the agent changed
+/// afterwards has another id and counts again), and anything untracked
+/// matching [`ARTEFACT_GLOBS`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Artefacts {
+    pub from_goal: BTreeMap<String, String>,
+}
+
+fn artefact_globs() -> globset::GlobSet {
+    let mut b = globset::GlobSetBuilder::new();
+    for g in ARTEFACT_GLOBS {
+        b.add(
+            globset::GlobBuilder::new(g)
+                .literal_separator(true)
+                .build()
+                .expect("the artefact globs are valid"),
+        );
+    }
+    b.build().expect("the artefact globs build")
+}
+
+/// Is `rel` (an untracked path) a usual build artefact?
+pub fn is_usual_artefact(rel: &str) -> bool {
+    artefact_globs().is_match(rel)
+}
+
+impl Artefacts {
+    /// Is the untracked file `rel` (under `root`) left out of the change?
+    fn excludes(&self, globs: &globset::GlobSet, root: &Path, rel: &str) -> bool {
+        if globs.is_match(rel) {
+            return true;
+        }
+        let Some(recorded) = self.from_goal.get(rel) else {
+            return false;
+        };
+        Oid::hash_file(git2::ObjectType::Blob, root.join(rel))
+            .is_ok_and(|now| now.to_string() == *recorded)
+    }
+
+    /// The untracked files a goal run created or rewrote: in `after` and
+    /// not in `before`, or changed while `before` still held what an earlier
+    /// goal run left (the agent did not touch it in between).
+    pub fn created_by_goal(
+        &self,
+        before: &BTreeMap<String, String>,
+        after: &BTreeMap<String, String>,
+    ) -> BTreeMap<String, String> {
+        after
+            .iter()
+            .filter(|(path, blob)| match before.get(*path) {
+                None => true,
+                Some(b) => b != *blob && self.from_goal.get(*path) == Some(b),
+            })
+            .map(|(p, b)| (p.clone(), b.clone()))
+            .collect()
+    }
+}
+
 /// The state of the tree relative to BASE_REF.
 #[derive(Debug, Clone)]
 pub struct Diff {
-    /// Unified diff text, new untracked files included.
+    /// Unified diff text, new untracked files included (artefacts not).
     pub patch: String,
     pub changes: Vec<Change>,
+    /// Untracked paths left out as artefacts (not the agent's change); the
+    /// protected-path gate still looks at them.
+    pub excluded: Vec<String>,
     /// sha256 of `patch`: equal hashes mean the same working tree state.
     pub sha256: String,
     /// Every added line with its file and line number in the new file (the
@@ -121,16 +204,21 @@ impl Workspace {
         }
     }
 
-    /// Uncommitted changes and untracked files (ignored files do not count).
-    pub fn dirty_paths(&self) -> Result<Vec<String>, WorkspaceError> {
+    /// The status of every changed or untracked file (ignored files do not
+    /// count), untracked directories listed file by file.
+    fn statuses(&self) -> Result<git2::Statuses<'_>, WorkspaceError> {
         let mut opts = StatusOptions::new();
         opts.include_untracked(true)
             .recurse_untracked_dirs(true)
             .include_ignored(false);
-        let statuses = self
-            .repo
+        self.repo
             .statuses(Some(&mut opts))
-            .map_err(self.git("status"))?;
+            .map_err(self.git("status"))
+    }
+
+    /// Uncommitted changes and untracked files (ignored files do not count).
+    pub fn dirty_paths(&self) -> Result<Vec<String>, WorkspaceError> {
+        let statuses = self.statuses()?;
         Ok(statuses
             .iter()
             .filter_map(|s| s.path().map(str::to_owned))
@@ -167,9 +255,48 @@ impl Workspace {
         Ok(commit.id())
     }
 
+    /// The repository's common git directory (a worktree shares its
+    /// `config`, `hooks/` and `info/` with the main checkout).
+    pub fn common_dir(&self) -> &Path {
+        self.repo.commondir()
+    }
+
+    /// Every git directory of this checkout: its own (`.git/`, or
+    /// `.git/worktrees/<name>/` for a worktree) and the common one.
+    pub fn git_dirs(&self) -> Vec<PathBuf> {
+        let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        let mut dirs = vec![canonical(self.repo.path())];
+        let common = canonical(self.repo.commondir());
+        if !dirs.contains(&common) {
+            dirs.push(common);
+        }
+        dirs
+    }
+
+    /// The untracked files (not ignored, not usual artefacts) with their
+    /// git blob ids: what a goal run is compared against.
+    pub fn untracked_blobs(&self) -> Result<BTreeMap<String, String>, WorkspaceError> {
+        let statuses = self.statuses()?;
+        let globs = artefact_globs();
+        let mut out = BTreeMap::new();
+        for s in statuses.iter() {
+            if !s.status().contains(git2::Status::WT_NEW) {
+                continue;
+            }
+            let Some(path) = s.path() else { continue };
+            if globs.is_match(path) {
+                continue;
+            }
+            if let Ok(oid) = Oid::hash_file(git2::ObjectType::Blob, self.root.join(path)) {
+                out.insert(path.to_owned(), oid.to_string());
+            }
+        }
+        Ok(out)
+    }
+
     /// The diff from `base` to the working tree, untracked files included
-    /// with their content, ignored files excluded.
-    pub fn diff_since(&self, base: Oid) -> Result<Diff, WorkspaceError> {
+    /// with their content, ignored files and `artefacts` excluded.
+    pub fn diff_since(&self, base: Oid, artefacts: &Artefacts) -> Result<Diff, WorkspaceError> {
         let tree = self
             .repo
             .find_commit(base)
@@ -192,8 +319,19 @@ impl Workspace {
         diff.find_similar(Some(&mut find))
             .map_err(self.git("find renames"))?;
 
+        let globs = artefact_globs();
+        let mut excluded = BTreeSet::new();
         let mut changes = Vec::new();
         for delta in diff.deltas() {
+            if delta.status() == git2::Delta::Untracked {
+                if let Some(p) = delta.new_file().path() {
+                    let rel = p.to_string_lossy().into_owned();
+                    if artefacts.excludes(&globs, &self.root, &rel) {
+                        excluded.insert(rel);
+                        continue;
+                    }
+                }
+            }
             let new_path = delta
                 .new_file()
                 .path()
@@ -230,6 +368,14 @@ impl Workspace {
         let mut patch = String::new();
         let mut added = Vec::new();
         diff.print(DiffFormat::Patch, |delta, _hunk, line| {
+            let left_out = delta.status() == git2::Delta::Untracked
+                && delta
+                    .new_file()
+                    .path()
+                    .is_some_and(|p| excluded.contains(&*p.to_string_lossy()));
+            if left_out {
+                return true;
+            }
             match line.origin() {
                 '+' | '-' | ' ' => patch.push(line.origin()),
                 _ => {}
@@ -253,6 +399,7 @@ impl Workspace {
         Ok(Diff {
             patch,
             changes,
+            excluded: excluded.into_iter().collect(),
             sha256,
             added,
         })
@@ -301,4 +448,67 @@ impl Workspace {
 /// The ref that keeps a parked job's stash commit alive.
 pub fn keep_ref(job_id: &str) -> String {
     format!("refs/loopd/stash/{job_id}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn repo() -> (tempfile::TempDir, Workspace, Oid) {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let r = Repository::init(tmp.path()).expect("init");
+        std::fs::write(tmp.path().join("app.py"), "x = 1\n").expect("write");
+        let mut index = r.index().expect("index");
+        index.add_path(Path::new("app.py")).expect("add");
+        let tree = r.find_tree(index.write_tree().expect("tree")).expect("tree");
+        let sig = git2::Signature::now("t", "t@example.invalid").expect("sig");
+        let base = r.commit(Some("HEAD"), &sig, &sig, "base", &tree, &[]).expect("commit");
+        let ws = Workspace::open(tmp.path()).expect("open");
+        (tmp, ws, base)
+    }
+
+    #[test]
+    fn goal_and_build_artefacts_are_not_part_of_the_change() {
+        let (tmp, ws, base) = repo();
+        let root = tmp.path();
+        std::fs::write(root.join("app.py"), "x = 2\n").expect("write");
+        std::fs::write(root.join("helper.py"), "y = 1\n").expect("agent's new file");
+        // A goal run: the usual artefacts and a report file.
+        let before = ws.untracked_blobs().expect("before");
+        for (p, text) in [
+            ("__pycache__/app.cpython-312.pyc", "\u{0}bytecode"),
+            ("pkg/node_modules/left-pad/index.js", "module.exports = 1\n"),
+            ("report.xml", "<testsuite/>\n"),
+        ] {
+            let path = root.join(p);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("dir");
+            std::fs::write(path, text).expect("artefact");
+        }
+        let after = ws.untracked_blobs().expect("after");
+        assert!(
+            !after.keys().any(|p| p.contains("__pycache__") || p.contains("node_modules")),
+            "usual artefacts are not even hashed: {after:?}"
+        );
+        let mut artefacts = Artefacts::default();
+        let created = artefacts.created_by_goal(&before, &after);
+        assert_eq!(created.keys().collect::<Vec<_>>(), ["report.xml"]);
+        artefacts.from_goal.extend(created);
+
+        let diff = ws.diff_since(base, &artefacts).expect("diff");
+        let paths: Vec<&str> = diff.changes.iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(paths, ["app.py", "helper.py"]);
+        assert!(!diff.patch.contains("testsuite") && !diff.patch.contains("left-pad"));
+        assert_eq!(diff.excluded.len(), 3, "{:?}", diff.excluded);
+
+        // The agent rewrites the report afterwards: now it is its change.
+        std::fs::write(root.join("report.xml"), "<testsuite tests=\"9\"/>\n").expect("write");
+        let diff = ws.diff_since(base, &artefacts).expect("diff");
+        assert!(diff.changes.iter().any(|c| c.path == "report.xml"));
+        // A goal run that rewrites a file the agent made does not make it
+        // an artefact.
+        let before = ws.untracked_blobs().expect("before");
+        std::fs::write(root.join("helper.py"), "y = 2\n").expect("goal rewrites");
+        let after = ws.untracked_blobs().expect("after");
+        assert!(!artefacts.created_by_goal(&before, &after).contains_key("helper.py"));
+    }
 }
