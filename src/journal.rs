@@ -93,6 +93,9 @@ pub enum Gate {
     Diff,
     /// The test count of a green goal test against the baseline.
     TestCount,
+    /// The pre-critic on the added lines of a green attempt, before the
+    /// critic ([`crate::guard::precheck`]).
+    Precheck,
 }
 
 /// Every fact of a job, in the order it happened.
@@ -126,6 +129,15 @@ pub enum Event {
         findings: Vec<Finding>,
     },
     GoalRun { attempt: u32, report: GoalReport },
+    /// What changed between attempt `from`'s tree and this attempt's
+    /// (`interdiff.patch`), and which of those files no finding that
+    /// rejected attempt `from` named (the scope check: a warning, not a gate).
+    InterdiffTaken {
+        attempt: u32,
+        from: u32,
+        files: Vec<String>,
+        unnamed: Vec<String>,
+    },
     AttemptEnded { record: AttemptRecord, end: AttemptEnd },
     /// The decision: how the job ends (before the breaker runs).
     JobEnded { ending: Ending },
@@ -159,6 +171,7 @@ impl Event {
             Event::DiffTaken { .. } => "diff_taken",
             Event::GateChecked { .. } => "gate_checked",
             Event::GoalRun { .. } => "goal_run",
+            Event::InterdiffTaken { .. } => "interdiff_taken",
             Event::AttemptEnded { .. } => "attempt_ended",
             Event::JobEnded { .. } => "job_ended",
             Event::Suspended => "suspended",
@@ -354,7 +367,58 @@ pub struct Current {
     pub denied: Vec<Finding>,
     pub goal: Option<GoalReport>,
     pub test_count_gate: Option<Vec<Finding>>,
+    pub precheck_gate: Option<Vec<Finding>>,
+    /// The interdiff's files and the scope check's unnamed files.
+    pub interdiff: Option<(Vec<String>, Vec<String>)>,
     pub critic: Option<SessionFinished>,
+}
+
+impl Current {
+    /// Every finding that would reject this attempt, rendered, and the files
+    /// they name: gate and pre-critic findings, denials, critic violations.
+    fn rejection(&self) -> Rejection {
+        let gates = [&self.diff_gate, &self.test_count_gate, &self.precheck_gate];
+        let findings = gates
+            .into_iter()
+            .flatten()
+            .flatten()
+            .chain(&self.denied);
+        let violations = self
+            .critic
+            .iter()
+            .filter_map(|c| c.verdict.as_ref())
+            .flat_map(|v| v.violations());
+        let mut r = Rejection {
+            attempt: self.attempt,
+            ..Rejection::default()
+        };
+        for f in findings {
+            r.findings.push(f.render());
+            r.named.push(f.path.clone());
+        }
+        for v in violations {
+            r.findings.push(v.render());
+            r.named.push(v.path().to_owned());
+        }
+        r.goal_failed = self
+            .goal
+            .as_ref()
+            .and_then(|g| g.failed_step().map(|s| s.name.clone()));
+        r
+    }
+}
+
+/// Why an attempt was rejected, as the next critic is told: the findings,
+/// and the files they named (for the scope check).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Rejection {
+    pub attempt: u32,
+    /// Each finding as the next prompt carried it.
+    pub findings: Vec<String>,
+    /// Repository paths the findings named.
+    pub named: Vec<String>,
+    /// The goal step that failed, when the goal test rejected it.
+    pub goal_failed: Option<String>,
 }
 
 /// Where a job is in its life, derived from its journal.
@@ -388,6 +452,8 @@ pub struct Replay {
     /// How the last ended attempt ended.
     pub last_end: Option<AttemptEnd>,
     pub current: Option<Current>,
+    /// Why the last ended attempt was rejected (`None` after any other end).
+    pub last_rejection: Option<Rejection>,
     /// Reconciled spend of finished sessions, plus the live estimates of
     /// sessions that never finished (a kill mid-session still counts).
     pub spent: Spend,
@@ -560,6 +626,7 @@ impl Replay {
                     match gate {
                         Gate::Diff => c.diff_gate = Some(findings.clone()),
                         Gate::TestCount => c.test_count_gate = Some(findings.clone()),
+                        Gate::Precheck => c.precheck_gate = Some(findings.clone()),
                     }
                 }
             }
@@ -568,10 +635,22 @@ impl Replay {
                     c.goal = Some(report.clone());
                 }
             }
-            Event::AttemptEnded { record, end } => {
-                if self.current.as_ref().is_some_and(|c| c.attempt == record.n) {
-                    self.current = None;
+            Event::InterdiffTaken {
+                attempt,
+                files,
+                unnamed,
+                ..
+            } => {
+                if let Some(c) = current(self, *attempt) {
+                    c.interdiff = Some((files.clone(), unnamed.clone()));
                 }
+            }
+            Event::AttemptEnded { record, end } => {
+                let ended = self.current.take_if(|c| c.attempt == record.n);
+                self.last_rejection = match end {
+                    AttemptEnd::Rejected { .. } => ended.map(|c| c.rejection()),
+                    _ => None,
+                };
                 self.attempts.push(record.clone());
                 self.last_end = Some(end.clone());
             }
@@ -682,6 +761,8 @@ mod tests {
             violations: vec![],
             gate_findings: vec![],
             rejected_by: None,
+            interdiff_files: vec![],
+            scope_warnings: vec![],
             denied_tool_calls: 0,
             cost_usd: 0.0,
             turns: 0,

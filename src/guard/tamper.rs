@@ -26,6 +26,9 @@ use serde_json::Value;
 use crate::outcome::Reason;
 use crate::workspace::{ChangeKind, Diff};
 
+/// Why a test file is protected (the policy's `files` say it of each).
+pub const TEST_AT_BASE: &str = "a test that exists at BASE_REF";
+
 /// Globs of test files: what exists at BASE_REF and matches is protected.
 pub const TEST_GLOBS: &[&str] = &[
     // Python
@@ -188,7 +191,7 @@ impl Policy {
             if entry.kind() == Some(git2::ObjectType::Blob) {
                 let path = format!("{dir}{}", entry.name().unwrap_or(""));
                 if tests.is_match(&path) {
-                    files.insert(path, "a test that exists at BASE_REF".to_owned());
+                    files.insert(path, TEST_AT_BASE.to_owned());
                 }
             }
             git2::TreeWalkResult::Ok
@@ -307,6 +310,7 @@ impl Denial {
             problem: format!("the {} call on {target} was denied: {}", self.tool, self.reason),
             path: target,
             line: None,
+            rule: None,
             fix: "leave protected files and git history as they are; fix the code under test"
                 .into(),
         }
@@ -320,19 +324,23 @@ pub struct Finding {
     pub reason: Reason,
     pub path: String,
     pub line: Option<u32>,
+    /// The rubric rule the finding breaks, when one says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<u32>,
     pub problem: String,
     pub fix: String,
 }
 
 impl Finding {
-    /// `path:line (gate reason): problem — fix: ...`
+    /// `path:line (rule N, gate reason): problem — fix: ...`
     pub fn render(&self) -> String {
         let at = match self.line {
             Some(l) => format!("{}:{l}", self.path),
             None => self.path.clone(),
         };
+        let rule = self.rule.map(|r| format!("rule {r}, ")).unwrap_or_default();
         format!(
-            "{at} (gate {}): {} — fix: {}",
+            "{at} ({rule}gate {}): {} — fix: {}",
             self.reason, self.problem, self.fix
         )
     }
@@ -560,7 +568,9 @@ impl Compiled<'_> {
     }
 
     /// The diff gate: protected paths changed and skip markers added.
-    pub fn diff_findings(&self, diff: &Diff) -> Vec<Finding> {
+    /// `tests_rule` is the rubric rule about tests, put on the findings that
+    /// touch a test (a changed test names its first added line).
+    pub fn diff_findings(&self, diff: &Diff, tests_rule: Option<u32>) -> Vec<Finding> {
         let mut out = Vec::new();
         for change in &diff.changes {
             for path in std::iter::once(&change.path).chain(change.old_path.iter()) {
@@ -579,10 +589,16 @@ impl Compiled<'_> {
                         }
                         ChangeKind::ModeChanged => "had its mode changed".to_owned(),
                     };
+                    let test = why == TEST_AT_BASE;
                     out.push(Finding {
                         reason: Reason::ProtectedPath,
                         path: path.clone(),
-                        line: None,
+                        line: diff
+                            .added
+                            .iter()
+                            .find(|a| &a.path == path)
+                            .map(|a| a.line),
+                        rule: tests_rule.filter(|_| test),
                         problem: format!("`{path}` {what}, but it is protected ({why})"),
                         fix: format!("restore `{path}` exactly as it is at BASE_REF and fix the code under test instead"),
                     });
@@ -596,6 +612,7 @@ impl Compiled<'_> {
                     reason: Reason::SkipMarker,
                     path: added.path.clone(),
                     line: Some(added.line),
+                    rule: tests_rule,
                     problem: format!("a skip marker was added: `{}`", m.as_str()),
                     fix: "remove it; make the tests pass by fixing the code under test".into(),
                 });
@@ -973,10 +990,13 @@ mod tests {
             reason: Reason::SkipMarker,
             path: "tests/t.py".into(),
             line: Some(12),
+            rule: None,
             problem: "a skip marker was added: `@pytest.mark.skip`".into(),
             fix: "remove it".into(),
         };
         assert_eq!(f.render(), "tests/t.py:12 (gate skip_marker): a skip marker was added: `@pytest.mark.skip` — fix: remove it");
+        let f = Finding { rule: Some(1), ..f };
+        assert_eq!(f.render(), "tests/t.py:12 (rule 1, gate skip_marker): a skip marker was added: `@pytest.mark.skip` — fix: remove it");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Everything after the agent session, in order: the diff and the progress
-//! guard → the hook's denials → the diff gate (protected paths, skip
-//! markers) → the goal test → the test-count gate → judge integrity → the
+//! guard → the interdiff with the previous attempt and the scope check →
+//! the hook's denials → the diff gate (protected paths, skip markers) → the
+//! goal test → the test-count gate → the pre-critic → judge integrity → the
 //! critic → the decision. Each step's result is journaled; on a resume a step
 //! whose result the journal holds is not run again.
 
@@ -12,12 +13,18 @@ use super::attempt::Judged;
 use super::{decide, Feedback, JobError, Run};
 use crate::agent::session::Role;
 use crate::config::Job;
-use crate::critic::{self, CriticInput, CriticVerdict};
+use crate::critic::{self, CriticInput, CriticVerdict, Previous};
 use crate::goal::{self, GoalReport, Mode};
+use crate::guard::precheck::{self, Lang};
 use crate::guard::tamper::{self, Denial, Finding};
 use crate::guard::testcount::{self, Counts};
 use crate::journal::{Ending, Event, Gate};
 use crate::outcome::Reason;
+use crate::workspace::{self, Interdiff, Snapshot};
+
+/// Each attempt's tree (the changed files' contents), for the next
+/// attempt's interdiff.
+const SNAPSHOT: &str = "tree.json";
 
 /// The test counts of each goal step at baseline (steps with a report).
 pub fn baseline_counts(job: &Job, baseline: &GoalReport) -> BTreeMap<String, Counts> {
@@ -49,6 +56,11 @@ impl Run<'_> {
         let stop = |e: Ending| Ok(Judged::Stop(e));
         let diff = self.ws.diff_since(self.base_oid)?;
         self.write(&dir.join("diff.patch"), &diff.patch)?;
+        let snapshot = self.ws.snapshot(&diff);
+        self.write(
+            &dir.join(SNAPSHOT),
+            &serde_json::to_string(&snapshot).expect("a snapshot serializes"),
+        )?;
         if self.current().diff.is_none() {
             self.journal.append(Event::DiffTaken {
                 attempt: n,
@@ -67,6 +79,10 @@ impl Run<'_> {
             return stop(self.guard_ending(*reason));
         }
 
+        // What changed since the previous attempt, for the critic and the
+        // report.
+        let interdiff = self.interdiff(n, &snapshot, dir)?;
+
         // What the hook denied during the session: attempts at tampering.
         self.journal_denials(n)?;
         // The deterministic gate on the diff, before the goal test.
@@ -76,7 +92,7 @@ impl Run<'_> {
                 .policy
                 .compile()
                 .map_err(JobError::Policy)?
-                .diff_findings(&diff);
+                .diff_findings(&diff, self.job.rubric.tests_rule());
             self.journal.append(Event::GateChecked {
                 attempt: n,
                 gate: Gate::Diff,
@@ -137,6 +153,28 @@ impl Run<'_> {
             if !gate.is_empty() {
                 return Ok(self.reject_by_gates(n, gate, current.denied));
             }
+            // The pre-critic: what the rubric forbids and the added lines
+            // show, decided without a model call.
+            if self.current().precheck_gate.is_none() {
+                let files = self
+                    .ws
+                    .changed_texts(self.base_oid, &diff, |p| Lang::of(p).is_some());
+                let findings = self
+                    .job
+                    .rubric
+                    .precheck_plan
+                    .run(&self.job.task, &diff.added, &files);
+                self.journal.append(Event::GateChecked {
+                    attempt: n,
+                    gate: Gate::Precheck,
+                    findings,
+                })?;
+            }
+            let current = self.current();
+            let gate = current.precheck_gate.clone().unwrap_or_default();
+            if !gate.is_empty() {
+                return Ok(self.reject_by_gates(n, gate, current.denied));
+            }
         }
 
         let verdict = if goal.passed() {
@@ -151,7 +189,15 @@ impl Run<'_> {
                     })
                 }
                 None => match self
-                    .critic(n, baseline, &goal, counts, &diff.patch, dir, attempt_started)
+                    .critic(
+                        n,
+                        baseline,
+                        &goal,
+                        counts,
+                        (&diff.patch, interdiff.as_ref()),
+                        dir,
+                        attempt_started,
+                    )
                     .await?
                 {
                     Ok(v) => v,
@@ -199,7 +245,7 @@ impl Run<'_> {
         baseline: &GoalReport,
         goal: &GoalReport,
         counts: &BTreeMap<String, Counts>,
-        patch: &str,
+        (patch, interdiff): (&str, Option<&Interdiff>),
         dir: &Path,
         attempt_started: Instant,
     ) -> Result<Result<CriticVerdict, Ending>, JobError> {
@@ -210,6 +256,23 @@ impl Run<'_> {
             return Ok(Err(e));
         }
         let gates = gates_statement(self.job, goal, counts);
+        let state = self.journal.state();
+        let unnamed = state
+            .current
+            .as_ref()
+            .and_then(|c| c.interdiff.as_ref())
+            .map(|(_, unnamed)| unnamed.clone())
+            .unwrap_or_default();
+        let previous = match (&state.last_rejection, interdiff) {
+            (Some(r), Some(i)) => Some(Previous {
+                attempt: r.attempt,
+                findings: &r.findings,
+                goal_failed: r.goal_failed.as_deref(),
+                interdiff: &i.patch,
+                unnamed: &unnamed,
+            }),
+            _ => None,
+        };
         let input = CriticInput {
             task: &self.job.task,
             baseline: &baseline.render(),
@@ -218,6 +281,7 @@ impl Run<'_> {
             base_ref: &self.base,
             patch,
             gates: &gates,
+            previous,
         }
         .render();
         self.write(&dir.join("critic-input.txt"), &input)?;
@@ -251,6 +315,61 @@ impl Run<'_> {
             return Ok(Err(self.guard_ending(reason)));
         }
         Ok(Ok(verdict))
+    }
+
+    /// The interdiff between the previous attempt's tree and this one, and
+    /// the scope check: which files changed that no finding of the previous
+    /// rejection named. Written to `interdiff.patch` and journaled once;
+    /// `None` in attempt 1 (or when the previous tree was not kept).
+    fn interdiff(
+        &mut self,
+        n: u32,
+        snapshot: &Snapshot,
+        dir: &Path,
+    ) -> Result<Option<Interdiff>, JobError> {
+        let Some(rejection) = self.journal.state().last_rejection.clone() else {
+            return Ok(None);
+        };
+        let from = rejection.attempt;
+        let earlier_file = self.dir.join(format!("attempt-{from}")).join(SNAPSHOT);
+        let earlier: Snapshot = match crate::util::read_text(&earlier_file)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+        {
+            Some(s) => s,
+            None => {
+                tracing::warn!(attempt = n, file = %earlier_file.display(), "the previous attempt's tree was not kept; no interdiff");
+                return Ok(None);
+            }
+        };
+        let inter = workspace::interdiff(&earlier, snapshot, |p| {
+            self.ws.base_content(self.base_oid, p)
+        });
+        self.write(&dir.join("interdiff.patch"), &inter.patch)?;
+        if self.current().interdiff.is_none() {
+            // The scope check needs findings that name files; a red goal
+            // test names none.
+            let unnamed: Vec<String> = if rejection.goal_failed.is_some() || rejection.named.is_empty() {
+                Vec::new()
+            } else {
+                inter
+                    .files
+                    .iter()
+                    .filter(|f| !rejection.named.iter().any(|named| named == *f))
+                    .cloned()
+                    .collect()
+            };
+            if !unnamed.is_empty() {
+                tracing::warn!(attempt = n, files = ?unnamed, "scope check: files changed that no finding named");
+            }
+            self.journal.append(Event::InterdiffTaken {
+                attempt: n,
+                from,
+                files: inter.files.clone(),
+                unnamed,
+            })?;
+        }
+        Ok(Some(inter))
     }
 
     /// Gate findings as the attempt's rejection (denials appended).
@@ -290,6 +409,7 @@ impl Run<'_> {
                     reason: Reason::ProtectedPath,
                     path: "?".into(),
                     line: None,
+                    rule: None,
                     problem: format!("a tool call was denied (unreadable log line: {e})"),
                     fix: "leave protected files and git history as they are; fix the code under test".into(),
                 },
@@ -320,6 +440,7 @@ impl Run<'_> {
                     reason: Reason::TestCountDropped,
                     path: format!("goal step `{}`", step.name),
                     line: None,
+                    rule: self.job.rubric.tests_rule(),
                     problem: format!("the test count dropped: {problem}"),
                     fix: "run every test that ran at baseline, none skipped or deselected; fix the code, not the test selection".into(),
                 });
@@ -369,5 +490,23 @@ fn gates_statement(job: &Job, goal: &GoalReport, counts: &BTreeMap<String, Count
         ));
     }
     s.push_str(". These are enforced in code; you need not re-check them, and no verdict can override them.");
+    let on: Vec<String> = job
+        .rubric
+        .precheck_plan
+        .checks
+        .iter()
+        .filter_map(|p| match p.state {
+            precheck::State::On { rule } => {
+                Some(format!("{} (rule {rule})", p.check.name().replace('_', " ")))
+            }
+            precheck::State::Off { .. } => None,
+        })
+        .collect();
+    if !on.is_empty() {
+        s.push_str(&format!(
+            "\nA conservative pre-check found no {} in the added lines; it stays silent where it is unsure, so judge those rules in full.",
+            on.join(", ")
+        ));
+    }
     s
 }

@@ -13,5 +13,6 @@ mod guards;
 mod hook;
 mod layers;
 mod meta;
+mod precheck;
 mod run_loop;
 mod systemd;
