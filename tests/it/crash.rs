@@ -20,19 +20,21 @@ use crate::support::model::{Picker, Role, Scenario, ScriptedModel};
 use crate::support::*;
 use loopd::journal::Event;
 
-/// Critic FAIL → a second attempt → critic PASS → commit.
+/// Critic FAIL → a second attempt (with an interdiff) → critic PASS →
+/// commit. The first change is one only the critic judges: it passes the
+/// pre-critic.
 fn fail_then_pass() -> Scenario {
     scenario(
         vec![
-            agent_writes(&dirty_solution()),
+            agent_writes(&scope_creep_solution()),
             agent_writes(&clean_solution()),
         ],
         vec![
             fail(
-                2,
+                4,
                 "rechnung.py",
-                "a debug print was added",
-                "remove the print",
+                "a function the task did not ask for was added",
+                "remove average_line",
             ),
             pass(),
         ],

@@ -132,3 +132,170 @@ fn defect_6_every_function_renamed() {
     let first = s["attempts"][0]["gate_findings"][0].to_string();
     assert!(first.contains("`line_total` was renamed to `position_total`"), "{first}");
 }
+
+/// A rubric with the default rules and the pre-critic turned off, outside
+/// the repository.
+pub fn rubric_without_precheck(env: &TestEnv) -> std::path::PathBuf {
+    let path = env.tmp.path().join("rubric-no-precheck.toml");
+    std::fs::write(
+        &path,
+        format!("{}\n[precheck]\nenabled = false\n", fixture("../rubrics/default.toml")),
+    )
+    .expect("write the rubric");
+    path
+}
+
+#[test]
+fn without_the_pre_critic_the_critic_pays_for_the_same_finding() {
+    let env = TestEnv::new();
+    let model = ScriptedModel::start(scenario(
+        vec![agent_applies("debug_print"), agent_applies("honest")],
+        vec![
+            fail(2, "rechnung.py", "a debug print in gross_total", "remove it"),
+            pass(),
+        ],
+    ));
+    let rubric = rubric_without_precheck(&env);
+    let r = env.run(
+        &model,
+        &[
+            "--max-attempts",
+            "2",
+            "--allowed-tools",
+            "Read,Write,Bash",
+            "--rubric",
+            rubric.to_str().expect("utf-8 path"),
+        ],
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["attempts"][0]["critic"], "FAIL");
+    assert_eq!(s["attempts"][0]["gate_findings"], serde_json::json!([]));
+    assert_eq!(model.session_count(Role::Critic), 2);
+}
+
+#[test]
+fn check_prints_which_checks_are_on() {
+    let env = TestEnv::new();
+    let r = finish(env.loopd(None).arg("check").output().expect("loopd check"));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    for line in [
+        "  debug_output: on (rule 2)",
+        "  commented_out_code: on (rule 2)",
+        "  swallowed_error: on (rule 3)",
+        "  drive_by_rename: on (rule 4)",
+    ] {
+        assert!(r.stdout.contains(line), "missing {line:?}:\n{}", r.stdout);
+    }
+    let rubric = rubric_without_precheck(&env);
+    let r = finish(
+        env.loopd(None)
+            .args(["check", "--rubric"])
+            .arg(&rubric)
+            .output()
+            .expect("loopd check"),
+    );
+    assert!(
+        r.stdout.contains("  debug_output: off: `[precheck] enabled = false`"),
+        "{}",
+        r.stdout
+    );
+    // A rule id the rubric does not have is refused, naming the field.
+    std::fs::write(
+        &rubric,
+        format!("{}\n[precheck.debug_output]\nrule = 9\n", fixture("../rubrics/default.toml")),
+    )
+    .expect("write");
+    let r = finish(
+        env.loopd(None)
+            .args(["check", "--rubric"])
+            .arg(&rubric)
+            .output()
+            .expect("loopd check"),
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("`precheck.debug_output.rule`") && r.stderr.contains("hint:"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn the_second_critic_sees_the_previous_findings_the_interdiff_and_the_scope() {
+    let env = TestEnv::new();
+    let helper = "\"\"\"Rounding for reports.\"\"\"\n\nREPORT_ROUNDING = \"ROUND_HALF_UP\"\n";
+    let attempt2 = session(vec![
+        turn(vec![read("rechnung.py")]),
+        turn(vec![
+            write("rechnung.py", &clean_solution()),
+            write("report_rounding.py", helper),
+        ]),
+        turn(vec![text("Done.")]),
+    ]);
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&scope_creep_solution()), attempt2],
+        vec![
+            fail(4, "rechnung.py", "average_line was not asked for", "remove average_line"),
+            pass(),
+        ],
+    ));
+    let r = env.run(&model, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let s = r.summary();
+    let first = model.session(Role::Critic, 0)[0].prompt();
+    assert!(!first.contains("Since the previous review"), "attempt 1 has nothing before it");
+    let second = model.session(Role::Critic, 1)[0].prompt();
+    for needle in [
+        "# Since the previous review (attempt 1)",
+        "1. rechnung.py (rule 4): average_line was not asked for — fix: remove average_line",
+        "was each finding fixed?",
+        "Scope warning: these files changed since attempt 1 although no finding named them: `report_rounding.py`",
+        "## The interdiff: attempt 1's tree to this attempt's",
+        "-def average_line(lines):",
+        "+++ b/report_rounding.py",
+    ] {
+        assert!(second.contains(needle), "missing {needle:?} in the second critic's input:\n{second}");
+    }
+    // The previous findings and the interdiff come before the whole diff.
+    assert!(second.find("# Since the previous review") < second.find("# The change since"));
+    let a2 = &s["attempts"][1];
+    assert_eq!(a2["interdiff_files"], serde_json::json!(["rechnung.py", "report_rounding.py"]));
+    assert_eq!(a2["scope_warnings"], serde_json::json!(["report_rounding.py"]));
+    assert!(journal(&s).iter().any(|e| matches!(
+        e,
+        loopd::journal::Event::InterdiffTaken { attempt: 2, from: 1, .. }
+    )));
+    // `loopd report` shows the interdiff under its attempt.
+    let job = s["job_id"].as_str().expect("job id");
+    let r = finish(env.loopd(None).args(["report", job]).output().expect("loopd report"));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    for needle in [
+        "### Attempt 2",
+        "scope warning: `report_rounding.py` changed, but no finding of attempt 1 named it",
+        "Interdiff from attempt 1 (rechnung.py, report_rounding.py):",
+        "-def average_line(lines):",
+    ] {
+        assert!(r.stdout.contains(needle), "missing {needle:?} in the report:\n{}", r.stdout);
+    }
+}
+
+#[test]
+fn a_byte_identical_diff_never_reaches_the_critic_twice() {
+    // Attempt 2 leaves exactly attempt 1's tree: the verdict on it is known,
+    // so the job stops instead of asking again.
+    let env = TestEnv::new();
+    let model = ScriptedModel::start(scenario(
+        vec![
+            agent_writes(&scope_creep_solution()),
+            agent_writes(&scope_creep_solution()),
+        ],
+        vec![fail(4, "rechnung.py", "average_line was not asked for", "remove it")],
+    ));
+    let r = env.run(&model, &[]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["reason"], "stuck_no_progress");
+    assert_eq!(model.session_count(Role::Critic), 1);
+    assert!(model.unscripted().is_empty(), "{:?}", model.unscripted());
+}

@@ -302,8 +302,15 @@ pub fn clean_solution() -> String {
     fixture("rechnung/solutions/rechnung.py")
 }
 
+/// Green, but with a debug print (the pre-critic's to find).
 pub fn dirty_solution() -> String {
     fixture("rechnung/solutions/rechnung_dirty.py")
+}
+
+/// Green, with a function the task did not ask for: nothing the pre-critic
+/// decides, so only the critic can reject it.
+pub fn scope_creep_solution() -> String {
+    fixture("rechnung/solutions/rechnung_scope_creep.py")
 }
 
 pub fn verdict(v: Value) -> SessionScript {
