@@ -27,7 +27,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::session::Role;
-use crate::critic::CriticVerdict;
+use crate::critic::{CriticVerdict, Violation};
 use crate::goal::GoalReport;
 use crate::guard::caps::Spend;
 use crate::guard::progress::DiffHistory;
@@ -150,6 +150,15 @@ pub enum Event {
     },
     /// The accepted change, committed on the job's branch (daemon).
     Committed { commit: String },
+    /// A lesson distilled at the job's end, and the audit's verdict on it:
+    /// `refused` says why it may never reach a prompt.
+    LessonAudited {
+        key: String,
+        text: String,
+        refused: Option<String>,
+    },
+    /// The job's audited lessons are in the repository's memory.
+    LessonsLearned { repo: String, keys: Vec<String> },
     /// The daemon's final state, recorded before the spool file moves.
     Finalized { state: Status },
 }
@@ -177,6 +186,8 @@ impl Event {
             Event::Suspended => "suspended",
             Event::Parked { .. } => "parked",
             Event::Committed { .. } => "committed",
+            Event::LessonAudited { .. } => "lesson_audited",
+            Event::LessonsLearned { .. } => "lessons_learned",
             Event::Finalized { .. } => "finalized",
         }
     }
@@ -374,51 +385,64 @@ pub struct Current {
 }
 
 impl Current {
-    /// Every finding that would reject this attempt, rendered, and the files
-    /// they name: gate and pre-critic findings, denials, critic violations.
+    /// What rejects this attempt: gate and pre-critic findings, denials,
+    /// critic violations, a red goal step.
     fn rejection(&self) -> Rejection {
         let gates = [&self.diff_gate, &self.test_count_gate, &self.precheck_gate];
-        let findings = gates
-            .into_iter()
-            .flatten()
-            .flatten()
-            .chain(&self.denied);
-        let violations = self
-            .critic
-            .iter()
-            .filter_map(|c| c.verdict.as_ref())
-            .flat_map(|v| v.violations());
-        let mut r = Rejection {
+        Rejection {
             attempt: self.attempt,
-            ..Rejection::default()
-        };
-        for f in findings {
-            r.findings.push(f.render());
-            r.named.push(f.path.clone());
+            findings: gates
+                .into_iter()
+                .flatten()
+                .flatten()
+                .chain(&self.denied)
+                .cloned()
+                .collect(),
+            violations: self
+                .critic
+                .iter()
+                .filter_map(|c| c.verdict.as_ref())
+                .flat_map(|v| v.violations())
+                .cloned()
+                .collect(),
+            goal_failed: self
+                .goal
+                .as_ref()
+                .and_then(|g| g.failed_step().map(|s| s.name.clone())),
         }
-        for v in violations {
-            r.findings.push(v.render());
-            r.named.push(v.path().to_owned());
-        }
-        r.goal_failed = self
-            .goal
-            .as_ref()
-            .and_then(|g| g.failed_step().map(|s| s.name.clone()));
-        r
     }
 }
 
-/// Why an attempt was rejected, as the next critic is told: the findings,
-/// and the files they named (for the scope check).
+/// Why an attempt was rejected: what the next critic is told, what the
+/// scope check compares with, what lessons are distilled from.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Rejection {
     pub attempt: u32,
-    /// Each finding as the next prompt carried it.
-    pub findings: Vec<String>,
-    /// Repository paths the findings named.
-    pub named: Vec<String>,
+    /// Gate and pre-critic findings and the hook's denials.
+    pub findings: Vec<Finding>,
+    pub violations: Vec<Violation>,
     /// The goal step that failed, when the goal test rejected it.
     pub goal_failed: Option<String>,
+}
+
+impl Rejection {
+    /// Each finding as the next prompt carried it.
+    pub fn lines(&self) -> Vec<String> {
+        self.findings
+            .iter()
+            .map(Finding::render)
+            .chain(self.violations.iter().map(Violation::render))
+            .collect()
+    }
+
+    /// The repository paths the findings named.
+    pub fn named(&self) -> Vec<String> {
+        self.findings
+            .iter()
+            .map(|f| f.path.clone())
+            .chain(self.violations.iter().map(|v| v.path().to_owned()))
+            .collect()
+    }
 }
 
 /// Where a job is in its life, derived from its journal.
@@ -452,8 +476,8 @@ pub struct Replay {
     /// How the last ended attempt ended.
     pub last_end: Option<AttemptEnd>,
     pub current: Option<Current>,
-    /// Why the last ended attempt was rejected (`None` after any other end).
-    pub last_rejection: Option<Rejection>,
+    /// Why each rejected attempt was rejected, in order.
+    pub rejections: Vec<Rejection>,
     /// Reconciled spend of finished sessions, plus the live estimates of
     /// sessions that never finished (a kill mid-session still counts).
     pub spent: Spend,
@@ -470,6 +494,8 @@ pub struct Replay {
     pub suspended: bool,
     pub parked: Option<(Option<String>, Option<String>)>,
     pub committed: Option<String>,
+    /// The job's lessons are merged into the repository's memory.
+    pub lessons_learned: bool,
     pub finalized: Option<Status>,
     /// The last entries, for `failure.json`.
     pub recent: VecDeque<Entry>,
@@ -491,6 +517,17 @@ impl Replay {
         self.unfinished
             .values()
             .fold(self.spent, |acc, s| acc.plus(s))
+    }
+
+    /// Why the last ended attempt was rejected (`None` when it was not).
+    pub fn last_rejection(&self) -> Option<&Rejection> {
+        let last = self.attempts.last()?;
+        match self.last_end {
+            Some(AttemptEnd::Rejected { .. }) => {
+                self.rejections.last().filter(|r| r.attempt == last.n)
+            }
+            _ => None,
+        }
     }
 
     /// The next attempt's number and prompt (`None`: the task itself).
@@ -647,10 +684,9 @@ impl Replay {
             }
             Event::AttemptEnded { record, end } => {
                 let ended = self.current.take_if(|c| c.attempt == record.n);
-                self.last_rejection = match end {
-                    AttemptEnd::Rejected { .. } => ended.map(|c| c.rejection()),
-                    _ => None,
-                };
+                if let (AttemptEnd::Rejected { .. }, Some(c)) = (end, ended) {
+                    self.rejections.push(c.rejection());
+                }
                 self.attempts.push(record.clone());
                 self.last_end = Some(end.clone());
             }
@@ -664,6 +700,8 @@ impl Replay {
                 error,
             } => self.parked = Some((stash_commit.clone(), error.clone())),
             Event::Committed { commit } => self.committed = Some(commit.clone()),
+            Event::LessonAudited { .. } => {}
+            Event::LessonsLearned { .. } => self.lessons_learned = true,
             Event::Finalized { state } => self.finalized = Some(*state),
         }
     }

@@ -461,3 +461,48 @@ impl Workspace {
 pub fn keep_ref(job_id: &str) -> String {
     format!("refs/loopd/stash/{job_id}")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(t: &str) -> Content {
+        Content::Text { text: t.into() }
+    }
+
+    fn snap(files: &[(&str, Content)]) -> Snapshot {
+        Snapshot {
+            files: files.iter().map(|(p, c)| (p.to_string(), c.clone())).collect(),
+        }
+    }
+
+    #[test]
+    fn the_interdiff_is_what_the_later_attempt_changed() {
+        let base = |p: &str| match p {
+            "a.py" => text("x = 1\ny = 2\n"),
+            "b.py" => text("keep\n"),
+            _ => Content::Deleted,
+        };
+        // Attempt 1 changed a.py and added c.py; attempt 2 reverted a.py,
+        // kept c.py and deleted b.py.
+        let one = snap(&[("a.py", text("x = 1\ny = 3\n")), ("c.py", text("new\n"))]);
+        let two = snap(&[("c.py", text("new\n")), ("b.py", Content::Deleted)]);
+        let d = interdiff(&one, &two, base);
+        assert_eq!(d.files, ["a.py", "b.py"]);
+        assert!(d.patch.contains("--- a/a.py\n+++ b/a.py\n"), "{}", d.patch);
+        assert!(d.patch.contains("-y = 3\n+y = 2\n"), "{}", d.patch);
+        assert!(d.patch.contains("--- a/b.py\n+++ /dev/null\n"), "{}", d.patch);
+        assert!(!d.patch.contains("c.py"), "unchanged between the attempts: {}", d.patch);
+        assert_eq!(interdiff(&two, &two, base), Interdiff::default());
+    }
+
+    #[test]
+    fn binary_content_is_compared_by_hash() {
+        assert!(matches!(Content::of_bytes(b"a\0b"), Content::Binary { .. }));
+        assert_eq!(Content::of_bytes(b"ab"), text("ab"));
+        let one = snap(&[("img", Content::of_bytes(b"\0one"))]);
+        let two = snap(&[("img", Content::of_bytes(b"\0two"))]);
+        let d = interdiff(&one, &two, |_| Content::Deleted);
+        assert_eq!(d.patch, "Binary files a/img and b/img differ\n");
+    }
+}

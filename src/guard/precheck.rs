@@ -291,6 +291,7 @@ impl Plan {
             found.retain(|f| !allowed.is_match(&f.path));
             for mut f in found {
                 f.rule = Some(rule);
+                f.check = Some(planned.check);
                 out.push(f);
             }
         }
@@ -322,6 +323,7 @@ fn finding(path: &str, line: u32, problem: String, fix: &str) -> Finding {
         path: path.to_owned(),
         line: Some(line),
         rule: None,
+        check: None,
         problem,
         fix: fix.to_owned(),
     }

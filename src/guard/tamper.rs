@@ -311,6 +311,7 @@ impl Denial {
             path: target,
             line: None,
             rule: None,
+            check: None,
             fix: "leave protected files and git history as they are; fix the code under test"
                 .into(),
         }
@@ -327,6 +328,9 @@ pub struct Finding {
     /// The rubric rule the finding breaks, when one says so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<u32>,
+    /// The pre-critic's check that found it (pre-critic findings only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<crate::guard::precheck::Check>,
     pub problem: String,
     pub fix: String,
 }
@@ -567,6 +571,14 @@ impl Compiled<'_> {
             })
     }
 
+    /// The first skip marker in `text`, if any.
+    pub fn skip_marker(&self, text: &str) -> Option<String> {
+        self.markers
+            .iter()
+            .find_map(|re| re.find(text))
+            .map(|m| m.as_str().to_owned())
+    }
+
     /// The diff gate: protected paths changed and skip markers added.
     /// `tests_rule` is the rubric rule about tests, put on the findings that
     /// touch a test (a changed test names its first added line).
@@ -599,6 +611,7 @@ impl Compiled<'_> {
                             .find(|a| &a.path == path)
                             .map(|a| a.line),
                         rule: tests_rule.filter(|_| test),
+                        check: None,
                         problem: format!("`{path}` {what}, but it is protected ({why})"),
                         fix: format!("restore `{path}` exactly as it is at BASE_REF and fix the code under test instead"),
                     });
@@ -607,13 +620,14 @@ impl Compiled<'_> {
             }
         }
         for added in &diff.added {
-            if let Some(m) = self.markers.iter().find_map(|re| re.find(&added.text)) {
+            if let Some(m) = self.skip_marker(&added.text) {
                 out.push(Finding {
                     reason: Reason::SkipMarker,
                     path: added.path.clone(),
                     line: Some(added.line),
                     rule: tests_rule,
-                    problem: format!("a skip marker was added: `{}`", m.as_str()),
+                    check: None,
+                    problem: format!("a skip marker was added: `{m}`"),
                     fix: "remove it; make the tests pass by fixing the code under test".into(),
                 });
             }
@@ -991,6 +1005,7 @@ mod tests {
             path: "tests/t.py".into(),
             line: Some(12),
             rule: None,
+            check: None,
             problem: "a skip marker was added: `@pytest.mark.skip`".into(),
             fix: "remove it".into(),
         };

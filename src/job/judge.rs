@@ -263,10 +263,12 @@ impl Run<'_> {
             .and_then(|c| c.interdiff.as_ref())
             .map(|(_, unnamed)| unnamed.clone())
             .unwrap_or_default();
-        let previous = match (&state.last_rejection, interdiff) {
+        let rejection = state.last_rejection();
+        let lines = rejection.map(|r| r.lines()).unwrap_or_default();
+        let previous = match (rejection, interdiff) {
             (Some(r), Some(i)) => Some(Previous {
                 attempt: r.attempt,
-                findings: &r.findings,
+                findings: &lines,
                 goal_failed: r.goal_failed.as_deref(),
                 interdiff: &i.patch,
                 unnamed: &unnamed,
@@ -327,7 +329,7 @@ impl Run<'_> {
         snapshot: &Snapshot,
         dir: &Path,
     ) -> Result<Option<Interdiff>, JobError> {
-        let Some(rejection) = self.journal.state().last_rejection.clone() else {
+        let Some(rejection) = self.journal.state().last_rejection().cloned() else {
             return Ok(None);
         };
         let from = rejection.attempt;
@@ -349,13 +351,14 @@ impl Run<'_> {
         if self.current().interdiff.is_none() {
             // The scope check needs findings that name files; a red goal
             // test names none.
-            let unnamed: Vec<String> = if rejection.goal_failed.is_some() || rejection.named.is_empty() {
+            let named = rejection.named();
+            let unnamed: Vec<String> = if rejection.goal_failed.is_some() || named.is_empty() {
                 Vec::new()
             } else {
                 inter
                     .files
                     .iter()
-                    .filter(|f| !rejection.named.iter().any(|named| named == *f))
+                    .filter(|f| !named.iter().any(|n| n == *f))
                     .cloned()
                     .collect()
             };
@@ -410,6 +413,7 @@ impl Run<'_> {
                     path: "?".into(),
                     line: None,
                     rule: None,
+                    check: None,
                     problem: format!("a tool call was denied (unreadable log line: {e})"),
                     fix: "leave protected files and git history as they are; fix the code under test".into(),
                 },
@@ -441,6 +445,7 @@ impl Run<'_> {
                     path: format!("goal step `{}`", step.name),
                     line: None,
                     rule: self.job.rubric.tests_rule(),
+                    check: None,
                     problem: format!("the test count dropped: {problem}"),
                     fix: "run every test that ran at baseline, none skipped or deselected; fix the code, not the test selection".into(),
                 });

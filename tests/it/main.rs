@@ -12,6 +12,7 @@ mod daemon;
 mod guards;
 mod hook;
 mod layers;
+mod lessons;
 mod meta;
 mod precheck;
 mod run_loop;

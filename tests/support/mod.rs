@@ -260,7 +260,20 @@ pub fn turn_usage(blocks: Vec<Block>, input_tokens: u64, output_tokens: u64) -> 
 }
 
 pub fn session(turns: Vec<Turn>) -> SessionScript {
-    SessionScript { turns }
+    SessionScript {
+        turns,
+        ..SessionScript::default()
+    }
+}
+
+/// A session that plays `otherwise` unless its prompt contains `needle`,
+/// then `then`: an agent that repeats a mistake unless told.
+pub fn unless_told(needle: &str, then: SessionScript, otherwise: SessionScript) -> SessionScript {
+    SessionScript {
+        when_prompt_contains: Some(needle.to_owned()),
+        instead: Some(Box::new(then)),
+        ..otherwise
+    }
 }
 
 pub fn text(t: &str) -> Block {
