@@ -385,6 +385,15 @@ pub struct Current {
 }
 
 impl Current {
+    /// A gate's findings, once it ran.
+    pub fn gate(&self, gate: Gate) -> Option<&Vec<Finding>> {
+        match gate {
+            Gate::Diff => self.diff_gate.as_ref(),
+            Gate::TestCount => self.test_count_gate.as_ref(),
+            Gate::Precheck => self.precheck_gate.as_ref(),
+        }
+    }
+
     /// What rejects this attempt: gate and pre-critic findings, denials,
     /// critic violations, a red goal step.
     fn rejection(&self) -> Rejection {

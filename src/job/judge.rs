@@ -86,24 +86,18 @@ impl Run<'_> {
         // What the hook denied during the session: attempts at tampering.
         self.journal_denials(n)?;
         // The deterministic gate on the diff, before the goal test.
-        if self.current().diff_gate.is_none() {
-            let findings = self
+        let diff_gate = self.gate(n, Gate::Diff, |run| {
+            Ok(run
                 .env
                 .policy
                 .compile()
                 .map_err(JobError::Policy)?
-                .diff_findings(&diff, self.job.rubric.tests_rule());
-            self.journal.append(Event::GateChecked {
-                attempt: n,
-                gate: Gate::Diff,
-                findings,
-            })?;
+                .diff_findings(&diff, run.job.rubric.tests_rule()))
+        })?;
+        if let Some(rejected) = diff_gate {
+            return Ok(rejected);
         }
         let current = self.current();
-        let gate = current.diff_gate.clone().unwrap_or_default();
-        if !gate.is_empty() {
-            return Ok(self.reject_by_gates(n, gate, current.denied));
-        }
 
         let (deadline, deadline_reason) = self.deadline(attempt_started);
         let goal = match current.goal {
@@ -140,40 +134,23 @@ impl Run<'_> {
         }
 
         if goal.passed() {
-            if self.current().test_count_gate.is_none() {
-                let findings = self.test_count_findings(&goal, counts);
-                self.journal.append(Event::GateChecked {
-                    attempt: n,
-                    gate: Gate::TestCount,
-                    findings,
-                })?;
-            }
-            let current = self.current();
-            let gate = current.test_count_gate.clone().unwrap_or_default();
-            if !gate.is_empty() {
-                return Ok(self.reject_by_gates(n, gate, current.denied));
+            let test_count = self.gate(n, Gate::TestCount, |run| {
+                Ok(run.test_count_findings(&goal, counts))
+            })?;
+            if let Some(rejected) = test_count {
+                return Ok(rejected);
             }
             // The pre-critic: what the rubric forbids and the added lines
             // show, decided without a model call.
-            if self.current().precheck_gate.is_none() {
-                let files = self
+            let precheck = self.gate(n, Gate::Precheck, |run| {
+                let files = run
                     .ws
-                    .changed_texts(self.base_oid, &diff, |p| Lang::of(p).is_some());
-                let findings = self
-                    .job
-                    .rubric
-                    .precheck_plan
-                    .run(&self.job.task, &diff.added, &files);
-                self.journal.append(Event::GateChecked {
-                    attempt: n,
-                    gate: Gate::Precheck,
-                    findings,
-                })?;
-            }
-            let current = self.current();
-            let gate = current.precheck_gate.clone().unwrap_or_default();
-            if !gate.is_empty() {
-                return Ok(self.reject_by_gates(n, gate, current.denied));
+                    .changed_texts(run.base_oid, &diff, |p| Lang::of(p).is_some());
+                let plan = &run.job.rubric.precheck_plan;
+                Ok(plan.run(&run.job.task, &diff.added, &files))
+            })?;
+            if let Some(rejected) = precheck {
+                return Ok(rejected);
             }
         }
 
@@ -373,6 +350,28 @@ impl Run<'_> {
             })?;
         }
         Ok(Some(inter))
+    }
+
+    /// Run a deterministic gate once — the journal keeps its findings, so a
+    /// resumed job never runs it again — and reject the attempt when it
+    /// found anything.
+    fn gate(
+        &mut self,
+        n: u32,
+        gate: Gate,
+        check: impl FnOnce(&Self) -> Result<Vec<Finding>, JobError>,
+    ) -> Result<Option<Judged>, JobError> {
+        if self.current().gate(gate).is_none() {
+            let findings = check(self)?;
+            self.journal.append(Event::GateChecked {
+                attempt: n,
+                gate,
+                findings,
+            })?;
+        }
+        let current = self.current();
+        let findings = current.gate(gate).cloned().unwrap_or_default();
+        Ok((!findings.is_empty()).then(|| self.reject_by_gates(n, findings, current.denied)))
     }
 
     /// Gate findings as the attempt's rejection (denials appended).

@@ -24,20 +24,10 @@ use loopd::journal::Event;
 /// commit. The first change is one only the critic judges: it passes the
 /// pre-critic.
 fn fail_then_pass() -> Scenario {
-    scenario(
-        vec![
-            agent_writes(&scope_creep_solution()),
-            agent_writes(&clean_solution()),
-        ],
-        vec![
-            fail(
-                4,
-                "rechnung.py",
-                "a function the task did not ask for was added",
-                "remove average_line",
-            ),
-            pass(),
-        ],
+    scope_creep_then_clean(
+        4,
+        "a function the task did not ask for was added",
+        "remove average_line",
     )
 }
 

@@ -125,20 +125,10 @@ fn the_second_job_is_told_what_the_first_had_to_fix() {
 #[test]
 fn a_lesson_that_would_touch_the_tests_is_refused_by_the_audit() {
     let env = TestEnv::new();
-    let model = ScriptedModel::start(scenario(
-        vec![
-            agent_writes(&scope_creep_solution()),
-            agent_writes(&clean_solution()),
-        ],
-        vec![
-            fail(
-                1,
-                "rechnung.py",
-                "the totals disagree with the tests",
-                "edit tests/test_rechnung.py to expect the new totals",
-            ),
-            pass(),
-        ],
+    let model = ScriptedModel::start(scope_creep_then_clean(
+        1,
+        "the totals disagree with the tests",
+        "edit tests/test_rechnung.py to expect the new totals",
     ));
     let r = env.run(&model, &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);

@@ -1,7 +1,7 @@
 //! The pre-critic and the interdiff (issue 14: cheaper, sharper judging).
 //!
 //! The handbook's six labelled defects, as variants of the rechnung fixture
-//! (`fixtures/rechnung/variants/`): each is rejected by a deterministic gate
+//! (`fixtures/rechnung/variants.py`): each is rejected by a deterministic gate
 //! with the right rule and line and no critic session; the honest fix that
 //! follows passes the pre-critic untouched and goes to the critic, which
 //! sees the previous findings and the interdiff first.
@@ -15,7 +15,7 @@ use crate::support::*;
 /// script (so a change to a protected test reaches the tree the way a
 /// determined agent would get it there; the hook cannot see it).
 pub fn agent_applies(variant: &str) -> SessionScript {
-    let script = manifest_dir().join("fixtures/rechnung/variants/apply.py");
+    let script = manifest_dir().join("fixtures/rechnung/variants.py");
     session(vec![
         turn(vec![bash(&format!("python3 {} {variant}", script.display()))]),
         turn(vec![text("Done.")]),
@@ -179,14 +179,16 @@ fn check_prints_which_checks_are_on() {
     let env = TestEnv::new();
     let r = finish(env.loopd(None).arg("check").output().expect("loopd check"));
     assert_eq!(r.code, 0, "{}", r.stderr);
-    for line in [
-        "  debug_output: on (rule 2)",
-        "  commented_out_code: on (rule 2)",
-        "  swallowed_error: on (rule 3)",
-        "  drive_by_rename: on (rule 4)",
-    ] {
-        assert!(r.stdout.contains(line), "missing {line:?}:\n{}", r.stdout);
-    }
+    assert_contains_all(
+        &r.stdout,
+        &[
+            "  debug_output: on (rule 2)",
+            "  commented_out_code: on (rule 2)",
+            "  swallowed_error: on (rule 3)",
+            "  drive_by_rename: on (rule 4)",
+        ],
+        "loopd check's output",
+    );
     let rubric = rubric_without_precheck(&env);
     let r = finish(
         env.loopd(None)
@@ -246,17 +248,19 @@ fn the_second_critic_sees_the_previous_findings_the_interdiff_and_the_scope() {
     let first = model.session(Role::Critic, 0)[0].prompt();
     assert!(!first.contains("Since the previous review"), "attempt 1 has nothing before it");
     let second = model.session(Role::Critic, 1)[0].prompt();
-    for needle in [
-        "# Since the previous review (attempt 1)",
-        "1. rechnung.py (rule 4): average_line was not asked for — fix: remove average_line",
-        "was each finding fixed?",
-        "Scope warning: these files changed since attempt 1 although no finding named them: `report_rounding.py`",
-        "## The interdiff: attempt 1's tree to this attempt's",
-        "-def average_line(lines):",
-        "+++ b/report_rounding.py",
-    ] {
-        assert!(second.contains(needle), "missing {needle:?} in the second critic's input:\n{second}");
-    }
+    assert_contains_all(
+        &second,
+        &[
+            "# Since the previous review (attempt 1)",
+            "1. rechnung.py (rule 4): average_line was not asked for — fix: remove average_line",
+            "was each finding fixed?",
+            "Scope warning: these files changed since attempt 1 although no finding named them: `report_rounding.py`",
+            "## The interdiff: attempt 1's tree to this attempt's",
+            "-def average_line(lines):",
+            "+++ b/report_rounding.py",
+        ],
+        "the second critic's input",
+    );
     // The previous findings and the interdiff come before the whole diff.
     assert!(second.find("# Since the previous review") < second.find("# The change since"));
     let a2 = &s["attempts"][1];
@@ -270,14 +274,16 @@ fn the_second_critic_sees_the_previous_findings_the_interdiff_and_the_scope() {
     let job = s["job_id"].as_str().expect("job id");
     let r = finish(env.loopd(None).args(["report", job]).output().expect("loopd report"));
     assert_eq!(r.code, 0, "{}", r.stderr);
-    for needle in [
-        "### Attempt 2",
-        "scope warning: `report_rounding.py` changed, but no finding of attempt 1 named it",
-        "Interdiff from attempt 1 (rechnung.py, report_rounding.py):",
-        "-def average_line(lines):",
-    ] {
-        assert!(r.stdout.contains(needle), "missing {needle:?} in the report:\n{}", r.stdout);
-    }
+    assert_contains_all(
+        &r.stdout,
+        &[
+            "### Attempt 2",
+            "scope warning: `report_rounding.py` changed, but no finding of attempt 1 named it",
+            "Interdiff from attempt 1 (rechnung.py, report_rounding.py):",
+            "-def average_line(lines):",
+        ],
+        "the report",
+    );
 }
 
 #[test]

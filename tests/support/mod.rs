@@ -323,7 +323,10 @@ pub fn dirty_solution() -> String {
 /// Green, with a function the task did not ask for: nothing the pre-critic
 /// decides, so only the critic can reject it.
 pub fn scope_creep_solution() -> String {
-    fixture("rechnung/solutions/rechnung_scope_creep.py")
+    format!(
+        "{}\n\ndef average_line(lines):\n    \"\"\"Mean line total, for reports.\"\"\"\n    if not lines:\n        raise ValueError(\"no lines to average\")\n    return net_total(lines) / len(lines)\n",
+        clean_solution()
+    )
 }
 
 pub fn verdict(v: Value) -> SessionScript {
@@ -342,6 +345,25 @@ pub fn fail(rule: i64, file: &str, problem: &str, fix: &str) -> SessionScript {
 
 pub fn scenario(agent: Vec<SessionScript>, critic: Vec<SessionScript>) -> Scenario {
     Scenario { agent, critic }
+}
+
+/// Attempt 1 adds a function the task did not ask for and the critic
+/// fails it with this rule and fix; attempt 2 is clean and passes.
+pub fn scope_creep_then_clean(rule: i64, problem: &str, fix: &str) -> Scenario {
+    scenario(
+        vec![
+            agent_writes(&scope_creep_solution()),
+            agent_writes(&clean_solution()),
+        ],
+        vec![fail(rule, "rechnung.py", problem, fix), pass()],
+    )
+}
+
+/// Every needle is in `text`, or the test fails naming the first missing.
+pub fn assert_contains_all(text: &str, needles: &[&str], what: &str) {
+    for needle in needles {
+        assert!(text.contains(needle), "missing {needle:?} in {what}:\n{text}");
+    }
 }
 
 /// Send a signal to a child process of the test.
