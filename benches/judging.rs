@@ -14,7 +14,7 @@
 //! scripted model. A model call is one request the CLI sent to the model
 //! (agent and critic turns alike).
 //!
-//! `cargo bench --features failpoints --bench judging` (needs the test
+//! `cargo bench --bench judging` (needs the test
 //! tools: `scripts/install-test-tools.sh`, or `LOOPD_TEST_TOOLS=DIR`).
 
 #[path = "../tests/support/mod.rs"]

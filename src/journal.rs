@@ -1016,8 +1016,82 @@ mod tests {
     }
 
     #[test]
+    fn every_rejection_is_kept_and_the_last_is_the_previous_attempts() {
+        let finding = Finding {
+            reason: Reason::Precheck,
+            path: "rechnung.py".into(),
+            line: Some(18),
+            rule: Some(2),
+            check: Some(crate::guard::precheck::Check::DebugOutput),
+            problem: "debug output".into(),
+            fix: "remove it".into(),
+        };
+        let mut ev = start();
+        ev.extend([
+            finished(1, Role::Agent, 0, 0.1),
+            Event::GateChecked {
+                attempt: 1,
+                gate: Gate::Precheck,
+                findings: vec![finding.clone()],
+            },
+            Event::AttemptEnded {
+                record: record(1),
+                end: AttemptEnd::Rejected {
+                    next_prompt: "remove the print".into(),
+                },
+            },
+        ]);
+        let r = Replay::fold(&parse(&lines(ev.clone())).0);
+        let last = r.last_rejection().expect("attempt 1 was rejected");
+        assert_eq!((last.attempt, &last.findings), (1, &vec![finding.clone()]));
+        assert_eq!(last.named(), ["rechnung.py"]);
+        assert_eq!(
+            last.lines(),
+            ["rechnung.py:18 (rule 2, gate precheck): debug output — fix: remove it"]
+        );
+        ev.extend([
+            Event::AttemptStarted {
+                attempt: 2,
+                prompt: "remove the print".into(),
+            },
+            Event::InterdiffTaken {
+                attempt: 2,
+                from: 1,
+                files: vec!["rechnung.py".into(), "x.py".into()],
+                unnamed: vec!["x.py".into()],
+            },
+        ]);
+        let r = Replay::fold(&parse(&lines(ev.clone())).0);
+        let c = r.current.as_ref().expect("attempt 2");
+        assert_eq!(c.interdiff.as_ref().map(|i| i.1.clone()), Some(vec!["x.py".to_owned()]));
+        assert_eq!(r.last_rejection().map(|l| l.attempt), Some(1), "still the previous attempt's");
+        ev.push(Event::AttemptEnded {
+            record: record(2),
+            end: AttemptEnd::Accepted,
+        });
+        let r = Replay::fold(&parse(&lines(ev)).0);
+        assert!(r.last_rejection().is_none(), "attempt 2 was not rejected");
+        assert_eq!(r.rejections.len(), 1);
+    }
+
+    #[test]
     fn events_round_trip_through_the_same_type() {
         for event in start().into_iter().chain([
+            Event::InterdiffTaken {
+                attempt: 2,
+                from: 1,
+                files: vec!["a.py".into()],
+                unnamed: vec![],
+            },
+            Event::LessonAudited {
+                key: "precheck:debug_output".into(),
+                text: "Leave no debug output.".into(),
+                refused: Some("why".into()),
+            },
+            Event::LessonsLearned {
+                repo: "root".into(),
+                keys: vec!["precheck:debug_output".into()],
+            },
             finished(1, Role::Critic, 1, 0.1),
             Event::Suspended,
             Event::Parked {

@@ -711,8 +711,10 @@ fn functions(lang: Lang, text: &str) -> Vec<Function> {
                 // The signature runs to the line ending with `:`; the body
                 // is every deeper-indented line after it.
                 let own = indent(line);
+                let ends_signature =
+                    |l: &str| l.split(" #").next().unwrap_or(l).trim_end().ends_with(':');
                 let mut j = i;
-                while j < lines.len() && !lines[j].trim_end().ends_with(':') {
+                while j < lines.len() && !ends_signature(lines[j]) {
                     j += 1;
                 }
                 let sig: String = lines[i..=j.min(lines.len() - 1)].join(" ");
@@ -1000,8 +1002,8 @@ mod tests {
 
     #[test]
     fn renames_with_the_same_body_unless_the_task_asks() {
-        let old = "def total(a, b):\n    \"\"\"Sum.\"\"\"\n    return a + b\n\n\ndef twice(a):\n    return total(a, a)\n";
-        let new = "def summe(a, b):\n    \"\"\"Sum.\"\"\"\n    return a + b\n\n\ndef doppelt(a):\n    return summe(a, a)\n";
+        let old = "def total(a, b):  # the sum\n    \"\"\"Sum.\"\"\"\n    return a + b\n\n\ndef twice(a):\n    return total(a, a)\n";
+        let new = "def summe(a, b):  # the sum\n    \"\"\"Sum.\"\"\"\n    return a + b\n\n\ndef doppelt(a):\n    return summe(a, a)\n";
         let f = run("Fix the sum.", "m.py", old, new);
         assert_eq!(lines(&f), [(Some(1), Some(4)), (Some(6), Some(4))], "{f:?}");
         assert!(f[0].problem.contains("`total` was renamed to `summe`"), "{}", f[0].problem);
