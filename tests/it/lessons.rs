@@ -11,12 +11,7 @@ use crate::support::*;
 pub const DEBUG_LESSON: &str = "Leave no debug output";
 
 fn lessons_json(env: &TestEnv) -> Value {
-    let r = finish(
-        env.loopd(None)
-            .args(["lessons", "--json"])
-            .output()
-            .expect("loopd lessons"),
-    );
+    let r = env.exec(&["lessons", "--json"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     serde_json::from_str(&r.stdout).expect("lessons json")
 }
@@ -100,24 +95,14 @@ fn the_second_job_is_told_what_the_first_had_to_fix() {
     );
 
     // `loopd lessons` lists it; `forget` removes it.
-    let r = finish(env.loopd(None).arg("lessons").output().expect("loopd lessons"));
+    let r = env.exec(&["lessons"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let id = lesson["id"].as_str().expect("id");
     assert!(r.stdout.contains(id) && r.stdout.contains(DEBUG_LESSON), "{}", r.stdout);
-    let r = finish(
-        env.loopd(None)
-            .args(["lessons", "forget", id])
-            .output()
-            .expect("loopd lessons forget"),
-    );
+    let r = env.exec(&["lessons", "forget", id]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(lessons_json(&env)["lessons"], serde_json::json!([]));
-    let r = finish(
-        env.loopd(None)
-            .args(["lessons", "forget", id])
-            .output()
-            .expect("loopd lessons forget"),
-    );
+    let r = env.exec(&["lessons", "forget", id]);
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("hint:"), "{}", r.stderr);
 }

@@ -177,7 +177,7 @@ fn without_the_pre_critic_the_critic_pays_for_the_same_finding() {
 #[test]
 fn check_prints_which_checks_are_on() {
     let env = TestEnv::new();
-    let r = finish(env.loopd(None).arg("check").output().expect("loopd check"));
+    let r = env.exec(&["check"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_contains_all(
         &r.stdout,
@@ -190,13 +190,8 @@ fn check_prints_which_checks_are_on() {
         "loopd check's output",
     );
     let rubric = rubric_without_precheck(&env);
-    let r = finish(
-        env.loopd(None)
-            .args(["check", "--rubric"])
-            .arg(&rubric)
-            .output()
-            .expect("loopd check"),
-    );
+    let rubric_arg = rubric.to_str().expect("utf-8 path");
+    let r = env.exec(&["check", "--rubric", rubric_arg]);
     assert!(
         r.stdout.contains("  debug_output: off: `[precheck] enabled = false`"),
         "{}",
@@ -208,13 +203,7 @@ fn check_prints_which_checks_are_on() {
         format!("{}\n[precheck.debug_output]\nrule = 9\n", fixture("../rubrics/default.toml")),
     )
     .expect("write");
-    let r = finish(
-        env.loopd(None)
-            .args(["check", "--rubric"])
-            .arg(&rubric)
-            .output()
-            .expect("loopd check"),
-    );
+    let r = env.exec(&["check", "--rubric", rubric_arg]);
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(
         r.stderr.contains("`precheck.debug_output.rule`") && r.stderr.contains("hint:"),
@@ -272,7 +261,7 @@ fn the_second_critic_sees_the_previous_findings_the_interdiff_and_the_scope() {
     )));
     // `loopd report` shows the interdiff under its attempt.
     let job = s["job_id"].as_str().expect("job id");
-    let r = finish(env.loopd(None).args(["report", job]).output().expect("loopd report"));
+    let r = env.exec(&["report", job]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_contains_all(
         &r.stdout,

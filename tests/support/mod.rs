@@ -156,6 +156,11 @@ impl TestEnv {
         cmd
     }
 
+    /// `loopd ARGS...` with no model (check, report, lessons, ...).
+    pub fn exec(&self, args: &[&str]) -> RunResult {
+        finish(self.loopd(None).args(args).output().expect("run loopd"))
+    }
+
     /// `loopd run --json ARGS...` against `model`.
     pub fn run(&self, model: &ScriptedModel, args: &[&str]) -> RunResult {
         let mut cmd = self.loopd(Some(model));
