@@ -197,19 +197,24 @@ fn check_prints_which_checks_are_on() {
         "{}",
         r.stdout
     );
-    // A rule id the rubric does not have is refused, naming the field.
+    // A rule id the rubric does not have is refused, naming the field,
+    // by `check` and by `run` (with a hint, before anything is touched).
     std::fs::write(
         &rubric,
         format!("{}\n[precheck.debug_output]\nrule = 9\n", fixture("../rubrics/default.toml")),
     )
     .expect("write");
-    let r = env.exec(&["check", "--rubric", rubric_arg]);
-    assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(
-        r.stderr.contains("`precheck.debug_output.rule`") && r.stderr.contains("hint:"),
-        "{}",
-        r.stderr
-    );
+    for command in ["check", "run"] {
+        let r = env.exec(&[command, "--rubric", rubric_arg]);
+        assert_eq!(r.code, 2, "{command}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("`precheck.debug_output.rule`") && r.stderr.contains("found 9"),
+            "{command}: {}",
+            r.stderr
+        );
+    }
+    assert!(env.exec(&["run", "--rubric", rubric_arg]).stderr.contains("hint:"));
+    assert!(!env.state.join("runs").exists(), "nothing was started");
 }
 
 #[test]
