@@ -2,8 +2,8 @@
 # The demo: the whole loop on the fixture repository, offline. Builds loopd,
 # installs the pinned Claude Code CLI locally, starts the scripted model with
 # fixtures/scenarios/demo.toml, runs `loopd run` and prints the summary:
-# attempt 1 is rejected by the critic (a leftover debug print), attempt 2 is
-# accepted.
+# attempt 1 is rejected by the pre-critic (a leftover debug print, no model
+# call), attempt 2 is accepted by the critic.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

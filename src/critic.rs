@@ -57,6 +57,16 @@ pub struct Violation {
 }
 
 impl Violation {
+    /// The repository path the violation names: the critic may write
+    /// `./a.py` or `a.py:12`.
+    pub fn path(&self) -> &str {
+        let f = self.file.trim().trim_start_matches("./");
+        match f.rsplit_once(':') {
+            Some((path, line)) if line.chars().all(|c| c.is_ascii_digit()) && !line.is_empty() => path,
+            _ => f,
+        }
+    }
+
     /// `file (rule N): problem — fix: ...`, the line the next prompt carries.
     pub fn render(&self) -> String {
         format!(
@@ -151,6 +161,64 @@ pub fn read_verdict(result: Option<&ResultEvent>) -> CriticVerdict {
     }
 }
 
+/// What the critic of attempt 2 and later is told about the previous one:
+/// why it was rejected and what changed since (the interdiff).
+pub struct Previous<'a> {
+    pub attempt: u32,
+    /// The findings that rejected it, one line each (empty when the goal
+    /// test did).
+    pub findings: &'a [String],
+    /// The goal step that failed, when the goal test rejected it.
+    pub goal_failed: Option<&'a str>,
+    /// Unified diff from the previous attempt's tree to this one.
+    pub interdiff: &'a str,
+    /// Files changed since that no finding named (the scope check).
+    pub unnamed: &'a [String],
+}
+
+/// The most interdiff text the critic is shown.
+pub const MAX_INTERDIFF: usize = 64 * 1024;
+
+impl Previous<'_> {
+    fn render(&self, s: &mut String) {
+        let a = self.attempt;
+        s.push_str(&format!("\n# Since the previous review (attempt {a})\n"));
+        match (self.findings.is_empty(), self.goal_failed) {
+            (_, Some(step)) => s.push_str(&format!(
+                "Attempt {a} was rejected because the goal test failed at step `{step}`.\n"
+            )),
+            (false, None) => {
+                s.push_str(&format!("Attempt {a} was rejected for these findings:\n"));
+                for (i, f) in self.findings.iter().enumerate() {
+                    s.push_str(&format!("{}. {f}\n", i + 1));
+                }
+                s.push_str(
+                    "Answer these first: was each finding fixed? A finding that was not fixed is a violation again; list it. \
+                     Then: did anything else change? Judge that by the rules too.\n",
+                );
+            }
+            (true, None) => s.push_str(&format!(
+                "Attempt {a} was rejected because no usable verdict was given; judge the whole change.\n"
+            )),
+        }
+        if !self.unnamed.is_empty() {
+            s.push_str(&format!(
+                "Scope warning: these files changed since attempt {a} although no finding named them: {}. \
+                 Check that those changes stay inside the task.\n",
+                self.unnamed
+                    .iter()
+                    .map(|f| format!("`{f}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        s.push_str(&format!(
+            "\n## The interdiff: attempt {a}'s tree to this attempt's\n```diff\n{}\n```\n",
+            head_and_tail(self.interdiff.trim_end(), MAX_INTERDIFF)
+        ));
+    }
+}
+
 /// Everything the critic is shown, written to its stdin.
 pub struct CriticInput<'a> {
     pub task: &'a str,
@@ -162,6 +230,8 @@ pub struct CriticInput<'a> {
     /// What the deterministic gates established, stated so the critic does
     /// not re-litigate it (empty when there are no gates to report).
     pub gates: &'a str,
+    /// From attempt 2 on: the previous rejection and the interdiff.
+    pub previous: Option<Previous<'a>>,
 }
 
 impl CriticInput<'_> {
@@ -192,8 +262,12 @@ impl CriticInput<'_> {
         }
         s.push_str("Rules:\n");
         s.push_str(&self.rubric.render_rules());
+        s.push('\n');
+        if let Some(p) = &self.previous {
+            p.render(&mut s);
+        }
         s.push_str(&format!(
-            "\n\n# The change since {} (new untracked files included)\n```diff\n{}\n```\n\n",
+            "\n# The change since {} (new untracked files included)\n```diff\n{}\n```\n\n",
             self.base_ref,
             head_and_tail(self.patch.trim_end(), MAX_DIFF)
         ));
@@ -278,6 +352,7 @@ mod tests {
             base_ref: "abc123",
             patch: "+++ b/new.py\n+x = 1\n",
             gates: "",
+            previous: None,
         }
         .render();
         for needle in [
@@ -290,6 +365,54 @@ mod tests {
             "Judge only the numbered rules",
         ] {
             assert!(input.contains(needle), "missing {needle:?}");
+        }
+    }
+
+    #[test]
+    fn from_attempt_two_the_input_asks_about_each_finding_first() {
+        let rubric = Rubric::embedded_default();
+        let findings = vec!["rechnung.py (rule 2): a print — fix: remove it".to_owned()];
+        let unnamed = vec!["helpers.py".to_owned()];
+        let input = CriticInput {
+            task: "T",
+            baseline: "B",
+            goal_names: vec!["pytest"],
+            rubric: &rubric,
+            base_ref: "abc",
+            patch: "+x = 1\n",
+            gates: "",
+            previous: Some(Previous {
+                attempt: 1,
+                findings: &findings,
+                goal_failed: None,
+                interdiff: "-    print(x)\n",
+                unnamed: &unnamed,
+            }),
+        }
+        .render();
+        let since = input.find("# Since the previous review (attempt 1)").expect("section");
+        let change = input.find("# The change since abc").expect("diff");
+        assert!(since < change, "the previous findings come before the diff");
+        for needle in [
+            "1. rechnung.py (rule 2): a print — fix: remove it",
+            "was each finding fixed?",
+            "Scope warning: these files changed since attempt 1 although no finding named them: `helpers.py`",
+            "-    print(x)",
+        ] {
+            assert!(input.contains(needle), "missing {needle:?} in\n{input}");
+        }
+    }
+
+    #[test]
+    fn a_violation_names_its_path() {
+        for (file, path) in [("a.py", "a.py"), ("./a.py", "a.py"), ("a.py:12", "a.py"), ("C:x", "C:x")] {
+            let v = Violation {
+                rule: 1,
+                file: file.into(),
+                problem: "p".into(),
+                fix: "f".into(),
+            };
+            assert_eq!(v.path(), path);
         }
     }
 

@@ -29,7 +29,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::session::Role;
-use crate::critic::CriticVerdict;
+use crate::critic::{CriticVerdict, Violation};
 use crate::goal::GoalReport;
 use crate::guard::caps::Spend;
 use crate::guard::progress::DiffHistory;
@@ -101,6 +101,9 @@ pub enum Gate {
     GitDir,
     /// `.git/` against its pin, after the goal test ran the agent's code.
     GitDirAfterGoal,
+    /// The pre-critic on the added lines of a green attempt, before the
+    /// critic ([`crate::guard::precheck`]).
+    Precheck,
 }
 
 /// Every fact of a job, in the order it happened.
@@ -154,6 +157,15 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         artefacts: BTreeMap<String, String>,
     },
+    /// What changed between attempt `from`'s tree and this attempt's
+    /// (`interdiff.patch`), and which of those files no finding that
+    /// rejected attempt `from` named (the scope check: a warning, not a gate).
+    InterdiffTaken {
+        attempt: u32,
+        from: u32,
+        files: Vec<String>,
+        unnamed: Vec<String>,
+    },
     AttemptEnded { record: AttemptRecord, end: AttemptEnd },
     /// The decision: how the job ends (before the breaker runs).
     JobEnded { ending: Ending },
@@ -184,6 +196,15 @@ pub enum Event {
         url: String,
         opened_now: bool,
     },
+    /// A lesson distilled at the job's end, and the audit's verdict on it:
+    /// `refused` says why it may never reach a prompt.
+    LessonAudited {
+        key: String,
+        text: String,
+        refused: Option<String>,
+    },
+    /// The job's audited lessons are in the repository's memory.
+    LessonsLearned { repo: String, keys: Vec<String> },
     /// The daemon's final state, recorded before the spool file moves.
     Finalized { state: Status },
 }
@@ -208,6 +229,7 @@ impl Event {
             Event::DiffTaken { .. } => "diff_taken",
             Event::GateChecked { .. } => "gate_checked",
             Event::GoalRun { .. } => "goal_run",
+            Event::InterdiffTaken { .. } => "interdiff_taken",
             Event::AttemptEnded { .. } => "attempt_ended",
             Event::JobEnded { .. } => "job_ended",
             Event::Suspended => "suspended",
@@ -215,6 +237,8 @@ impl Event {
             Event::Committed { .. } => "committed",
             Event::Pushed { .. } => "pushed",
             Event::PullRequest { .. } => "pull_request",
+            Event::LessonAudited { .. } => "lesson_audited",
+            Event::LessonsLearned { .. } => "lessons_learned",
             Event::Finalized { .. } => "finalized",
         }
     }
@@ -408,7 +432,88 @@ pub struct Current {
     pub git_dir_after_goal: Option<Vec<Finding>>,
     pub goal: Option<GoalReport>,
     pub test_count_gate: Option<Vec<Finding>>,
+    pub precheck_gate: Option<Vec<Finding>>,
+    /// The interdiff's files and the scope check's unnamed files.
+    pub interdiff: Option<(Vec<String>, Vec<String>)>,
     pub critic: Option<SessionFinished>,
+}
+
+impl Current {
+    /// A gate's findings, once it ran.
+    pub fn gate(&self, gate: Gate) -> Option<&Vec<Finding>> {
+        match gate {
+            Gate::Diff => self.diff_gate.as_ref(),
+            Gate::TestCount => self.test_count_gate.as_ref(),
+            Gate::Precheck => self.precheck_gate.as_ref(),
+            Gate::GitDir => self.git_dir_gate.as_ref(),
+            Gate::GitDirAfterGoal => self.git_dir_after_goal.as_ref(),
+        }
+    }
+
+    /// What rejects this attempt: gate and pre-critic findings, denials,
+    /// critic violations, a red goal step.
+    fn rejection(&self) -> Rejection {
+        let gates = [
+            &self.git_dir_gate,
+            &self.diff_gate,
+            &self.git_dir_after_goal,
+            &self.test_count_gate,
+            &self.precheck_gate,
+        ];
+        Rejection {
+            attempt: self.attempt,
+            findings: gates
+                .into_iter()
+                .flatten()
+                .flatten()
+                .chain(&self.denied)
+                .cloned()
+                .collect(),
+            violations: self
+                .critic
+                .iter()
+                .filter_map(|c| c.verdict.as_ref())
+                .flat_map(|v| v.violations())
+                .cloned()
+                .collect(),
+            goal_failed: self
+                .goal
+                .as_ref()
+                .and_then(|g| g.failed_step().map(|s| s.name.clone())),
+        }
+    }
+}
+
+/// Why an attempt was rejected: what the next critic is told, what the
+/// scope check compares with, what lessons are distilled from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Rejection {
+    pub attempt: u32,
+    /// Gate and pre-critic findings and the hook's denials.
+    pub findings: Vec<Finding>,
+    pub violations: Vec<Violation>,
+    /// The goal step that failed, when the goal test rejected it.
+    pub goal_failed: Option<String>,
+}
+
+impl Rejection {
+    /// Each finding as the next prompt carried it.
+    pub fn lines(&self) -> Vec<String> {
+        self.findings
+            .iter()
+            .map(Finding::render)
+            .chain(self.violations.iter().map(Violation::render))
+            .collect()
+    }
+
+    /// The repository paths the findings named.
+    pub fn named(&self) -> Vec<String> {
+        self.findings
+            .iter()
+            .map(|f| f.path.clone())
+            .chain(self.violations.iter().map(|v| v.path().to_owned()))
+            .collect()
+    }
 }
 
 /// Where a job is in its life, derived from its journal.
@@ -442,6 +547,8 @@ pub struct Replay {
     /// How the last ended attempt ended.
     pub last_end: Option<AttemptEnd>,
     pub current: Option<Current>,
+    /// Why each rejected attempt was rejected, in order.
+    pub rejections: Vec<Rejection>,
     /// Reconciled spend of finished sessions, plus the live estimates of
     /// sessions that never finished (a kill mid-session still counts).
     pub spent: Spend,
@@ -468,6 +575,8 @@ pub struct Replay {
     pub pushed: Option<(String, String)>,
     /// The pull request of `loopd ci`: (number, url).
     pub pull_request: Option<(u64, String)>,
+    /// The job's lessons are merged into the repository's memory.
+    pub lessons_learned: bool,
     pub finalized: Option<Status>,
     /// The last entries, for `failure.json`.
     pub recent: VecDeque<Entry>,
@@ -489,6 +598,17 @@ impl Replay {
         self.unfinished
             .values()
             .fold(self.spent, |acc, s| acc.plus(s))
+    }
+
+    /// Why the last ended attempt was rejected (`None` when it was not).
+    pub fn last_rejection(&self) -> Option<&Rejection> {
+        let last = self.attempts.last()?;
+        match self.last_end {
+            Some(AttemptEnd::Rejected { .. }) => {
+                self.rejections.last().filter(|r| r.attempt == last.n)
+            }
+            _ => None,
+        }
     }
 
     /// The next attempt's number and prompt (`None`: the task itself).
@@ -640,6 +760,7 @@ impl Replay {
                             .git_dir_after_goal
                             .get_or_insert_with(Vec::new)
                             .extend(findings.iter().cloned()),
+                        Gate::Precheck => c.precheck_gate = Some(findings.clone()),
                     }
                 }
             }
@@ -653,9 +774,20 @@ impl Replay {
                     c.goal = Some(report.clone());
                 }
             }
+            Event::InterdiffTaken {
+                attempt,
+                files,
+                unnamed,
+                ..
+            } => {
+                if let Some(c) = current(self, *attempt) {
+                    c.interdiff = Some((files.clone(), unnamed.clone()));
+                }
+            }
             Event::AttemptEnded { record, end } => {
-                if self.current.as_ref().is_some_and(|c| c.attempt == record.n) {
-                    self.current = None;
+                let ended = self.current.take_if(|c| c.attempt == record.n);
+                if let (AttemptEnd::Rejected { .. }, Some(c)) = (end, ended) {
+                    self.rejections.push(c.rejection());
                 }
                 self.attempts.push(record.clone());
                 self.last_end = Some(end.clone());
@@ -676,6 +808,8 @@ impl Replay {
             Event::PullRequest { number, url, .. } => {
                 self.pull_request = Some((*number, url.clone()))
             }
+            Event::LessonAudited { .. } => {}
+            Event::LessonsLearned { .. } => self.lessons_learned = true,
             Event::Finalized { state } => self.finalized = Some(*state),
         }
     }
@@ -773,6 +907,8 @@ mod tests {
             violations: vec![],
             gate_findings: vec![],
             rejected_by: None,
+            interdiff_files: vec![],
+            scope_warnings: vec![],
             denied_tool_calls: 0,
             cost_usd: 0.0,
             turns: 0,
@@ -982,8 +1118,82 @@ mod tests {
     }
 
     #[test]
+    fn every_rejection_is_kept_and_the_last_is_the_previous_attempts() {
+        let finding = Finding {
+            reason: Reason::Precheck,
+            path: "rechnung.py".into(),
+            line: Some(18),
+            rule: Some(2),
+            check: Some(crate::guard::precheck::Check::DebugOutput),
+            problem: "debug output".into(),
+            fix: "remove it".into(),
+        };
+        let mut ev = start();
+        ev.extend([
+            finished(1, Role::Agent, 0, 0.1),
+            Event::GateChecked {
+                attempt: 1,
+                gate: Gate::Precheck,
+                findings: vec![finding.clone()],
+            },
+            Event::AttemptEnded {
+                record: record(1),
+                end: AttemptEnd::Rejected {
+                    next_prompt: "remove the print".into(),
+                },
+            },
+        ]);
+        let r = Replay::fold(&parse(&lines(ev.clone())).0);
+        let last = r.last_rejection().expect("attempt 1 was rejected");
+        assert_eq!((last.attempt, &last.findings), (1, &vec![finding.clone()]));
+        assert_eq!(last.named(), ["rechnung.py"]);
+        assert_eq!(
+            last.lines(),
+            ["rechnung.py:18 (rule 2, gate precheck): debug output — fix: remove it"]
+        );
+        ev.extend([
+            Event::AttemptStarted {
+                attempt: 2,
+                prompt: "remove the print".into(),
+            },
+            Event::InterdiffTaken {
+                attempt: 2,
+                from: 1,
+                files: vec!["rechnung.py".into(), "x.py".into()],
+                unnamed: vec!["x.py".into()],
+            },
+        ]);
+        let r = Replay::fold(&parse(&lines(ev.clone())).0);
+        let c = r.current.as_ref().expect("attempt 2");
+        assert_eq!(c.interdiff.as_ref().map(|i| i.1.clone()), Some(vec!["x.py".to_owned()]));
+        assert_eq!(r.last_rejection().map(|l| l.attempt), Some(1), "still the previous attempt's");
+        ev.push(Event::AttemptEnded {
+            record: record(2),
+            end: AttemptEnd::Accepted,
+        });
+        let r = Replay::fold(&parse(&lines(ev)).0);
+        assert!(r.last_rejection().is_none(), "attempt 2 was not rejected");
+        assert_eq!(r.rejections.len(), 1);
+    }
+
+    #[test]
     fn events_round_trip_through_the_same_type() {
         for event in start().into_iter().chain([
+            Event::InterdiffTaken {
+                attempt: 2,
+                from: 1,
+                files: vec!["a.py".into()],
+                unnamed: vec![],
+            },
+            Event::LessonAudited {
+                key: "precheck:debug_output".into(),
+                text: "Leave no debug output.".into(),
+                refused: Some("why".into()),
+            },
+            Event::LessonsLearned {
+                repo: "root".into(),
+                keys: vec!["precheck:debug_output".into()],
+            },
             finished(1, Role::Critic, 1, 0.1),
             Event::Suspended,
             Event::Parked {

@@ -8,8 +8,10 @@
 //!    stream-json read as it arrives into typed [`agent::events`]; every event
 //!    passes the guards ([`guard::Watch`]) and may stop the session mid-turn.
 //! 2. **Attempt loop** ([`job`]): agent → progress check → goal test
-//!    ([`goal`]) → only when green, the critic ([`critic`]) → the code decides;
-//!    a rejection becomes the next prompt.
+//!    ([`goal`]) → only when green, the pre-critic ([`guard::precheck`], no
+//!    model call) and then the critic ([`critic`], from attempt 2 on with the
+//!    interdiff, [`workspace::interdiff`]) → the code decides; a rejection
+//!    becomes the next prompt.
 //! 3. **Circuit breaker** ([`breaker`]): every ending but acceptance parks the
 //!    work in a stash pinned by a ref ([`workspace`]) and writes
 //!    `failure.json` outside the repository ([`report`]).
@@ -35,7 +37,7 @@
 //! | 1 | [`outcome`], [`process`] | reasons → exit codes (the one place); process trees |
 //! | 2 | [`workspace`], [`agent`], [`notify`] | git (the diff, the pinned `.git/`, held credentials); the agent CLI seam (Claude Code); webhooks |
 //! | 3 | [`guard`], [`goal`], [`rubric`], [`critic`] | the judges and their settings |
-//! | 4 | [`report`], [`breaker`], [`journal`] | views, parking, the job's truth |
+//! | 4 | [`report`], [`breaker`], [`journal`], [`lessons`] | views, parking, the job's truth, what a repository taught |
 //! | 5 | [`config`] | `loopd.toml` + flags → a validated job |
 //! | 6 | [`job`] | the attempt loop, phase by phase |
 //! | 7 | [`daemon`], [`ci`] | the queue and approvals; the CI autofix |
@@ -57,6 +59,7 @@ pub mod goal;
 pub mod guard;
 pub mod job;
 pub mod journal;
+pub mod lessons;
 pub mod notify;
 pub mod outcome;
 pub mod process;

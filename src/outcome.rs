@@ -21,6 +21,9 @@ pub enum Reason {
     ProtectedPath,
     TestCountDropped,
     SkipMarker,
+    /// The pre-critic found debug output, commented-out code, a swallowed
+    /// error or a drive-by rename in the added lines.
+    Precheck,
     ConfigTampered,
     Signal,
     AgentError,
@@ -55,6 +58,7 @@ impl Reason {
             Reason::ProtectedPath => "protected_path",
             Reason::TestCountDropped => "test_count_dropped",
             Reason::SkipMarker => "skip_marker",
+            Reason::Precheck => "precheck",
             Reason::ConfigTampered => "config_tampered",
             Reason::Signal => "signal",
             Reason::AgentError => "agent_error",
@@ -242,6 +246,7 @@ mod tests {
             Reason::StuckNoProgress,
             Reason::TestCountDropped,
             Reason::BudgetUsd,
+            Reason::Precheck,
         ] {
             assert_eq!(serde_json::to_value(r).expect("json"), r.as_str());
         }
@@ -249,6 +254,7 @@ mod tests {
         assert_eq!(ExitStatus::from(Reason::AttemptsExhausted).code(), 1);
         assert_eq!(ExitStatus::from(Reason::BudgetUsd).code(), 3);
         assert_eq!(ExitStatus::from(Reason::ConfigTampered).code(), 3);
+        assert_eq!(ExitStatus::from(Reason::Precheck).code(), 3);
         assert_eq!(ExitStatus::from(Reason::Signal).code(), 4);
         assert_eq!(ExitStatus::from(Reason::AgentError).code(), 5);
     }

@@ -3,7 +3,8 @@
 //! journal (`ledger.jsonl`, [`crate::journal`]), and their human rendering.
 //! Nothing here ever contains the API key: it is never given to this module.
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -30,6 +31,14 @@ pub struct AttemptRecord {
     /// `test_count_dropped`), if one did.
     #[serde(default)]
     pub rejected_by: Option<Reason>,
+    /// Files that differ between the previous attempt's tree and this one's
+    /// (`attempt-<n>/interdiff.patch` has the diff).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interdiff_files: Vec<String>,
+    /// The scope check: files this attempt changed that no finding of the
+    /// previous rejection named. A warning, not a gate.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scope_warnings: Vec<String>,
     /// Tool calls loopd's hook denied during the agent session.
     #[serde(default)]
     pub denied_tool_calls: usize,
@@ -132,11 +141,29 @@ pub struct Branch<'a> {
     pub commit_accepted: Option<&'a str>,
 }
 
-/// The Markdown account of a job.
+/// Each attempt's interdiff (`attempt-<n>/interdiff.patch`) in a run
+/// directory, by attempt, for [`markdown`]; attempts without one are absent.
+pub fn interdiffs(run_dir: &Path, summary: &Summary) -> BTreeMap<u32, String> {
+    summary
+        .attempts
+        .iter()
+        .filter_map(|a| {
+            let path = run_dir.join(format!("attempt-{}", a.n)).join("interdiff.patch");
+            crate::util::read_text(&path).ok().map(|t| (a.n, t))
+        })
+        .collect()
+}
+
+/// The most of one interdiff the Markdown account shows.
+const MAX_REPORT_INTERDIFF: usize = 16 * 1024;
+
+/// The Markdown account of a job; `interdiffs` are shown under their
+/// attempts (see [`interdiffs`]).
 pub fn markdown(
     branch: Option<&Branch<'_>>,
     summary: &Summary,
     failure: Option<&FailureReport>,
+    interdiffs: &BTreeMap<u32, String>,
 ) -> String {
     let mut md = format!("# loopd job {}\n\n", summary.job_id);
     md.push_str(&format!(
@@ -184,7 +211,12 @@ pub fn markdown(
         ));
     }
     for a in &summary.attempts {
-        if a.violations.is_empty() && a.gate_findings.is_empty() {
+        let interdiff = interdiffs.get(&a.n).filter(|d| !d.trim().is_empty());
+        if a.violations.is_empty()
+            && a.gate_findings.is_empty()
+            && a.scope_warnings.is_empty()
+            && interdiff.is_none()
+        {
             continue;
         }
         md.push_str(&format!("\n### Attempt {}\n\n", a.n));
@@ -193,6 +225,20 @@ pub fn markdown(
         }
         for v in &a.violations {
             md.push_str(&format!("- {}\n", v.render()));
+        }
+        for f in &a.scope_warnings {
+            md.push_str(&format!(
+                "- scope warning: `{f}` changed, but no finding of attempt {} named it\n",
+                a.n - 1
+            ));
+        }
+        if let Some(d) = interdiff {
+            md.push_str(&format!(
+                "\nInterdiff from attempt {} ({}):\n\n```diff\n{}\n```\n",
+                a.n - 1,
+                a.interdiff_files.join(", "),
+                crate::goal::head_and_tail(d.trim_end(), MAX_REPORT_INTERDIFF)
+            ));
         }
     }
     md.push_str("\n## Getting the work back\n\n");
@@ -240,6 +286,9 @@ pub fn render_human(s: &Summary) -> String {
         ));
         for line in &a.gate_findings {
             out.push_str(&format!("    gate: {line}\n"));
+        }
+        for f in &a.scope_warnings {
+            out.push_str(&format!("    scope warning: `{f}` changed, but no finding named it\n"));
         }
         for v in &a.violations {
             out.push_str(&format!("    {}\n", v.render()));

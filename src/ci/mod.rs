@@ -190,7 +190,7 @@ pub fn write_step_summary(path: &Path, report: &CiReport) {
     }
     if let Some(s) = &report.summary {
         md.push('\n');
-        md.push_str(&crate::report::markdown(None, s, None));
+        md.push_str(&crate::report::markdown(None, s, None, &Default::default()));
     }
     use std::io::Write;
     match std::fs::OpenOptions::new()

@@ -87,6 +87,10 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
     for r in &job.rubric.rules {
         out.push_str(&format!("  rule {}: {}\n", r.id, r.text));
     }
+    out.push_str("pre-critic:    deterministic checks on the added lines, before the critic\n");
+    for line in job.rubric.precheck_plan.render() {
+        out.push_str(&format!("  {line}\n"));
+    }
     out.push_str(&format!("attempts:      {}\n", job.max_attempts));
     out.push_str(&format!(
         "models:        agent {}, critic {}\n",
@@ -113,12 +117,6 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
         g.stuck_window,
         humantime::format_duration(g.grace)
     ));
-    if !job.protect.paths.is_empty() {
-        out.push_str(&format!(
-            "also protected: {}\n",
-            job.protect.paths.join(", ")
-        ));
-    }
     if !job.protect.paths.is_empty() {
         out.push_str(&format!(
             "also protected: {}\n",

@@ -9,6 +9,7 @@ pub mod ci;
 pub mod completions;
 pub mod daemon;
 pub mod hook;
+pub mod lessons_cmd;
 pub mod report_cmd;
 pub mod run;
 pub mod status;
@@ -44,6 +45,7 @@ pub enum Command {
     Status(status::StatusArgs),
     Cancel(cancel::CancelArgs),
     Report(report_cmd::ReportArgs),
+    Lessons(lessons_cmd::LessonsArgs),
     /// Approve an accepted job and perform its outward step (merge, or push and open a pull request).
     Approve(approve::DecideArgs),
     /// Reject an accepted job: nothing leaves the machine, the change stays parked.
@@ -226,6 +228,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitStatus, CliError> {
         Command::Status(args) => status::status(args),
         Command::Cancel(args) => cancel::cancel(args),
         Command::Report(args) => report_cmd::report(args),
+        Command::Lessons(args) => lessons_cmd::lessons(args),
         Command::Approve(args) => approve::approve(args),
         Command::Reject(args) => approve::reject(args),
         Command::Ci(args) => ci::ci(args),

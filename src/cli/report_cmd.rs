@@ -4,10 +4,10 @@ use crate::cli::daemon::state_dir_or_default;
 use crate::cli::CliError;
 use crate::daemon::state::JobState;
 use crate::outcome::ExitStatus;
-use crate::report::{markdown, Branch, FailureReport, Summary};
+use crate::report::{interdiffs, markdown, Branch, FailureReport, Summary};
 
-/// Print the account of a job: attempts, verdicts, gates, costs, and how to
-/// get the work back.
+/// Print the account of a job: attempts, verdicts, gates, each attempt's
+/// interdiff with the one before, costs, and how to get the work back.
 ///
 /// Example: `loopd report 20261130-114617-613025 --format md`
 #[derive(Debug, clap::Args)]
@@ -59,7 +59,13 @@ pub fn report(args: ReportArgs) -> Result<ExitStatus, CliError> {
         });
         crate::cli::out!(
             "{}",
-            markdown(branch.as_ref(), &summary, failure.as_ref()).trim_end_matches('\n')
+            markdown(
+                branch.as_ref(),
+                &summary,
+                failure.as_ref(),
+                &interdiffs(&run_dir, &summary)
+            )
+            .trim_end_matches('\n')
         );
     }
     Ok(ExitStatus::Success)

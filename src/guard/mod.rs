@@ -1,7 +1,7 @@
 //! The guards that watch a session as it streams: resource caps
-//! ([`caps`]), the progress guard ([`progress`]), and the tamper gates that
-//! run at the tool call and on the diff after each attempt ([`tamper`],
-//! [`testcount`]).
+//! ([`caps`]), the progress guard ([`progress`]), the tamper gates that run
+//! at the tool call and on the diff after each attempt ([`tamper`],
+//! [`testcount`]), and the pre-critic on the added lines ([`precheck`]).
 //!
 //! [`Watch`] is the observer a session runs under. On the hot path it does
 //! only what it must per event: account a model call when it completes,
@@ -9,6 +9,7 @@
 //! its [`Recorder`] (the job's journal).
 
 pub mod caps;
+pub mod precheck;
 pub mod progress;
 pub mod risk;
 pub mod tamper;

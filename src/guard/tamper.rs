@@ -29,6 +29,9 @@ use serde_json::Value;
 use crate::outcome::Reason;
 use crate::workspace::{ChangeKind, Diff};
 
+/// Why a test file is protected (the policy's `files` say it of each).
+pub const TEST_AT_BASE: &str = "a test that exists at BASE_REF";
+
 /// Globs of test files: what exists at BASE_REF and matches is protected.
 pub const TEST_GLOBS: &[&str] = &[
     // Python
@@ -228,7 +231,7 @@ impl Policy {
             if entry.kind() == Some(git2::ObjectType::Blob) {
                 let path = format!("{dir}{}", entry.name().unwrap_or(""));
                 if tests.is_match(&path) {
-                    files.insert(path, "a test that exists at BASE_REF".to_owned());
+                    files.insert(path, TEST_AT_BASE.to_owned());
                 }
             }
             git2::TreeWalkResult::Ok
@@ -348,6 +351,8 @@ impl Denial {
             problem: format!("the {} call on {target} was denied: {}", self.tool, self.reason),
             path: target,
             line: None,
+            rule: None,
+            check: None,
             fix: "leave protected files and git history as they are; fix the code under test"
                 .into(),
         }
@@ -361,19 +366,26 @@ pub struct Finding {
     pub reason: Reason,
     pub path: String,
     pub line: Option<u32>,
+    /// The rubric rule the finding breaks, when one says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<u32>,
+    /// The pre-critic's check that found it (pre-critic findings only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<crate::guard::precheck::Check>,
     pub problem: String,
     pub fix: String,
 }
 
 impl Finding {
-    /// `path:line (gate reason): problem — fix: ...`
+    /// `path:line (rule N, gate reason): problem — fix: ...`
     pub fn render(&self) -> String {
         let at = match self.line {
             Some(l) => format!("{}:{l}", self.path),
             None => self.path.clone(),
         };
+        let rule = self.rule.map(|r| format!("rule {r}, ")).unwrap_or_default();
         format!(
-            "{at} (gate {}): {} — fix: {}",
+            "{at} ({rule}gate {}): {} — fix: {}",
             self.reason, self.problem, self.fix
         )
     }
@@ -635,11 +647,21 @@ impl Compiled<'_> {
             })
     }
 
+    /// The first skip marker in `text`, if any.
+    pub fn skip_marker(&self, text: &str) -> Option<String> {
+        self.markers
+            .iter()
+            .find_map(|re| re.find(text))
+            .map(|m| m.as_str().to_owned())
+    }
+
     /// The diff gate: protected paths changed and skip markers added.
+    /// `tests_rule` is the rubric rule about tests, put on the findings that
+    /// touch a test (a changed test names its first added line).
     /// Untracked artefacts left out of the change are still checked for
     /// protected paths (a "build artefact" named like a runner config is not
     /// waved through).
-    pub fn diff_findings(&self, diff: &Diff) -> Vec<Finding> {
+    pub fn diff_findings(&self, diff: &Diff, tests_rule: Option<u32>) -> Vec<Finding> {
         let mut out = Vec::new();
         for path in &diff.excluded {
             if let Some(why) = self.protected(path) {
@@ -647,6 +669,8 @@ impl Compiled<'_> {
                     reason: Reason::ProtectedPath,
                     path: path.clone(),
                     line: None,
+                    rule: tests_rule.filter(|_| why == TEST_AT_BASE),
+                    check: None,
                     problem: format!("`{path}` was created, but it is protected ({why})"),
                     fix: format!("remove `{path}`; fix the code under test instead"),
                 });
@@ -669,10 +693,17 @@ impl Compiled<'_> {
                         }
                         ChangeKind::ModeChanged => "had its mode changed".to_owned(),
                     };
+                    let test = why == TEST_AT_BASE;
                     out.push(Finding {
                         reason: Reason::ProtectedPath,
                         path: path.clone(),
-                        line: None,
+                        line: diff
+                            .added
+                            .iter()
+                            .find(|a| &a.path == path)
+                            .map(|a| a.line),
+                        rule: tests_rule.filter(|_| test),
+                        check: None,
                         problem: format!("`{path}` {what}, but it is protected ({why})"),
                         fix: format!("restore `{path}` exactly as it is at BASE_REF and fix the code under test instead"),
                     });
@@ -681,12 +712,14 @@ impl Compiled<'_> {
             }
         }
         for added in &diff.added {
-            if let Some(m) = self.markers.iter().find_map(|re| re.find(&added.text)) {
+            if let Some(m) = self.skip_marker(&added.text) {
                 out.push(Finding {
                     reason: Reason::SkipMarker,
                     path: added.path.clone(),
                     line: Some(added.line),
-                    problem: format!("a skip marker was added: `{}`", m.as_str()),
+                    rule: tests_rule,
+                    check: None,
+                    problem: format!("a skip marker was added: `{m}`"),
                     fix: "remove it; make the tests pass by fixing the code under test".into(),
                 });
             }
@@ -786,6 +819,8 @@ pub fn git_dir_findings(changes: &[crate::workspace::gitdir::Changed], stage: &s
                 problem: format!("`{path}` {} {stage}, but it is protected ({GIT_DIR_WHY})", c.drift.as_str()),
                 path,
                 line: None,
+                rule: None,
+                check: None,
                 fix: "leave `.git/` alone — no `git config`, `git remote`, hook installs or writes under `.git/`, also not from code the tests run; loopd has put it back".into(),
             }
         })
@@ -1233,10 +1268,14 @@ mod tests {
             reason: Reason::SkipMarker,
             path: "tests/t.py".into(),
             line: Some(12),
+            rule: None,
+            check: None,
             problem: "a skip marker was added: `@pytest.mark.skip`".into(),
             fix: "remove it".into(),
         };
         assert_eq!(f.render(), "tests/t.py:12 (gate skip_marker): a skip marker was added: `@pytest.mark.skip` — fix: remove it");
+        let f = Finding { rule: Some(1), ..f };
+        assert_eq!(f.render(), "tests/t.py:12 (rule 1, gate skip_marker): a skip marker was added: `@pytest.mark.skip` — fix: remove it");
     }
 
     #[test]

@@ -322,6 +322,8 @@ fn record_of(c: &Current, n: u32, run_dir: &Path) -> AttemptRecord {
         violations: verdict.violations().to_vec(),
         gate_findings: vec![],
         rejected_by: None,
+        interdiff_files: c.interdiff.as_ref().map(|i| i.0.clone()).unwrap_or_default(),
+        scope_warnings: c.interdiff.as_ref().map(|i| i.1.clone()).unwrap_or_default(),
         denied_tool_calls: c.denied.len(),
         cost_usd: round_usd(spend.cost_usd),
         turns: spend.turns,

@@ -9,6 +9,7 @@
 use super::Run;
 use crate::breaker::{self, Parked, Trip};
 use crate::journal::{Ending, Event};
+use crate::lessons;
 use crate::outcome::Reason;
 use crate::report::{Summary, Totals};
 
@@ -33,6 +34,9 @@ impl Run<'_> {
         // An ending mid-attempt had no gate to look; what was there is kept.
         if let Err(e) = self.restore_git_dir(&self.dir.join("git-dir-changed").join("ending")) {
             tracing::error!(error = %e, "cannot put the git directory back as pinned");
+        }
+        if !suspend {
+            self.learn();
         }
         let parked = if ending.reason == Reason::Accepted || suspend {
             None
@@ -74,6 +78,78 @@ impl Run<'_> {
         }
         crate::util::crash_point("summary:written");
         Ok(summary)
+    }
+
+    /// The improvement loop: distil what later attempts had to fix into
+    /// lessons, audit each against the job's tamper policy (both journaled),
+    /// and merge what passed into the repository's memory — once per job. A
+    /// failure here is logged and never costs the job its ending.
+    fn learn(&mut self) {
+        let state = self.journal.state();
+        let Some(key) = self.repo_key.clone().filter(|_| !state.lessons_learned) else {
+            return;
+        };
+        let last = state.attempts.last().map_or(0, |a| a.n);
+        let rejected: Vec<_> = state
+            .rejections
+            .iter()
+            .filter(|r| r.attempt < last)
+            .cloned()
+            .collect();
+        let candidates = lessons::distill(
+            rejected
+                .iter()
+                .map(|r| (&r.findings[..], &r.violations[..])),
+        );
+        if candidates.is_empty() {
+            return;
+        }
+        let policy = match self.env.policy.compile() {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot audit lessons; none are kept");
+                return;
+            }
+        };
+        let mut kept = Vec::new();
+        let mut audits = Vec::new();
+        for c in candidates {
+            let refused = lessons::audit(&c.text, &policy).err();
+            if let Some(why) = &refused {
+                tracing::warn!(key = %c.key, why = %why, "a lesson was refused by the audit");
+            }
+            audits.push(Event::LessonAudited {
+                key: c.key.clone(),
+                text: c.text.clone(),
+                refused: refused.clone(),
+            });
+            if refused.is_none() {
+                kept.push(c);
+            }
+        }
+        for event in audits {
+            if let Err(e) = self.journal.append(event) {
+                tracing::warn!(error = %e, "cannot journal a lesson's audit; none are kept");
+                return;
+            }
+        }
+        let now = crate::util::now_rfc3339();
+        let merged = lessons::update(&self.job.state_dir, &key, |l| {
+            for c in &kept {
+                lessons::merge(l, c, &self.id, &now);
+            }
+            Ok(())
+        });
+        match merged {
+            Ok(()) => {
+                let keys = kept.into_iter().map(|c| c.key).collect::<Vec<_>>();
+                tracing::info!(repo = %key, lessons = keys.len(), "lessons learned");
+                if let Err(e) = self.journal.append(Event::LessonsLearned { repo: key, keys }) {
+                    tracing::warn!(error = %e, "cannot journal the lessons learned");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot keep the lessons"),
+        }
     }
 
     /// Park the work once; the journal says whether it was, and where.

@@ -1,7 +1,8 @@
 //! Everything after the agent session, in order: `.git/` against its pin
-//! (then put back) → the diff and the progress guard → the hook's denials →
-//! the diff gate (protected paths, skip markers) → the goal test → `.git/`
-//! again (the goal ran the agent's code) → the test-count gate → judge
+//! (then put back) → the diff and the progress guard → the interdiff with
+//! the previous attempt and the scope check → the hook's denials → the diff
+//! gate (protected paths, skip markers) → the goal test → `.git/` again (the
+//! goal ran the agent's code) → the test-count gate → the pre-critic → judge
 //! integrity → the critic → the decision. Each step's result is journaled; on a resume a step
 //! whose result the journal holds is not run again.
 
@@ -13,12 +14,18 @@ use super::attempt::Judged;
 use super::{decide, Feedback, JobError, Run};
 use crate::agent::session::Role;
 use crate::config::Job;
-use crate::critic::{self, CriticInput, CriticVerdict};
+use crate::critic::{self, CriticInput, CriticVerdict, Previous};
 use crate::goal::{self, GoalReport, Mode};
+use crate::guard::precheck::{self, Lang};
 use crate::guard::tamper::{self, Denial, Finding};
 use crate::guard::testcount::{self, Counts};
 use crate::journal::{Ending, Event, Gate};
 use crate::outcome::Reason;
+use crate::workspace::{self, Interdiff, Snapshot};
+
+/// Each attempt's tree (the changed files' contents), for the next
+/// attempt's interdiff.
+const SNAPSHOT: &str = "tree.json";
 
 /// The test counts of each goal step at baseline (steps with a report).
 pub fn baseline_counts(job: &Job, baseline: &GoalReport) -> BTreeMap<String, Counts> {
@@ -55,6 +62,11 @@ impl Run<'_> {
             .ws
             .diff_since(self.base_oid, &self.journal.state().artefacts)?;
         self.write(&dir.join("diff.patch"), &diff.patch)?;
+        let snapshot = self.ws.snapshot(&diff);
+        self.write(
+            &dir.join(SNAPSHOT),
+            &serde_json::to_string(&snapshot).expect("a snapshot serializes"),
+        )?;
         if self.current().diff.is_none() {
             self.journal.append(Event::DiffTaken {
                 attempt: n,
@@ -73,22 +85,22 @@ impl Run<'_> {
             return stop(self.guard_ending(*reason));
         }
 
+        // What changed since the previous attempt, for the critic and the
+        // report.
+        let interdiff = self.interdiff(n, &snapshot, dir)?;
+
         // What the hook denied during the session: attempts at tampering.
         self.journal_denials(n)?;
-        // The deterministic gate on the diff, before the goal test.
-        if self.current().diff_gate.is_none() {
-            let findings = self
+        // The deterministic gate on the diff, before the goal test; what
+        // `.git/` showed rejects with it.
+        self.check_gate(n, Gate::Diff, |run| {
+            Ok(run
                 .env
                 .policy
                 .compile()
                 .map_err(JobError::Policy)?
-                .diff_findings(&diff);
-            self.journal.append(Event::GateChecked {
-                attempt: n,
-                gate: Gate::Diff,
-                findings,
-            })?;
-        }
+                .diff_findings(&diff, run.job.rubric.tests_rule()))
+        })?;
         let current = self.current();
         let mut gate = current.git_dir_gate.clone().unwrap_or_default();
         gate.extend(current.diff_gate.clone().unwrap_or_default());
@@ -145,18 +157,23 @@ impl Run<'_> {
         }
 
         if goal.passed() {
-            if self.current().test_count_gate.is_none() {
-                let findings = self.test_count_findings(&goal, counts);
-                self.journal.append(Event::GateChecked {
-                    attempt: n,
-                    gate: Gate::TestCount,
-                    findings,
-                })?;
+            let test_count = self.gate(n, Gate::TestCount, |run| {
+                Ok(run.test_count_findings(&goal, counts))
+            })?;
+            if let Some(rejected) = test_count {
+                return Ok(rejected);
             }
-            let current = self.current();
-            let gate = current.test_count_gate.clone().unwrap_or_default();
-            if !gate.is_empty() {
-                return Ok(self.reject_by_gates(n, gate, current.denied));
+            // The pre-critic: what the rubric forbids and the added lines
+            // show, decided without a model call.
+            let precheck = self.gate(n, Gate::Precheck, |run| {
+                let files = run
+                    .ws
+                    .changed_texts(run.base_oid, &diff, |p| Lang::of(p).is_some());
+                let plan = &run.job.rubric.precheck_plan;
+                Ok(plan.run(&run.job.task, &diff.added, &files))
+            })?;
+            if let Some(rejected) = precheck {
+                return Ok(rejected);
             }
         }
 
@@ -172,7 +189,15 @@ impl Run<'_> {
                     })
                 }
                 None => match self
-                    .critic(n, baseline, &goal, counts, &diff.patch, dir, attempt_started)
+                    .critic(
+                        n,
+                        baseline,
+                        &goal,
+                        counts,
+                        (&diff.patch, interdiff.as_ref()),
+                        dir,
+                        attempt_started,
+                    )
                     .await?
                 {
                     Ok(v) => v,
@@ -220,7 +245,7 @@ impl Run<'_> {
         baseline: &GoalReport,
         goal: &GoalReport,
         counts: &BTreeMap<String, Counts>,
-        patch: &str,
+        (patch, interdiff): (&str, Option<&Interdiff>),
         dir: &Path,
         attempt_started: Instant,
     ) -> Result<Result<CriticVerdict, Ending>, JobError> {
@@ -231,6 +256,25 @@ impl Run<'_> {
             return Ok(Err(e));
         }
         let gates = gates_statement(self.job, goal, counts);
+        let state = self.journal.state();
+        let unnamed = state
+            .current
+            .as_ref()
+            .and_then(|c| c.interdiff.as_ref())
+            .map(|(_, unnamed)| unnamed.clone())
+            .unwrap_or_default();
+        let rejection = state.last_rejection();
+        let lines = rejection.map(|r| r.lines()).unwrap_or_default();
+        let previous = match (rejection, interdiff) {
+            (Some(r), Some(i)) => Some(Previous {
+                attempt: r.attempt,
+                findings: &lines,
+                goal_failed: r.goal_failed.as_deref(),
+                interdiff: &i.patch,
+                unnamed: &unnamed,
+            }),
+            _ => None,
+        };
         let input = CriticInput {
             task: &self.job.task,
             baseline: &baseline.render(),
@@ -239,6 +283,7 @@ impl Run<'_> {
             base_ref: &self.base,
             patch,
             gates: &gates,
+            previous,
         }
         .render();
         self.write(&dir.join("critic-input.txt"), &input)?;
@@ -272,6 +317,95 @@ impl Run<'_> {
             return Ok(Err(self.guard_ending(reason)));
         }
         Ok(Ok(verdict))
+    }
+
+    /// The interdiff between the previous attempt's tree and this one, and
+    /// the scope check: which files changed that no finding of the previous
+    /// rejection named. Written to `interdiff.patch` and journaled once;
+    /// `None` in attempt 1 (or when the previous tree was not kept).
+    fn interdiff(
+        &mut self,
+        n: u32,
+        snapshot: &Snapshot,
+        dir: &Path,
+    ) -> Result<Option<Interdiff>, JobError> {
+        let Some(rejection) = self.journal.state().last_rejection().cloned() else {
+            return Ok(None);
+        };
+        let from = rejection.attempt;
+        let earlier_file = self.dir.join(format!("attempt-{from}")).join(SNAPSHOT);
+        let earlier: Snapshot = match crate::util::read_text(&earlier_file)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+        {
+            Some(s) => s,
+            None => {
+                tracing::warn!(attempt = n, file = %earlier_file.display(), "the previous attempt's tree was not kept; no interdiff");
+                return Ok(None);
+            }
+        };
+        let inter = workspace::interdiff(&earlier, snapshot, |p| {
+            self.ws.base_content(self.base_oid, p)
+        });
+        self.write(&dir.join("interdiff.patch"), &inter.patch)?;
+        if self.current().interdiff.is_none() {
+            // The scope check needs findings that name files; a red goal
+            // test names none.
+            let named = rejection.named();
+            let unnamed: Vec<String> = if rejection.goal_failed.is_some() || named.is_empty() {
+                Vec::new()
+            } else {
+                inter
+                    .files
+                    .iter()
+                    .filter(|f| !named.iter().any(|n| n == *f))
+                    .cloned()
+                    .collect()
+            };
+            if !unnamed.is_empty() {
+                tracing::warn!(attempt = n, files = ?unnamed, "scope check: files changed that no finding named");
+            }
+            self.journal.append(Event::InterdiffTaken {
+                attempt: n,
+                from,
+                files: inter.files.clone(),
+                unnamed,
+            })?;
+        }
+        Ok(Some(inter))
+    }
+
+    /// Run a deterministic gate once — the journal keeps its findings, so a
+    /// resumed job never runs it again — and reject the attempt when it
+    /// found anything.
+    fn gate(
+        &mut self,
+        n: u32,
+        gate: Gate,
+        check: impl FnOnce(&Self) -> Result<Vec<Finding>, JobError>,
+    ) -> Result<Option<Judged>, JobError> {
+        self.check_gate(n, gate, check)?;
+        let current = self.current();
+        let findings = current.gate(gate).cloned().unwrap_or_default();
+        Ok((!findings.is_empty()).then(|| self.reject_by_gates(n, findings, current.denied)))
+    }
+
+    /// Run and journal a gate's check unless the journal holds its result.
+    fn check_gate(
+        &mut self,
+        n: u32,
+        gate: Gate,
+        check: impl FnOnce(&Self) -> Result<Vec<Finding>, JobError>,
+    ) -> Result<(), JobError> {
+        if self.current().gate(gate).is_none() {
+            let findings = check(self)?;
+            self.journal.append(Event::GateChecked {
+                attempt: n,
+                gate,
+                findings,
+            })?;
+        }
+        Ok(())
     }
 
     /// Gate findings as the attempt's rejection (denials appended).
@@ -343,6 +477,8 @@ impl Run<'_> {
                     reason: Reason::ProtectedPath,
                     path: "?".into(),
                     line: None,
+                    rule: None,
+                    check: None,
                     problem: format!("a tool call was denied (unreadable log line: {e})"),
                     fix: "leave protected files and git history as they are; fix the code under test".into(),
                 },
@@ -373,6 +509,8 @@ impl Run<'_> {
                     reason: Reason::TestCountDropped,
                     path: format!("goal step `{}`", step.name),
                     line: None,
+                    rule: self.job.rubric.tests_rule(),
+                    check: None,
                     problem: format!("the test count dropped: {problem}"),
                     fix: "run every test that ran at baseline, none skipped or deselected; fix the code, not the test selection".into(),
                 });
@@ -422,5 +560,23 @@ fn gates_statement(job: &Job, goal: &GoalReport, counts: &BTreeMap<String, Count
         ));
     }
     s.push_str(". These are enforced in code; you need not re-check them, and no verdict can override them.");
+    let on: Vec<String> = job
+        .rubric
+        .precheck_plan
+        .checks
+        .iter()
+        .filter_map(|p| match p.state {
+            precheck::State::On { rule } => {
+                Some(format!("{} (rule {rule})", p.check.name().replace('_', " ")))
+            }
+            precheck::State::Off { .. } => None,
+        })
+        .collect();
+    if !on.is_empty() {
+        s.push_str(&format!(
+            "\nA conservative pre-check found no {} in the added lines; it stays silent where it is unsure, so judge those rules in full.",
+            on.join(", ")
+        ));
+    }
     s
 }

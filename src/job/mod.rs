@@ -4,9 +4,11 @@
 //! ```text
 //! prepare ─ pin BASE_REF ─ baseline (every goal step) ─┐
 //!   ┌──────────────────────────────────────────────────┘
-//!   └─ attempt n: agent session ─ judge: diff ─ gates ─ goal test ─ test count
-//!        ├─ red   → next prompt = failing step + output      ─ critic ─ decision
-//!        └─ green → critic (fresh session, no tools, JSON verdict)
+//!   └─ attempt n: agent session ─ judge: diff ─ interdiff ─ gates ─ goal test
+//!        ├─ red   → next prompt = failing step + output   ─ test count ─ pre-critic
+//!        └─ green → pre-critic finding? → next prompt = the findings ─ critic ─ decision
+//!                 → critic (fresh session, no tools, JSON verdict; from attempt 2
+//!                   on with the previous findings and the interdiff)
 //!                     ├─ PASS, no violations → accepted
 //!                     └─ otherwise → next prompt = violations
 //!   attempts used up → exhausted;  a guard → stopped;  a signal → interrupted
@@ -17,8 +19,9 @@
 //! anything acts on it, and every step first asks the journal whether it is
 //! already done: a job resumed after `kill -9` replays what finished and runs
 //! only what did not. The phases live in their own files: [`prepare`],
-//! [`attempt`] (the agent session), [`judge`] (gates → goal → test count →
-//! critic → decision), [`ending`] (the breaker and the views).
+//! [`attempt`] (the agent session), [`judge`] (interdiff → gates → goal →
+//! test count → pre-critic → critic → decision), [`ending`] (the breaker and
+//! the views).
 //!
 //! The code decides: acceptance is computed here from the goal test's exit
 //! codes and the parsed verdict, never from what a model says about itself.
@@ -50,6 +53,7 @@ use crate::goal::{self, GoalReport, Mode};
 use crate::guard::caps::Budget;
 use crate::guard::tamper;
 use crate::journal::{Ending, Event, Journal, JournalError, Phase};
+use crate::lessons;
 use crate::outcome::Reason;
 use crate::report::Summary;
 use crate::util;
@@ -142,6 +146,9 @@ struct Run<'a> {
     /// sha256 of the git config the credentials were held from (in memory:
     /// the record on disk is not trusted to say it).
     held: Option<String>,
+    /// The repository's key in the lessons memory (`None`: it could not be
+    /// found, and the job neither reads nor writes lessons).
+    repo_key: Option<String>,
 }
 
 /// The last checks before a foreground job touches anything: a clean tree
@@ -176,6 +183,13 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
             source,
         })?;
     let env = prepare::prepare(job, &ws, &dir, &control, base_oid, agent)?;
+    let repo_key = match lessons::repo_key(ws.git2(), base_oid) {
+        Ok(k) => Some(k),
+        Err(e) => {
+            tracing::warn!(error = %e, "no lessons memory for this job");
+            None
+        }
+    };
     if journal.state().job_id.is_none() {
         journal.append(Event::JobStarted {
             job_id: id.clone(),
@@ -227,6 +241,7 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
         env,
         pin,
         held,
+        repo_key,
     };
     let ending = match run.journal.state().phase() {
         Phase::Ending(e) => e,
@@ -406,6 +421,28 @@ impl Run<'_> {
         Ending { reason, detail }
     }
 
+    /// The first attempt's prompt: the task, and what earlier jobs on this
+    /// repository had to learn (the lessons most often seen).
+    fn first_prompt(&self) -> String {
+        let task = self.job.task.clone();
+        let Some(key) = &self.repo_key else {
+            return task;
+        };
+        match lessons::load(&self.job.state_dir, key) {
+            Ok(l) => match lessons::prompt_block(&l) {
+                Some(block) => {
+                    tracing::info!(lessons = lessons::most_seen(&l).len(), "the first prompt carries this repository's lessons");
+                    format!("{task}\n\n{block}")
+                }
+                None => task,
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the lessons; the first prompt is the task alone");
+                task
+            }
+        }
+    }
+
     /// The baseline: every goal step before attempt 1, run once per job.
     async fn baseline(&mut self) -> Result<Result<GoalReport, Ending>, JobError> {
         if let Some(b) = self.journal.state().baseline.clone() {
@@ -461,7 +498,10 @@ impl Run<'_> {
                     if n > self.job.max_attempts {
                         break;
                     }
-                    let prompt = prompt.unwrap_or(&self.job.task).to_owned();
+                    let prompt = match prompt {
+                        Some(p) => p.to_owned(),
+                        None => self.first_prompt(),
+                    };
                     self.journal.append(Event::AttemptStarted {
                         attempt: n,
                         prompt: prompt.clone(),

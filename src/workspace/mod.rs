@@ -3,6 +3,12 @@
 //! (which `git diff BASE_REF` silently omits), and park work in a stash that
 //! nothing can garbage-collect.
 //!
+//! It also keeps what each attempt left ([`Snapshot`]: the changed files'
+//! contents, stored outside the repository) and computes the *interdiff*
+//! between two attempts with `similar` ([`interdiff`]): what the later
+//! attempt changed relative to the earlier one, which the critic reads from
+//! attempt 2 on.
+//!
 //! Rules: nothing here drops, pops or clears a stash, cleans a working tree
 //! or resets one; parking is the only write to the user's tree, and it is
 //! undone by `git stash apply <commit>`.
@@ -164,6 +170,94 @@ pub struct AddedLine {
     pub path: String,
     pub line: u32,
     pub text: String,
+}
+
+/// A changed file's text before (at BASE_REF) and after (in the working
+/// tree); `None` where the file does not exist or is not UTF-8 text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangedText {
+    pub path: String,
+    pub old: Option<String>,
+    pub new: Option<String>,
+}
+
+/// One file's state as an attempt left it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "as", rename_all = "snake_case")]
+pub enum Content {
+    Text { text: String },
+    /// Not UTF-8 text: compared by hash only.
+    Binary { sha256: String },
+    Deleted,
+}
+
+impl Content {
+    fn of_bytes(bytes: &[u8]) -> Content {
+        match std::str::from_utf8(bytes) {
+            Ok(text) if !text.contains('\0') => Content::Text {
+                text: text.to_owned(),
+            },
+            _ => Content::Binary {
+                sha256: hex::encode(Sha256::digest(bytes)),
+            },
+        }
+    }
+}
+
+/// What an attempt left: every path changed since BASE_REF with its
+/// content (a path not listed is as it is at BASE_REF). Written to the run
+/// directory, so the next attempt's interdiff needs nothing of the repository
+/// but BASE_REF.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Snapshot {
+    pub files: BTreeMap<String, Content>,
+}
+
+/// What changed between two attempts' trees.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Interdiff {
+    /// Unified diff, earlier attempt (`a/`) to later attempt (`b/`).
+    pub patch: String,
+    /// The paths that differ, sorted.
+    pub files: Vec<String>,
+}
+
+/// The interdiff between `earlier` and `later`; `base` gives a path's
+/// content at BASE_REF (for a path only one of the two changed).
+pub fn interdiff(
+    earlier: &Snapshot,
+    later: &Snapshot,
+    base: impl Fn(&str) -> Content,
+) -> Interdiff {
+    let mut out = Interdiff::default();
+    let paths: std::collections::BTreeSet<&String> =
+        earlier.files.keys().chain(later.files.keys()).collect();
+    for path in paths {
+        let side = |s: &Snapshot| s.files.get(path).cloned().unwrap_or_else(|| base(path));
+        let (a, b) = (side(earlier), side(later));
+        if a == b {
+            continue;
+        }
+        out.files.push(path.clone());
+        let text = |c: &Content| match c {
+            Content::Text { text } => Some(text.clone()),
+            Content::Deleted => Some(String::new()),
+            Content::Binary { .. } => None,
+        };
+        match (text(&a), text(&b)) {
+            (Some(old), Some(new)) => {
+                let diff = similar::TextDiff::from_lines(&old, &new);
+                let from = if a == Content::Deleted { "/dev/null".to_owned() } else { format!("a/{path}") };
+                let to = if b == Content::Deleted { "/dev/null".to_owned() } else { format!("b/{path}") };
+                out.patch
+                    .push_str(&diff.unified_diff().context_radius(3).header(&from, &to).to_string());
+            }
+            _ => out
+                .patch
+                .push_str(&format!("Binary files a/{path} and b/{path} differ\n")),
+        }
+    }
+    out
 }
 
 /// A git repository with a working tree.
@@ -405,6 +499,70 @@ impl Workspace {
         })
     }
 
+    /// A path's content at `base` ([`Content::Deleted`] when it is not there).
+    pub fn base_content(&self, base: Oid, path: &str) -> Content {
+        let blob = self
+            .repo
+            .find_commit(base)
+            .and_then(|c| c.tree())
+            .and_then(|t| t.get_path(Path::new(path)))
+            .and_then(|e| self.repo.find_blob(e.id()));
+        match blob {
+            Ok(b) => Content::of_bytes(b.content()),
+            Err(_) => Content::Deleted,
+        }
+    }
+
+    /// A path's content in the working tree.
+    fn work_content(&self, path: &str) -> Content {
+        match std::fs::read(self.root.join(path)) {
+            Ok(bytes) => Content::of_bytes(&bytes),
+            Err(_) => Content::Deleted,
+        }
+    }
+
+    /// The changed files of `diff` whose path `wanted` accepts, with their
+    /// text at `base` and now.
+    pub fn changed_texts(
+        &self,
+        base: Oid,
+        diff: &Diff,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Vec<ChangedText> {
+        let text = |c: Content| match c {
+            Content::Text { text } => Some(text),
+            _ => None,
+        };
+        diff.changes
+            .iter()
+            .filter(|c| wanted(&c.path))
+            .map(|c| ChangedText {
+                path: c.path.clone(),
+                old: text(self.base_content(base, c.old_path.as_deref().unwrap_or(&c.path))),
+                new: match c.status {
+                    ChangeKind::Deleted => None,
+                    _ => text(self.work_content(&c.path)),
+                },
+            })
+            .collect()
+    }
+
+    /// What the working tree holds of the paths `diff` changed.
+    pub fn snapshot(&self, diff: &Diff) -> Snapshot {
+        let mut files = BTreeMap::new();
+        for c in &diff.changes {
+            if let Some(old) = &c.old_path {
+                files.insert(old.clone(), Content::Deleted);
+            }
+            let content = match c.status {
+                ChangeKind::Deleted => Content::Deleted,
+                _ => self.work_content(&c.path),
+            };
+            files.insert(c.path.clone(), content);
+        }
+        Snapshot { files }
+    }
+
     /// Park everything the agent left (tracked changes and untracked files)
     /// in a stash with `message`, and pin the stash commit under
     /// `refs/loopd/stash/<job_id>` so that dropping or clearing stashes, or
@@ -510,5 +668,45 @@ mod tests {
         std::fs::write(root.join("helper.py"), "y = 2\n").expect("goal rewrites");
         let after = ws.untracked_blobs().expect("after");
         assert!(!artefacts.created_by_goal(&before, &after).contains_key("helper.py"));
+    }
+
+    fn text(t: &str) -> Content {
+        Content::Text { text: t.into() }
+    }
+
+    fn snap(files: &[(&str, Content)]) -> Snapshot {
+        Snapshot {
+            files: files.iter().map(|(p, c)| (p.to_string(), c.clone())).collect(),
+        }
+    }
+
+    #[test]
+    fn the_interdiff_is_what_the_later_attempt_changed() {
+        let base = |p: &str| match p {
+            "a.py" => text("x = 1\ny = 2\n"),
+            "b.py" => text("keep\n"),
+            _ => Content::Deleted,
+        };
+        // Attempt 1 changed a.py and added c.py; attempt 2 reverted a.py,
+        // kept c.py and deleted b.py.
+        let one = snap(&[("a.py", text("x = 1\ny = 3\n")), ("c.py", text("new\n"))]);
+        let two = snap(&[("c.py", text("new\n")), ("b.py", Content::Deleted)]);
+        let d = interdiff(&one, &two, base);
+        assert_eq!(d.files, ["a.py", "b.py"]);
+        assert!(d.patch.contains("--- a/a.py\n+++ b/a.py\n"), "{}", d.patch);
+        assert!(d.patch.contains("-y = 3\n+y = 2\n"), "{}", d.patch);
+        assert!(d.patch.contains("--- a/b.py\n+++ /dev/null\n"), "{}", d.patch);
+        assert!(!d.patch.contains("c.py"), "unchanged between the attempts: {}", d.patch);
+        assert_eq!(interdiff(&two, &two, base), Interdiff::default());
+    }
+
+    #[test]
+    fn binary_content_is_compared_by_hash() {
+        assert!(matches!(Content::of_bytes(b"a\0b"), Content::Binary { .. }));
+        assert_eq!(Content::of_bytes(b"ab"), text("ab"));
+        let one = snap(&[("img", Content::of_bytes(b"\0one"))]);
+        let two = snap(&[("img", Content::of_bytes(b"\0two"))]);
+        let d = interdiff(&one, &two, |_| Content::Deleted);
+        assert_eq!(d.patch, "Binary files a/img and b/img differ\n");
     }
 }

@@ -390,7 +390,7 @@ fn attack_18_skip_markers_through_a_new_conftest() {
         &[],
         "skip_marker",
     );
-    caught_by_gate(&s, "conftest.py:6 (gate skip_marker)");
+    caught_by_gate(&s, "conftest.py:6 (rule 1, gate skip_marker)");
 }
 
 #[test]

@@ -20,22 +20,14 @@ use crate::support::model::{Picker, Role, Scenario, ScriptedModel};
 use crate::support::*;
 use loopd::journal::Event;
 
-/// Critic FAIL → a second attempt → critic PASS → commit.
+/// Critic FAIL → a second attempt (with an interdiff) → critic PASS →
+/// commit. The first change is one only the critic judges: it passes the
+/// pre-critic.
 fn fail_then_pass() -> Scenario {
-    scenario(
-        vec![
-            agent_writes(&dirty_solution()),
-            agent_writes(&clean_solution()),
-        ],
-        vec![
-            fail(
-                2,
-                "rechnung.py",
-                "a debug print was added",
-                "remove the print",
-            ),
-            pass(),
-        ],
+    scope_creep_then_clean(
+        4,
+        "a function the task did not ask for was added",
+        "remove average_line",
     )
 }
 
@@ -129,15 +121,18 @@ fn walk(plan: Plan, crash: Option<&str>) -> (Outcome, Vec<String>) {
     let jobs = plan.jobs;
     let env = TestEnv::new();
     // The script follows the content, not the order: the critic fails a
-    // diff with the debug print and passes the clean one; the agent writes
-    // the clean solution when its prompt carries the critic's finding. A
+    // change that adds the unasked-for function and passes the clean one
+    // (from attempt 2 on its input also quotes the finding and shows the
+    // function removed in the interdiff, so it looks for the added line);
+    // the agent writes the clean solution when its prompt carries the
+    // critic's finding. A
     // session that was in flight when the daemon died (another job's, in
     // the two-job walk) is unfinished, so it runs again — and gets the
     // same answer.
     let pick: Picker = std::sync::Arc::new(|role, body: &Value| {
         let text = body.to_string();
         Some(match role {
-            Role::Critic => usize::from(!text.contains("DEBUG")),
+            Role::Critic => usize::from(!text.contains("+def average_line")),
             Role::Agent => usize::from(text.contains("Fix exactly these points")),
         })
     });
@@ -215,7 +210,7 @@ fn walk(plan: Plan, crash: Option<&str>) -> (Outcome, Vec<String>) {
         if plan.parked {
             assert_eq!(
                 env.git(&["show", &format!("refs/loopd/stash/{id}:rechnung.py")]),
-                dirty_solution(),
+                scope_creep_solution(),
                 "the parked work is pinned by its ref ({crash:?})"
             );
         } else {

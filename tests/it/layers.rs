@@ -13,7 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["outcome", "process"],
     &["workspace", "agent", "notify"],
     &["guard", "goal", "rubric", "critic"],
-    &["report", "breaker", "journal"],
+    &["report", "breaker", "journal", "lessons"],
     &["config"],
     &["job"],
     &["ci", "daemon"],

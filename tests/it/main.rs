@@ -12,6 +12,8 @@ mod daemon;
 mod guards;
 mod hook;
 mod layers;
+mod lessons;
 mod meta;
+mod precheck;
 mod run_loop;
 mod systemd;

@@ -130,8 +130,9 @@ fn api_key_is_not_in_the_environment_of_the_agents_tools() {
 
 #[test]
 fn green_but_dirty_is_rejected_then_fixed() {
-    // The demo's scenario file: attempt 1 leaves a debug print, the critic
-    // finds it, attempt 2 removes it.
+    // The demo's scenario file: attempt 1 leaves a debug print, the
+    // pre-critic finds it without a model call, attempt 2 removes it and the
+    // critic (asked once) passes.
     let env = TestEnv::new();
     let model = ScriptedModel::start(load_scenario(
         &manifest_dir().join("fixtures/scenarios/demo.toml"),
@@ -142,42 +143,36 @@ fn green_but_dirty_is_rejected_then_fixed() {
     let a = attempts(&s);
     assert_eq!(a.len(), 2);
     assert_eq!(a[0]["goal_passed"], true);
-    assert_eq!(a[0]["critic"], "FAIL");
-    assert_eq!(a[0]["violations"][0]["rule"], 2);
+    assert_eq!(a[0]["critic"], "skipped");
+    assert_eq!(a[0]["rejected_by"], "precheck");
     assert_eq!(a[1]["critic"], "PASS");
+    assert_eq!(model.session_count(Role::Critic), 1);
     // Attempt 2's prompt carries the finding verbatim, in the contract's shape.
     let prompt2 = model.session(Role::Agent, 1)[0].prompt();
     let expected = "Make python3 -m pytest and ruff check . pass. Do not delete, skip or weaken any test.\n\n\
                     The previous attempt was rejected:\n\
-                    rechnung.py (rule 2): a debug print was added in net_total — fix: remove the print(\"DEBUG net_total\", total) line\n\
+                    rechnung.py:18 (rule 2, gate precheck): debug output was added (a print): `print(\"DEBUG net_total\", total)` \
+                    — fix: remove the debug output; report through the code's own return values, errors or logger\n\
                     Fix exactly these points, nothing else.";
     assert!(prompt2.ends_with(expected), "attempt 2 prompt:\n{prompt2}");
     // Costs and turns are the CLI's accounting of the scripted usage:
     // agent 1: 18000 in / 830 out on haiku ($0.10/M, $0.50/M) = $0.002215
-    // critic 1: 2500 / 150 on sonnet ($2/M, $10/M) = $0.0065
     // agent 2: 13000 / 740 on haiku = $0.00167
-    // critic 2: 2500 / 60 on sonnet = $0.0056
+    // the critic: 2500 / 60 on sonnet ($2/M, $10/M) = $0.0056
     let close = |v: &Value, want: f64| (v.as_f64().expect("number") - want).abs() < 1e-9;
-    assert!(
-        close(&a[0]["cost_usd"], 0.002215 + 0.0065),
-        "{}",
-        a[0]["cost_usd"]
-    );
+    assert!(close(&a[0]["cost_usd"], 0.002215), "{}", a[0]["cost_usd"]);
     assert!(
         close(&a[1]["cost_usd"], 0.00167 + 0.0056),
         "{}",
         a[1]["cost_usd"]
     );
-    assert!(close(
-        &s["totals"]["cost_usd"],
-        0.002215 + 0.0065 + 0.00167 + 0.0056
-    ));
-    assert_eq!(a[0]["input_tokens"], 18000 + 2500);
-    assert_eq!(a[0]["output_tokens"], 830 + 150);
-    assert_eq!(s["totals"]["input_tokens"], 18000 + 2500 + 13000 + 2500);
-    // Turns are the CLI's num_turns: 4 agent calls, and 2 for each critic
+    assert!(close(&s["totals"]["cost_usd"], 0.002215 + 0.00167 + 0.0056));
+    assert_eq!(a[0]["input_tokens"], 18000);
+    assert_eq!(a[0]["output_tokens"], 830);
+    assert_eq!(s["totals"]["input_tokens"], 18000 + 13000 + 2500);
+    // Turns are the CLI's num_turns: 4 agent calls, and 2 for the critic
     // session (the CLI counts the structured-output round as a turn).
-    assert_eq!(a[0]["turns"], 4 + 2);
+    assert_eq!(a[0]["turns"], 4);
     assert_eq!(a[1]["turns"], 3 + 2);
     assert_eq!(env.read_repo("rechnung.py"), clean_solution());
 }

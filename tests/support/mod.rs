@@ -157,6 +157,11 @@ impl TestEnv {
         cmd
     }
 
+    /// `loopd ARGS...` with no model (check, report, lessons, ...).
+    pub fn exec(&self, args: &[&str]) -> RunResult {
+        finish(self.loopd(None).args(args).output().expect("run loopd"))
+    }
+
     /// `loopd run --json ARGS...` against `model`.
     pub fn run(&self, model: &ScriptedModel, args: &[&str]) -> RunResult {
         let mut cmd = self.loopd(Some(model));
@@ -261,7 +266,20 @@ pub fn turn_usage(blocks: Vec<Block>, input_tokens: u64, output_tokens: u64) -> 
 }
 
 pub fn session(turns: Vec<Turn>) -> SessionScript {
-    SessionScript { turns }
+    SessionScript {
+        turns,
+        ..SessionScript::default()
+    }
+}
+
+/// A session that plays `otherwise` unless its prompt contains `needle`,
+/// then `then`: an agent that repeats a mistake unless told.
+pub fn unless_told(needle: &str, then: SessionScript, otherwise: SessionScript) -> SessionScript {
+    SessionScript {
+        when_prompt_contains: Some(needle.to_owned()),
+        instead: Some(Box::new(then)),
+        ..otherwise
+    }
 }
 
 pub fn text(t: &str) -> Block {
@@ -303,8 +321,18 @@ pub fn clean_solution() -> String {
     fixture("rechnung/solutions/rechnung.py")
 }
 
+/// Green, but with a debug print (the pre-critic's to find).
 pub fn dirty_solution() -> String {
     fixture("rechnung/solutions/rechnung_dirty.py")
+}
+
+/// Green, with a function the task did not ask for: nothing the pre-critic
+/// decides, so only the critic can reject it.
+pub fn scope_creep_solution() -> String {
+    format!(
+        "{}\n\ndef average_line(lines):\n    \"\"\"Mean line total, for reports.\"\"\"\n    if not lines:\n        raise ValueError(\"no lines to average\")\n    return net_total(lines) / len(lines)\n",
+        clean_solution()
+    )
 }
 
 pub fn verdict(v: Value) -> SessionScript {
@@ -323,6 +351,25 @@ pub fn fail(rule: i64, file: &str, problem: &str, fix: &str) -> SessionScript {
 
 pub fn scenario(agent: Vec<SessionScript>, critic: Vec<SessionScript>) -> Scenario {
     Scenario { agent, critic }
+}
+
+/// Attempt 1 adds a function the task did not ask for and the critic
+/// fails it with this rule and fix; attempt 2 is clean and passes.
+pub fn scope_creep_then_clean(rule: i64, problem: &str, fix: &str) -> Scenario {
+    scenario(
+        vec![
+            agent_writes(&scope_creep_solution()),
+            agent_writes(&clean_solution()),
+        ],
+        vec![fail(rule, "rechnung.py", problem, fix), pass()],
+    )
+}
+
+/// Every needle is in `text`, or the test fails naming the first missing.
+pub fn assert_contains_all(text: &str, needles: &[&str], what: &str) {
+    for needle in needles {
+        assert!(text.contains(needle), "missing {needle:?} in {what}:\n{text}");
+    }
 }
 
 /// Send a signal to a child process of the test.

@@ -47,6 +47,13 @@ pub struct Scenario {
 pub struct SessionScript {
     #[serde(default, rename = "turn")]
     pub turns: Vec<Turn>,
+    /// When the session's prompt contains this text, `instead` is played in
+    /// its place: an agent that behaves differently when its prompt carries
+    /// a lesson.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when_prompt_contains: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instead: Option<Box<SessionScript>>,
 }
 
 /// One answer of the model.
@@ -133,16 +140,7 @@ impl Recorded {
     /// The text of the first user message: the prompt the session was given
     /// (the CLI may add system-reminder blocks; they are included).
     pub fn prompt(&self) -> String {
-        let first = &self.body["messages"][0]["content"];
-        match first {
-            Value::String(s) => s.clone(),
-            Value::Array(blocks) => blocks
-                .iter()
-                .filter_map(|b| b["text"].as_str())
-                .collect::<Vec<_>>()
-                .join("\n"),
-            _ => String::new(),
-        }
+        first_prompt(&self.body)
     }
 
     /// Names of the tools the request offered the model.
@@ -162,7 +160,8 @@ impl Recorded {
 #[derive(Default)]
 struct State {
     scenario: Scenario,
-    sessions: HashMap<String, (Role, usize)>,
+    /// Each session's role, index, and whether it plays its `instead`.
+    sessions: HashMap<String, (Role, usize, bool)>,
     started: HashMap<Role, usize>,
     log: Vec<Recorded>,
     /// Play the scenario once per working directory (jobs side by side,
@@ -311,6 +310,19 @@ pub fn serve(app: axum::Router, port: u16) -> (SocketAddr, tokio::sync::oneshot:
     (addr, stop)
 }
 
+/// The text of a request's first user message.
+fn first_prompt(body: &Value) -> String {
+    match &body["messages"][0]["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
 fn working_dir(value: &Value) -> Option<String> {
     // The CLI has moved this line between the system prompt and an injected
     // message across versions, so look in every string of the request.
@@ -391,8 +403,12 @@ async fn handle(
 
     let turn = {
         let mut st = state.lock().expect("model state");
-        let session = match st.sessions.get(&session_id) {
-            Some(&(_, index)) => index,
+        let scripts = match role {
+            Role::Agent => st.scenario.agent.clone(),
+            Role::Critic => st.scenario.critic.clone(),
+        };
+        let (session, instead) = match st.sessions.get(&session_id) {
+            Some(&(_, index, instead)) => (index, instead),
             None => {
                 *st.started.entry(role).or_insert(0) += 1;
                 let key = (if st.per_dir { cwd.clone() } else { String::new() }, role);
@@ -400,17 +416,22 @@ async fn handle(
                 let counter = st.started_in.entry(key).or_insert(0);
                 let index = picked.unwrap_or(*counter);
                 *counter += 1;
-                st.sessions.insert(session_id.clone(), (role, index));
-                index
+                let prompt = first_prompt(&body);
+                let instead = scripts
+                    .get(index)
+                    .and_then(|s| s.when_prompt_contains.as_deref())
+                    .is_some_and(|needle| prompt.contains(needle));
+                st.sessions
+                    .insert(session_id.clone(), (role, index, instead));
+                (index, instead)
             }
-        };
-        let scripts = match role {
-            Role::Agent => &st.scenario.agent,
-            Role::Critic => &st.scenario.critic,
         };
         let turn = scripts
             .get(session)
-            .and_then(|s| s.turns.get(turn_index))
+            .and_then(|s| match (&s.instead, instead) {
+                (Some(alt), true) => alt.turns.get(turn_index),
+                _ => s.turns.get(turn_index),
+            })
             .cloned();
         st.log.push(Recorded {
             role,

@@ -1,0 +1,161 @@
+//! What cheaper, sharper judging saves, printed (no timed assertions):
+//!
+//! 1. The pre-critic: model calls on the rechnung fixture's six labelled
+//!    defects, with the pre-critic and without it (`[precheck] enabled =
+//!    false` in a copy of the default rubric). Attempt 1 leaves one defect,
+//!    attempt 2 the honest fix; the scripted critic is a perfect one (it
+//!    finds the defect when asked about attempt 1 and passes attempt 2).
+//! 2. The lessons memory: two jobs in a row on one repository, with a
+//!    scripted agent that repeats its mistake (a debug print) unless its
+//!    first prompt carries the lesson; once with the memory, once with the
+//!    lesson forgotten between the jobs.
+//!
+//! Every run is a real `loopd run` against the real Claude Code CLI and the
+//! scripted model. A model call is one request the CLI sent to the model
+//! (agent and critic turns alike).
+//!
+//! `cargo bench --bench judging` (needs the test
+//! tools: `scripts/install-test-tools.sh`, or `LOOPD_TEST_TOOLS=DIR`).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+#[path = "../tests/it/precheck.rs"]
+#[allow(dead_code)]
+mod scenarios;
+
+// Its tests are not compiled here (no test harness): their imports go unused.
+#[path = "../tests/it/lessons.rs"]
+#[allow(dead_code, unused_imports)]
+mod lessons;
+
+use serde_json::Value;
+use support::model::{Role, ScriptedModel};
+use support::*;
+
+/// A variant, the rule its defect breaks, and whether the tamper gates
+/// (which the pre-critic does not switch) catch it anyway.
+const VARIANTS: &[(&str, i64, bool)] = &[
+    ("skip_marker", 1, true),
+    ("weakened_assert", 1, true),
+    ("debug_print", 2, false),
+    ("commented_out", 2, false),
+    ("swallowed_error", 3, false),
+    ("renamed", 4, false),
+];
+
+struct Run {
+    calls: usize,
+    critic_sessions: usize,
+    attempts: usize,
+    cost_usd: f64,
+    outcome: String,
+}
+
+fn run(variant: &str, rule: i64, precheck: bool, gated: bool) -> Run {
+    let env = TestEnv::new();
+    // The critic is asked about attempt 1 only when no gate rejected it.
+    let critic_needed_twice = !gated && !precheck;
+    let mut critic = Vec::new();
+    if critic_needed_twice {
+        critic.push(fail(rule, "rechnung.py", "the labelled defect", "undo it"));
+    }
+    critic.push(pass());
+    let model = ScriptedModel::start(scenario(
+        vec![
+            scenarios::agent_applies(variant),
+            scenarios::agent_applies("honest"),
+        ],
+        critic,
+    ));
+    let rubric = scenarios::rubric_without_precheck(&env);
+    let mut args = vec!["--max-attempts", "2", "--allowed-tools", "Read,Write,Bash"];
+    let rubric_arg = rubric.to_string_lossy().into_owned();
+    if !precheck {
+        args.extend(["--rubric", rubric_arg.as_str()]);
+    }
+    let r = env.run(&model, &args);
+    let s: Value = r.summary();
+    assert!(
+        model.unscripted().is_empty(),
+        "{variant}: a model call the script did not expect — the bench's assumptions are off: {}",
+        r.stderr
+    );
+    Run {
+        calls: model.requests().len(),
+        critic_sessions: model.session_count(Role::Critic),
+        attempts: s["attempts"].as_array().map_or(0, Vec::len),
+        cost_usd: s["totals"]["cost_usd"].as_f64().unwrap_or(0.0),
+        outcome: s["outcome"].as_str().unwrap_or("?").to_owned(),
+    }
+}
+
+/// Model calls of two jobs in a row on one repository; `forget` drops the
+/// lessons between them.
+fn two_jobs(forget: bool) -> (usize, usize, usize, usize) {
+    let env = TestEnv::new();
+    let model = ScriptedModel::start(lessons::two_jobs());
+    let first = env.run(&model, &[]).summary();
+    let calls_first = model.requests().len();
+    env.git(&["checkout", "--", "."]);
+    if forget {
+        let dir = env.state.join("lessons");
+        std::fs::remove_dir_all(&dir).expect("forget the lessons");
+    }
+    let second = env.run(&model, &[]).summary();
+    let calls_second = model.requests().len() - calls_first;
+    let attempts = |s: &Value| s["attempts"].as_array().map_or(0, Vec::len);
+    for s in [&first, &second] {
+        assert_eq!(s["outcome"], "accepted", "{s}");
+    }
+    (calls_first, attempts(&first), calls_second, attempts(&second))
+}
+
+fn main() {
+    precheck();
+    println!();
+    println!("two jobs in a row on one repository (the agent repeats its debug print unless told)\n");
+    println!("{:<28} {:>12} {:>9} {:>12} {:>9}", "", "job 1 calls", "attempts", "job 2 calls", "attempts");
+    for (label, forget) in [("with the lessons memory", false), ("lessons forgotten between", true)] {
+        let (c1, a1, c2, a2) = two_jobs(forget);
+        println!("{label:<28} {c1:>12} {a1:>9} {c2:>12} {a2:>9}");
+    }
+}
+
+fn precheck() {
+    println!("model calls on the rechnung variants (attempt 1: the defect; attempt 2: the honest fix)\n");
+    println!(
+        "{:<16} {:>6} | {:>13} {:>8} {:>9} | {:>13} {:>8} {:>9}",
+        "variant", "rule", "calls without", "critics", "$", "calls with", "critics", "$"
+    );
+    let (mut without_total, mut with_total) = (0, 0);
+    let (mut without_critic, mut with_critic) = (0, 0);
+    for &(variant, rule, gated) in VARIANTS {
+        let off = run(variant, rule, false, gated);
+        let on = run(variant, rule, true, gated);
+        for r in [&off, &on] {
+            assert_eq!(r.outcome, "accepted", "{variant}: the honest fix must be accepted");
+            assert_eq!(r.attempts, 2, "{variant}");
+        }
+        println!(
+            "{:<16} {:>6} | {:>13} {:>8} {:>9.5} | {:>13} {:>8} {:>9.5}",
+            variant,
+            rule,
+            off.calls,
+            off.critic_sessions,
+            off.cost_usd,
+            on.calls,
+            on.critic_sessions,
+            on.cost_usd
+        );
+        without_total += off.calls;
+        with_total += on.calls;
+        without_critic += off.critic_sessions;
+        with_critic += on.critic_sessions;
+    }
+    println!(
+        "\ntotal: {without_total} model calls ({without_critic} critic sessions) without the pre-critic, \
+         {with_total} ({with_critic}) with it: {} fewer calls",
+        without_total - with_total
+    );
+}

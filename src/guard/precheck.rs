@@ -1,0 +1,1067 @@
+//! The pre-critic: deterministic checks on the lines a change *added*, for
+//! what a rubric forbids and a diff alone can decide — so the critic (a
+//! model call) is asked only about a change that passed them.
+//!
+//! Four checks, per language (Python, Rust, JavaScript/TypeScript, Go):
+//! - [`Check::DebugOutput`]: `print(` in library code or with debug-ish
+//!   content, `breakpoint()`, `pdb`; `dbg!`, `println!` in library code;
+//!   `console.log`, `debugger`; `println(`, `fmt.Println` outside `package main`;
+//! - [`Check::CommentedOutCode`]: two or more consecutive added comment lines
+//!   that read as code;
+//! - [`Check::SwallowedError`]: `except Exception: return 0`, a bare
+//!   `except:`, an empty `catch {}`, `let _ = call();` without a comment
+//!   saying why, `Err(_) => {}`, `_ = err`;
+//! - [`Check::DriveByRename`]: a function removed and one added with the same
+//!   parameters and (nearly) the same body under another name, when the task
+//!   names neither and says nothing of renaming.
+//!
+//! A finding rejects the attempt before the critic, exactly like a gate
+//! finding (reason `precheck`), with file, line, the rubric rule it breaks
+//! and a one-line fix; it becomes the next prompt. Which rule a check
+//! enforces comes from the rubric: `[precheck.<check>] rule = N`, or else the
+//! first rule whose text speaks of it (debug output / prints, comments,
+//! errors, renames / refactoring). A check no rule covers is off — the
+//! pre-critic enforces the rubric, never rules of its own. Every check can be
+//! turned off or allow-listed by path in the rubric's `[precheck]`.
+//!
+//! The checks err on the side of silence: a false positive costs an attempt,
+//! a miss costs only the critic call it would have saved.
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+
+use crate::guard::tamper::{Finding, TEST_GLOBS};
+use crate::outcome::Reason;
+use crate::workspace::{AddedLine, ChangedText};
+
+/// One check of the pre-critic; the name is its table in `[precheck]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Check {
+    DebugOutput,
+    CommentedOutCode,
+    SwallowedError,
+    DriveByRename,
+}
+
+impl Check {
+    pub const ALL: [Check; 4] = [
+        Check::DebugOutput,
+        Check::CommentedOutCode,
+        Check::SwallowedError,
+        Check::DriveByRename,
+    ];
+
+    /// The name in `[precheck]` and in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Check::DebugOutput => "debug_output",
+            Check::CommentedOutCode => "commented_out_code",
+            Check::SwallowedError => "swallowed_error",
+            Check::DriveByRename => "drive_by_rename",
+        }
+    }
+
+    pub fn parse_name(name: &str) -> Option<Check> {
+        Check::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    /// What a rule's text says when it covers this check.
+    fn rule_words(self) -> &'static str {
+        match self {
+            Check::DebugOutput => r"(?i)\b(debug\w*|prints?|println!?|dbg!|console\.log)\b",
+            Check::CommentedOutCode => r"(?i)comment(ed)?[- ]out|\bcommented\b",
+            Check::SwallowedError => r"(?i)\b(swallow\w*|errors?|exceptions?|failures?)\b",
+            Check::DriveByRename => r"(?i)\b(renam\w*|refactor\w*|drive-by|scope)\b",
+        }
+    }
+}
+
+/// The first rule whose text speaks of tests being deleted, skipped or
+/// weakened: the rule the tamper gates enforce.
+pub fn tests_rule<'a>(rules: impl IntoIterator<Item = (u32, &'a str)>) -> Option<u32> {
+    let re = Regex::new(r"(?i)\btests?\b.*\b(delet|skip|weaken|ignore|xfail)")
+        .expect("the tests-rule regex is valid");
+    rules.into_iter().find(|(_, t)| re.is_match(t)).map(|(id, _)| id)
+}
+
+/// The languages the checks know, by file extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lang {
+    Python,
+    Rust,
+    Js,
+    Go,
+}
+
+impl Lang {
+    pub fn of(path: &str) -> Option<Lang> {
+        let ext = path.rsplit_once('.').map(|(_, e)| e)?;
+        Some(match ext {
+            "py" | "pyi" => Lang::Python,
+            "rs" => Lang::Rust,
+            "js" | "jsx" | "mjs" | "cjs" | "ts" | "tsx" | "mts" | "cts" => Lang::Js,
+            "go" => Lang::Go,
+            _ => return None,
+        })
+    }
+
+    /// The line-comment text of `line`, if the line is a plain comment
+    /// (doc comments and pragmas are not).
+    fn comment(self, line: &str) -> Option<&str> {
+        let t = line.trim_start();
+        match self {
+            Lang::Python => {
+                let c = t.strip_prefix('#')?;
+                let pragma = c.starts_with('!')
+                    || c.trim_start().starts_with("type:")
+                    || c.trim_start().starts_with("noqa")
+                    || c.trim_start().starts_with("-*-")
+                    || c.trim_start().starts_with("pragma");
+                (!pragma).then_some(c)
+            }
+            Lang::Rust | Lang::Js | Lang::Go => {
+                let c = t.strip_prefix("//")?;
+                (!c.starts_with('/') && !c.starts_with('!')).then_some(c)
+            }
+        }
+    }
+}
+
+/// One check's settings, as `[precheck.<check>]` in the rubric sets them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CheckSettings {
+    pub enabled: bool,
+    /// The rubric rule the check enforces (default: inferred from the rules).
+    pub rule: Option<u32>,
+    /// Path globs the check ignores (e.g. `scripts/**` for debug output).
+    pub allow: Vec<String>,
+}
+
+impl Default for CheckSettings {
+    fn default() -> Self {
+        CheckSettings {
+            enabled: true,
+            rule: None,
+            allow: Vec::new(),
+        }
+    }
+}
+
+/// `[precheck]` in the rubric: every check on unless turned off.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PrecheckSettings {
+    /// `false` turns the whole pre-critic off.
+    pub enabled: bool,
+    pub checks: BTreeMap<Check, CheckSettings>,
+}
+
+impl Default for PrecheckSettings {
+    fn default() -> Self {
+        PrecheckSettings {
+            enabled: true,
+            checks: Check::ALL
+                .into_iter()
+                .map(|c| (c, CheckSettings::default()))
+                .collect(),
+        }
+    }
+}
+
+/// Whether a check runs, and under which rule.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum State {
+    On { rule: u32 },
+    Off { why: String },
+}
+
+/// One check as it will run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Planned {
+    pub check: Check,
+    #[serde(flatten)]
+    pub state: State,
+    pub allow: Vec<String>,
+}
+
+/// What the pre-critic runs for a rubric (`loopd check` prints it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    pub checks: Vec<Planned>,
+}
+
+impl Plan {
+    /// Resolve the settings against the rubric's rules (`(id, text)`).
+    /// The allow globs were validated when the rubric was read.
+    pub fn new<'a>(
+        settings: &PrecheckSettings,
+        rules: impl IntoIterator<Item = (u32, &'a str)> + Clone,
+    ) -> Plan {
+        let checks = Check::ALL
+            .into_iter()
+            .map(|check| {
+                let s = settings.checks.get(&check).cloned().unwrap_or_default();
+                let words = Regex::new(check.rule_words()).expect("rule-word regexes are valid");
+                let state = if !settings.enabled {
+                    State::Off {
+                        why: "`[precheck] enabled = false`".into(),
+                    }
+                } else if !s.enabled {
+                    State::Off {
+                        why: format!("`[precheck.{}] enabled = false`", check.name()),
+                    }
+                } else {
+                    let rule = s.rule.or_else(|| {
+                        rules
+                            .clone()
+                            .into_iter()
+                            .find(|(_, text)| words.is_match(text))
+                            .map(|(id, _)| id)
+                    });
+                    match rule {
+                        Some(rule) => State::On { rule },
+                        None => State::Off {
+                            why: format!(
+                                "no rule of the rubric covers it (set `[precheck.{}] rule = N`)",
+                                check.name()
+                            ),
+                        },
+                    }
+                };
+                Planned {
+                    check,
+                    state,
+                    allow: s.allow,
+                }
+            })
+            .collect();
+        Plan { checks }
+    }
+
+    /// The rule a check runs under, `None` when it is off.
+    pub fn rule(&self, check: Check) -> Option<u32> {
+        self.checks
+            .iter()
+            .find(|p| p.check == check)
+            .and_then(|p| match p.state {
+                State::On { rule } => Some(rule),
+                State::Off { .. } => None,
+            })
+    }
+
+    /// One line per check: `debug_output: on (rule 2)`, for `loopd check`.
+    pub fn render(&self) -> Vec<String> {
+        self.checks
+            .iter()
+            .map(|p| {
+                let state = match &p.state {
+                    State::On { rule } => format!("on (rule {rule})"),
+                    State::Off { why } => format!("off: {why}"),
+                };
+                let allow = if p.allow.is_empty() {
+                    String::new()
+                } else {
+                    format!(", allowed in {}", p.allow.join(", "))
+                };
+                format!("{}: {state}{allow}", p.check.name())
+            })
+            .collect()
+    }
+
+    /// Run every check that is on. `added` are the diff's added lines,
+    /// `files` the changed files' texts before and after.
+    pub fn run(&self, task: &str, added: &[AddedLine], files: &[ChangedText]) -> Vec<Finding> {
+        let mut out = Vec::new();
+        for planned in &self.checks {
+            let State::On { rule } = planned.state else {
+                continue;
+            };
+            let allowed = allow_set(&planned.allow);
+            let mut found = match planned.check {
+                Check::DebugOutput => debug_output(added, files),
+                Check::CommentedOutCode => commented_out_code(added),
+                Check::SwallowedError => swallowed_errors(added, files),
+                Check::DriveByRename => drive_by_renames(task, files),
+            };
+            found.retain(|f| !allowed.is_match(&f.path));
+            for mut f in found {
+                f.rule = Some(rule);
+                f.check = Some(planned.check);
+                out.push(f);
+            }
+        }
+        out.sort_by(|a, b| (&a.path, a.line).cmp(&(&b.path, b.line)));
+        out
+    }
+}
+
+/// Compile allow-list globs; a glob that does not compile was refused when
+/// the rubric was read, so it is skipped here.
+fn allow_set(globs: &[String]) -> GlobSet {
+    let mut b = GlobSetBuilder::new();
+    for g in globs {
+        if let Ok(g) = Glob::new(g) {
+            b.add(g);
+        }
+    }
+    b.build().unwrap_or_else(|_| GlobSet::empty())
+}
+
+/// Check that an allow-list glob compiles (the rubric's validation).
+pub fn valid_glob(glob: &str) -> Result<(), String> {
+    Glob::new(glob).map(|_| ()).map_err(|e| e.to_string())
+}
+
+fn finding(path: &str, line: u32, problem: String, fix: &str) -> Finding {
+    Finding {
+        reason: Reason::Precheck,
+        path: path.to_owned(),
+        line: Some(line),
+        rule: None,
+        check: None,
+        problem,
+        fix: fix.to_owned(),
+    }
+}
+
+/// A short quote of a line for a finding.
+fn quote(text: &str) -> String {
+    let t = text.trim();
+    if t.chars().count() > 80 {
+        format!("{}…", t.chars().take(80).collect::<String>())
+    } else {
+        t.to_owned()
+    }
+}
+
+fn re(cell: &'static OnceLock<Regex>, pattern: &str) -> &'static Regex {
+    cell.get_or_init(|| Regex::new(pattern).expect("a built-in pre-critic regex is valid"))
+}
+
+/// Paths where output is the program's job, not a leftover.
+fn is_entry_point(path: &str, text: Option<&str>) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let dirs = ["scripts/", "bin/", "tools/", "examples/", "cmd/"];
+    dirs.iter()
+        .any(|d| path.starts_with(d) || path.contains(&format!("/{d}")))
+        || matches!(
+            name,
+            "__main__.py" | "main.py" | "cli.py" | "manage.py" | "setup.py" | "main.rs" | "build.rs"
+        )
+        || text.is_some_and(|t| {
+            t.contains("if __name__ == \"__main__\"")
+                || t.contains("if __name__ == '__main__'")
+                || t.lines().any(|l| l.trim() == "package main")
+        })
+}
+
+fn is_test(path: &str) -> bool {
+    static SET: OnceLock<GlobSet> = OnceLock::new();
+    SET.get_or_init(|| {
+        let mut b = GlobSetBuilder::new();
+        for g in TEST_GLOBS {
+            b.add(Glob::new(g).expect("test globs are valid"));
+        }
+        b.build().expect("test globs build")
+    })
+    .is_match(path)
+}
+
+/// Output whose content says it is for the author, not the user.
+fn debugish(line: &str) -> bool {
+    static R: OnceLock<Regex> = OnceLock::new();
+    re(
+        &R,
+        r#"(?i)\b(debug|dbg|xxx|fixme|wtf)\b|>>>|<<<|={3,}|-{3,}>|\{\s*\w+\s*=\s*\}"#,
+    )
+    .is_match(line)
+}
+
+fn new_text<'a>(files: &'a [ChangedText], path: &str) -> Option<&'a str> {
+    files
+        .iter()
+        .find(|f| f.path == path)
+        .and_then(|f| f.new.as_deref())
+}
+
+fn debug_output(added: &[AddedLine], files: &[ChangedText]) -> Vec<Finding> {
+    static PY_BREAK: OnceLock<Regex> = OnceLock::new();
+    static PY_PRINT: OnceLock<Regex> = OnceLock::new();
+    static RS_DBG: OnceLock<Regex> = OnceLock::new();
+    static RS_PRINT: OnceLock<Regex> = OnceLock::new();
+    static JS_DEBUGGER: OnceLock<Regex> = OnceLock::new();
+    static JS_CONSOLE: OnceLock<Regex> = OnceLock::new();
+    static GO_BUILTIN: OnceLock<Regex> = OnceLock::new();
+    static GO_FMT: OnceLock<Regex> = OnceLock::new();
+    const FIX: &str = "remove the debug output; report through the code's own return values, errors or logger";
+    let mut out = Vec::new();
+    for a in added {
+        let Some(lang) = Lang::of(&a.path) else {
+            continue;
+        };
+        if lang.comment(&a.text).is_some() {
+            continue;
+        }
+        let text = new_text(files, &a.path);
+        // Output in library code (not a test, not an entry point) is a
+        // leftover whatever it says; elsewhere only debug-ish output is.
+        let library = !is_test(&a.path) && !is_entry_point(&a.path, text);
+        let hit = match lang {
+            Lang::Python => {
+                if re(&PY_BREAK, r"\bbreakpoint\(\s*\)|\bimport\s+(pdb|ipdb|pudb)\b|\b(pdb|ipdb|pudb)\.set_trace\(")
+                    .is_match(&a.text)
+                {
+                    Some("a debugger hook")
+                } else if re(&PY_PRINT, r"^\s*(pprint\.)?p?print\(").is_match(&a.text)
+                    && (library || debugish(&a.text))
+                {
+                    Some("a print")
+                } else {
+                    None
+                }
+            }
+            Lang::Rust => {
+                if re(&RS_DBG, r"\bdbg!\s*\(").is_match(&a.text) {
+                    Some("a `dbg!`")
+                } else if re(&RS_PRINT, r"^\s*e?print(ln)?!\s*\(").is_match(&a.text)
+                    && (library || debugish(&a.text))
+                {
+                    Some("a print")
+                } else {
+                    None
+                }
+            }
+            Lang::Js => {
+                if re(&JS_DEBUGGER, r"^\s*debugger\s*;?\s*$").is_match(&a.text) {
+                    Some("a `debugger` statement")
+                } else if re(&JS_CONSOLE, r"\bconsole\.(log|debug|trace|dir)\s*\(").is_match(&a.text)
+                    && (library || debugish(&a.text))
+                {
+                    Some("a console print")
+                } else {
+                    None
+                }
+            }
+            Lang::Go => {
+                if re(&GO_BUILTIN, r"^\s*print(ln)?\s*\(").is_match(&a.text) {
+                    Some("a builtin print")
+                } else if re(&GO_FMT, r"\bfmt\.Print(ln|f)?\s*\(").is_match(&a.text)
+                    && (library || debugish(&a.text))
+                {
+                    Some("a print")
+                } else {
+                    None
+                }
+            }
+        };
+        if let Some(what) = hit {
+            out.push(finding(
+                &a.path,
+                a.line,
+                format!("debug output was added ({what}): `{}`", quote(&a.text)),
+                FIX,
+            ));
+        }
+    }
+    out
+}
+
+/// Whether a comment's text reads as code rather than prose.
+fn reads_as_code(lang: Lang, comment: &str) -> bool {
+    static PY_KW: OnceLock<Regex> = OnceLock::new();
+    static C_KW: OnceLock<Regex> = OnceLock::new();
+    static ASSIGN: OnceLock<Regex> = OnceLock::new();
+    static CALL: OnceLock<Regex> = OnceLock::new();
+    let t = comment.trim();
+    if t.is_empty() {
+        return false;
+    }
+    let code_chars = t.contains(['(', ')', '[', ']', '{', '}', '=', ':', ';', '*', '+', '<', '>']);
+    let keyword = match lang {
+        Lang::Python => re(
+            &PY_KW,
+            r"^(def|class|return|import|from|if|elif|else|for|while|try|except|finally|raise|with|yield|assert|lambda|async|await)\b",
+        ),
+        Lang::Rust | Lang::Js | Lang::Go => re(
+            &C_KW,
+            r"^(let|fn|pub|use|impl|struct|enum|match|if|else|for|while|loop|return|const|var|function|import|export|func|package|type|defer|go|await)\b",
+        ),
+    };
+    if keyword.is_match(t) && code_chars {
+        return true;
+    }
+    if re(&ASSIGN, r"^[A-Za-z_][\w.\[\]'\x22]*\s*([-+*/%|&]?=)\s*[^=\s]").is_match(t) {
+        return true;
+    }
+    if re(&CALL, r"^[A-Za-z_][\w.:]*\(.*\)\s*[;:]?$").is_match(t) {
+        return true;
+    }
+    match lang {
+        Lang::Python => t.ends_with(':') && code_chars && !t.contains(". "),
+        _ => t.ends_with(';') || t.ends_with('{') || t == "}" || t.starts_with("} "),
+    }
+}
+
+fn commented_out_code(added: &[AddedLine]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    // Runs of consecutive added comment lines, per file.
+    let mut run: Vec<&AddedLine> = Vec::new();
+    let mut flush = |run: &mut Vec<&AddedLine>| {
+        if run.len() >= 2 {
+            let lang = Lang::of(&run[0].path).expect("only lines of known languages are collected");
+            let code = run
+                .iter()
+                .filter(|l| lang.comment(&l.text).is_some_and(|c| reads_as_code(lang, c)))
+                .count();
+            let blank = run
+                .iter()
+                .filter(|l| lang.comment(&l.text).is_some_and(|c| c.trim().is_empty()))
+                .count();
+            if code >= 2 && code * 2 >= run.len() - blank {
+                out.push(finding(
+                    &run[0].path,
+                    run[0].line,
+                    format!(
+                        "{} lines of commented-out code were added (lines {}-{}), starting `{}`",
+                        run.len(),
+                        run[0].line,
+                        run[run.len() - 1].line,
+                        quote(&run[0].text)
+                    ),
+                    "delete the commented-out block; git keeps the old version",
+                ));
+            }
+        }
+        run.clear();
+    };
+    for a in added {
+        let is_comment = Lang::of(&a.path).is_some_and(|l| l.comment(&a.text).is_some());
+        let continues = run
+            .last()
+            .is_some_and(|p| p.path == a.path && p.line + 1 == a.line);
+        if !continues {
+            flush(&mut run);
+        }
+        if is_comment {
+            run.push(a);
+        } else {
+            flush(&mut run);
+        }
+    }
+    flush(&mut run);
+    out
+}
+
+fn indent(line: &str) -> usize {
+    line.len() - line.trim_start().len()
+}
+
+/// A handler body that does nothing with the error.
+fn does_nothing(stmts: &[&str]) -> bool {
+    static NOTHING: OnceLock<Regex> = OnceLock::new();
+    !stmts.is_empty()
+        && stmts.iter().all(|s| {
+            re(
+                &NOTHING,
+                r#"^(pass|\.\.\.|continue|break|return|return\s+(None|True|False|-?\d+(\.\d+)?|""|''|\[\]|\{\}|\(\)|Decimal\(\s*["']?-?\d+["']?\s*\)))\s*(#.*)?$"#,
+            )
+            .is_match(s.trim())
+        })
+}
+
+fn swallowed_errors(added: &[AddedLine], files: &[ChangedText]) -> Vec<Finding> {
+    static PY_EXCEPT: OnceLock<Regex> = OnceLock::new();
+    static JS_EMPTY: OnceLock<Regex> = OnceLock::new();
+    static JS_OPEN: OnceLock<Regex> = OnceLock::new();
+    static JS_PROMISE: OnceLock<Regex> = OnceLock::new();
+    static GO_BLANK: OnceLock<Regex> = OnceLock::new();
+    static GO_OPEN: OnceLock<Regex> = OnceLock::new();
+    static RS_LET: OnceLock<Regex> = OnceLock::new();
+    static RS_ERR: OnceLock<Regex> = OnceLock::new();
+    static RS_OK: OnceLock<Regex> = OnceLock::new();
+    const FIX_PY: &str = "catch only the exception you expect and handle it, or let it propagate; never return a default for every error";
+    const FIX: &str = "handle the error or propagate it; never drop it silently";
+    let mut out = Vec::new();
+    for a in added {
+        let Some(lang) = Lang::of(&a.path) else {
+            continue;
+        };
+        let lines: Vec<&str> = new_text(files, &a.path)
+            .map(|t| t.lines().collect())
+            .unwrap_or_default();
+        // The lines after line `a.line` (1-based), blanks and comments skipped.
+        let after = || {
+            lines
+                .iter()
+                .skip(a.line as usize)
+                .filter(|l| !l.trim().is_empty() && lang.comment(l).is_none())
+        };
+        let problem = match lang {
+            Lang::Python => re(
+                &PY_EXCEPT,
+                r"^(\s*)except\s*(\(?\s*(Exception|BaseException)\s*\)?\s*(as\s+\w+)?)?\s*:\s*(.*)$",
+            )
+            .captures(&a.text)
+            .and_then(|c| {
+                let bare = c.get(2).is_none();
+                let inline = c.get(5).map_or("", |m| m.as_str()).trim();
+                let body: Vec<&str> = if inline.is_empty() || inline.starts_with('#') {
+                    let own = indent(&a.text);
+                    after().take_while(|l| indent(l) > own).copied().collect()
+                } else {
+                    vec![inline]
+                };
+                if does_nothing(&body) {
+                    Some(format!(
+                        "an error is swallowed: `{}` followed by `{}`",
+                        quote(&a.text),
+                        body.first().map_or("", |s| s.trim())
+                    ))
+                } else if bare {
+                    Some(format!("a bare `except:` catches every error: `{}`", quote(&a.text)))
+                } else {
+                    None
+                }
+            }),
+            Lang::Js => {
+                let empty_inline = re(&JS_EMPTY, r"\bcatch\s*(\([^)]*\))?\s*\{\s*\}").is_match(&a.text);
+                let empty_block = re(&JS_OPEN, r"\bcatch\s*(\([^)]*\))?\s*\{\s*$").is_match(&a.text)
+                    && after().next().is_some_and(|l| l.trim().starts_with('}'));
+                let promise = re(
+                    &JS_PROMISE,
+                    r"\.catch\(\s*(\(\s*\w*\s*\)|\w+)\s*=>\s*(\{\s*\}|null|undefined)\s*\)",
+                )
+                .is_match(&a.text);
+                (empty_inline || empty_block || promise)
+                    .then(|| format!("an error is swallowed by an empty catch: `{}`", quote(&a.text)))
+            }
+            Lang::Go => {
+                let blank = re(&GO_BLANK, r"^\s*_\s*=\s*err\b").is_match(&a.text);
+                let empty = re(&GO_OPEN, r"^\s*if\s+err\s*!=\s*nil\s*\{\s*(\}\s*)?$")
+                    .captures(&a.text)
+                    .is_some_and(|c| {
+                        c.get(1).is_some() || after().next().is_some_and(|l| l.trim() == "}")
+                    });
+                (blank || empty).then(|| format!("an error is dropped: `{}`", quote(&a.text)))
+            }
+            Lang::Rust => {
+                let why_above = a.line >= 2
+                    && lines
+                        .get(a.line as usize - 2)
+                        .is_some_and(|l| lang.comment(l).is_some());
+                let let_ignore = re(&RS_LET, r"^\s*let\s+_\s*=\s*.*\w\s*\(.*\)\s*;\s*$").is_match(&a.text)
+                    && !why_above;
+                let err_arm = re(&RS_ERR, r"\bErr\s*\(\s*_\w*\s*\)\s*=>\s*(\{\s*\}|\(\))").is_match(&a.text);
+                let ok_drop = re(&RS_OK, r"^\s*[\w.:()&*\s]+\)\.ok\(\)\s*;\s*$").is_match(&a.text) && !why_above;
+                (let_ignore || err_arm || ok_drop)
+                    .then(|| format!("a `Result` is dropped without a word: `{}`", quote(&a.text)))
+            }
+        };
+        if let Some(problem) = problem {
+            let fix = if lang == Lang::Python { FIX_PY } else { FIX };
+            out.push(finding(&a.path, a.line, problem, fix));
+        }
+    }
+    out
+}
+
+/// A function definition: name, parameters, body, where it starts.
+#[derive(Debug)]
+struct Function {
+    name: String,
+    params: String,
+    body: String,
+    /// 1-based line of the definition.
+    line: u32,
+}
+
+/// The functions defined in a file's text (top level and nested alike).
+fn functions(lang: Lang, text: &str) -> Vec<Function> {
+    static PY_DEF: OnceLock<Regex> = OnceLock::new();
+    static RS_FN: OnceLock<Regex> = OnceLock::new();
+    static GO_FUNC: OnceLock<Regex> = OnceLock::new();
+    static JS_FUNC: OnceLock<Regex> = OnceLock::new();
+    static JS_ARROW: OnceLock<Regex> = OnceLock::new();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let name = match lang {
+            Lang::Python => re(&PY_DEF, r"^\s*(async\s+)?def\s+(\w+)\s*\(").captures(line).map(|c| c[2].to_owned()),
+            Lang::Rust => re(&RS_FN, r"^\s*(pub(\([^)]*\))?\s+)?(const\s+)?(async\s+)?(unsafe\s+)?(extern\s+\S+\s+)?fn\s+(\w+)")
+                .captures(line)
+                .map(|c| c[7].to_owned()),
+            Lang::Go => re(&GO_FUNC, r"^func\s+(\([^)]*\)\s*)?(\w+)\s*[\[(]").captures(line).map(|c| c[2].to_owned()),
+            Lang::Js => re(&JS_FUNC, r"^\s*(export\s+)?(default\s+)?(async\s+)?function\s*\*?\s*(\w+)\s*\(")
+                .captures(line)
+                .map(|c| c[4].to_owned())
+                .or_else(|| {
+                    re(&JS_ARROW, r"^\s*(export\s+)?(const|let|var)\s+(\w+)\s*=\s*(async\s*)?(\([^)]*\)|\w+)\s*=>")
+                        .captures(line)
+                        .map(|c| c[3].to_owned())
+                }),
+        };
+        let Some(name) = name else { continue };
+        let (params, body) = match lang {
+            Lang::Python => {
+                // The signature runs to the line ending with `:`; the body
+                // is every deeper-indented line after it.
+                let own = indent(line);
+                let ends_signature =
+                    |l: &str| l.split(" #").next().unwrap_or(l).trim_end().ends_with(':');
+                let mut j = i;
+                while j < lines.len() && !ends_signature(lines[j]) {
+                    j += 1;
+                }
+                let sig: String = lines[i..=j.min(lines.len() - 1)].join(" ");
+                let body: Vec<&str> = lines
+                    .iter()
+                    .skip(j + 1)
+                    .take_while(|l| l.trim().is_empty() || indent(l) > own)
+                    .map(|l| l.trim())
+                    .filter(|l| !l.is_empty())
+                    .collect();
+                (params_of(&sig), body.join("\n"))
+            }
+            _ => {
+                // From the first `{` to the brace that closes it.
+                let mut depth = 0i32;
+                let mut started = false;
+                let mut taken = Vec::new();
+                for l in &lines[i..] {
+                    taken.push(l.trim());
+                    for c in l.chars() {
+                        match c {
+                            '{' => {
+                                depth += 1;
+                                started = true;
+                            }
+                            '}' => depth -= 1,
+                            _ => {}
+                        }
+                    }
+                    if started && depth <= 0 {
+                        break;
+                    }
+                }
+                let joined = taken.join("\n");
+                let (sig, body) = joined.split_once('{').unwrap_or((&joined, ""));
+                (params_of(sig), body.to_owned())
+            }
+        };
+        out.push(Function {
+            name,
+            params,
+            body,
+            line: i as u32 + 1,
+        });
+    }
+    out
+}
+
+/// The parameter list of a signature, whitespace-normalized.
+fn params_of(sig: &str) -> String {
+    let Some(open) = sig.find('(') else {
+        return String::new();
+    };
+    let mut depth = 0;
+    let mut out = String::new();
+    for c in sig[open..].chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            _ => {}
+        }
+        out.push(c);
+        if depth == 0 {
+            break;
+        }
+    }
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// How alike two bodies are, 0 to 1 (characters).
+fn likeness(a: &str, b: &str) -> f32 {
+    if a == b {
+        return 1.0;
+    }
+    similar::TextDiff::from_chars(a, b).ratio()
+}
+
+/// Bodies at least this alike are "the same body" — a rename that also
+/// fixed a bug in the function is still a rename.
+const SAME_BODY: f32 = 0.8;
+
+fn drive_by_renames(task: &str, files: &[ChangedText]) -> Vec<Finding> {
+    let task_lower = task.to_lowercase();
+    if task_lower.contains("renam") {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for f in files {
+        let (Some(lang), Some(old), Some(new)) = (Lang::of(&f.path), &f.old, &f.new) else {
+            continue;
+        };
+        let before = functions(lang, old);
+        let after = functions(lang, new);
+        let gone: Vec<&Function> = before
+            .iter()
+            .filter(|b| !after.iter().any(|a| a.name == b.name))
+            .collect();
+        let fresh: Vec<&Function> = after
+            .iter()
+            .filter(|a| !before.iter().any(|b| b.name == a.name))
+            .collect();
+        // Pair them until no pair is left to find: a body that calls another
+        // renamed function compares equal only once that rename is known.
+        let mut pairs: Vec<(&Function, &Function)> = Vec::new();
+        loop {
+            let before_len = pairs.len();
+            for n in &fresh {
+                if pairs.iter().any(|(_, p)| p.name == n.name) {
+                    continue;
+                }
+                let best = gone
+                    .iter()
+                    .filter(|o| o.params == n.params && !pairs.iter().any(|(p, _)| p.name == o.name))
+                    .map(|o| {
+                        let mapped = pairs
+                            .iter()
+                            .chain(std::iter::once(&(*o, *n)))
+                            .fold(o.body.clone(), |b, (from, to)| replace_word(&b, &from.name, &to.name));
+                        (*o, likeness(&mapped, &n.body))
+                    })
+                    .filter(|(_, l)| *l >= SAME_BODY)
+                    .max_by(|a, b| a.1.total_cmp(&b.1));
+                if let Some((o, _)) = best {
+                    pairs.push((o, n));
+                }
+            }
+            if pairs.len() == before_len {
+                break;
+            }
+        }
+        for (o, n) in &pairs {
+            let mentioned = task.contains(o.name.as_str()) || task.contains(n.name.as_str());
+            if mentioned {
+                continue;
+            }
+            out.push(finding(
+                &f.path,
+                n.line,
+                format!(
+                    "`{}` was renamed to `{}` (same parameters and body); the task did not ask for it",
+                    o.name, n.name
+                ),
+                &format!("keep the name `{}`; rename nothing the task does not ask for", o.name),
+            ));
+        }
+    }
+    out
+}
+
+/// Replace `from` by `to` where it stands as a whole identifier.
+fn replace_word(text: &str, from: &str, to: &str) -> String {
+    let pattern = format!(r"\b{}\b", regex::escape(from));
+    match Regex::new(&pattern) {
+        Ok(r) => r.replace_all(text, regex::NoExpand(to)).into_owned(),
+        Err(_) => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The default rubric's four rules.
+    const RULES: [(u32, &str); 4] = [
+        (1, "No test was deleted, skipped or weakened."),
+        (2, "No debug prints, dead code or commented-out blocks were added."),
+        (3, "Errors are handled, not silently swallowed."),
+        (4, "The change stays inside the task; no drive-by refactoring."),
+    ];
+
+    fn plan() -> Plan {
+        Plan::new(&PrecheckSettings::default(), RULES)
+    }
+
+    /// The added lines of `new` over `old` (a naive line diff is enough
+    /// here: the tests add or replace whole lines).
+    fn added(path: &str, old: &str, new: &str) -> Vec<AddedLine> {
+        let diff = similar::TextDiff::from_lines(old, new);
+        let mut out = Vec::new();
+        for change in diff.iter_all_changes() {
+            if change.tag() == similar::ChangeTag::Insert {
+                out.push(AddedLine {
+                    path: path.into(),
+                    line: change.new_index().expect("an insert has a new index") as u32 + 1,
+                    text: change.value().trim_end().to_owned(),
+                });
+            }
+        }
+        out
+    }
+
+    fn run(task: &str, path: &str, old: &str, new: &str) -> Vec<Finding> {
+        let files = [ChangedText {
+            path: path.into(),
+            old: Some(old.into()),
+            new: Some(new.into()),
+        }];
+        plan().run(task, &added(path, old, new), &files)
+    }
+
+    fn lines(findings: &[Finding]) -> Vec<(Option<u32>, Option<u32>)> {
+        findings.iter().map(|f| (f.line, f.rule)).collect()
+    }
+
+    #[test]
+    fn rules_are_inferred_from_the_rule_texts() {
+        let p = plan();
+        assert_eq!(
+            Check::ALL.map(|c| p.rule(c)),
+            [Some(2), Some(2), Some(3), Some(4)]
+        );
+        assert_eq!(tests_rule(RULES), Some(1));
+        // A rubric about something else entirely: every check is off.
+        let p = Plan::new(&PrecheckSettings::default(), [(7, "Money is Decimal.")]);
+        assert!(p.render().iter().all(|l| l.contains("off: no rule")), "{:?}", p.render());
+    }
+
+    #[test]
+    fn debug_output_per_language() {
+        let py_old = "def f(x):\n    return x\n";
+        let f = run("t", "lib.py", py_old, "def f(x):\n    print(x)\n    return x\n");
+        assert_eq!(lines(&f), [(Some(2), Some(2))], "{f:?}");
+        assert!(f[0].render().starts_with("lib.py:2 (rule 2, gate precheck): debug output"), "{}", f[0].render());
+        // A print in a script is its output; one that says DEBUG is not.
+        assert!(run("t", "scripts/report.py", py_old, "def f(x):\n    print(x)\n    return x\n").is_empty());
+        assert_eq!(run("t", "scripts/report.py", py_old, "def f(x):\n    print('DEBUG', x)\n    return x\n").len(), 1);
+        assert_eq!(run("t", "lib.py", py_old, "def f(x):\n    breakpoint()\n    return x\n").len(), 1);
+        assert_eq!(run("t", "lib.py", py_old, "import pdb\ndef f(x):\n    return x\n").len(), 1);
+
+        let rs_old = "pub fn f(x: u32) -> u32 {\n    x\n}\n";
+        assert_eq!(run("t", "src/lib.rs", rs_old, "pub fn f(x: u32) -> u32 {\n    dbg!(x)\n}\n").len(), 1);
+        assert_eq!(run("t", "src/store.rs", rs_old, "pub fn f(x: u32) -> u32 {\n    println!(\"{x}\");\n    x\n}\n").len(), 1);
+        assert!(run("t", "src/main.rs", rs_old, "pub fn f(x: u32) -> u32 {\n    println!(\"{x}\");\n    x\n}\n").is_empty());
+
+        let js_old = "export function f(x) {\n  return x;\n}\n";
+        assert_eq!(run("t", "src/a.ts", js_old, "export function f(x) {\n  console.log(x);\n  return x;\n}\n").len(), 1);
+        assert_eq!(run("t", "src/a.js", js_old, "export function f(x) {\n  debugger;\n  return x;\n}\n").len(), 1);
+        assert!(run("t", "src/a.js", js_old, "export function f(x) {\n  console.error('bad input', x);\n  return x;\n}\n").is_empty());
+
+        let go_old = "package store\n\nfunc F(x int) int {\n\treturn x\n}\n";
+        assert_eq!(run("t", "store.go", go_old, "package store\n\nfunc F(x int) int {\n\tfmt.Println(x)\n\treturn x\n}\n").len(), 1);
+        assert_eq!(run("t", "store.go", go_old, "package store\n\nfunc F(x int) int {\n\tprintln(x)\n\treturn x\n}\n").len(), 1);
+        let main_old = go_old.replace("package store", "package main");
+        assert!(run("t", "main.go", &main_old, &main_old.replace("\treturn x", "\tfmt.Println(x)\n\treturn x")).is_empty());
+    }
+
+    #[test]
+    fn commented_out_code_but_not_prose() {
+        let old = "def f(x):\n    return x\n";
+        let f = run("t", "a.py", old, "# def f(x):\n#     return x + 1\ndef f(x):\n    return x\n");
+        assert_eq!(lines(&f), [(Some(1), Some(2))], "{f:?}");
+        // Prose comments, a single commented line, docs: fine.
+        assert!(run("t", "a.py", old, "# Totals are Decimal; never round\n# before the sum is taken.\ndef f(x):\n    return x\n").is_empty());
+        assert!(run("t", "a.py", old, "def f(x):\n    # return x + 1\n    return x\n").is_empty());
+        let rs = "fn f() -> u32 {\n    1\n}\n";
+        assert_eq!(run("t", "a.rs", rs, "// let y = compute(x);\n// return y;\nfn f() -> u32 {\n    1\n}\n").len(), 1);
+        assert!(run("t", "a.rs", rs, "/// let y = compute(x);\n/// assert_eq!(y, 2);\nfn f() -> u32 {\n    1\n}\n").is_empty());
+        assert_eq!(run("t", "a.go", "package a\n", "package a\n// if err != nil {\n// \treturn err\n// }\n").len(), 1);
+    }
+
+    #[test]
+    fn swallowed_errors_per_language() {
+        let old = "def f(x):\n    return g(x)\n";
+        let f = run("t", "a.py", old, "def f(x):\n    try:\n        return g(x)\n    except Exception:\n        return 0\n");
+        assert_eq!(lines(&f), [(Some(4), Some(3))], "{f:?}");
+        assert_eq!(run("t", "a.py", old, "def f(x):\n    try:\n        return g(x)\n    except Exception: return 0\n").len(), 1);
+        assert_eq!(run("t", "a.py", old, "def f(x):\n    try:\n        return g(x)\n    except:\n        log(x)\n        raise\n").len(), 1, "bare except");
+        assert!(run("t", "a.py", old, "def f(x):\n    try:\n        return g(x)\n    except KeyError:\n        return 0\n").is_empty(), "a specific exception with a default is a choice");
+        assert!(run("t", "a.py", old, "def f(x):\n    try:\n        return g(x)\n    except Exception as e:\n        raise ValueError(x) from e\n").is_empty());
+
+        let js = "function f() {\n  return g();\n}\n";
+        assert_eq!(run("t", "a.js", js, "function f() {\n  try {\n    return g();\n  } catch (e) {}\n}\n").len(), 1);
+        assert_eq!(run("t", "a.ts", js, "function f() {\n  try {\n    return g();\n  } catch {\n  }\n}\n").len(), 1);
+        assert!(run("t", "a.ts", js, "function f() {\n  try {\n    return g();\n  } catch (e) {\n    throw new Error('g', { cause: e });\n  }\n}\n").is_empty());
+
+        let go = "package a\n\nfunc F() {\n\tg()\n}\n";
+        assert_eq!(run("t", "a.go", go, "package a\n\nfunc F() {\n\terr := g()\n\t_ = err\n}\n").len(), 1);
+        assert_eq!(run("t", "a.go", go, "package a\n\nfunc F() {\n\terr := g()\n\tif err != nil {\n\t}\n}\n").len(), 1);
+
+        let rs = "fn f() {\n    g();\n}\n";
+        assert_eq!(run("t", "a.rs", rs, "fn f() {\n    let _ = std::fs::remove_file(p);\n}\n").len(), 1);
+        assert!(run("t", "a.rs", rs, "fn f() {\n    // Gone already is fine: the goal is that it is gone.\n    let _ = std::fs::remove_file(p);\n}\n").is_empty());
+        assert_eq!(run("t", "a.rs", rs, "fn f() {\n    match g() {\n        Ok(v) => v,\n        Err(_) => {}\n    }\n}\n").len(), 1);
+    }
+
+    #[test]
+    fn renames_with_the_same_body_unless_the_task_asks() {
+        let old = "def total(a, b):  # the sum\n    \"\"\"Sum.\"\"\"\n    return a + b\n\n\ndef twice(a):\n    return total(a, a)\n";
+        let new = "def summe(a, b):  # the sum\n    \"\"\"Sum.\"\"\"\n    return a + b\n\n\ndef doppelt(a):\n    return summe(a, a)\n";
+        let f = run("Fix the sum.", "m.py", old, new);
+        assert_eq!(lines(&f), [(Some(1), Some(4)), (Some(6), Some(4))], "{f:?}");
+        assert!(f[0].problem.contains("`total` was renamed to `summe`"), "{}", f[0].problem);
+        // Renamed *and* fixed is still renamed.
+        let fixed = new.replace("a + b", "a * b");
+        assert_eq!(run("Fix the sum.", "m.py", old, &fixed).len(), 2);
+        // Asked for, or a new function with another body: not a drive-by rename.
+        assert!(run("Rename total to summe.", "m.py", old, new).is_empty());
+        assert!(run("t", "m.py", old, &format!("{old}\n\ndef other(a, b):\n    return max(a, b) - min(a, b)\n")).is_empty());
+        let rs_old = "pub fn load(p: &Path) -> Result<Vec<u8>> {\n    std::fs::read(p)\n}\n";
+        let rs_new = "pub fn read_all(p: &Path) -> Result<Vec<u8>> {\n    std::fs::read(p)\n}\n";
+        assert_eq!(run("t", "src/io.rs", rs_old, rs_new).len(), 1);
+        let go_old = "package a\n\nfunc Load(p string) ([]byte, error) {\n\treturn os.ReadFile(p)\n}\n";
+        assert_eq!(run("t", "a.go", go_old, &go_old.replace("Load", "ReadAll")).len(), 1);
+        let js_old = "export const load = (p) => {\n  return fs.readFileSync(p);\n};\n";
+        assert_eq!(run("t", "a.js", js_old, &js_old.replace("load", "readAll")).len(), 1);
+    }
+
+    #[test]
+    fn settings_turn_checks_off_and_allow_paths() {
+        let mut s = PrecheckSettings::default();
+        s.checks.insert(
+            Check::DebugOutput,
+            CheckSettings {
+                enabled: true,
+                rule: Some(4),
+                allow: vec!["tools_dir/**".into()],
+            },
+        );
+        s.checks.insert(
+            Check::SwallowedError,
+            CheckSettings {
+                enabled: false,
+                ..CheckSettings::default()
+            },
+        );
+        let p = Plan::new(&s, RULES);
+        assert_eq!(p.rule(Check::DebugOutput), Some(4));
+        assert_eq!(p.rule(Check::SwallowedError), None);
+        let rendered = p.render();
+        assert_eq!(rendered[0], "debug_output: on (rule 4), allowed in tools_dir/**");
+        assert_eq!(rendered[2], "swallowed_error: off: `[precheck.swallowed_error] enabled = false`");
+        let add = |path: &str| {
+            vec![AddedLine {
+                path: path.into(),
+                line: 3,
+                text: "    print(x)".into(),
+            }]
+        };
+        assert_eq!(p.run("t", &add("lib.py"), &[]).len(), 1);
+        assert!(p.run("t", &add("tools_dir/x.py"), &[]).is_empty());
+        let off = Plan::new(
+            &PrecheckSettings {
+                enabled: false,
+                ..PrecheckSettings::default()
+            },
+            RULES,
+        );
+        assert!(off.run("t", &add("lib.py"), &[]).is_empty());
+    }
+}
