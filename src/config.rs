@@ -102,6 +102,11 @@ pub struct Overrides {
     /// Stop an agent that emits no event for this long [default: 5m].
     #[arg(long, value_name = "DUR")]
     pub idle_timeout: Option<String>,
+    /// Run the loop even when the goal test is green at the baseline (a
+    /// rubric-only job); otherwise such a job ends at once, `nothing_to_fix`.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub allow_green: bool,
 }
 
 impl Overrides {
@@ -184,6 +189,7 @@ struct ConfigFile {
     timeout: Option<String>,
     attempt_timeout: Option<String>,
     idle_timeout: Option<String>,
+    allow_green: Option<bool>,
     #[serde(default)]
     guard: GuardFile,
     #[serde(default)]
@@ -295,6 +301,8 @@ pub struct Job {
     pub rubric: Rubric,
     pub rubric_source: String,
     pub max_attempts: u32,
+    /// Go on when the baseline is green (`--allow-green`).
+    pub allow_green: bool,
     pub agent_model: String,
     pub critic_model: String,
     pub allowed_tools: Vec<String>,
@@ -840,6 +848,7 @@ impl Job {
             rubric,
             rubric_source,
             max_attempts,
+            allow_green: flags.allow_green || file.allow_green.unwrap_or(false),
             agent_model,
             critic_model,
             allowed_tools,

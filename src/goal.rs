@@ -83,6 +83,90 @@ impl GoalReport {
     }
 }
 
+/// What the baseline says before anything is spent on it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Preflight {
+    /// The job has something to fix.
+    Ready,
+    /// A step's program could not be run: the shell answered 127 (not
+    /// found) or 126 (found, not executable). Every attempt would be judged
+    /// by a goal that can never pass.
+    NotRunnable {
+        step: String,
+        command: String,
+        code: i32,
+    },
+    /// Every step passed already: there is nothing to fix.
+    AlreadyGreen,
+}
+
+impl GoalReport {
+    /// The preflight verdict on a baseline.
+    pub fn preflight(&self) -> Preflight {
+        if let Some(s) = self
+            .steps
+            .iter()
+            .find(|s| !s.timed_out && matches!(s.exit_code, Some(126 | 127)))
+        {
+            return Preflight::NotRunnable {
+                step: s.name.clone(),
+                command: s.command.clone(),
+                code: s.exit_code.expect("matched above"),
+            };
+        }
+        if self.passed() {
+            Preflight::AlreadyGreen
+        } else {
+            Preflight::Ready
+        }
+    }
+}
+
+/// Shell words that are not programs on `PATH`.
+const SHELL_BUILTINS: [&str; 22] = [
+    ".", ":", "[", "alias", "cd", "command", "echo", "eval", "exec", "exit", "export",
+    "false", "printf", "pwd", "read", "set", "source", "test", "true", "type", "ulimit",
+    "umask",
+];
+
+/// The program a goal step's command line starts, when it can be told
+/// without a shell: the first word after `VAR=value` assignments, quotes
+/// stripped. `None` for a line that starts with shell syntax (`(`, `{`,
+/// `if`, `!`, a redirection, a substitution).
+pub fn program_of(command: &str) -> Option<String> {
+    let word = command
+        .split_whitespace()
+        .find(|w| !(w.contains('=') && !w.starts_with('=') && !w.starts_with(['"', '\''])))?;
+    let word = word.trim_matches(['"', '\'']);
+    let syntax = ['(', '{', '!', '<', '>', '$', '`', '&', '|', ';'];
+    if word.is_empty()
+        || word.starts_with(syntax)
+        || ["if", "for", "while", "until", "case", "time"].contains(&word)
+    {
+        return None;
+    }
+    Some(word.trim_end_matches(';').to_owned())
+}
+
+/// Whether `program` (from [`program_of`]) can be started in `dir`: a shell
+/// builtin, an executable file at that path (relative to `dir` when it
+/// has a slash), or on `PATH`.
+pub fn program_resolves(program: &str, dir: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if SHELL_BUILTINS.contains(&program) {
+        return true;
+    }
+    if program.contains('/') {
+        return executable(&dir.join(program));
+    }
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|d| executable(&d.join(program)))
+    })
+}
+
 /// Whether to go on after a failing step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -322,6 +406,47 @@ mod tests {
             timeout: Duration::from_secs(10),
             report: None,
         }
+    }
+
+    #[tokio::test]
+    async fn preflight_names_a_step_whose_program_cannot_run() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("not-exec.sh"), "echo hi\n").expect("write");
+        for (run_line, code) in [("ruf check .", 127), ("./not-exec.sh", 126)] {
+            let steps = [step("lint", run_line), step("tests", "exit 1")];
+            let r = super::run(&steps, dir.path(), Mode::All, &limits())
+                .await
+                .expect("run");
+            assert_eq!(
+                r.preflight(),
+                Preflight::NotRunnable {
+                    step: "lint".into(),
+                    command: run_line.into(),
+                    code
+                }
+            );
+        }
+        let red = super::run(&[step("tests", "exit 1")], dir.path(), Mode::All, &limits())
+            .await
+            .expect("run");
+        assert_eq!(red.preflight(), Preflight::Ready);
+        let green = super::run(&[step("tests", "true")], dir.path(), Mode::All, &limits())
+            .await
+            .expect("run");
+        assert_eq!(green.preflight(), Preflight::AlreadyGreen);
+    }
+
+    #[test]
+    fn the_program_of_a_step_is_found_without_a_shell() {
+        assert_eq!(program_of("ruf check .").as_deref(), Some("ruf"));
+        assert_eq!(program_of("PYTHONDONTWRITEBYTECODE=1 'pytest' -q").as_deref(), Some("pytest"));
+        assert_eq!(program_of("(cd x && make)"), None);
+        assert_eq!(program_of("if true; then :; fi"), None);
+        let dir = tempfile::tempdir().expect("tempdir");
+        assert!(program_resolves("sh", dir.path()));
+        assert!(program_resolves("cd", dir.path()));
+        assert!(!program_resolves("ruf-does-not-exist", dir.path()));
+        assert!(!program_resolves("./missing.sh", dir.path()));
     }
 
     #[tokio::test]

@@ -315,7 +315,12 @@ pub struct Journal {
     state: Replay,
     /// The job's wall clock: now minus what earlier processes used.
     clock: Instant,
+    /// Told of every entry once it is written and folded (live progress).
+    observer: Option<Observer>,
 }
+
+/// See [`Journal::observe`].
+pub type Observer = Box<dyn FnMut(&Entry, &Replay) + Send>;
 
 impl Journal {
     /// Open (creating it) for appending; a torn last line is cut off first.
@@ -350,7 +355,14 @@ impl Journal {
             file,
             state,
             clock,
+            observer: None,
         })
+    }
+
+    /// Call `observer` with every entry appended from now on, after it is
+    /// written and folded into the state (before its crash point).
+    pub fn observe(&mut self, observer: Observer) {
+        self.observer = Some(observer);
     }
 
     /// What the journal says so far.
@@ -395,6 +407,9 @@ impl Journal {
         })?;
         let kind = entry.event.kind();
         self.state.apply(&entry);
+        if let Some(observe) = self.observer.as_mut() {
+            observe(&entry, &self.state);
+        }
         if durable {
             crate::util::crash_point(&format!("journal:{kind}"));
         }

@@ -38,7 +38,7 @@
 //! | 2 | [`workspace`], [`agent`], [`notify`] | git (the diff, the pinned `.git/`, held credentials); the agent CLI seam (Claude Code); webhooks |
 //! | 3 | [`guard`], [`goal`], [`rubric`], [`critic`] | the judges and their settings |
 //! | 4 | [`report`], [`breaker`], [`journal`], [`lessons`] | views, parking, the job's truth, what a repository taught |
-//! | 5 | [`config`] | `loopd.toml` + flags → a validated job |
+//! | 5 | [`config`], [`live`] | `loopd.toml` + flags → a validated job; live progress lines from the journal |
 //! | 6 | [`job`] | the attempt loop, phase by phase |
 //! | 7 | [`daemon`], [`ci`] | the queue and approvals; the CI autofix |
 //! | 8 | [`cli`] | arguments → a command → an exit status |
@@ -60,6 +60,7 @@ pub mod guard;
 pub mod job;
 pub mod journal;
 pub mod lessons;
+pub mod live;
 pub mod notify;
 pub mod outcome;
 pub mod process;

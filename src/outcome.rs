@@ -25,6 +25,12 @@ pub enum Reason {
     /// error or a drive-by rename in the added lines.
     Precheck,
     ConfigTampered,
+    /// Preflight: a goal step's program could not be run at the baseline
+    /// (exit 127 or 126). Exit 2, like any configuration error.
+    GoalNotRunnable,
+    /// Preflight: the baseline is green already; nothing to fix (unless
+    /// `--allow-green`).
+    AlreadyGreen,
     Signal,
     AgentError,
     InternalError,
@@ -39,6 +45,8 @@ pub enum Outcome {
     Stopped,
     Interrupted,
     Error,
+    /// The goal test passed before any attempt: nothing to fix.
+    NothingToFix,
 }
 
 impl Reason {
@@ -60,6 +68,8 @@ impl Reason {
             Reason::SkipMarker => "skip_marker",
             Reason::Precheck => "precheck",
             Reason::ConfigTampered => "config_tampered",
+            Reason::GoalNotRunnable => "goal_not_runnable",
+            Reason::AlreadyGreen => "already_green",
             Reason::Signal => "signal",
             Reason::AgentError => "agent_error",
             Reason::InternalError => "internal_error",
@@ -71,7 +81,8 @@ impl Reason {
             Reason::Accepted => Outcome::Accepted,
             Reason::AttemptsExhausted => Outcome::Exhausted,
             Reason::Signal => Outcome::Interrupted,
-            Reason::AgentError | Reason::InternalError => Outcome::Error,
+            Reason::AgentError | Reason::InternalError | Reason::GoalNotRunnable => Outcome::Error,
+            Reason::AlreadyGreen => Outcome::NothingToFix,
             _ => Outcome::Stopped,
         }
     }
@@ -102,6 +113,8 @@ pub enum Status {
     AwaitingApproval,
     /// Accepted, then rejected by a human; the change stays parked.
     Rejected,
+    /// The goal test was green before any attempt.
+    NothingToFix,
 }
 
 impl Status {
@@ -112,6 +125,7 @@ impl Status {
             Outcome::Stopped => Status::Stopped,
             Outcome::Interrupted => Status::Interrupted,
             Outcome::Error => Status::Error,
+            Outcome::NothingToFix => Status::NothingToFix,
         }
     }
 
@@ -127,6 +141,7 @@ impl Status {
             Status::Cancelled => "cancelled",
             Status::AwaitingApproval => "awaiting_approval",
             Status::Rejected => "rejected",
+            Status::NothingToFix => "nothing_to_fix",
         }
     }
 
@@ -202,6 +217,8 @@ pub enum ExitStatus {
     /// 5: environment error (agent missing or failing, not a repository,
     /// dirty tree, git failure).
     Environment,
+    /// 7: the goal test was green before any attempt; nothing was spent.
+    NothingToFix,
 }
 
 impl ExitStatus {
@@ -213,6 +230,7 @@ impl ExitStatus {
             ExitStatus::Guard => 3,
             ExitStatus::Signal => 4,
             ExitStatus::Environment => 5,
+            ExitStatus::NothingToFix => 7,
         }
     }
 }
@@ -225,13 +243,18 @@ impl From<Outcome> for ExitStatus {
             Outcome::Stopped => ExitStatus::Guard,
             Outcome::Interrupted => ExitStatus::Signal,
             Outcome::Error => ExitStatus::Environment,
+            Outcome::NothingToFix => ExitStatus::NothingToFix,
         }
     }
 }
 
 impl From<Reason> for ExitStatus {
     fn from(r: Reason) -> Self {
-        r.outcome().into()
+        match r {
+            // A goal that cannot run is the configuration's fault.
+            Reason::GoalNotRunnable => ExitStatus::Usage,
+            _ => r.outcome().into(),
+        }
     }
 }
 
@@ -257,5 +280,8 @@ mod tests {
         assert_eq!(ExitStatus::from(Reason::Precheck).code(), 3);
         assert_eq!(ExitStatus::from(Reason::Signal).code(), 4);
         assert_eq!(ExitStatus::from(Reason::AgentError).code(), 5);
+        assert_eq!(ExitStatus::from(Reason::GoalNotRunnable).code(), 2);
+        assert_eq!(ExitStatus::from(Reason::AlreadyGreen).code(), 7);
+        assert_eq!(Status::from_outcome(Reason::AlreadyGreen.outcome()).as_str(), "nothing_to_fix");
     }
 }

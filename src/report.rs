@@ -322,5 +322,6 @@ fn outcome_word(o: Outcome) -> &'static str {
         Outcome::Stopped => "stopped",
         Outcome::Interrupted => "interrupted",
         Outcome::Error => "error",
+        Outcome::NothingToFix => "nothing to fix",
     }
 }

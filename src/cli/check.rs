@@ -1,14 +1,17 @@
-//! `loopd check`: validate `loopd.toml` and the rubric, print the resolved job.
+//! `loopd check`: validate `loopd.toml` and the rubric, print the resolved
+//! job; with `--preflight`, run the goal test once as the baseline would.
 
 use crate::cli::CliError;
 use crate::config::{find_on_path, Job, JobFlags};
+use crate::goal::{self, Preflight};
 use crate::outcome::ExitStatus;
 use crate::workspace::Workspace;
 
 /// Validate `loopd.toml` and the rubric and print the job as `loopd run`
-/// would run it. Nothing is run and nothing is written.
+/// would run it. Nothing is run and nothing is written unless `--preflight`
+/// asks to run the goal test.
 ///
-/// Example: `loopd check -C ~/src/app`
+/// Example: `loopd check -C ~/src/app --preflight`
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
     #[command(flatten)]
@@ -16,6 +19,11 @@ pub struct CheckArgs {
     /// Print the resolved job as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Also run the goal test once, as `loopd run`'s baseline would (no
+    /// model is called): exit 2 when a step's program cannot run, 7 when
+    /// every step passes already (unless `--allow-green`).
+    #[arg(long)]
+    pub preflight: bool,
 }
 
 pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
@@ -35,6 +43,14 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
         );
     }
     for step in &job.goal {
+        if let Some(program) = goal::program_of(&step.run) {
+            if !goal::program_resolves(&program, ws.root()) {
+                eprintln!(
+                    "warning: goal step `{}`: the program `{program}` was not found; `loopd run` would stop at the baseline (exit 2)\nhint: a typo, or a tool to install? `loopd check --preflight` runs the goal test once to be sure",
+                    step.name
+                );
+            }
+        }
         if step.report.is_none() && crate::guard::testcount::looks_like_tests(&step.run) {
             eprintln!(
                 "warning: goal step `{}` seems to run tests but has no `report`: the test-count gate cannot check it\nhint: add `report = \"pytest\"` (or cargo, go, jest, vitest, node) to that [[goal]] step, or `report = \"none\"` to silence this",
@@ -42,12 +58,17 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
             );
         }
     }
+    let preflight = if args.preflight {
+        Some(preflight(&job, ws.root())?)
+    } else {
+        None
+    };
     if args.json {
         crate::cli::out!(
             "{}",
             serde_json::to_string_pretty(&job).expect("the job serializes")
         );
-        return Ok(ExitStatus::Success);
+        return Ok(preflight.map_or(ExitStatus::Success, |p| p.1));
     }
     let mut out = String::new();
     out.push_str(&format!("repository:    {}\n", job.repo.display()));
@@ -125,6 +146,43 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
     }
     out.push_str(&format!("agent CLI:     {}\n", job.agent_bin.display()));
     out.push_str(&format!("state dir:     {}\n", job.state_dir.display()));
+    if let Some((line, _)) = &preflight {
+        out.push_str(&format!("preflight:     {line}\n"));
+    }
     crate::cli::out!("{}", out.trim_end_matches('\n'));
-    Ok(ExitStatus::Success)
+    Ok(preflight.map_or(ExitStatus::Success, |p| p.1))
+}
+
+/// Run the goal test once in the repository, as the baseline, and judge it
+/// as `loopd run` would: one line for the report and the exit status.
+fn preflight(job: &Job, root: &std::path::Path) -> Result<(String, ExitStatus), CliError> {
+    let limits = goal::Limits {
+        env_remove: crate::util::SECRET_VARS,
+        grace: job.guard.grace,
+        deadline: None,
+        stop: None,
+        scope: "check",
+    };
+    let report = crate::cli::runtime()?
+        .block_on(goal::run(&job.goal, root, goal::Mode::All, &limits))
+        .map_err(|e| CliError::new(ExitStatus::Environment, e.to_string()))?;
+    eprint!("{}", report.render());
+    Ok(match report.preflight() {
+        Preflight::Ready => {
+            let red = report.failed_step().map_or("?", |s| s.name.as_str());
+            (format!("ready — the goal test is red at `{red}`"), ExitStatus::Success)
+        }
+        Preflight::NotRunnable { step, command, code } => (
+            format!("goal step `{step}` cannot run (`{command}` exited {code}): `loopd run` would stop at the baseline with exit 2"),
+            ExitStatus::Usage,
+        ),
+        Preflight::AlreadyGreen if job.allow_green => (
+            "the goal test is green already; the job goes on (allow_green)".into(),
+            ExitStatus::Success,
+        ),
+        Preflight::AlreadyGreen => (
+            "the goal test is green already: nothing to fix — `loopd run` would end with exit 7 (pass `--allow-green` for a rubric-only job)".into(),
+            ExitStatus::NothingToFix,
+        ),
+    })
 }

@@ -59,14 +59,15 @@ fn finish(args: &CiArgs, actions: &Actions, report: CiReport) -> ExitStatus {
         .exit_status(report.summary.as_ref().map(|s| s.reason))
 }
 
-pub fn ci(args: CiArgs) -> Result<ExitStatus, CliError> {
+/// `progress`: print live progress lines on stderr (not with `-q`).
+pub fn ci(args: CiArgs, progress: bool) -> Result<ExitStatus, CliError> {
     let actions = Actions::from_env().map_err(|e| {
         CliError::new(ExitStatus::Usage, e)
             .hint("`loopd ci` runs in GitHub Actions; use `loopd run` elsewhere")
     })?;
     let rt = crate::cli::runtime()?;
     let (ws, job) = prepare(&args.flags)?;
-    let control = crate::cli::foreground_control()?;
+    let control = crate::cli::foreground_control(progress)?;
     let fix = Autofix {
         actions: &actions,
         job,

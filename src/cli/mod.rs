@@ -14,6 +14,7 @@ pub mod report_cmd;
 pub mod run;
 pub mod status;
 pub mod submit;
+pub mod tail;
 
 use std::path::PathBuf;
 
@@ -45,6 +46,7 @@ pub enum Command {
     Status(status::StatusArgs),
     Cancel(cancel::CancelArgs),
     Report(report_cmd::ReportArgs),
+    Tail(tail::TailArgs),
     Lessons(lessons_cmd::LessonsArgs),
     /// Approve an accepted job and perform its outward step (merge, or push and open a pull request).
     Approve(approve::DecideArgs),
@@ -190,7 +192,7 @@ pub fn api_key() -> Option<String> {
 
 /// The control of a job run in the foreground (`run`, `ci`): SIGTERM/SIGINT
 /// stop it through the circuit breaker, a second one skips the grace period.
-pub fn foreground_control() -> Result<crate::job::Control, CliError> {
+pub fn foreground_control(progress: bool) -> Result<crate::job::Control, CliError> {
     use crate::agent::session::{StopCause, StopRequest};
     use crate::outcome::Reason;
     let (tx, rx) = tokio::sync::watch::channel(None);
@@ -215,23 +217,25 @@ pub fn foreground_control() -> Result<crate::job::Control, CliError> {
         loopd_exe: loopd_exe(),
         api_key: api_key(),
         job_id: None,
+        progress,
     })
 }
 
 /// Run the parsed command line.
 pub fn dispatch(cli: Cli) -> Result<ExitStatus, CliError> {
     match cli.command {
-        Command::Run(args) => run::run(args),
+        Command::Run(args) => run::run(args, !cli.quiet),
         Command::Check(args) => check::check(args),
         Command::Daemon(args) => daemon::daemon(args),
         Command::Submit(args) => submit::submit(args),
         Command::Status(args) => status::status(args),
         Command::Cancel(args) => cancel::cancel(args),
         Command::Report(args) => report_cmd::report(args),
+        Command::Tail(args) => tail::tail(args),
         Command::Lessons(args) => lessons_cmd::lessons(args),
         Command::Approve(args) => approve::approve(args),
         Command::Reject(args) => approve::reject(args),
-        Command::Ci(args) => ci::ci(args),
+        Command::Ci(args) => ci::ci(args, !cli.quiet),
         Command::Hook(args) => hook::hook(args),
         Command::Completions(args) => completions::completions(args),
         Command::Man(args) => completions::man(args),

@@ -13,7 +13,8 @@ use crate::workspace::Workspace;
 /// Example: `loopd run -C ~/src/app --task "Make the tests pass" --goal "python3 -m pytest -q"`
 ///
 /// Exit codes: 0 accepted, 1 attempts exhausted, 2 usage or config error,
-/// 3 stopped by a guard, 4 interrupted by a signal, 5 environment error.
+/// 3 stopped by a guard, 4 interrupted by a signal, 5 environment error,
+/// 7 nothing to fix (the goal test was green before any attempt).
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     #[command(flatten)]
@@ -44,10 +45,11 @@ pub fn ready(ws: &Workspace, job: &Job) -> Result<(), CliError> {
     })
 }
 
-pub fn run(args: RunArgs) -> Result<ExitStatus, CliError> {
+/// `progress`: print live progress lines on stderr (not with `-q`).
+pub fn run(args: RunArgs, progress: bool) -> Result<ExitStatus, CliError> {
     let (ws, job) = prepare(&args.flags)?;
     ready(&ws, &job)?;
-    let control = crate::cli::foreground_control()?;
+    let control = crate::cli::foreground_control(progress)?;
     let rt = crate::cli::runtime()?;
     let summary = rt
         .block_on(job::run(&job, ws, control))

@@ -24,6 +24,10 @@ pub struct StatusArgs {
     /// Print JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Follow: with JOB, its progress lines until it ends (as `loopd tail`);
+    /// without, the table again whenever it changes (until interrupted).
+    #[arg(short = 'w', long, conflicts_with = "json")]
+    pub watch: bool,
 }
 
 /// The status of every job the state dir knows, oldest first.
@@ -78,6 +82,20 @@ pub fn collect(state_dir: &Path) -> Vec<Value> {
 
 pub fn status(args: StatusArgs) -> Result<ExitStatus, CliError> {
     let state_dir = state_dir_or_default(args.state_dir);
+    if args.watch {
+        if let Some(id) = &args.job {
+            return crate::cli::tail::follow(&state_dir, id, true);
+        }
+        let mut last = String::new();
+        loop {
+            let now = table(&collect(&state_dir));
+            if now != last {
+                crate::cli::out!("{}\n", now.trim_end_matches('\n'));
+                last = now;
+            }
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
+    }
     let mut jobs = collect(&state_dir);
     if let Some(id) = &args.job {
         jobs.retain(|j| j["job_id"].as_str() == Some(id));
@@ -132,21 +150,27 @@ pub fn status(args: StatusArgs) -> Result<ExitStatus, CliError> {
             out.push_str(&format!("  {}\n", g.as_str().unwrap_or("")));
         }
     } else {
-        out.push_str(&format!(
-            "{:<24} {:<12} {:>7} {:>9}  {}\n",
-            "JOB", "STATE", "ATTEMPT", "SPENT", "BRANCH"
-        ));
-        for j in &jobs {
-            out.push_str(&format!(
-                "{:<24} {:<12} {:>7} {:>9}  {}\n",
-                j["job_id"].as_str().unwrap_or("?"),
-                j["state"].as_str().unwrap_or("?"),
-                j["attempt"].as_u64().unwrap_or(0),
-                format!("${:.4}", j["spent_usd"].as_f64().unwrap_or(0.0)),
-                j["branch"].as_str().unwrap_or("")
-            ));
-        }
+        out = table(&jobs);
     }
     crate::cli::out!("{}", out.trim_end_matches('\n'));
     Ok(ExitStatus::Success)
+}
+
+/// The table of every job (`loopd status`).
+fn table(jobs: &[Value]) -> String {
+    let mut out = format!(
+        "{:<24} {:<12} {:>7} {:>9}  {}\n",
+        "JOB", "STATE", "ATTEMPT", "SPENT", "BRANCH"
+    );
+    for j in jobs {
+        out.push_str(&format!(
+            "{:<24} {:<12} {:>7} {:>9}  {}\n",
+            j["job_id"].as_str().unwrap_or("?"),
+            j["state"].as_str().unwrap_or("?"),
+            j["attempt"].as_u64().unwrap_or(0),
+            format!("${:.4}", j["spent_usd"].as_f64().unwrap_or(0.0)),
+            j["branch"].as_str().unwrap_or("")
+        ));
+    }
+    out
 }

@@ -203,6 +203,7 @@ pub async fn run(
                     loopd_exe: ctx.loopd_exe.clone(),
                     api_key: ctx.api_key.clone(),
                     job_id: Some(id.clone()),
+                    progress: false,
                 };
                 match job::run(&job, ws, control).await {
                     Ok(summary) => Some((summary, job, wt)),

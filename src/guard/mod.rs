@@ -88,6 +88,33 @@ pub struct ToolCall {
     pub latency_ms: u64,
     /// `ok` | `error` | `denied`.
     pub outcome: String,
+    /// What the call was about, for people (a file path, the first line of
+    /// a command, a pattern), cut to [`TARGET_MAX`] characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+}
+
+/// The longest [`ToolCall::target`] kept.
+pub const TARGET_MAX: usize = 80;
+
+/// A tool call's target, for the live progress lines: the input field that
+/// names what the call works on.
+/// A long path keeps its end (the file's name), anything else its start.
+pub fn tool_target(input: &serde_json::Value) -> Option<String> {
+    let (key, field) = ["file_path", "notebook_path", "path", "command", "pattern", "url", "query"]
+        .iter()
+        .find_map(|k| input.get(*k).and_then(|v| v.as_str()).map(|v| (*k, v)))?;
+    let line = field.lines().next().unwrap_or("").trim();
+    let n = line.chars().count();
+    if key.ends_with("path") && n > TARGET_MAX {
+        let tail: String = line.chars().skip(n - (TARGET_MAX - 1)).collect();
+        return Some(format!("…{tail}"));
+    }
+    let mut out: String = line.chars().take(TARGET_MAX).collect();
+    if n > TARGET_MAX || field.trim().lines().nth(1).is_some() {
+        out.push('…');
+    }
+    Some(out)
 }
 
 /// What a [`Watch`] reports as it goes.
@@ -122,6 +149,7 @@ struct Call {
 
 struct PendingTool {
     name: String,
+    target: Option<String>,
     hash: String,
     started: Instant,
     denied: bool,
@@ -222,6 +250,7 @@ impl<'a> Watch<'a> {
                 tool_use_id: id.to_owned(),
                 latency_ms: at.duration_since(t.started).as_millis() as u64,
                 outcome: outcome.to_owned(),
+                target: t.target,
             }));
         }
     }
@@ -290,6 +319,7 @@ impl Observer for Watch<'_> {
                             id.clone(),
                             PendingTool {
                                 name: name.clone(),
+                                target: tool_target(input),
                                 hash,
                                 started: at,
                                 denied: false,

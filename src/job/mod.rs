@@ -49,7 +49,7 @@ pub use feedback::{decide, next_prompt, Feedback, MAX_FEEDBACK};
 use crate::agent::session::{self, StopRequest};
 use crate::agent::{AgentCli, ClaudeCode};
 use crate::config::Job;
-use crate::goal::{self, GoalReport, Mode};
+use crate::goal::{self, GoalReport, Mode, Preflight};
 use crate::guard::caps::Budget;
 use crate::guard::tamper;
 use crate::journal::{Ending, Event, Journal, JournalError, Phase};
@@ -113,6 +113,9 @@ pub struct Control {
     pub api_key: Option<String>,
     /// Use this id instead of a fresh one (the daemon's job; a resume).
     pub job_id: Option<String>,
+    /// Print live progress lines on stderr (a foreground job not run with
+    /// `-q`); a daemon's jobs are followed with `loopd tail`.
+    pub progress: bool,
 }
 
 impl Control {
@@ -172,6 +175,16 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
         source,
     })?;
     let mut journal = Journal::open(&dir)?;
+    if control.progress {
+        let live = crate::live::Progress {
+            budget_usd: Some(job.caps.budget_usd),
+        };
+        journal.observe(Box::new(move |entry, state| {
+            if let Some(line) = live.line(entry, state) {
+                eprintln!("{line}");
+            }
+        }));
+    }
     // BASE_REF is pinned once; a resumed job keeps the journal's.
     let base = match journal.state().base_ref.clone() {
         Some(b) => b,
@@ -477,11 +490,42 @@ impl Run<'_> {
         Ok(Ok(baseline))
     }
 
+    /// Preflight on the baseline, before anything is spent: a goal step
+    /// that cannot run ends the job as a configuration error, a green
+    /// baseline as nothing to fix (unless the job allows it).
+    fn preflight(&self, baseline: &GoalReport) -> Option<Ending> {
+        match baseline.preflight() {
+            Preflight::Ready => None,
+            Preflight::NotRunnable { step, command, code } => {
+                let what = if code == 127 { "was not found" } else { "is not executable" };
+                tracing::error!(step = %step, command = %command, exit_code = code, "a goal step cannot run");
+                Some(Ending {
+                    reason: Reason::GoalNotRunnable,
+                    detail: format!("goal step `{step}` cannot run: the program of `{command}` {what} (exit {code}); no attempt was made — fix the step's command (a typo? a tool not installed?) and check it with `loopd check --preflight`"),
+                })
+            }
+            Preflight::AlreadyGreen if self.job.allow_green => {
+                tracing::info!("the goal test is green at the baseline; going on (allow_green)");
+                None
+            }
+            Preflight::AlreadyGreen => {
+                tracing::info!("the goal test is green at the baseline: nothing to fix");
+                Some(Ending {
+                    reason: Reason::AlreadyGreen,
+                    detail: "every goal step passed before any attempt: nothing to fix; nothing was spent. For a job judged by the rubric alone, pass `--allow-green` (or `allow_green = true` in loopd.toml)".into(),
+                })
+            }
+        }
+    }
+
     async fn main_loop(&mut self) -> Result<Ending, JobError> {
         let baseline = match self.baseline().await? {
             Ok(b) => b,
             Err(e) => return Ok(e),
         };
+        if let Some(e) = self.preflight(&baseline) {
+            return Ok(e);
+        }
         let counts = judge::baseline_counts(self.job, &baseline);
         if let Some(e) = self.signalled() {
             return Ok(e);

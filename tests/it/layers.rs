@@ -14,7 +14,7 @@ const LAYERS: &[&[&str]] = &[
     &["workspace", "agent", "notify"],
     &["guard", "goal", "rubric", "critic"],
     &["report", "breaker", "journal", "lessons"],
-    &["config"],
+    &["config", "live"],
     &["job"],
     &["ci", "daemon"],
     &["cli"],

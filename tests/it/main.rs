@@ -13,6 +13,7 @@ mod guards;
 mod hook;
 mod layers;
 mod lessons;
+mod live;
 mod meta;
 mod precheck;
 mod run_loop;

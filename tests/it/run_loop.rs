@@ -417,3 +417,65 @@ fn check_prints_the_resolved_job() {
     assert_eq!(job["allowed_tools"][5], "Bash(python3 -m pytest -q *)");
     assert_eq!(job["rubric"]["rules"].as_array().expect("rules").len(), 4);
 }
+
+#[test]
+fn preflight_a_goal_that_cannot_run_or_has_nothing_to_fix_spends_nothing() {
+    let env = TestEnv::new();
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
+    // A typo in the goal: the baseline's 127 ends the job before attempt 1.
+    let r = env.run(&model, &["--goal", "ruf check ."]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["outcome"], "error");
+    assert_eq!(s["reason"], "goal_not_runnable");
+    assert_contains_all(
+        &r.stderr,
+        &["ruf check .", "was not found", "loopd check --preflight"],
+        "the log names the step and the way to check it",
+    );
+    // A program that is there but cannot be executed: 126.
+    std::fs::write(env.tmp.path().join("lint.sh"), "echo lint\n").expect("write");
+    let lint = format!("{}/lint.sh", env.tmp.path().display());
+    let r = env.run(&model, &["--goal", &lint]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("is not executable"), "{}", r.stderr);
+    // Already green: nothing to fix, exit 7, unless the job allows it.
+    let r = env.run(&model, &["--goal", "true"]);
+    assert_eq!(r.code, 7, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["outcome"], "nothing_to_fix");
+    assert_eq!(s["reason"], "already_green");
+    assert_eq!(s["attempts"].as_array().map(Vec::len), Some(0));
+    assert!(model.requests().is_empty(), "no model call for any of them");
+    assert_eq!(env.git(&["status", "--porcelain"]), "", "nothing touched");
+
+    let r = env.run(&model, &["--goal", "true", "--allow-green"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.summary()["outcome"], "accepted");
+    assert!(!model.requests().is_empty(), "a rubric-only job runs the loop");
+}
+
+#[test]
+fn check_preflight_reports_what_run_would_find() {
+    let env = TestEnv::new();
+    let r = env.exec(&["check", "--goal", "ruf check ."]);
+    assert_eq!(r.code, 0, "without --preflight nothing runs: {}", r.stderr);
+    assert_contains_all(&r.stderr, &["`ruf` was not found", "--preflight"], "check's warning");
+
+    let r = env.exec(&["check", "--preflight", "--goal", "ruf check ."]);
+    assert_eq!(r.code, 2, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("preflight:") && r.stdout.contains("cannot run"), "{}", r.stdout);
+    let r = env.exec(&["check", "--preflight", "--goal", "true"]);
+    assert_eq!(r.code, 7, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("nothing to fix"), "{}", r.stdout);
+    let r = env.exec(&["check", "--preflight", "--goal", "true", "--allow-green"]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    // The fixture's own goal is red: something to fix.
+    let r = env.exec(&["check", "--preflight"]);
+    assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("preflight:     ready"), "{}", r.stdout);
+    assert_eq!(env.git(&["status", "--porcelain"]), "", "check leaves the tree as it was");
+}

@@ -1,0 +1,293 @@
+//! Live progress: one plain line per thing a person waiting on a job wants
+//! to see — each tool call (tool, target, ok/denied/error), each phase
+//! (baseline, agent and critic sessions, gates, goal steps, verdicts), and
+//! the spend against the budget after every session.
+//!
+//! The lines are rendered from journal entries, so `loopd run` (as they are
+//! appended) and `loopd tail` (reading another process's journal, also
+//! after the fact) print the same thing. Plain lines, no cursor tricks: on
+//! a terminal they interleave with the log lines without garbling them, and
+//! in a pipe or a CI log they stay readable.
+
+use crate::agent::session::Role;
+use crate::journal::{AttemptEnd, Entry, Event, Gate, Replay};
+
+/// Renders journal entries as progress lines for one job.
+#[derive(Debug, Clone)]
+pub struct Progress {
+    /// The job's budget, when known (shown next to the spend).
+    pub budget_usd: Option<f64>,
+}
+
+impl Progress {
+    /// The line for `entry`, given the job's state *after* it was applied;
+    /// `None` for an entry not worth a line (a model call, a pin).
+    pub fn line(&self, entry: &Entry, state: &Replay) -> Option<String> {
+        let text = match &entry.event {
+            Event::JobStarted { job_id, task, .. } => {
+                format!("job {job_id}: {}", first_line(task))
+            }
+            Event::Resumed { pid } => format!("resumed by process {pid}"),
+            Event::Baseline { report, .. } => match report.failed_step() {
+                Some(s) => format!(
+                    "baseline: red at `{}` ({} of {} steps fail)",
+                    s.name,
+                    report.steps.iter().filter(|s| !s.passed).count(),
+                    report.steps.len()
+                ),
+                None => "baseline: every goal step passes".to_owned(),
+            },
+            Event::AttemptStarted { attempt, .. } => format!("attempt {attempt}: started"),
+            Event::SessionStarted { attempt, role, .. } => {
+                format!("attempt {attempt}: {} session started", role_name(*role))
+            }
+            Event::ToolCall(c) => format!(
+                "  {} {}{} · {} · {} ms",
+                role_name(c.role),
+                c.tool,
+                c.target
+                    .as_deref()
+                    .map(|t| format!(" {t}"))
+                    .unwrap_or_default(),
+                c.outcome,
+                c.latency_ms
+            ),
+            Event::SessionFinished(f) => {
+                let how = match (&f.failure, f.stopped) {
+                    (Some(e), _) => format!("failed ({})", e.reason),
+                    (None, Some(r)) => format!("stopped ({r})"),
+                    (None, None) => "finished".to_owned(),
+                };
+                format!(
+                    "attempt {}: {} session {how} · {} turns · {} tool calls · ${:.4} · {}",
+                    f.attempt,
+                    role_name(f.role),
+                    f.spend.turns,
+                    f.tool_calls,
+                    f.spend.cost_usd,
+                    self.spend_line(state)
+                )
+            }
+            Event::HookDenied { attempt, finding } => {
+                format!("attempt {attempt}: the hook denied a call: {}", finding.problem)
+            }
+            Event::GateChecked {
+                attempt,
+                gate,
+                findings,
+            } => {
+                let name = gate_name(*gate);
+                match findings.first() {
+                    None => format!("attempt {attempt}: {name}: passed"),
+                    Some(f) => format!(
+                        "attempt {attempt}: {name}: {} finding{} — {}",
+                        findings.len(),
+                        if findings.len() == 1 { "" } else { "s" },
+                        f.render()
+                    ),
+                }
+            }
+            Event::GoalRun {
+                attempt, report, ..
+            } => {
+                let steps: Vec<String> = report
+                    .steps
+                    .iter()
+                    .map(|s| {
+                        format!(
+                            "{} {} ({:.1} s)",
+                            s.name,
+                            if s.passed { "ok" } else { "FAILED" },
+                            s.duration_ms as f64 / 1000.0
+                        )
+                    })
+                    .collect();
+                let verdict = if report.passed() { "green" } else { "red" };
+                format!("attempt {attempt}: goal test {verdict}: {}", steps.join(", "))
+            }
+            Event::InterdiffTaken {
+                attempt,
+                from,
+                files,
+                unnamed,
+            } => {
+                let mut line = format!(
+                    "attempt {attempt}: {} file{} changed since attempt {from}",
+                    files.len(),
+                    if files.len() == 1 { "" } else { "s" }
+                );
+                if !unnamed.is_empty() {
+                    line.push_str(&format!(" (no finding named: {})", unnamed.join(", ")));
+                }
+                line
+            }
+            Event::AttemptEnded { record, end } => match end {
+                AttemptEnd::Accepted => format!("attempt {}: ACCEPTED", record.n),
+                AttemptEnd::Rejected { .. } => {
+                    let why = match (&record.rejected_by, record.goal_passed) {
+                        (Some(r), _) => format!("by the {r} gate"),
+                        (None, false) => format!(
+                            "goal test red at `{}`",
+                            record.failed_step.as_deref().unwrap_or("?")
+                        ),
+                        (None, true) => format!("critic {}", record.critic),
+                    };
+                    format!("attempt {}: rejected ({why}); the findings become the next prompt", record.n)
+                }
+                AttemptEnd::Stopped { ending } => {
+                    format!("attempt {}: stopped ({})", record.n, ending.reason)
+                }
+            },
+            Event::JobEnded { ending } => {
+                format!("job ended: {} — {}", ending.reason, ending.detail)
+            }
+            Event::Suspended => "job suspended; it resumes from its journal".to_owned(),
+            Event::Parked {
+                stash_commit: Some(c),
+                ..
+            } => format!("work parked: `git stash apply {c}` brings it back"),
+            Event::Parked {
+                stash_commit: None,
+                error: Some(e),
+            } => format!("parking the work FAILED: {e}"),
+            Event::Committed { commit } => format!("committed {commit}"),
+            Event::Pushed { branch, commit, .. } => format!("pushed {commit} to {branch}"),
+            Event::PullRequest { url, opened_now, .. } => {
+                if *opened_now {
+                    format!("pull request opened: {url}")
+                } else {
+                    format!("pull request exists: {url}")
+                }
+            }
+            Event::Finalized { state } => format!("final state: {}", state.as_str()),
+            Event::ModelCall(_)
+            | Event::DiffTaken { .. }
+            | Event::CredentialsHeld { .. }
+            | Event::CredentialsReleased { .. }
+            | Event::GitDirPinned { .. }
+            | Event::Parked { .. }
+            | Event::LessonAudited { .. }
+            | Event::LessonsLearned { .. } => return None,
+        };
+        Some(text)
+    }
+
+    /// `job so far $0.0123 of $2.00 budget, 11 turns`
+    fn spend_line(&self, state: &Replay) -> String {
+        let spend = state.spend();
+        match self.budget_usd {
+            Some(b) => format!("job so far ${:.4} of ${b:.2} budget, {} turns", spend.cost_usd, spend.turns),
+            None => format!("job so far ${:.4}, {} turns", spend.cost_usd, spend.turns),
+        }
+    }
+}
+
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::Agent => "agent",
+        Role::Critic => "critic",
+    }
+}
+
+fn gate_name(gate: Gate) -> &'static str {
+    match gate {
+        Gate::Diff => "diff gate",
+        Gate::TestCount => "test-count gate",
+        Gate::Precheck => "pre-critic",
+        Gate::GitDir => ".git/ check",
+        Gate::GitDirAfterGoal => ".git/ check after the goal test",
+    }
+}
+
+fn first_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or("").trim();
+    let mut out: String = line.chars().take(100).collect();
+    if line.chars().count() > 100 || text.trim().lines().nth(1).is_some() {
+        out.push('…');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guard::ToolCall;
+    use crate::journal::Ending;
+    use crate::outcome::Reason;
+
+    fn entry(event: Event) -> Entry {
+        Entry {
+            ts: "2026-11-30T00:00:00Z".into(),
+            ms: 0,
+            event,
+        }
+    }
+
+    #[test]
+    fn tool_calls_and_phases_read_as_lines() {
+        let live = Progress {
+            budget_usd: Some(2.0),
+        };
+        let mut state = Replay::default();
+        let mut lines = Vec::new();
+        for event in [
+            Event::AttemptStarted {
+                attempt: 1,
+                prompt: "fix it".into(),
+            },
+            Event::SessionStarted {
+                attempt: 1,
+                role: Role::Agent,
+                session: 0,
+            },
+            Event::ToolCall(ToolCall {
+                attempt: 1,
+                role: Role::Agent,
+                session: 0,
+                tool: "Bash".into(),
+                args_sha256: "0".repeat(64),
+                tool_use_id: "t1".into(),
+                latency_ms: 12,
+                outcome: "denied".into(),
+                target: Some("git push".into()),
+            }),
+            Event::GateChecked {
+                attempt: 1,
+                gate: Gate::Diff,
+                findings: vec![],
+            },
+            Event::JobEnded {
+                ending: Ending {
+                    reason: Reason::BudgetUsd,
+                    detail: "the budget_usd cap was reached".into(),
+                },
+            },
+        ] {
+            let e = entry(event);
+            state.apply(&e);
+            lines.extend(live.line(&e, &state));
+        }
+        assert_eq!(
+            lines,
+            [
+                "attempt 1: started",
+                "attempt 1: agent session started",
+                "  agent Bash git push · denied · 12 ms",
+                "attempt 1: diff gate: passed",
+                "job ended: budget_usd — the budget_usd cap was reached",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_target_keeps_a_long_paths_end_and_a_commands_first_line() {
+        use crate::guard::tool_target;
+        let long = format!("/{}/rechnung.py", "d".repeat(120));
+        let t = tool_target(&serde_json::json!({ "file_path": long })).expect("target");
+        assert!(t.starts_with('…') && t.ends_with("/rechnung.py"), "{t}");
+        assert_eq!(t.chars().count(), crate::guard::TARGET_MAX);
+        let t = tool_target(&serde_json::json!({ "command": "pytest -q\necho done" }));
+        assert_eq!(t.as_deref(), Some("pytest -q…"));
+        assert_eq!(tool_target(&serde_json::json!({ "todos": [] })), None);
+    }
+}
