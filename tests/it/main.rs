@@ -15,5 +15,6 @@ mod layers;
 mod lessons;
 mod meta;
 mod precheck;
+mod report_html;
 mod run_loop;
 mod systemd;
