@@ -19,10 +19,17 @@ fn chromium() -> PathBuf {
         .expect("`chromium` is missing: run `scripts/install-test-tools.sh` (as root it installs the Debian package `chromium`)")
 }
 
+/// The colour scheme the page is asked for (`prefers-color-scheme`).
+#[derive(Debug, Clone, Copy)]
+enum Scheme {
+    Light,
+    Dark,
+}
+
 /// Run headless Chromium on `page` with `args`, in a private profile under
 /// `dir`; its stdout. A browser that hangs is killed (its whole group) and
 /// fails the test.
-fn headless(dir: &Path, page: &Path, args: &[&str]) -> String {
+fn headless(dir: &Path, page: &Path, scheme: Scheme, args: &[&str]) -> String {
     use std::os::unix::process::CommandExt;
     let profile = dir.join("chromium-profile");
     let mut cmd = Command::new(chromium());
@@ -33,8 +40,11 @@ fn headless(dir: &Path, page: &Path, args: &[&str]) -> String {
         "--disable-dev-shm-usage",
         "--no-first-run",
         "--hide-scrollbars",
-        // Light mode, whatever the machine prefers: the colours checked below.
-        "--force-prefers-color-scheme=light",
+        // Blink's PreferredColorScheme: 0 dark, 1 light.
+        match scheme {
+            Scheme::Dark => "--blink-settings=preferredColorScheme=0",
+            Scheme::Light => "--blink-settings=preferredColorScheme=1",
+        },
     ])
     .arg(format!("--user-data-dir={}", profile.display()))
     .args(args)
@@ -69,9 +79,20 @@ fn headless(dir: &Path, page: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The screenshot's size, its distinct colours, and the share of pixels
-/// that differ from the top-left one (the page's background).
-fn analyse(png_path: &Path) -> (u32, u32, usize, f64) {
+/// What a screenshot shows, roughly.
+#[derive(Debug)]
+struct Shot {
+    width: u32,
+    height: u32,
+    /// Distinct colours.
+    colours: usize,
+    /// The top-left pixel: the page's background.
+    background: [u8; 3],
+    /// The share of pixels that differ from the background.
+    differing: f64,
+}
+
+fn analyse(png_path: &Path) -> Shot {
     let file = std::fs::File::open(png_path).expect("open screenshot");
     let decoder = png::Decoder::new(std::io::BufReader::new(file));
     let mut reader = decoder.read_info().expect("a PNG");
@@ -90,12 +111,18 @@ fn analyse(png_path: &Path) -> (u32, u32, usize, f64) {
     let background = pixels[0];
     let colours: std::collections::HashSet<&[u8]> = pixels.iter().copied().collect();
     let differing = pixels.iter().filter(|p| **p != background).count();
-    (
-        info.width,
-        info.height,
-        colours.len(),
-        differing as f64 / pixels.len() as f64,
-    )
+    Shot {
+        width: info.width,
+        height: info.height,
+        colours: colours.len(),
+        background: [background[0], background[1], background[2]],
+        differing: differing as f64 / pixels.len() as f64,
+    }
+}
+
+/// Perceived brightness, 0 to 255.
+fn luma([r, g, b]: [u8; 3]) -> f64 {
+    0.299 * f64::from(r) + 0.587 * f64::from(g) + 0.114 * f64::from(b)
 }
 
 #[test]
@@ -120,7 +147,7 @@ fn the_html_report_of_a_real_job_renders_in_headless_chromium() {
     assert!(!html.contains("<script") && !html.contains("<link") && !html.contains("src="));
 
     // The DOM as the browser built it.
-    let dom = headless(env.tmp.path(), &page, &["--dump-dom"]);
+    let dom = headless(env.tmp.path(), &page, Scheme::Light, &["--dump-dom"]);
     assert!(dom.contains("</html>"), "{dom}");
     for n in 1..=2 {
         assert_eq!(
@@ -189,6 +216,7 @@ fn the_html_report_of_a_real_job_renders_in_headless_chromium() {
     headless(
         env.tmp.path(),
         &page,
+        Scheme::Light,
         &[
             &format!("--screenshot={}", shot.display()),
             "--window-size=1200,2000",
@@ -199,14 +227,25 @@ fn the_html_report_of_a_real_job_renders_in_headless_chromium() {
         bytes > 20_000,
         "a {bytes}-byte screenshot is too small to hold the page"
     );
-    let (width, height, colours, differing) = analyse(&shot);
-    assert_eq!((width, height), (1200, 2000));
-    assert!(colours > 16, "only {colours} colours: blank or unstyled");
-    assert!(
-        differing > 0.02,
-        "only {:.3} of the pixels are not background",
-        differing
+    let light = analyse(&shot);
+    assert_eq!((light.width, light.height), (1200, 2000));
+    assert!(light.colours > 16, "blank or unstyled: {light:?}");
+    assert!(light.differing > 0.02, "mostly background: {light:?}");
+    assert!(luma(light.background) > 200.0, "a light page: {light:?}");
+    // Asked for dark, the same page is dark, and as legible.
+    let shot = env.tmp.path().join("report-dark.png");
+    headless(
+        env.tmp.path(),
+        &page,
+        Scheme::Dark,
+        &[
+            &format!("--screenshot={}", shot.display()),
+            "--window-size=1200,1000",
+        ],
     );
+    let dark = analyse(&shot);
+    assert!(luma(dark.background) < 60.0, "a dark page: {dark:?}");
+    assert!(dark.colours > 16 && dark.differing > 0.02, "{dark:?}");
 }
 
 #[test]
