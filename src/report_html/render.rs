@@ -751,8 +751,8 @@ fn findings(h: &mut String, a: &AttemptRecord, t: Option<&AttemptTimeline>) {
             }
             h.push_str("</tbody></table>\n");
         }
-        // No journal: the summary's rendered lines.
-        None if !a.gate_findings.is_empty() => {
+        // No journal entries for them: the summary's rendered lines.
+        _ if !a.gate_findings.is_empty() => {
             h.push_str("<h3>Gate findings</h3>\n<ul class=\"findings\">\n");
             for f in &a.gate_findings {
                 let _ = writeln!(h, "<li class=\"finding\">{}</li>", prose(f));
@@ -959,7 +959,13 @@ pub(crate) mod tests {
         let mut i = inputs(summary(&[0.0]));
         i.budget_usd = None;
         i.max_attempts = None;
+        i.summary.attempts[0].gate_findings =
+            vec!["tests/t.py:3 (gate skip_marker): `@skip` added".into()];
         let html = render(&i);
+        // Without the journal, the findings are the summary's lines.
+        assert!(html.contains(
+            "<li class=\"finding\">tests/t.py:3 (gate skip_marker): <code>@skip</code> added</li>"
+        ));
         assert!(html.contains("budget unknown"));
         assert!(!html.contains("id=\"budget-line\""));
         assert!(html.contains("No timeline"));
