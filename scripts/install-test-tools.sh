@@ -5,9 +5,10 @@
 #     pyyaml (to check the example workflow parses).
 # Prints the directories to put on PATH.
 #
-# It also needs `systemd-analyze` (Debian package `systemd`) for the unit
-# file test. It never escalates privileges on its own: as root (CI on a
-# fresh Debian machine) it says what it installs and why, then runs
+# It also needs two Debian packages: `systemd` (for `systemd-analyze`, the
+# unit file test) and `chromium` (the HTML report is opened in a real
+# headless browser). It never escalates privileges on its own: as root (CI
+# on a fresh Debian machine) it says what it installs and why, then runs
 # apt-get; as anyone else it prints the command to run and fails.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,24 +19,32 @@ RUFF_VERSION=0.8.4
 PYYAML_VERSION=6.0.2
 mkdir -p "$tools"
 
-# systemd-analyze, for `systemd-analyze verify` of the units in systemd/.
-# Checked first: a missing package fails before minutes of downloads.
-if ! command -v systemd-analyze >/dev/null 2>&1; then
-  why="the tests run \`systemd-analyze verify\` on the units in systemd/"
+# Debian packages, checked first: a missing one fails before minutes of
+# downloads. `need COMMAND PACKAGE WHY` installs PACKAGE as root with apt-get
+# (saying what and why), or prints the command to run and fails.
+apt_updated=
+need() {
+  local cmd=$1 package=$2 why=$3
+  command -v "$cmd" >/dev/null 2>&1 && return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing the Debian package systemd with apt-get (running as root): $why" >&2
-    apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >&2
+    echo "installing the Debian package $package with apt-get (running as root): $why" >&2
+    if [ -z "$apt_updated" ]; then
+      apt-get update -qq >&2
+      apt_updated=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$package" >&2
   else
     {
-      echo "error: systemd-analyze is missing; $why."
-      echo "Install the package that provides it (Debian/Ubuntu: systemd), then run this again:"
-      echo "    sudo apt-get install systemd"
+      echo "error: $cmd is missing; $why."
+      echo "Install the package that provides it (Debian/Ubuntu: $package), then run this again:"
+      echo "    sudo apt-get install $package"
       echo "(this script never runs sudo itself)"
     } >&2
     exit 1
   fi
-fi
+}
+need systemd-analyze systemd "the tests run \`systemd-analyze verify\` on the units in systemd/"
+need chromium chromium "the tests open \`loopd report --html\` in headless Chromium (DOM and screenshot)"
 
 if ! "$tools/npm/node_modules/.bin/claude" --version 2>/dev/null | grep -q "^$CLAUDE_CODE_VERSION "; then
   echo "installing @anthropic-ai/claude-code@$CLAUDE_CODE_VERSION into $tools/npm" >&2

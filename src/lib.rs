@@ -37,7 +37,7 @@
 //! | 1 | [`outcome`], [`process`] | reasons → exit codes (the one place); process trees |
 //! | 2 | [`workspace`], [`agent`], [`notify`] | git (the diff, the pinned `.git/`, held credentials); the agent CLI seam (Claude Code); webhooks |
 //! | 3 | [`guard`], [`goal`], [`rubric`], [`critic`] | the judges and their settings |
-//! | 4 | [`report`], [`breaker`], [`journal`], [`lessons`] | views, parking, the job's truth, what a repository taught |
+//! | 4 | [`report`], [`report_html`], [`breaker`], [`journal`], [`lessons`] | views (`report.html`: the page a human reads), parking, the job's truth, what a repository taught |
 //! | 5 | [`config`], [`live`] | `loopd.toml` + flags → a validated job; live progress lines from the journal |
 //! | 6 | [`job`] | the attempt loop, phase by phase |
 //! | 7 | [`daemon`], [`ci`] | the queue and approvals; the CI autofix |
@@ -65,6 +65,7 @@ pub mod notify;
 pub mod outcome;
 pub mod process;
 pub mod report;
+pub mod report_html;
 pub mod rubric;
 pub mod util;
 pub mod workspace;

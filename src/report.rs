@@ -141,6 +141,55 @@ pub struct Branch<'a> {
     pub commit_accepted: Option<&'a str>,
 }
 
+/// Where a job's work is and the one command that gets it back: the same
+/// answer in every view of a report (Markdown, HTML).
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkBack {
+    /// Parked by the breaker: `restore` applies the stash.
+    Parked { restore: String },
+    /// The job did not end in acceptance and nothing was parked;
+    /// `restore` is `failure.json`'s sentence on why.
+    NotParked { restore: String },
+    /// Accepted and committed on a daemon job's branch.
+    Committed { branch: String, merge: String },
+    /// Accepted in the foreground: the change is in the working tree.
+    WorkingTree,
+}
+
+/// See [`WorkBack`]. A stash without `failure.json` (a full disk) still
+/// names the stash.
+pub fn work_back(
+    branch: Option<&Branch<'_>>,
+    summary: &Summary,
+    failure: Option<&FailureReport>,
+) -> WorkBack {
+    match (&summary.stash_commit, failure) {
+        (Some(_), Some(f)) => WorkBack::Parked {
+            restore: f.restore.clone(),
+        },
+        (Some(c), None) => WorkBack::Parked {
+            restore: format!(
+                "git -C {} stash apply {c}",
+                crate::util::shell_quote(&summary.repo.to_string_lossy())
+            ),
+        },
+        (None, Some(f)) => WorkBack::NotParked {
+            restore: f.restore.clone(),
+        },
+        (None, None) => match branch {
+            Some(b) if b.commit_accepted.is_some() => WorkBack::Committed {
+                branch: b.branch.to_owned(),
+                merge: format!(
+                    "git -C {} merge {}",
+                    crate::util::shell_quote(&summary.repo.to_string_lossy()),
+                    b.branch
+                ),
+            },
+            _ => WorkBack::WorkingTree,
+        },
+    }
+}
+
 /// Each attempt's interdiff (`attempt-<n>/interdiff.patch`) in a run
 /// directory, by attempt, for [`markdown`]; attempts without one are absent.
 pub fn interdiffs(run_dir: &Path, summary: &Summary) -> BTreeMap<u32, String> {
@@ -242,16 +291,15 @@ pub fn markdown(
         }
     }
     md.push_str("\n## Getting the work back\n\n");
-    match (&summary.stash_commit, failure) {
-        (Some(_), Some(f)) => md.push_str(&format!("The work is parked: `{}`\n", f.restore)),
-        (None, Some(f)) => md.push_str(&format!("{}\n", f.restore)),
-        _ if branch.is_some_and(|s| s.commit_accepted.is_some()) => md.push_str(&format!(
-            "The change is committed on `{}`: `git -C {} merge {}`\n",
-            branch.map(|s| s.branch).unwrap_or(""),
-            summary.repo.display(),
-            branch.map(|s| s.branch).unwrap_or("")
+    match work_back(branch, summary, failure) {
+        WorkBack::Parked { restore } => {
+            md.push_str(&format!("The work is parked: `{restore}`\n"))
+        }
+        WorkBack::NotParked { restore } => md.push_str(&format!("{restore}\n")),
+        WorkBack::Committed { branch, merge } => md.push_str(&format!(
+            "The change is committed on `{branch}`: `{merge}`\n"
         )),
-        _ => md.push_str("The change is in the working tree.\n"),
+        WorkBack::WorkingTree => md.push_str("The change is in the working tree.\n"),
     }
     md.push_str(&format!("\nFiles: `{}`\n", summary.run_dir.display()));
     md

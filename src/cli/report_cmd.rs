@@ -1,15 +1,19 @@
 //! `loopd report`: the human account of one job.
 
+use std::path::{Path, PathBuf};
+
 use crate::cli::daemon::state_dir_or_default;
 use crate::cli::CliError;
 use crate::daemon::state::JobState;
 use crate::outcome::ExitStatus;
 use crate::report::{interdiffs, markdown, Branch, FailureReport, Summary};
+use crate::report_html::{self, BranchInfo, Inputs};
 
 /// Print the account of a job: attempts, verdicts, gates, each attempt's
 /// interdiff with the one before, costs, and how to get the work back.
 ///
-/// Example: `loopd report 20261130-114617-613025 --format md`
+/// Example: `loopd report 20261130-114617-613025 --format md`,
+/// `loopd report 20261130-114617-613025 --html /tmp/job.html`
 #[derive(Debug, clap::Args)]
 pub struct ReportArgs {
     pub job: String,
@@ -18,6 +22,12 @@ pub struct ReportArgs {
     /// `md` (Markdown) or `json`.
     #[arg(long, default_value = "md", value_parser = ["md", "json"])]
     pub format: String,
+    /// Write the account as one self-contained HTML page to FILE (`-`:
+    /// stdout): timeline per attempt, cost against the budget, tokens, diffs,
+    /// findings. Never inside the job's repository, and never over a file
+    /// loopd did not write.
+    #[arg(long, value_name = "FILE", conflicts_with = "format")]
+    pub html: Option<PathBuf>,
 }
 
 pub fn report(args: ReportArgs) -> Result<ExitStatus, CliError> {
@@ -47,6 +57,18 @@ pub fn report(args: ReportArgs) -> Result<ExitStatus, CliError> {
             .hint("`loopd status` lists every job")),
         };
     };
+    if let Some(target) = &args.html {
+        let branch = state.as_ref().map(|s| BranchInfo {
+            branch: s.branch.clone(),
+            commit_accepted: s.commit_accepted.clone(),
+        });
+        // The job's checkout, and for a daemon job the repository it came from.
+        let repos: Vec<PathBuf> = std::iter::once(summary.repo.clone())
+            .chain(state.as_ref().map(|s| s.repo.clone()))
+            .collect();
+        let html = report_html::render(&Inputs::load(&run_dir, summary, failure, branch));
+        return write_html(target, &html, &repos).map(|()| ExitStatus::Success);
+    }
     if args.format == "json" {
         crate::cli::out!(
             "{}",
@@ -69,4 +91,61 @@ pub fn report(args: ReportArgs) -> Result<ExitStatus, CliError> {
         );
     }
     Ok(ExitStatus::Success)
+}
+
+/// Write the page to `target` (`-`: stdout). Refused, before anything is
+/// written: a path inside the job's repository (reports never go there, and
+/// the agent's next run would see it), a directory, and an existing file
+/// loopd did not write.
+fn write_html(target: &Path, html: &str, repos: &[PathBuf]) -> Result<(), CliError> {
+    if target == Path::new("-") {
+        crate::cli::out!("{}", html.trim_end_matches('\n'));
+        return Ok(());
+    }
+    let usage = |msg: String| CliError::new(ExitStatus::Usage, msg);
+    let name = target.file_name().ok_or_else(|| {
+        usage(format!("`--html {}` names no file", target.display()))
+            .hint("give a file name, e.g. `--html /tmp/loopd-report.html`, or `-` for stdout")
+    })?;
+    let parent = match target.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let dir = parent.canonicalize().map_err(|e| {
+        usage(format!(
+            "cannot write the HTML report into `{}`: {e}",
+            parent.display()
+        ))
+        .hint("create the directory first, or choose another path")
+    })?;
+    let path = dir.join(name);
+    for repo in repos.iter().filter_map(|r| r.canonicalize().ok()) {
+        if path.starts_with(&repo) {
+            return Err(usage(format!(
+                "`{}` is inside the job's repository `{}`; reports never go inside it",
+                path.display(),
+                repo.display()
+            ))
+            .hint("write it elsewhere, e.g. `--html /tmp/loopd-report.html`, or print it with `--html -`"));
+        }
+    }
+    if path.is_dir() {
+        return Err(usage(format!("`{}` is a directory", path.display()))
+            .hint("give a file name, e.g. `--html /tmp/loopd-report.html`"));
+    }
+    if path.symlink_metadata().is_ok() && !report_html::is_ours(&path) {
+        return Err(usage(format!(
+            "`{}` exists and is not a report loopd wrote; refusing to overwrite it",
+            path.display()
+        ))
+        .hint("choose another path, or move that file away first"));
+    }
+    crate::util::write_atomic(&path, html.as_bytes()).map_err(|e| {
+        CliError::new(
+            ExitStatus::Environment,
+            format!("cannot write the HTML report `{}`: {e}", path.display()),
+        )
+    })?;
+    eprintln!("loopd report: wrote `{}`", path.display());
+    Ok(())
 }

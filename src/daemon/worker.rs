@@ -256,6 +256,19 @@ pub async fn run(
     notify_end(&notify, &state).await;
     remove_worktree(&spec.repo, &ctx.state_dir, &id);
     crate::util::crash_point("worker:worktree_removed");
+    // The page a human reads, next to summary.json, before the final state
+    // says the job is done; a job that never got a summary has nothing to
+    // show, and a failure here never changes how the job ended.
+    if run_dir.join("summary.json").exists() {
+        let branch = crate::report_html::BranchInfo {
+            branch: state.branch.clone(),
+            commit_accepted: state.commit_accepted.clone(),
+        };
+        match crate::report_html::write_next_to_summary(&run_dir, Some(branch)) {
+            Ok(path) => tracing::debug!(job_id = %id, path = %path.display(), "wrote the HTML report"),
+            Err(e) => tracing::warn!(job_id = %id, error = %e, "cannot write the HTML report"),
+        }
+    }
     state.save(&ctx.state_dir);
     crate::util::crash_point("worker:state_saved");
     if let Err(e) = ctx.spool.move_to(&spool_file, "done") {

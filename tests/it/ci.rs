@@ -901,6 +901,17 @@ assert any(s.get("run", "").strip() == "loopd ci" for s in steps), steps
 checkout = [s for s in steps if s.get("uses", "").startswith("actions/checkout")]
 assert checkout and all(s["with"]["persist-credentials"] is False for s in checkout), checkout
 assert "loopd/" in d["jobs"]["autofix"]["if"]
+# The HTML report: rendered by `loopd report --html`, uploaded, linked.
+render = [s for s in steps if "loopd report" in s.get("run", "")]
+assert render and "--html" in render[0]["run"] and render[0]["if"] == "always()", render
+upload = [s for s in steps if s.get("id") == "html"]
+assert upload and upload[0]["uses"].startswith("actions/upload-artifact"), upload
+assert "loopd-html" in upload[0]["with"]["path"], upload
+link = [s for s in steps if "GITHUB_STEP_SUMMARY" in s.get("run", "")]
+assert link and link[0]["env"]["REPORT_URL"] == "${{ steps.html.outputs.artifact-url }}", link
+assert "$REPORT_URL" in link[0]["run"], link
+order = [s.get("name") for s in steps]
+assert order.index(render[0]["name"]) < order.index(upload[0]["name"]) < order.index(link[0]["name"]), order
 print("ok")
 "#;
     let path = std::env::split_paths(&tools_path())

@@ -65,6 +65,14 @@ fn three_jobs_two_at_a_time_each_on_its_own_branch() {
         assert!(env
             .git(&["log", "-1", "--format=%B", branch])
             .contains(&format!("Accepted by loopd job {id}")));
+        // The daemon wrote the page next to summary.json, with the branch.
+        let page = std::fs::read_to_string(
+            std::path::Path::new(s["summary"].as_str().expect("summary path"))
+                .with_file_name("report.html"),
+        )
+        .expect("report.html next to summary.json");
+        assert!(page.contains(&format!("merge {branch}")), "{page}");
+        assert!(page.contains(&format!("<code>{commit}</code>")));
         let sum = summary_of(&s);
         windows.push((
             sum["started_at"].as_str().expect("start").to_owned(),
@@ -233,6 +241,9 @@ fn cancel_a_running_and_a_queued_job() {
         stash
     );
     assert!(std::path::Path::new(s["report"].as_str().expect("report")).is_file());
+    let page = std::fs::read_to_string(env.state.join("runs").join(&running).join("report.html"))
+        .expect("report.html");
+    assert!(page.contains(&format!("stash apply {stash}")), "{page}");
     assert_eq!(env.git(&["show", &format!("{stash}:rechnung.py")]), partial);
     assert_eq!(
         model.session_count(Role::Agent),

@@ -13,7 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["outcome", "process"],
     &["workspace", "agent", "notify"],
     &["guard", "goal", "rubric", "critic"],
-    &["report", "breaker", "journal", "lessons"],
+    &["report", "report_html", "breaker", "journal", "lessons"],
     &["config", "live"],
     &["job"],
     &["ci", "daemon"],

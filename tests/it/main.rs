@@ -16,5 +16,6 @@ mod lessons;
 mod live;
 mod meta;
 mod precheck;
+mod report_html;
 mod run_loop;
 mod systemd;

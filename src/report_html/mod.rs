@@ -1,0 +1,334 @@
+//! `report.html`: the account of one job as a single self-contained page, for
+//! a human who was not there — what the outcome was and why, how to get the
+//! work back, each attempt's timeline (agent, gates, goal steps, critic),
+//! what it cost against the budget, its tokens, its diff and interdiff, and
+//! every verdict and finding with file:line.
+//!
+//! Built from the run directory alone, so `loopd report --html`, the daemon
+//! and a CI step all render the same page: `summary.json` (the outcome; the
+//! one file that must be there), the journal (`ledger.jsonl`: the timeline
+//! and the findings), `failure.json` (the restore command), `job.json` (the
+//! budget), the attempts' `diff.patch` and `interdiff.patch`, and their
+//! stream logs (cache reads and writes, which only the CLI's result event
+//! reports). Any of these but the summary may be missing; the page then says
+//! what it does not know.
+//!
+//! The page is one file that works offline and without JavaScript: inline
+//! CSS and SVG, no script, no external font or image. Everything in it that
+//! comes from the job — the task, diffs, findings, verdicts, all of it text
+//! the agent may have written to attack whoever reads it — is HTML-escaped.
+//! Elements carry stable ids and classes (`id="attempt-2"`,
+//! `class="cost-bar"`) that tests and scripts may rely on.
+
+mod render;
+mod timeline;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::goal::GoalReport;
+use crate::journal::Replay;
+use crate::report::{FailureReport, Summary};
+
+pub use render::{escape, render};
+pub use timeline::{AttemptTimeline, Phase, PhaseKind};
+
+/// The page's file name in a run directory (next to `summary.json`).
+pub const FILE: &str = "report.html";
+
+/// The comment on the page's second line. A file that starts with the
+/// doctype and this is one loopd wrote, and `loopd report --html` may
+/// replace it; any other file it refuses to overwrite.
+pub const MARKER: &str = "<!-- loopd report";
+
+/// The most of one patch the page shows (head and tail kept).
+const MAX_PATCH: usize = 256 * 1024;
+
+/// The branch a daemon job's change lives on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BranchInfo {
+    pub branch: String,
+    pub commit_accepted: Option<String>,
+}
+
+/// Cache tokens of one attempt's sessions, as the CLI's result events
+/// report them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CacheTokens {
+    pub read: u64,
+    pub write: u64,
+}
+
+/// Everything the page shows, read from a run directory.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    pub summary: Summary,
+    pub failure: Option<FailureReport>,
+    pub branch: Option<BranchInfo>,
+    /// The job's USD budget (`job.json`), when known.
+    pub budget_usd: Option<f64>,
+    pub max_attempts: Option<u32>,
+    pub baseline: Option<GoalReport>,
+    pub timelines: BTreeMap<u32, AttemptTimeline>,
+    /// By attempt; attempts whose stream logs say nothing are absent.
+    pub cache: BTreeMap<u32, CacheTokens>,
+    /// `attempt-<n>/diff.patch`, by attempt.
+    pub diffs: BTreeMap<u32, String>,
+    /// `attempt-<n>/interdiff.patch`, by attempt.
+    pub interdiffs: BTreeMap<u32, String>,
+    /// `loopd ci`'s pull request: (number, url).
+    pub pull_request: Option<(u64, String)>,
+    /// Where `loopd ci` pushed: (branch, commit).
+    pub pushed: Option<(String, String)>,
+}
+
+/// The part of `job.json` the page shows (its other fields are the
+/// configuration layer's, above this one).
+#[derive(Deserialize)]
+struct JobFile {
+    caps: JobCaps,
+    max_attempts: Option<u32>,
+}
+
+#[derive(Deserialize)]
+struct JobCaps {
+    budget_usd: f64,
+}
+
+impl Inputs {
+    /// Read what the page shows from `run_dir`, around a summary already
+    /// read. Missing or unreadable files are tolerated: they are absent.
+    pub fn load(
+        run_dir: &Path,
+        summary: Summary,
+        failure: Option<FailureReport>,
+        branch: Option<BranchInfo>,
+    ) -> Inputs {
+        let text = crate::util::read_text(&run_dir.join(crate::journal::FILE)).unwrap_or_default();
+        let (entries, _) = crate::journal::parse(&text);
+        let replay = Replay::fold(&entries);
+        let job: Option<JobFile> = crate::util::read_text(&run_dir.join("job.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        let mut diffs = BTreeMap::new();
+        let mut interdiffs = BTreeMap::new();
+        let mut cache = BTreeMap::new();
+        for a in &summary.attempts {
+            let dir = run_dir.join(format!("attempt-{}", a.n));
+            if let Some(d) = read_patch(&dir.join("diff.patch")) {
+                diffs.insert(a.n, d);
+            }
+            if let Some(d) = read_patch(&dir.join("interdiff.patch")) {
+                interdiffs.insert(a.n, d);
+            }
+            if let Some(c) = cache_tokens(&dir) {
+                cache.insert(a.n, c);
+            }
+        }
+        Inputs {
+            failure,
+            branch,
+            budget_usd: job.as_ref().map(|j| j.caps.budget_usd),
+            max_attempts: job.as_ref().and_then(|j| j.max_attempts),
+            baseline: replay.baseline.clone(),
+            timelines: timeline::build(&entries),
+            cache,
+            diffs,
+            interdiffs,
+            pull_request: replay.pull_request.clone(),
+            pushed: replay.pushed.clone(),
+            summary,
+        }
+    }
+}
+
+fn read_patch(path: &Path) -> Option<String> {
+    let text = crate::util::read_text(path).ok()?;
+    Some(crate::goal::head_and_tail(&text, MAX_PATCH))
+}
+
+/// Sum the cache tokens of every result event in an attempt's stream logs
+/// (`agent-stream.jsonl`, `critic-stream.jsonl`); `None` when no log has one.
+fn cache_tokens(attempt_dir: &Path) -> Option<CacheTokens> {
+    let mut found = None::<CacheTokens>;
+    for role in ["agent", "critic"] {
+        let Ok(text) = std::fs::read_to_string(attempt_dir.join(format!("{role}-stream.jsonl")))
+        else {
+            continue;
+        };
+        for line in text.lines().filter(|l| l.contains("\"result\"")) {
+            if let Ok(crate::agent::events::Event::Result(r)) =
+                crate::agent::events::parse_line(line)
+            {
+                let c = found.get_or_insert_with(CacheTokens::default);
+                c.read += r.usage.cache_read_input_tokens;
+                c.write += r.usage.cache_creation_input_tokens;
+            }
+        }
+    }
+    found
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HtmlError {
+    #[error("no summary to report in `{}`: {source}", path.display())]
+    Summary {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the summary `{}` does not parse: {source}", path.display())]
+    SummaryParse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("cannot write the HTML report `{}`: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Read `summary.json` and `failure.json` from a run directory.
+pub fn read_run(run_dir: &Path) -> Result<(Summary, Option<FailureReport>), HtmlError> {
+    let path = run_dir.join("summary.json");
+    let text = crate::util::read_text(&path).map_err(|source| HtmlError::Summary {
+        path: path.clone(),
+        source,
+    })?;
+    let summary =
+        serde_json::from_str(&text).map_err(|source| HtmlError::SummaryParse { path, source })?;
+    let failure = crate::util::read_text(&run_dir.join("failure.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    Ok((summary, failure))
+}
+
+/// Render the job in `run_dir` and write it next to its `summary.json`
+/// (the daemon, when a job ends). Returns the page's path.
+pub fn write_next_to_summary(
+    run_dir: &Path,
+    branch: Option<BranchInfo>,
+) -> Result<PathBuf, HtmlError> {
+    let (summary, failure) = read_run(run_dir)?;
+    let html = render(&Inputs::load(run_dir, summary, failure, branch));
+    let path = run_dir.join(FILE);
+    crate::util::write_atomic(&path, html.as_bytes()).map_err(|source| HtmlError::Write {
+        path: path.clone(),
+        source,
+    })?;
+    Ok(path)
+}
+
+/// Did loopd write the file at `path` (so it may be replaced)?
+pub fn is_ours(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 64];
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return false;
+    };
+    let mut n = 0;
+    while n < head.len() {
+        match f.read(&mut head[n..]) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => n += k,
+        }
+    }
+    String::from_utf8_lossy(&head[..n]).starts_with(&format!("<!DOCTYPE html>\n{MARKER}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_dir_with_only_a_summary_renders() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let summary = render::tests::summary(&[0.01, 0.02]);
+        crate::util::write_json_atomic(&dir.path().join("summary.json"), &summary).expect("write");
+        let path = write_next_to_summary(dir.path(), None).expect("rendered");
+        assert_eq!(path, dir.path().join(FILE));
+        assert!(is_ours(&path));
+        let html = std::fs::read_to_string(&path).expect("read");
+        assert!(html.contains(r#"id="attempt-1""#) && html.contains(r#"id="attempt-2""#));
+        assert!(html.contains("budget unknown"), "no job.json: no budget");
+        assert!(html.contains("no journal"), "no journal: no timeline");
+    }
+
+    #[test]
+    fn a_missing_summary_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let e = write_next_to_summary(dir.path(), None).expect_err("no summary");
+        assert!(e.to_string().contains("summary.json"), "{e}");
+        assert!(!dir.path().join(FILE).exists());
+    }
+
+    #[test]
+    fn budget_and_cache_tokens_are_read_from_the_run_dir() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            dir.path().join("job.json"),
+            r#"{"caps": {"budget_usd": 0.5, "max_turns": 9}, "max_attempts": 3, "task": "t"}"#,
+        )
+        .expect("write");
+        let a1 = dir.path().join("attempt-1");
+        std::fs::create_dir_all(&a1).expect("mkdir");
+        std::fs::write(
+            a1.join("agent-stream.jsonl"),
+            concat!(
+                r#"{"type":"system","subtype":"init"}"#, "\n",
+                r#"{"type":"result","subtype":"success","is_error":false,"num_turns":2,"total_cost_usd":0.01,"usage":{"input_tokens":10,"output_tokens":4,"cache_creation_input_tokens":700,"cache_read_input_tokens":1200}}"#, "\n",
+            ),
+        )
+        .expect("write");
+        std::fs::write(
+            a1.join("critic-stream.jsonl"),
+            r#"{"type":"result","subtype":"success","is_error":false,"usage":{"input_tokens":1,"output_tokens":1,"cache_read_input_tokens":30}}"#,
+        )
+        .expect("write");
+        std::fs::write(a1.join("diff.patch"), "+x\n").expect("write");
+        let inputs = Inputs::load(
+            dir.path(),
+            render::tests::summary(&[0.01, 0.02]),
+            None,
+            None,
+        );
+        assert_eq!(inputs.budget_usd, Some(0.5));
+        assert_eq!(inputs.max_attempts, Some(3));
+        assert_eq!(
+            inputs.cache.get(&1),
+            Some(&CacheTokens {
+                read: 1230,
+                write: 700
+            })
+        );
+        assert_eq!(inputs.cache.get(&2), None, "attempt 2 left no stream log");
+        assert_eq!(inputs.diffs.get(&1).map(String::as_str), Some("+x\n"));
+        assert!(inputs.interdiffs.is_empty());
+    }
+
+    #[test]
+    fn only_a_page_loopd_wrote_is_ours() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mine = dir.path().join("mine.html");
+        std::fs::write(
+            &mine,
+            render(&Inputs::load(
+                dir.path(),
+                render::tests::summary(&[]),
+                None,
+                None,
+            )),
+        )
+        .expect("write");
+        assert!(is_ours(&mine));
+        let other = dir.path().join("other.html");
+        std::fs::write(&other, "<!DOCTYPE html>\n<html>notes</html>").expect("write");
+        assert!(!is_ours(&other));
+        assert!(!is_ours(&dir.path().join("absent.html")));
+    }
+}
