@@ -246,3 +246,35 @@ fn the_man_page_is_roff_and_lists_the_subcommands() {
         "an unknown subcommand is a usage error"
     );
 }
+
+/// The README says every top-level `loopd.toml` field has a flag of the
+/// same name and the tables have none: both, checked against `run --help`
+/// and the README's own sample file.
+#[test]
+fn every_top_level_field_of_the_readmes_sample_has_its_flag() {
+    let readme = std::fs::read_to_string(support::manifest_dir().join("README.md")).expect("README");
+    let start = readme.find("```toml\ntask = ").expect("the README's sample loopd.toml");
+    let sample = &readme[start + 8..];
+    let sample = &sample[..sample.find("```").expect("end of the sample")];
+    let help = String::from_utf8_lossy(&loopd(&["run", "--help"]).stdout).into_owned();
+    let mut fields = Vec::new();
+    for line in sample.lines() {
+        if line.starts_with('[') {
+            break; // the tables: file only
+        }
+        if let Some((key, _)) = line.split_once('=') {
+            fields.push(key.trim().to_owned());
+        }
+    }
+    assert!(fields.len() >= 10, "the sample's fields: {fields:?}");
+    for field in &fields {
+        let flag = format!("--{}", field.replace('_', "-"));
+        assert!(help.contains(&flag), "`{field}` has no `{flag}` in `loopd run --help`");
+    }
+    for table in ["guard", "protect", "ci", "approval", "notify"] {
+        assert!(
+            !help.contains(&format!("--{table}")),
+            "the README says [{table}] has no flags"
+        );
+    }
+}
