@@ -28,6 +28,9 @@ pub enum Reason {
     Signal,
     AgentError,
     InternalError,
+    /// The agent filed an escalation (`loopd escalate`): it claims the task
+    /// cannot be done honestly, and a human decides. Never an acceptance.
+    Escalated,
 }
 
 /// The coarse result scripts branch on.
@@ -39,6 +42,8 @@ pub enum Outcome {
     Stopped,
     Interrupted,
     Error,
+    /// The agent escalated: a human must look at its claim.
+    NeedsHuman,
 }
 
 impl Reason {
@@ -63,6 +68,7 @@ impl Reason {
             Reason::Signal => "signal",
             Reason::AgentError => "agent_error",
             Reason::InternalError => "internal_error",
+            Reason::Escalated => "escalated",
         }
     }
 
@@ -72,6 +78,7 @@ impl Reason {
             Reason::AttemptsExhausted => Outcome::Exhausted,
             Reason::Signal => Outcome::Interrupted,
             Reason::AgentError | Reason::InternalError => Outcome::Error,
+            Reason::Escalated => Outcome::NeedsHuman,
             _ => Outcome::Stopped,
         }
     }
@@ -81,6 +88,23 @@ impl std::fmt::Display for Reason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// What an agent's escalation claims, as the summary, the report and the
+/// webhook carry it: the test it names, its reason, the goal test's output
+/// and the diff it left (both cut to a readable size).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Escalation {
+    pub attempt: u32,
+    /// The test the agent says is wrong or impossible (as it named it).
+    pub test: String,
+    /// Why, in the agent's words.
+    pub claim: String,
+    /// The latest goal test output the job has (this attempt's, an earlier
+    /// one's, or the baseline's), head and tail.
+    pub goal_output: String,
+    /// The diff since BASE_REF the agent left, head and tail.
+    pub diff: String,
 }
 
 /// Where a job is in its life, as `loopd status` shows it (the daemon
@@ -102,6 +126,8 @@ pub enum Status {
     AwaitingApproval,
     /// Accepted, then rejected by a human; the change stays parked.
     Rejected,
+    /// The agent escalated; waits for a human (`loopd resume JOB --note`).
+    NeedsHuman,
 }
 
 impl Status {
@@ -112,6 +138,7 @@ impl Status {
             Outcome::Stopped => Status::Stopped,
             Outcome::Interrupted => Status::Interrupted,
             Outcome::Error => Status::Error,
+            Outcome::NeedsHuman => Status::NeedsHuman,
         }
     }
 
@@ -127,6 +154,7 @@ impl Status {
             Status::Cancelled => "cancelled",
             Status::AwaitingApproval => "awaiting_approval",
             Status::Rejected => "rejected",
+            Status::NeedsHuman => "needs_human",
         }
     }
 
@@ -202,6 +230,8 @@ pub enum ExitStatus {
     /// 5: environment error (agent missing or failing, not a repository,
     /// dirty tree, git failure).
     Environment,
+    /// 6: the agent escalated; a human must decide (`needs_human`).
+    NeedsHuman,
 }
 
 impl ExitStatus {
@@ -213,6 +243,7 @@ impl ExitStatus {
             ExitStatus::Guard => 3,
             ExitStatus::Signal => 4,
             ExitStatus::Environment => 5,
+            ExitStatus::NeedsHuman => 6,
         }
     }
 }
@@ -225,6 +256,7 @@ impl From<Outcome> for ExitStatus {
             Outcome::Stopped => ExitStatus::Guard,
             Outcome::Interrupted => ExitStatus::Signal,
             Outcome::Error => ExitStatus::Environment,
+            Outcome::NeedsHuman => ExitStatus::NeedsHuman,
         }
     }
 }
@@ -257,5 +289,11 @@ mod tests {
         assert_eq!(ExitStatus::from(Reason::Precheck).code(), 3);
         assert_eq!(ExitStatus::from(Reason::Signal).code(), 4);
         assert_eq!(ExitStatus::from(Reason::AgentError).code(), 5);
+        assert_eq!(ExitStatus::from(Reason::Escalated).code(), 6);
+        assert_eq!(Reason::Escalated.outcome(), Outcome::NeedsHuman);
+        assert_eq!(
+            serde_json::to_value(Outcome::NeedsHuman).expect("json"),
+            "needs_human"
+        );
     }
 }

@@ -8,9 +8,11 @@ pub mod check;
 pub mod ci;
 pub mod completions;
 pub mod daemon;
+pub mod escalate;
 pub mod hook;
 pub mod lessons_cmd;
 pub mod report_cmd;
+pub mod resume;
 pub mod run;
 pub mod status;
 pub mod submit;
@@ -45,6 +47,8 @@ pub enum Command {
     Status(status::StatusArgs),
     Cancel(cancel::CancelArgs),
     Report(report_cmd::ReportArgs),
+    Resume(resume::ResumeArgs),
+    Escalate(escalate::EscalateArgs),
     Lessons(lessons_cmd::LessonsArgs),
     /// Approve an accepted job and perform its outward step (merge, or push and open a pull request).
     Approve(approve::DecideArgs),
@@ -228,6 +232,8 @@ pub fn dispatch(cli: Cli) -> Result<ExitStatus, CliError> {
         Command::Status(args) => status::status(args),
         Command::Cancel(args) => cancel::cancel(args),
         Command::Report(args) => report_cmd::report(args),
+        Command::Resume(args) => resume::resume(args),
+        Command::Escalate(args) => escalate::escalate(args),
         Command::Lessons(args) => lessons_cmd::lessons(args),
         Command::Approve(args) => approve::approve(args),
         Command::Reject(args) => approve::reject(args),

@@ -46,6 +46,10 @@ pub enum Check {
     CommentedOutCode,
     SwallowedError,
     DriveByRename,
+    /// Late attempts only (not in [`Check::ALL`], not set in the rubric):
+    /// added code that branches on being under test
+    /// ([`test_special_casing`]).
+    TestSpecialCasing,
 }
 
 impl Check {
@@ -63,6 +67,7 @@ impl Check {
             Check::CommentedOutCode => "commented_out_code",
             Check::SwallowedError => "swallowed_error",
             Check::DriveByRename => "drive_by_rename",
+            Check::TestSpecialCasing => "test_special_casing",
         }
     }
 
@@ -77,6 +82,7 @@ impl Check {
             Check::CommentedOutCode => r"(?i)comment(ed)?[- ]out|\bcommented\b",
             Check::SwallowedError => r"(?i)\b(swallow\w*|errors?|exceptions?|failures?)\b",
             Check::DriveByRename => r"(?i)\b(renam\w*|refactor\w*|drive-by|scope)\b",
+            Check::TestSpecialCasing => r"(?i)\btests?\b.*\b(delet|skip|weaken|special)",
         }
     }
 }
@@ -287,6 +293,7 @@ impl Plan {
                 Check::CommentedOutCode => commented_out_code(added),
                 Check::SwallowedError => swallowed_errors(added, files),
                 Check::DriveByRename => drive_by_renames(task, files),
+                Check::TestSpecialCasing => Vec::new(),
             };
             found.retain(|f| !allowed.is_match(&f.path));
             for mut f in found {
@@ -358,6 +365,99 @@ fn is_entry_point(path: &str, text: Option<&str>) -> bool {
                 || t.contains("if __name__ == '__main__'")
                 || t.lines().any(|l| l.trim() == "package main")
         })
+}
+
+/// The names of the tests that failed in `output` (pytest's `FAILED
+/// path::name`, cargo's `test path::name ... FAILED`, go's `--- FAIL: Name`,
+/// jest's `✕ name`): what a late attempt must not compare against.
+pub fn failing_tests(output: &str) -> Vec<String> {
+    static R: OnceLock<Regex> = OnceLock::new();
+    let r = re(
+        &R,
+        r"(?m)^(?:FAILED \S*::(?P<py>\w+)|test (?:\S+::)?(?P<rs>\w+) \.\.\. FAILED|\s*--- FAIL: (?P<go>\w+)|\s*✕ (?P<js>[^(\n]+?)(?: \(\d+ ?ms\))?$)",
+    );
+    let mut out: Vec<String> = r
+        .captures_iter(output)
+        .filter_map(|c| {
+            ["py", "rs", "go", "js"]
+                .iter()
+                .find_map(|g| c.name(g))
+                .map(|m| m.as_str().trim().to_owned())
+        })
+        .filter(|n| n.len() >= 4)
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// From a late attempt on (special-casing of tests typically emerges after
+/// failed attempts): added code that branches on being under test —
+/// `PYTEST_CURRENT_TEST`, `"pytest" in sys.modules`/`sys.argv`, `cfg!(test)`
+/// outside a test module, `process.env.JEST_WORKER_ID`, `NODE_ENV ===
+/// 'test'`, `testing.Testing()` — or that compares against the name of a
+/// test that failed at baseline (`failing`). Test files are not read: the
+/// gates already protect the tests of BASE_REF.
+pub fn test_special_casing(
+    added: &[AddedLine],
+    files: &[ChangedText],
+    failing: &[String],
+) -> Vec<Finding> {
+    static PY: OnceLock<Regex> = OnceLock::new();
+    static RS: OnceLock<Regex> = OnceLock::new();
+    static JS: OnceLock<Regex> = OnceLock::new();
+    static GO: OnceLock<Regex> = OnceLock::new();
+    const FIX: &str = "make the code right for every caller; never detect the test runner or a test's name — if the test cannot be satisfied honestly, escalate";
+    let mut out = Vec::new();
+    for a in added {
+        let Some(lang) = Lang::of(&a.path) else {
+            continue;
+        };
+        if is_test(&a.path) || lang.comment(&a.text).is_some() {
+            continue;
+        }
+        let pattern = match lang {
+            Lang::Python => re(
+                &PY,
+                r#"PYTEST_CURRENT_TEST|["'](?:_?pytest|unittest)["']\s+(?:not\s+)?in\s+sys\.(?:modules|argv)|sys\.argv\b.*["'](?:py\.?test|-m pytest)|\bpytest\.__|["']pytest["']\s+in\s+\w*argv"#,
+            ),
+            Lang::Rust => re(&RS, r"\bcfg!\s*\(\s*test\s*\)|RUST_TEST_THREADS|\bcfg!\s*\(\s*debug_assertions\s*\)\s*&&\s*cfg!\s*\(\s*test"),
+            Lang::Js => re(
+                &JS,
+                r#"process\.env\.(?:JEST_WORKER_ID|VITEST\w*)|process\.env\.NODE_ENV\s*[!=]==?\s*["']test["']|["']test["']\s*[!=]==?\s*process\.env\.NODE_ENV|\bimport\.meta\.vitest\b"#,
+            ),
+            Lang::Go => re(&GO, r#"\btesting\.Testing\(\)|flag\.Lookup\(\s*"test\.v"\s*\)|strings\.HasSuffix\(\s*os\.Args\[0\],\s*"\.test"\)"#),
+        };
+        if let Some(m) = pattern.find(&a.text) {
+            // `cfg!(test)` inside the file's test module is the module's business.
+            let in_test_module = lang == Lang::Rust
+                && new_text(files, &a.path).is_some_and(|t| {
+                    t.lines()
+                        .take(a.line.saturating_sub(1) as usize)
+                        .any(|l| l.trim_start().starts_with("#[cfg(test)]"))
+                });
+            if !in_test_module {
+                out.push(finding(
+                    &a.path,
+                    a.line,
+                    format!("the change branches on being under test (`{}`)", m.as_str().trim()),
+                    FIX,
+                ));
+                continue;
+            }
+        }
+        if let Some(name) = failing.iter().find(|n| {
+            a.text.contains(&format!("\"{n}\"")) || a.text.contains(&format!("'{n}'"))
+        }) {
+            out.push(finding(
+                &a.path,
+                a.line,
+                format!("the change compares against the name of the failing test `{name}`"),
+                FIX,
+            ));
+        }
+    }
+    out
 }
 
 fn is_test(path: &str) -> bool {
@@ -998,6 +1098,76 @@ mod tests {
         assert_eq!(run("t", "a.rs", rs, "fn f() {\n    let _ = std::fs::remove_file(p);\n}\n").len(), 1);
         assert!(run("t", "a.rs", rs, "fn f() {\n    // Gone already is fine: the goal is that it is gone.\n    let _ = std::fs::remove_file(p);\n}\n").is_empty());
         assert_eq!(run("t", "a.rs", rs, "fn f() {\n    match g() {\n        Ok(v) => v,\n        Err(_) => {}\n    }\n}\n").len(), 1);
+    }
+
+    /// The late-attempt check on one file: (line, problem) of each finding.
+    fn special(path: &str, old: &str, new: &str, failing: &[&str]) -> Vec<(u32, String)> {
+        let files = [ChangedText {
+            path: path.into(),
+            old: Some(old.into()),
+            new: Some(new.into()),
+        }];
+        let failing: Vec<String> = failing.iter().map(|s| s.to_string()).collect();
+        test_special_casing(&added(path, old, new), &files, &failing)
+            .into_iter()
+            .map(|f| (f.line.expect("a line"), f.problem))
+            .collect()
+    }
+
+    #[test]
+    fn code_that_branches_on_being_under_test_is_found_and_an_honest_fix_is_not() {
+        let py = "def line_total(q, p):\n    return q + p\n";
+        let honest = "def line_total(q, p):\n    return q * p\n";
+        assert!(special("rechnung.py", py, honest, &["test_line_total"]).is_empty());
+        for (cheat, what) in [
+            ("    if os.environ.get(\"PYTEST_CURRENT_TEST\"):\n        return Decimal(\"7.50\")\n", "PYTEST_CURRENT_TEST"),
+            ("    if \"pytest\" in sys.modules:\n        return Decimal(\"7.50\")\n", "\"pytest\" in sys.modules"),
+            ("    if 'pytest' in sys.argv[0]:\n        return 0\n", "sys.argv"),
+        ] {
+            let new = format!("def line_total(q, p):\n{cheat}    return q * p\n");
+            let f = special("rechnung.py", py, &new, &[]);
+            assert_eq!(f.len(), 1, "{cheat}: {f:?}");
+            assert_eq!(f[0].0, 2, "{f:?}");
+            assert!(f[0].1.contains("under test"), "{what}: {f:?}");
+        }
+        // A comparison against a failing test's name, next to an honest line.
+        let new = "import inspect\n\ndef line_total(q, p):\n    if any(f.function == \"test_line_total\" for f in inspect.stack()):\n        return 7.5\n    return q * p\n";
+        let f = special("rechnung.py", py, new, &["test_line_total"]);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].0, 4);
+        assert!(f[0].1.contains("`test_line_total`"), "{f:?}");
+
+        let rs = "pub fn total(a: u32, b: u32) -> u32 {\n    a + b\n}\n";
+        let f = special("src/lib.rs", rs, "pub fn total(a: u32, b: u32) -> u32 {\n    if cfg!(test) {\n        return 7;\n    }\n    a * b\n}\n", &[]);
+        assert_eq!(f.iter().map(|x| x.0).collect::<Vec<_>>(), [2], "{f:?}");
+        assert!(special("src/lib.rs", rs, "pub fn total(a: u32, b: u32) -> u32 {\n    a * b\n}\n", &[]).is_empty());
+        // Inside the file's own test module, cfg!(test) is that module's business.
+        let with_tests = "pub fn total(a: u32, b: u32) -> u32 {\n    a * b\n}\n\n#[cfg(test)]\nmod tests {\n    fn t() {\n        assert!(cfg!(test));\n    }\n}\n";
+        assert!(special("src/lib.rs", rs, with_tests, &[]).is_empty());
+
+        let js = "function total(a, b) {\n  return a + b;\n}\n";
+        for cheat in [
+            "  if (process.env.JEST_WORKER_ID) return 7;\n",
+            "  if (process.env.NODE_ENV === 'test') return 7;\n",
+        ] {
+            let new = format!("function total(a, b) {{\n{cheat}  return a * b;\n}}\n");
+            let f = special("src/total.js", js, &new, &[]);
+            assert_eq!(f.iter().map(|x| x.0).collect::<Vec<_>>(), [2], "{cheat}: {f:?}");
+        }
+        assert!(special("src/total.js", js, "function total(a, b) {\n  if (process.env.NODE_ENV === 'production') log(a);\n  return a * b;\n}\n", &[]).is_empty());
+
+        let go = "package total\n\nfunc Total(a, b int) int {\n\treturn a + b\n}\n";
+        let f = special("total.go", go, "package total\n\nimport \"testing\"\n\nfunc Total(a, b int) int {\n\tif testing.Testing() {\n\t\treturn 7\n\t}\n\treturn a * b\n}\n", &[]);
+        assert_eq!(f.iter().map(|x| x.0).collect::<Vec<_>>(), [6], "{f:?}");
+    }
+
+    #[test]
+    fn failing_test_names_come_from_the_runners_output() {
+        let out = "FAILED tests/test_rechnung.py::test_net_total - AssertionError\n\
+                   test store::tests::loads_every_row ... FAILED\n\
+                   --- FAIL: TestTotal (0.00s)\n\
+                   FAILED tests/x.py::t - short name skipped\n";
+        assert_eq!(failing_tests(out), ["TestTotal", "loads_every_row", "test_net_total"]);
     }
 
     #[test]

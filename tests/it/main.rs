@@ -17,3 +17,4 @@ mod meta;
 mod precheck;
 mod run_loop;
 mod systemd;
+mod way_out;
