@@ -638,13 +638,17 @@ impl Workspace {
             .repo
             .diff_tree_to_tree(Some(&base), Some(&tree), None)
             .map_err(self.git("diff the stash"))?;
-        let mut n = 0;
+        // libgit2 may keep untracked files in the stash's own tree too:
+        // each path is written once.
+        let mut done = BTreeSet::new();
         for delta in diff.deltas() {
             if delta.status() == git2::Delta::Deleted {
                 if let Some(p) = delta.old_file().path() {
                     let path = self.root.join(p);
                     match std::fs::remove_file(&path) {
-                        Ok(()) => n += 1,
+                        Ok(()) => {
+                            done.insert(p.to_path_buf());
+                        }
                         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                         Err(e) => return Err(self.io("remove a file the parked work deleted", e)),
                     }
@@ -654,7 +658,7 @@ impl Workspace {
             let file = delta.new_file();
             if let Some(p) = file.path() {
                 self.write_blob(p, file.id(), u32::from(file.mode()))?;
-                n += 1;
+                done.insert(p.to_path_buf());
             }
         }
         // A stash with untracked files has them in its third parent's tree.
@@ -674,11 +678,12 @@ impl Workspace {
                 })
                 .map_err(self.git("walk the stash's untracked files"))?;
             for (p, id, mode) in blobs {
-                self.write_blob(Path::new(&p), id, mode)?;
-                n += 1;
+                if done.insert(PathBuf::from(&p)) {
+                    self.write_blob(Path::new(&p), id, mode)?;
+                }
             }
         }
-        Ok(n)
+        Ok(done.len())
     }
 
     fn write_blob(&self, rel: &Path, id: Oid, mode: u32) -> Result<(), WorkspaceError> {
@@ -724,6 +729,42 @@ mod tests {
         let base = r.commit(Some("HEAD"), &sig, &sig, "base", &tree, &[]).expect("commit");
         let ws = Workspace::open(tmp.path()).expect("open");
         (tmp, ws, base)
+    }
+
+    #[test]
+    fn parked_work_comes_back_as_it_was_left() {
+        use std::os::unix::fs::PermissionsExt;
+        let (tmp, mut ws, _base) = repo();
+        let root = tmp.path();
+        std::fs::write(root.join("app.py"), "x = 2\n").expect("write");
+        std::fs::create_dir_all(root.join("tools")).expect("dir");
+        std::fs::write(root.join("tools/run.sh"), "#!/bin/sh\necho hi\n").expect("write");
+        std::fs::set_permissions(root.join("tools/run.sh"), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        let stash = ws.park("j1", "loopd j1: escalated").expect("park").expect("parked");
+        assert!(ws.dirty_paths().expect("status").is_empty(), "parked: the tree is clean");
+        assert_eq!(ws.unpark(stash).expect("unpark"), 2);
+        assert_eq!(std::fs::read_to_string(root.join("app.py")).expect("read"), "x = 2\n");
+        assert_eq!(
+            std::fs::read_to_string(root.join("tools/run.sh")).expect("read"),
+            "#!/bin/sh\necho hi\n"
+        );
+        let mode = std::fs::metadata(root.join("tools/run.sh")).expect("stat").permissions().mode();
+        assert_eq!(mode & 0o111, 0o111, "still executable");
+        let mut dirty = ws.dirty_paths().expect("status");
+        dirty.sort();
+        assert_eq!(dirty, ["app.py", "tools/run.sh"], "uncommitted, untracked as left");
+        // Again (a crash before it was journaled): the same bytes.
+        ws.unpark(stash).expect("unpark again");
+        assert_eq!(std::fs::read_to_string(root.join("app.py")).expect("read"), "x = 2\n");
+
+        // A deleted file stays deleted.
+        let (tmp, mut ws, _base) = repo();
+        std::fs::remove_file(tmp.path().join("app.py")).expect("rm");
+        let stash = ws.park("j2", "loopd j2: budget_usd").expect("park").expect("parked");
+        assert!(tmp.path().join("app.py").exists(), "parking restored the tree");
+        ws.unpark(stash).expect("unpark");
+        assert!(!tmp.path().join("app.py").exists());
     }
 
     #[test]
