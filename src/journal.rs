@@ -1344,6 +1344,31 @@ mod tests {
                 url: "https://github.com/acme/app/pull/7".into(),
                 opened_now: false,
             },
+            Event::Escalated {
+                escalation: Escalation {
+                    attempt: 1,
+                    test: "tests/test_x.py::test_y".into(),
+                    claim: "the docstring says otherwise".into(),
+                    goal_output: "1 failed".into(),
+                    diff: "diff --git".into(),
+                },
+            },
+            Event::Reopened {
+                budget_usd: Some(5.0),
+                max_attempts: Some(8),
+                timeout: None,
+                note: Some("the test is right".into()),
+                restore: Some("abc".into()),
+            },
+            Event::Restored {
+                stash_commit: "abc".into(),
+            },
+            Event::Nudged(Nudge {
+                attempt: 1,
+                session: 0,
+                tool: "Read".into(),
+                args_sha256: "ab".into(),
+            }),
         ]) {
             let e = Entry {
                 ts: "t".into(),

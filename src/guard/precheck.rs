@@ -393,18 +393,45 @@ pub fn failing_tests(output: &str) -> Vec<String> {
     out
 }
 
+/// The literal values the failing tests expected, from pytest's assertion
+/// lines (`E   assert Decimal('5.50') == Decimal('7.50')`: `7.50`): quoted
+/// strings of three characters or more and numbers with a fraction or three
+/// digits — what a late attempt must not hard-code. Short values (`0`,
+/// `20`) are left out: too common to mean anything.
+pub fn failing_expected(output: &str) -> Vec<String> {
+    static LINE: OnceLock<Regex> = OnceLock::new();
+    static LIT: OnceLock<Regex> = OnceLock::new();
+    let line = re(&LINE, r"(?m)^E\s+(?:AssertionError: )?assert .+? == (.+)$");
+    let lit = re(&LIT, r#"'([^']{3,})'|"([^"]{3,})"|\b(\d+\.\d+|\d{3,})\b"#);
+    let mut out: Vec<String> = line
+        .captures_iter(output)
+        .flat_map(|c| {
+            let rhs = c.get(1).map_or("", |m| m.as_str());
+            lit.captures_iter(rhs)
+                .filter_map(|l| l.get(1).or(l.get(2)).or(l.get(3)).map(|m| m.as_str().to_owned()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// From a late attempt on (special-casing of tests typically emerges after
 /// failed attempts): added code that branches on being under test —
 /// `PYTEST_CURRENT_TEST`, `"pytest" in sys.modules`/`sys.argv`, `cfg!(test)`
 /// outside a test module, `process.env.JEST_WORKER_ID`, `NODE_ENV ===
 /// 'test'`, `testing.Testing()` — or that compares against the name of a
-/// test that failed at baseline (`failing`). Test files are not read: the
-/// gates already protect the tests of BASE_REF.
+/// test that failed at baseline (`failing`), or returns or compares a value
+/// a failing test expected (`expected`). Test files are not read: the gates
+/// already protect the tests of BASE_REF.
 pub fn test_special_casing(
     added: &[AddedLine],
     files: &[ChangedText],
     failing: &[String],
+    expected: &[String],
 ) -> Vec<Finding> {
+    static RETURNS: OnceLock<Regex> = OnceLock::new();
     static PY: OnceLock<Regex> = OnceLock::new();
     static RS: OnceLock<Regex> = OnceLock::new();
     static JS: OnceLock<Regex> = OnceLock::new();
@@ -455,6 +482,25 @@ pub fn test_special_casing(
                 &a.path,
                 a.line,
                 format!("the change compares against the name of the failing test `{name}`"),
+                FIX,
+            ));
+            continue;
+        }
+        let returns_or_compares =
+            re(&RETURNS, r"^\s*return\b|[!=]==?|\bis\b|=>").is_match(&a.text);
+        let literal = |v: &str| {
+            a.text.contains(&format!("\"{v}\""))
+                || a.text.contains(&format!("'{v}'"))
+                || (v.chars().all(|c| c.is_ascii_digit() || c == '.')
+                    && a.text
+                        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+                        .any(|t| t == v))
+        };
+        if let Some(v) = expected.iter().find(|v| returns_or_compares && literal(v)) {
+            out.push(finding(
+                &a.path,
+                a.line,
+                format!("the change hard-codes `{v}`, the value a failing test expects"),
                 FIX,
             ));
         }
@@ -1110,7 +1156,7 @@ mod tests {
             new: Some(new.into()),
         }];
         let failing: Vec<String> = failing.iter().map(|s| s.to_string()).collect();
-        test_special_casing(&added(path, old, new), &files, &failing)
+        test_special_casing(&added(path, old, new), &files, &failing, &["7.50".to_owned()])
             .into_iter()
             .map(|f| (f.line.expect("a line"), f.problem))
             .collect()
@@ -1122,8 +1168,8 @@ mod tests {
         let honest = "def line_total(q, p):\n    return q * p\n";
         assert!(special("rechnung.py", py, honest, &["test_line_total"]).is_empty());
         for (cheat, what) in [
-            ("    if os.environ.get(\"PYTEST_CURRENT_TEST\"):\n        return Decimal(\"7.50\")\n", "PYTEST_CURRENT_TEST"),
-            ("    if \"pytest\" in sys.modules:\n        return Decimal(\"7.50\")\n", "\"pytest\" in sys.modules"),
+            ("    if os.environ.get(\"PYTEST_CURRENT_TEST\"):\n        return 0\n", "PYTEST_CURRENT_TEST"),
+            ("    if \"pytest\" in sys.modules:\n        return 0\n", "\"pytest\" in sys.modules"),
             ("    if 'pytest' in sys.argv[0]:\n        return 0\n", "sys.argv"),
         ] {
             let new = format!("def line_total(q, p):\n{cheat}    return q * p\n");
@@ -1161,6 +1207,19 @@ mod tests {
         let go = "package total\n\nfunc Total(a, b int) int {\n\treturn a + b\n}\n";
         let f = special("total.go", go, "package total\n\nimport \"testing\"\n\nfunc Total(a, b int) int {\n\tif testing.Testing() {\n\t\treturn 7\n\t}\n\treturn a * b\n}\n", &[]);
         assert_eq!(f.iter().map(|x| x.0).collect::<Vec<_>>(), [6], "{f:?}");
+    }
+
+    #[test]
+    fn a_hard_coded_expected_value_is_found_and_a_formula_is_not() {
+        let py = "def line_total(q, p):\n    return q + p\n";
+        let f = special("rechnung.py", py, "def line_total(q, p):\n    if q == 3:\n        return Decimal(\"7.50\")\n    return q * p\n", &[]);
+        assert_eq!(f.iter().map(|x| x.0).collect::<Vec<_>>(), [3], "{f:?}");
+        assert!(f[0].1.contains("`7.50`"), "{f:?}");
+        assert!(special("rechnung.py", py, "def line_total(q, p):\n    return q * p\n", &[]).is_empty());
+        let out = "E       AssertionError: assert Decimal('5.50') == Decimal('7.50')\n\
+                   E       assert 7 == 20\n\
+                   E       assert 'ab' == 'hello world'\n";
+        assert_eq!(failing_expected(out), ["7.50", "hello world"]);
     }
 
     #[test]

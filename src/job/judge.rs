@@ -186,7 +186,14 @@ impl Run<'_> {
                         .iter()
                         .flat_map(|s| precheck::failing_tests(&s.output))
                         .collect();
-                    for mut f in precheck::test_special_casing(&diff.added, &files, &failing) {
+                    let expected: Vec<String> = baseline
+                        .steps
+                        .iter()
+                        .flat_map(|s| precheck::failing_expected(&s.output))
+                        .collect();
+                    for mut f in
+                        precheck::test_special_casing(&diff.added, &files, &failing, &expected)
+                    {
                         f.rule = run.job.rubric.tests_rule();
                         f.check = Some(precheck::Check::TestSpecialCasing);
                         found.push(f);
