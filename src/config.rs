@@ -253,6 +253,9 @@ struct GuardFile {
     stuck_repeat: Option<i64>,
     poll_patterns: Option<Vec<String>>,
     grace: Option<String>,
+    escalation: Option<bool>,
+    nudge: Option<bool>,
+    strict_from: Option<i64>,
 }
 
 
@@ -725,6 +728,17 @@ impl Job {
                 stuck_repeat,
             ));
         }
+        let strict_from = match file.guard.strict_from {
+            None => defaults.strict_from,
+            Some(n) if (0..=i64::from(u32::MAX)).contains(&n) => n as u32,
+            Some(n) => {
+                return Err(o.invalid(
+                    "guard.strict_from",
+                    "an attempt number (0: never)",
+                    n,
+                ))
+            }
+        };
         let poll_patterns = file.guard.poll_patterns.unwrap_or(defaults.poll_patterns);
         let grace = duration(
             &o,
@@ -867,6 +881,9 @@ impl Job {
                 stuck_repeat,
                 poll_patterns,
                 grace,
+                escalation: file.guard.escalation.unwrap_or(defaults.escalation),
+                nudge: file.guard.nudge.unwrap_or(defaults.nudge),
+                strict_from,
             },
             protect,
             ci,

@@ -34,8 +34,8 @@ use crate::goal::GoalReport;
 use crate::guard::caps::Spend;
 use crate::guard::progress::DiffHistory;
 use crate::guard::tamper::Finding;
-use crate::guard::{ModelCall, Record, Recorder, ToolCall};
-use crate::outcome::{Reason, Status};
+use crate::guard::{ModelCall, Nudge, Record, Recorder, ToolCall};
+use crate::outcome::{Escalation, Reason, Status};
 use crate::report::{AttemptRecord, Summary, Totals};
 use crate::workspace::gitdir::Pinned;
 use crate::workspace::Artefacts;
@@ -140,6 +140,8 @@ pub enum Event {
     SessionStarted { attempt: u32, role: Role, session: u32 },
     ModelCall(ModelCall),
     ToolCall(ToolCall),
+    /// The hook denied a repeated call with a nudge; a further repeat stops.
+    Nudged(Nudge),
     SessionFinished(SessionFinished),
     /// One line of the hook's denials log, read after the agent session.
     HookDenied { attempt: u32, finding: Finding },
@@ -207,6 +209,25 @@ pub enum Event {
     LessonsLearned { repo: String, keys: Vec<String> },
     /// The daemon's final state, recorded before the spool file moves.
     Finalized { state: Status },
+    /// The agent ran `loopd escalate` and loopd verified it: the job ends
+    /// `needs_human`, never accepted.
+    Escalated { escalation: Escalation },
+    /// `loopd resume`: an ended job continues with these caps (`None`:
+    /// unchanged) and the human's note as the next prompt's first paragraph;
+    /// `restore` is the parked work to put back first.
+    Reopened {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        budget_usd: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_attempts: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        timeout: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
+        restore: Option<String>,
+    },
+    /// The parked work is back in the working tree.
+    Restored { stash_commit: String },
 }
 
 impl Event {
@@ -224,6 +245,7 @@ impl Event {
             Event::SessionStarted { .. } => "session_started",
             Event::ModelCall(_) => "model_call",
             Event::ToolCall(_) => "tool_call",
+            Event::Nudged(_) => "nudged",
             Event::SessionFinished(_) => "session_finished",
             Event::HookDenied { .. } => "hook_denied",
             Event::DiffTaken { .. } => "diff_taken",
@@ -240,6 +262,9 @@ impl Event {
             Event::LessonAudited { .. } => "lesson_audited",
             Event::LessonsLearned { .. } => "lessons_learned",
             Event::Finalized { .. } => "finalized",
+            Event::Escalated { .. } => "escalated",
+            Event::Reopened { .. } => "reopened",
+            Event::Restored { .. } => "restored",
         }
     }
 
@@ -425,6 +450,7 @@ impl Recorder for Journal {
         let event = match record {
             Record::ModelCall(c) => Event::ModelCall(c),
             Record::ToolCall(c) => Event::ToolCall(c),
+            Record::Nudged(n) => Event::Nudged(n),
         };
         if let Err(e) = self.append(event) {
             tracing::warn!(error = %e, "cannot journal a model or tool call");
@@ -593,6 +619,14 @@ pub struct Replay {
     /// The job's lessons are merged into the repository's memory.
     pub lessons_learned: bool,
     pub finalized: Option<Status>,
+    /// The agent's escalation, once verified.
+    pub escalation: Option<Escalation>,
+    /// The latest goal test report (the baseline or an attempt's).
+    pub last_goal: Option<GoalReport>,
+    /// A resume's note, until the attempt that carries it starts.
+    pub note: Option<String>,
+    /// A resume's parked work, until it is back in the tree.
+    pub restore: Option<String>,
     /// The last entries, for `failure.json`.
     pub recent: VecDeque<Entry>,
     /// Every entry folded.
@@ -707,9 +741,11 @@ impl Replay {
             Event::GitDirPinned { files } => self.git_dir_pin = Some(files.clone()),
             Event::Baseline { report, artefacts } => {
                 self.baseline = Some(report.clone());
+                self.last_goal = Some(report.clone());
                 self.artefacts.from_goal.extend(artefacts.clone());
             }
             Event::AttemptStarted { attempt, prompt } => {
+                self.note = None;
                 self.current = Some(Current {
                     attempt: *attempt,
                     prompt: prompt.clone(),
@@ -730,7 +766,7 @@ impl Replay {
                     });
                 }
             }
-            Event::ToolCall(_) => {}
+            Event::ToolCall(_) | Event::Nudged(_) => {}
             Event::SessionFinished(f) => {
                 self.unfinished.remove(&f.session);
                 self.spent.add(&f.spend);
@@ -785,6 +821,7 @@ impl Replay {
                 artefacts,
             } => {
                 self.artefacts.from_goal.extend(artefacts.clone());
+                self.last_goal = Some(report.clone());
                 if let Some(c) = current(self, *attempt) {
                     c.goal = Some(report.clone());
                 }
@@ -826,6 +863,23 @@ impl Replay {
             Event::LessonAudited { .. } => {}
             Event::LessonsLearned { .. } => self.lessons_learned = true,
             Event::Finalized { state } => self.finalized = Some(*state),
+            Event::Escalated { escalation } => self.escalation = Some(escalation.clone()),
+            Event::Reopened { note, restore, .. } => {
+                // The ending is undone: the job continues after its last
+                // ended attempt, and parks again if it ends without
+                // acceptance.
+                self.ending = None;
+                self.finalized = None;
+                self.parked = None;
+                self.suspended = false;
+                self.current = None;
+                if matches!(self.last_end, Some(AttemptEnd::Stopped { .. })) {
+                    self.last_end = None;
+                }
+                self.note = note.clone();
+                self.restore = restore.clone();
+            }
+            Event::Restored { .. } => self.restore = None,
         }
     }
 
@@ -846,6 +900,10 @@ impl Replay {
             reason: ending.reason,
             detail: ending.detail.clone(),
             attempts: self.attempts.clone(),
+            escalation: self
+                .escalation
+                .clone()
+                .filter(|_| ending.reason == Reason::Escalated),
             totals: Totals::from_spend(&self.spend(), wall_ms.max(self.wall_ms)),
             stash_commit: self.parked.as_ref().and_then(|p| p.0.clone()),
             failure_report,
@@ -1123,6 +1181,57 @@ mod tests {
     }
 
     #[test]
+    fn a_reopened_job_continues_after_its_last_attempt_and_keeps_its_spend() {
+        let mut ev = start();
+        let ending = Ending {
+            reason: Reason::BudgetUsd,
+            detail: "cap".into(),
+        };
+        ev.extend([
+            finished(1, Role::Agent, 0, 0.5),
+            Event::AttemptEnded {
+                record: record(1),
+                end: AttemptEnd::Stopped {
+                    ending: ending.clone(),
+                },
+            },
+            Event::JobEnded { ending },
+            Event::Parked {
+                stash_commit: Some("s1".into()),
+                error: None,
+            },
+            Event::Finalized {
+                state: Status::Stopped,
+            },
+            Event::Reopened {
+                budget_usd: Some(3.0),
+                max_attempts: None,
+                timeout: None,
+                note: Some("the test is right".into()),
+                restore: Some("s1".into()),
+            },
+        ]);
+        let r = Replay::fold(&parse(&lines(ev.clone())).0);
+        assert_eq!(r.phase(), Phase::Ready { next: 2 });
+        assert_eq!(r.next_attempt(), (2, None));
+        assert_eq!((r.note.as_deref(), r.restore.as_deref()), (Some("the test is right"), Some("s1")));
+        assert!(r.parked.is_none() && r.ending.is_none());
+        assert_eq!(r.spend().cost_usd, 0.5, "what was spent still counts");
+        ev.extend([
+            Event::Restored {
+                stash_commit: "s1".into(),
+            },
+            Event::AttemptStarted {
+                attempt: 2,
+                prompt: "the test is right\n\nt".into(),
+            },
+        ]);
+        let r = Replay::fold(&parse(&lines(ev)).0);
+        assert_eq!(r.phase(), Phase::Attempt { n: 2 });
+        assert!(r.note.is_none() && r.restore.is_none());
+    }
+
+    #[test]
     fn unknown_lines_are_skipped_and_a_bom_is_tolerated() {
         let text = format!(
             "\u{feff}{}{{\"ts\":\"t\",\"ms\":1,\"event\":\"from_the_future\"}}\n",
@@ -1250,6 +1359,31 @@ mod tests {
                 url: "https://github.com/acme/app/pull/7".into(),
                 opened_now: false,
             },
+            Event::Escalated {
+                escalation: Escalation {
+                    attempt: 1,
+                    test: "tests/test_x.py::test_y".into(),
+                    claim: "the docstring says otherwise".into(),
+                    goal_output: "1 failed".into(),
+                    diff: "diff --git".into(),
+                },
+            },
+            Event::Reopened {
+                budget_usd: Some(5.0),
+                max_attempts: Some(8),
+                timeout: None,
+                note: Some("the test is right".into()),
+                restore: Some("abc".into()),
+            },
+            Event::Restored {
+                stash_commit: "abc".into(),
+            },
+            Event::Nudged(Nudge {
+                attempt: 1,
+                session: 0,
+                tool: "Read".into(),
+                args_sha256: "ab".into(),
+            }),
         ]) {
             let e = Entry {
                 ts: "t".into(),

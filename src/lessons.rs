@@ -213,6 +213,10 @@ fn text_of_kind(finding: &Finding) -> Option<(String, String)> {
             "precheck:swallowed_error",
             "Never swallow an error (no `except Exception: return <default>`, no empty catch, no dropped Result); handle it or let it propagate.",
         ),
+        (Some(Check::TestSpecialCasing), _) => (
+            "precheck:test_special_casing",
+            "Never make code behave differently under test (test-runner variables, cfg!(test), NODE_ENV, test names); fix it for every caller, or escalate.",
+        ),
         (Some(Check::DriveByRename), _) => (
             "precheck:drive_by_rename",
             "Keep existing names: rename nothing the task does not ask for.",
@@ -412,6 +416,7 @@ mod tests {
             skip_markers: SKIP_MARKERS.iter().map(|s| s.to_string()).collect(),
             denials_log: None,
             git_dirs: vec![],
+            nudge: None,
         }
     }
 

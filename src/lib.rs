@@ -24,7 +24,9 @@
 //!
 //! # Where the guards live
 //! Caps (turns, tokens, USD, before spending): [`guard::caps`]. Repeated tool
-//! calls, no progress, oscillation: [`guard::progress`]. Wall clock, attempt
+//! calls (with the nudge before the stop), no progress, oscillation:
+//! [`guard::progress`]. The agent's approved exit, `loopd escalate`:
+//! [`guard::escalation`]. Wall clock, attempt
 //! and idle timeouts: [`agent::session`]. Process trees: [`process`].
 //!
 //! # The module layers

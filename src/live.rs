@@ -160,6 +160,23 @@ impl Progress {
                 }
             }
             Event::Finalized { state } => format!("final state: {}", state.as_str()),
+            Event::Nudged(n) => format!(
+                "attempt {}: the hook nudged the agent: its {} call repeated; one more repeat stops the session",
+                n.attempt, n.tool
+            ),
+            Event::Escalated { escalation } => format!(
+                "attempt {}: the agent ESCALATED `{}`: {}",
+                escalation.attempt,
+                escalation.test,
+                first_line(&escalation.claim)
+            ),
+            Event::Reopened { note, .. } => match note {
+                Some(n) => format!("job reopened by `loopd resume`; the note: {}", first_line(n)),
+                None => "job reopened by `loopd resume`".to_owned(),
+            },
+            Event::Restored { stash_commit } => {
+                format!("the parked work {stash_commit} is back in the working tree")
+            }
             Event::ModelCall(_)
             | Event::DiffTaken { .. }
             | Event::CredentialsHeld { .. }

@@ -44,6 +44,10 @@ pub struct JobEvent {
     pub branch: Option<String>,
     pub cost_usd: f64,
     pub report: Option<String>,
+    /// The agent's claim, the test it named, the goal output and the diff,
+    /// when it escalated (`needs_human`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub escalation: Option<crate::outcome::Escalation>,
 }
 
 /// `scheme://host/…`: enough to tell receivers apart, no path or token.
@@ -60,7 +64,7 @@ pub fn redact(url: &str) -> String {
 fn body(e: &JobEvent) -> serde_json::Value {
     let mut v = serde_json::to_value(e).expect("an event serializes");
     v["text"] = serde_json::Value::String(format!(
-        "loopd job {} {}: {} ({}) — ${:.4}{}",
+        "loopd job {} {}: {} ({}) — ${:.4}{}{}",
         e.job_id,
         e.event,
         e.detail,
@@ -68,7 +72,12 @@ fn body(e: &JobEvent) -> serde_json::Value {
         e.cost_usd,
         e.branch
             .as_ref()
+            .filter(|b| !b.is_empty())
             .map(|b| format!(", branch {b}"))
+            .unwrap_or_default(),
+        e.escalation
+            .as_ref()
+            .map(|x| format!("\nThe agent asks a human about `{}`: {}", x.test, x.claim))
             .unwrap_or_default()
     ));
     v

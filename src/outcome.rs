@@ -34,6 +34,9 @@ pub enum Reason {
     Signal,
     AgentError,
     InternalError,
+    /// The agent filed an escalation (`loopd escalate`): it claims the task
+    /// cannot be done honestly, and a human decides. Never an acceptance.
+    Escalated,
 }
 
 /// The coarse result scripts branch on.
@@ -47,6 +50,8 @@ pub enum Outcome {
     Error,
     /// The goal test passed before any attempt: nothing to fix.
     NothingToFix,
+    /// The agent escalated: a human must look at its claim.
+    NeedsHuman,
 }
 
 impl Reason {
@@ -73,6 +78,7 @@ impl Reason {
             Reason::Signal => "signal",
             Reason::AgentError => "agent_error",
             Reason::InternalError => "internal_error",
+            Reason::Escalated => "escalated",
         }
     }
 
@@ -83,6 +89,7 @@ impl Reason {
             Reason::Signal => Outcome::Interrupted,
             Reason::AgentError | Reason::InternalError | Reason::GoalNotRunnable => Outcome::Error,
             Reason::AlreadyGreen => Outcome::NothingToFix,
+            Reason::Escalated => Outcome::NeedsHuman,
             _ => Outcome::Stopped,
         }
     }
@@ -92,6 +99,23 @@ impl std::fmt::Display for Reason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// What an agent's escalation claims, as the summary, the report and the
+/// webhook carry it: the test it names, its reason, the goal test's output
+/// and the diff it left (both cut to a readable size).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Escalation {
+    pub attempt: u32,
+    /// The test the agent says is wrong or impossible (as it named it).
+    pub test: String,
+    /// Why, in the agent's words.
+    pub claim: String,
+    /// The latest goal test output the job has (this attempt's, an earlier
+    /// one's, or the baseline's), head and tail.
+    pub goal_output: String,
+    /// The diff since BASE_REF the agent left, head and tail.
+    pub diff: String,
 }
 
 /// Where a job is in its life, as `loopd status` shows it (the daemon
@@ -115,6 +139,8 @@ pub enum Status {
     Rejected,
     /// The goal test was green before any attempt.
     NothingToFix,
+    /// The agent escalated; waits for a human (`loopd resume JOB --note`).
+    NeedsHuman,
 }
 
 impl Status {
@@ -126,6 +152,7 @@ impl Status {
             Outcome::Interrupted => Status::Interrupted,
             Outcome::Error => Status::Error,
             Outcome::NothingToFix => Status::NothingToFix,
+            Outcome::NeedsHuman => Status::NeedsHuman,
         }
     }
 
@@ -142,6 +169,7 @@ impl Status {
             Status::AwaitingApproval => "awaiting_approval",
             Status::Rejected => "rejected",
             Status::NothingToFix => "nothing_to_fix",
+            Status::NeedsHuman => "needs_human",
         }
     }
 
@@ -219,6 +247,8 @@ pub enum ExitStatus {
     Environment,
     /// 7: the goal test was green before any attempt; nothing was spent.
     NothingToFix,
+    /// 6: the agent escalated; a human must decide (`needs_human`).
+    NeedsHuman,
 }
 
 impl ExitStatus {
@@ -231,6 +261,7 @@ impl ExitStatus {
             ExitStatus::Signal => 4,
             ExitStatus::Environment => 5,
             ExitStatus::NothingToFix => 7,
+            ExitStatus::NeedsHuman => 6,
         }
     }
 }
@@ -244,6 +275,7 @@ impl From<Outcome> for ExitStatus {
             Outcome::Interrupted => ExitStatus::Signal,
             Outcome::Error => ExitStatus::Environment,
             Outcome::NothingToFix => ExitStatus::NothingToFix,
+            Outcome::NeedsHuman => ExitStatus::NeedsHuman,
         }
     }
 }
@@ -283,5 +315,11 @@ mod tests {
         assert_eq!(ExitStatus::from(Reason::GoalNotRunnable).code(), 2);
         assert_eq!(ExitStatus::from(Reason::AlreadyGreen).code(), 7);
         assert_eq!(Status::from_outcome(Reason::AlreadyGreen.outcome()).as_str(), "nothing_to_fix");
+        assert_eq!(ExitStatus::from(Reason::Escalated).code(), 6);
+        assert_eq!(Reason::Escalated.outcome(), Outcome::NeedsHuman);
+        assert_eq!(
+            serde_json::to_value(Outcome::NeedsHuman).expect("json"),
+            "needs_human"
+        );
     }
 }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::critic::Violation;
 use crate::guard::caps::Spend;
-use crate::outcome::{Outcome, Reason};
+use crate::outcome::{Escalation, Outcome, Reason};
 
 /// One attempt, as the summary reports it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -93,6 +93,9 @@ pub struct Summary {
     /// A sentence on what happened, for humans.
     pub detail: String,
     pub attempts: Vec<AttemptRecord>,
+    /// The agent's claim, when the job ended `escalated`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation: Option<Escalation>,
     pub totals: Totals,
     pub stash_commit: Option<String>,
     pub failure_report: Option<PathBuf>,
@@ -241,6 +244,17 @@ pub fn markdown(
         summary.totals.output_tokens,
         summary.totals.wall_ms as f64 / 1000.0
     ));
+    if let Some(e) = &summary.escalation {
+        md.push_str(&format!(
+            "## The agent escalated (attempt {})\n\n- test: `{}`\n- claim: {}\n\nGoal test output:\n\n```\n{}\n```\n\nThe diff it left:\n\n```diff\n{}\n```\n\nAnswer with `loopd resume {} --note \"...\"` (the note becomes the next prompt's first paragraph).\n\n",
+            e.attempt,
+            e.test,
+            e.claim,
+            e.goal_output.trim_end(),
+            e.diff.trim_end(),
+            summary.job_id
+        ));
+    }
     md.push_str("| attempt | goal test | gates | critic | cost | turns |\n| --- | --- | --- | --- | --- | --- |\n");
     for a in &summary.attempts {
         let goal = if a.goal_passed {
@@ -315,6 +329,12 @@ pub fn render_human(s: &Summary) -> String {
         s.reason
     ));
     out.push_str(&format!("  {}\n", s.detail));
+    if let Some(e) = &s.escalation {
+        out.push_str(&format!(
+            "  escalated at attempt {}: test `{}`: {}\n  answer with `loopd resume {} --note \"...\"`\n",
+            e.attempt, e.test, e.claim, s.job_id
+        ));
+    }
     for a in &s.attempts {
         let goal = if a.goal_passed {
             "goal green".to_owned()
@@ -371,5 +391,6 @@ fn outcome_word(o: Outcome) -> &'static str {
         Outcome::Interrupted => "interrupted",
         Outcome::Error => "error",
         Outcome::NothingToFix => "nothing to fix",
+        Outcome::NeedsHuman => "needs a human",
     }
 }

@@ -21,8 +21,10 @@ pub struct ClaudeCode;
 
 impl AgentCli for ClaudeCode {
     fn settings(&self, key_helper: Option<&str>, hook_command: Option<&str>) -> String {
+        // Every tool: the hook also counts each session's calls for the
+        // nudge before a `stuck_repeat` stop, not only the mutating ones.
         let hooks = hook_command.map(|command| {
-            json!({"PreToolUse": [{"matcher": "Write|Edit|MultiEdit|NotebookEdit|Bash", "hooks": [{"type": "command", "command": command}]}]})
+            json!({"PreToolUse": [{"matcher": "*", "hooks": [{"type": "command", "command": command}]}]})
         });
         serde_json::to_string_pretty(&settings_json(key_helper, &[], hooks))
             .expect("settings serialize")

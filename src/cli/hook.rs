@@ -9,6 +9,11 @@
 //! `loopd.toml`'s `[protect]` table, the rubric. A denial is answered the
 //! way the CLI documents (`permissionDecision: "deny"` with a reason the
 //! agent can act on) and appended to the policy's denials log.
+//!
+//! Inside a job the hook sees every tool call, and also delivers the nudge
+//! before a `stuck_repeat` stop: the first call of a session that repeats
+//! `stuck_repeat` times is denied with what to do instead
+//! ([`crate::guard::progress::nudge`]); that denial is not a tamper finding.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -78,11 +83,31 @@ pub fn hook(args: HookArgs) -> Result<ExitStatus, CliError> {
         tool,
         "Write" | "Edit" | "MultiEdit" | "NotebookEdit" | "Bash"
     );
+    let job_policy = std::env::var_os(POLICY_VAR)
+        .map(|path| Policy::load(Path::new(&path)).map_err(|e| e.to_string()));
+    // Inside a job, any tool: the first call that repeats `stuck_repeat`
+    // times in the session is denied with a nudge instead of a stop. Not a
+    // tamper denial: it goes to no denials log.
+    if let Some(settings) = job_policy
+        .as_ref()
+        .and_then(|p| p.as_ref().ok())
+        .and_then(|p| p.nudge.as_ref())
+    {
+        let session = event["session_id"].as_str().unwrap_or("unknown");
+        match crate::guard::progress::nudge(settings, session, tool, tool_input) {
+            Ok(Some(message)) => {
+                crate::cli::out!("{}", deny(&message));
+                return Ok(ExitStatus::Success);
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot count the session's tool calls; no nudge"),
+        }
+    }
     if !mutating {
         return Ok(ExitStatus::Success);
     }
-    let policy = match std::env::var_os(POLICY_VAR) {
-        Some(path) => Policy::load(Path::new(&path)).map_err(|e| e.to_string()),
+    let policy = match job_policy {
+        Some(p) => p,
         None => policy_for_repo(&cwd),
     };
     let compiled = policy

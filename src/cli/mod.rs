@@ -8,9 +8,11 @@ pub mod check;
 pub mod ci;
 pub mod completions;
 pub mod daemon;
+pub mod escalate;
 pub mod hook;
 pub mod lessons_cmd;
 pub mod report_cmd;
+pub mod resume;
 pub mod run;
 pub mod status;
 pub mod submit;
@@ -47,6 +49,8 @@ pub enum Command {
     Cancel(cancel::CancelArgs),
     Report(report_cmd::ReportArgs),
     Tail(tail::TailArgs),
+    Resume(resume::ResumeArgs),
+    Escalate(escalate::EscalateArgs),
     Lessons(lessons_cmd::LessonsArgs),
     /// Approve an accepted job and perform its outward step (merge, or push and open a pull request).
     Approve(approve::DecideArgs),
@@ -232,6 +236,8 @@ pub fn dispatch(cli: Cli) -> Result<ExitStatus, CliError> {
         Command::Cancel(args) => cancel::cancel(args),
         Command::Report(args) => report_cmd::report(args),
         Command::Tail(args) => tail::tail(args),
+        Command::Resume(args) => resume::resume(args, !cli.quiet),
+        Command::Escalate(args) => escalate::escalate(args),
         Command::Lessons(args) => lessons_cmd::lessons(args),
         Command::Approve(args) => approve::approve(args),
         Command::Reject(args) => approve::reject(args),

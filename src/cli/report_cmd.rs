@@ -75,7 +75,8 @@ pub fn report(args: ReportArgs) -> Result<ExitStatus, CliError> {
             serde_json::json!({"state": state, "summary": summary, "failure": failure})
         );
     } else {
-        let branch = state.as_ref().map(|s| Branch {
+        // A job of `loopd run` has no branch: its change is in the tree.
+        let branch = state.as_ref().filter(|s| !s.foreground).map(|s| Branch {
             branch: &s.branch,
             commit_accepted: s.commit_accepted.as_deref(),
         });

@@ -2,6 +2,9 @@
 
 use crate::cli::CliError;
 use crate::config::{find_on_path, Job, JobFlags};
+use crate::daemon::spool::JobSpec;
+use crate::daemon::state::{JobState, Status};
+use crate::daemon::worker::notify_end;
 use crate::job;
 use crate::outcome::ExitStatus;
 use crate::report;
@@ -14,7 +17,8 @@ use crate::workspace::Workspace;
 ///
 /// Exit codes: 0 accepted, 1 attempts exhausted, 2 usage or config error,
 /// 3 stopped by a guard, 4 interrupted by a signal, 5 environment error,
-/// 7 nothing to fix (the goal test was green before any attempt).
+/// 6 the agent escalated (needs a human), 7 nothing to fix (the goal test
+/// was green before any attempt).
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     #[command(flatten)]
@@ -49,13 +53,65 @@ pub fn ready(ws: &Workspace, job: &Job) -> Result<(), CliError> {
 pub fn run(args: RunArgs, progress: bool) -> Result<ExitStatus, CliError> {
     let (ws, job) = prepare(&args.flags)?;
     ready(&ws, &job)?;
-    let control = crate::cli::foreground_control(progress)?;
+    let mut control = crate::cli::foreground_control(progress)?;
+    // The job is recorded where the daemon's are, so `status`, `report`
+    // and `resume` find it: its job file beside its journal, its state.
+    let id = crate::util::new_job_id();
+    control.job_id = Some(id.clone());
+    let cwd = std::env::current_dir().unwrap_or_else(|_| ws.root().to_path_buf());
+    let spec = JobSpec {
+        job_id: id.clone(),
+        repo: ws.root().to_path_buf(),
+        git_ref: "HEAD".into(),
+        commit: ws.head_commit()?.to_string(),
+        flags: args.flags.over.absolute(&cwd),
+        task: job.task.clone(),
+        goal: job.goal.iter().map(|s| s.run.clone()).collect(),
+        submitted_at: crate::util::now_rfc3339(),
+    };
+    let run_dir = job.state_dir.join("runs").join(&id);
+    crate::util::private_dir(&run_dir)
+        .and_then(|()| crate::util::write_json_atomic(&run_dir.join(SPEC_FILE), &spec))
+        .map_err(|e| {
+            CliError::new(
+                ExitStatus::Environment,
+                format!("cannot record the job in `{}`: {e}", run_dir.display()),
+            )
+        })?;
+    let mut state = JobState::foreground(&spec);
+    state.save(&job.state_dir);
+    finish_foreground(&job, ws, control, state, args.json)
+}
+
+/// A foreground job's job file in its run directory (what `loopd resume`
+/// reads its settings from).
+pub const SPEC_FILE: &str = "spec.json";
+
+/// Run (or continue) a foreground job to its end: its state for `loopd
+/// status`, the webhooks, the human summary on stderr, `--json` on stdout.
+pub fn finish_foreground(
+    job: &Job,
+    ws: Workspace,
+    control: job::Control,
+    mut state: JobState,
+    json: bool,
+) -> Result<ExitStatus, CliError> {
     let rt = crate::cli::runtime()?;
-    let summary = rt
-        .block_on(job::run(&job, ws, control))
-        .map_err(|e| CliError::new(ExitStatus::Environment, e))?;
+    let summary = match rt.block_on(job::run(job, ws, control)) {
+        Ok(s) => s,
+        Err(e) => {
+            state.state = Status::Error;
+            state.reason = Some(crate::outcome::Reason::InternalError.to_string());
+            state.detail = Some(e.to_string());
+            state.save(&job.state_dir);
+            return Err(CliError::new(ExitStatus::Environment, e));
+        }
+    };
+    state.fill_from(&summary);
+    state.save(&job.state_dir);
+    rt.block_on(notify_end(&job.notify, &state, summary.escalation.clone()));
     eprint!("{}", report::render_human(&summary));
-    if args.json {
+    if json {
         crate::cli::out!(
             "{}",
             serde_json::to_string(&summary).expect("the summary serializes")

@@ -77,6 +77,27 @@ pub fn collect(state_dir: &Path) -> Vec<Value> {
             seen.insert(id, v);
         }
     }
+    // Jobs of `loopd run`: a state in their run directory, no spool file.
+    for entry in std::fs::read_dir(state_dir.join("runs")).into_iter().flatten().flatten() {
+        let id = entry.file_name().to_string_lossy().into_owned();
+        if seen.contains_key(&id) {
+            continue;
+        }
+        let Some(st) = JobState::load(state_dir, &id).filter(|s| s.foreground) else {
+            continue;
+        };
+        let mut v = serde_json::to_value(&st).expect("a job state serializes");
+        if st.state == Status::Running {
+            let replay = crate::journal::load(&entry.path());
+            let attempt = replay
+                .current
+                .as_ref()
+                .map_or(replay.attempts.len() as u32, |c| c.attempt);
+            v["attempt"] = json!(attempt);
+            v["spent_usd"] = json!(crate::report::round_usd(replay.spend().cost_usd));
+        }
+        seen.insert(id, v);
+    }
     seen.into_values().collect()
 }
 
@@ -135,7 +156,7 @@ pub fn status(args: StatusArgs) -> Result<ExitStatus, CliError> {
             "stash_commit",
             "report",
         ] {
-            if !j[key].is_null() {
+            if !j[key].is_null() && j[key] != "" {
                 out.push_str(&format!(
                     "{key:<16} {}\n",
                     j[key]
@@ -149,6 +170,11 @@ pub fn status(args: StatusArgs) -> Result<ExitStatus, CliError> {
         for g in j["goal"].as_array().into_iter().flatten() {
             out.push_str(&format!("  {}\n", g.as_str().unwrap_or("")));
         }
+    } else if jobs.is_empty() {
+        out.push_str(&format!(
+            "no jobs yet in `{}`: `loopd run` runs one here, `loopd submit` queues one for the daemon",
+            state_dir.display()
+        ));
     } else {
         out = table(&jobs);
     }
@@ -169,7 +195,10 @@ fn table(jobs: &[Value]) -> String {
             j["state"].as_str().unwrap_or("?"),
             j["attempt"].as_u64().unwrap_or(0),
             format!("${:.4}", j["spent_usd"].as_f64().unwrap_or(0.0)),
-            j["branch"].as_str().unwrap_or("")
+            match j["branch"].as_str() {
+                Some(b) if !b.is_empty() => b,
+                _ => "(foreground)",
+            }
         ));
     }
     out

@@ -34,6 +34,9 @@ pub struct JobState {
     /// What the approved outward step did (set once: it runs at most once).
     #[serde(default)]
     pub delivered: Option<String>,
+    /// Run by `loopd run` in the repository itself (no branch, no spool file).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub foreground: bool,
     pub updated_at: String,
 }
 
@@ -57,7 +60,18 @@ impl JobState {
             report: None,
             summary: None,
             delivered: None,
+            foreground: false,
             updated_at: crate::util::now_rfc3339(),
+        }
+    }
+
+    /// A job `loopd run` runs in the foreground: it shows in `loopd status`
+    /// beside the daemon's, without a branch.
+    pub fn foreground(spec: &JobSpec) -> JobState {
+        JobState {
+            branch: String::new(),
+            foreground: true,
+            ..JobState::new(spec, Status::Running)
         }
     }
 

@@ -217,8 +217,10 @@ pub async fn run(
     };
 
     let mut notify = Vec::new();
+    let mut escalation = None;
     if let Some((summary, job, wt)) = outcome {
         state.fill_from(&summary);
+        escalation = summary.escalation.clone();
         if state.state == Status::Interrupted && !cancelled() {
             // Suspended by a shutdown: the worktree and the spool file stay,
             // the next daemon resumes from the journal.
@@ -253,7 +255,7 @@ pub async fn run(
         Ok(_) => {}
         Err(e) => tracing::error!(job_id = %id, error = %e, "cannot open the journal"),
     }
-    notify_end(&notify, &state).await;
+    notify_end(&notify, &state, escalation).await;
     remove_worktree(&spec.repo, &ctx.state_dir, &id);
     crate::util::crash_point("worker:worktree_removed");
     // The page a human reads, next to summary.json, before the final state
@@ -308,7 +310,11 @@ async fn commit_once(
 /// Tell the webhooks how the job ended. Delivery runs in its own task and
 /// never fails the job; we wait for it (bounded) so a daemon that exits next
 /// does not cut it short.
-async fn notify_end(hooks: &[crate::notify::Webhook], state: &JobState) {
+pub async fn notify_end(
+    hooks: &[crate::notify::Webhook],
+    state: &JobState,
+    escalation: Option<crate::outcome::Escalation>,
+) {
     let event = crate::notify::JobEvent {
         event: state.state.as_str().to_owned(),
         job_id: state.job_id.clone(),
@@ -318,6 +324,7 @@ async fn notify_end(hooks: &[crate::notify::Webhook], state: &JobState) {
         branch: Some(state.branch.clone()),
         cost_usd: state.spent_usd,
         report: state.report.as_ref().map(|p| p.display().to_string()),
+        escalation,
     };
     if let Some(handle) = crate::notify::spawn(hooks, event, crate::notify::Retry::default()) {
         let _ = tokio::time::timeout(std::time::Duration::from_secs(60), handle).await;

@@ -9,6 +9,7 @@
 //! its [`Recorder`] (the job's journal).
 
 pub mod caps;
+pub mod escalation;
 pub mod precheck;
 pub mod progress;
 pub mod risk;
@@ -40,6 +41,15 @@ pub struct GuardSettings {
     /// Time between SIGTERM and SIGKILL when stopping a process tree.
     #[serde(with = "crate::util::duration_text")]
     pub grace: Duration,
+    /// The agent may end the job with `loopd escalate` ([`escalation`]).
+    pub escalation: bool,
+    /// The first repeat that would stop a session is denied with a nudge
+    /// instead (by the hook); only a further repeat stops it.
+    pub nudge: bool,
+    /// From this attempt on, the critic is asked for extra care with test
+    /// helpers, fixtures and conditionals, and the pre-critic rejects code
+    /// that branches on being under test (0: never).
+    pub strict_from: u32,
 }
 
 impl Default for GuardSettings {
@@ -53,6 +63,9 @@ impl Default for GuardSettings {
                 .map(|s| s.to_string())
                 .collect(),
             grace: Duration::from_secs(5),
+            escalation: true,
+            nudge: true,
+            strict_from: 3,
         }
     }
 }
@@ -117,11 +130,22 @@ pub fn tool_target(input: &serde_json::Value) -> Option<String> {
     Some(out)
 }
 
+/// The hook denied a repeated tool call with a nudge instead of the
+/// `stuck_repeat` stop (once per session).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Nudge {
+    pub attempt: u32,
+    pub session: u32,
+    pub tool: String,
+    pub args_sha256: String,
+}
+
 /// What a [`Watch`] reports as it goes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record {
     ModelCall(ModelCall),
     ToolCall(ToolCall),
+    Nudged(Nudge),
 }
 
 /// Where a [`Watch`] sends its records. The hot path: an implementation must
@@ -173,6 +197,11 @@ pub struct Watch<'a> {
     call: Option<Call>,
     tools: HashMap<String, PendingTool>,
     pub tool_calls: u64,
+    /// The session's escalation file and job id: a verified escalation
+    /// stops the session at the tool result that reports it.
+    escalation: Option<(std::path::PathBuf, String)>,
+    /// The hook has nudged this session once: the next repeat stops it.
+    nudged: bool,
 }
 
 impl<'a> Watch<'a> {
@@ -196,7 +225,15 @@ impl<'a> Watch<'a> {
             call: None,
             tools: HashMap::new(),
             tool_calls: 0,
+            escalation: None,
+            nudged: false,
         }
+    }
+
+    /// Stop the session once `loopd escalate` has written `file` for `job_id`.
+    pub fn with_escalation(mut self, file: std::path::PathBuf, job_id: String) -> Self {
+        self.escalation = Some((file, job_id));
+        self
     }
 
     /// Charge the in-flight call with its usage so far; returns a cap it broke.
@@ -311,7 +348,19 @@ impl Observer for Watch<'_> {
                             progress::is_polling(name, input, &self.settings.poll_patterns);
                         if self.role == Role::Agent && !polling && verdict.is_none() {
                             verdict = self.repeat.observe(&hash);
-                            if verdict.is_some() {
+                            if verdict.is_some() && self.settings.nudge && !self.nudged {
+                                // The hook denies this call with a nudge (it
+                                // counts the same calls); the next repeat stops.
+                                self.nudged = true;
+                                verdict = None;
+                                tracing::warn!(tool = %name, args_sha256 = %hash, "the same tool call repeated; the agent is nudged, a further repeat stops the session");
+                                self.recorder.record(Record::Nudged(Nudge {
+                                    attempt: self.attempt,
+                                    session: self.session,
+                                    tool: name.clone(),
+                                    args_sha256: hash.clone(),
+                                }));
+                            } else if verdict.is_some() {
                                 tracing::warn!(tool = %name, args_sha256 = %hash, "the same tool call repeated");
                             }
                         }
@@ -330,8 +379,18 @@ impl Observer for Watch<'_> {
                 verdict
             }
             Event::User(u) => {
+                let mut results = false;
                 for (id, is_error) in u.tool_results() {
                     self.tool_done(id, is_error, at);
+                    results = true;
+                }
+                let escalated = results
+                    && self.escalation.as_ref().is_some_and(|(file, job)| {
+                        matches!(escalation::read(file, job), Some(Ok(_)))
+                    });
+                if escalated {
+                    tracing::warn!("the agent escalated; stopping its session");
+                    return Some(Reason::Escalated);
                 }
                 None
             }

@@ -46,6 +46,10 @@ pub enum Check {
     CommentedOutCode,
     SwallowedError,
     DriveByRename,
+    /// Late attempts only (not in [`Check::ALL`], not set in the rubric):
+    /// added code that branches on being under test
+    /// ([`test_special_casing`]).
+    TestSpecialCasing,
 }
 
 impl Check {
@@ -63,6 +67,7 @@ impl Check {
             Check::CommentedOutCode => "commented_out_code",
             Check::SwallowedError => "swallowed_error",
             Check::DriveByRename => "drive_by_rename",
+            Check::TestSpecialCasing => "test_special_casing",
         }
     }
 
@@ -77,6 +82,7 @@ impl Check {
             Check::CommentedOutCode => r"(?i)comment(ed)?[- ]out|\bcommented\b",
             Check::SwallowedError => r"(?i)\b(swallow\w*|errors?|exceptions?|failures?)\b",
             Check::DriveByRename => r"(?i)\b(renam\w*|refactor\w*|drive-by|scope)\b",
+            Check::TestSpecialCasing => r"(?i)\btests?\b.*\b(delet|skip|weaken|special)",
         }
     }
 }
@@ -287,6 +293,9 @@ impl Plan {
                 Check::CommentedOutCode => commented_out_code(added),
                 Check::SwallowedError => swallowed_errors(added, files),
                 Check::DriveByRename => drive_by_renames(task, files),
+                // Not planned from the rubric: the job runs it from a late
+                // attempt on, through `test_special_casing`.
+                Check::TestSpecialCasing => Vec::new(),
             };
             found.retain(|f| !allowed.is_match(&f.path));
             for mut f in found {
@@ -358,6 +367,145 @@ fn is_entry_point(path: &str, text: Option<&str>) -> bool {
                 || t.contains("if __name__ == '__main__'")
                 || t.lines().any(|l| l.trim() == "package main")
         })
+}
+
+/// The names of the tests that failed in `output` (pytest's `FAILED
+/// path::name`, cargo's `test path::name ... FAILED`, go's `--- FAIL: Name`,
+/// jest's `✕ name`): what a late attempt must not compare against.
+pub fn failing_tests(output: &str) -> Vec<String> {
+    static R: OnceLock<Regex> = OnceLock::new();
+    let r = re(
+        &R,
+        r"(?m)^(?:FAILED \S*::(?P<py>\w+)|test (?:\S+::)?(?P<rs>\w+) \.\.\. FAILED|\s*--- FAIL: (?P<go>\w+)|\s*✕ (?P<js>[^(\n]+?)(?: \(\d+ ?ms\))?$)",
+    );
+    let mut out: Vec<String> = r
+        .captures_iter(output)
+        .filter_map(|c| {
+            ["py", "rs", "go", "js"]
+                .iter()
+                .find_map(|g| c.name(g))
+                .map(|m| m.as_str().trim().to_owned())
+        })
+        .filter(|n| n.len() >= 4)
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The literal values the failing tests expected, from pytest's assertion
+/// lines (`E   assert Decimal('5.50') == Decimal('7.50')`: `7.50`): quoted
+/// strings of three characters or more and numbers with a fraction or three
+/// digits — what a late attempt must not hard-code. Short values (`0`,
+/// `20`) are left out: too common to mean anything.
+pub fn failing_expected(output: &str) -> Vec<String> {
+    static LINE: OnceLock<Regex> = OnceLock::new();
+    static LIT: OnceLock<Regex> = OnceLock::new();
+    let line = re(&LINE, r"(?m)^E\s+(?:AssertionError: )?assert .+? == (.+)$");
+    let lit = re(&LIT, r#"'([^']{3,})'|"([^"]{3,})"|\b(\d+\.\d+|\d{3,})\b"#);
+    let mut out: Vec<String> = line
+        .captures_iter(output)
+        .flat_map(|c| {
+            let rhs = c.get(1).map_or("", |m| m.as_str());
+            lit.captures_iter(rhs)
+                .filter_map(|l| l.get(1).or(l.get(2)).or(l.get(3)).map(|m| m.as_str().to_owned()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// From a late attempt on (special-casing of tests typically emerges after
+/// failed attempts): added code that branches on being under test —
+/// `PYTEST_CURRENT_TEST`, `"pytest" in sys.modules`/`sys.argv`, `cfg!(test)`
+/// outside a test module, `process.env.JEST_WORKER_ID`, `NODE_ENV ===
+/// 'test'`, `testing.Testing()` — or that compares against the name of a
+/// test that failed at baseline (`failing`), or returns or compares a value
+/// a failing test expected (`expected`). Test files are not read: the gates
+/// already protect the tests of BASE_REF.
+pub fn test_special_casing(
+    added: &[AddedLine],
+    files: &[ChangedText],
+    failing: &[String],
+    expected: &[String],
+) -> Vec<Finding> {
+    static RETURNS: OnceLock<Regex> = OnceLock::new();
+    static PY: OnceLock<Regex> = OnceLock::new();
+    static RS: OnceLock<Regex> = OnceLock::new();
+    static JS: OnceLock<Regex> = OnceLock::new();
+    static GO: OnceLock<Regex> = OnceLock::new();
+    const FIX: &str = "make the code right for every caller; never detect the test runner or a test's name — if the test cannot be satisfied honestly, escalate";
+    let mut out = Vec::new();
+    for a in added {
+        let Some(lang) = Lang::of(&a.path) else {
+            continue;
+        };
+        if is_test(&a.path) || lang.comment(&a.text).is_some() {
+            continue;
+        }
+        let pattern = match lang {
+            Lang::Python => re(
+                &PY,
+                r#"PYTEST_CURRENT_TEST|["'](?:_?pytest|unittest)["']\s+(?:not\s+)?in\s+sys\.(?:modules|argv)|sys\.argv\b.*["'](?:py\.?test|-m pytest)|\bpytest\.__|["']pytest["']\s+in\s+\w*argv"#,
+            ),
+            Lang::Rust => re(&RS, r"\bcfg!\s*\(\s*test\s*\)|RUST_TEST_THREADS|\bcfg!\s*\(\s*debug_assertions\s*\)\s*&&\s*cfg!\s*\(\s*test"),
+            Lang::Js => re(
+                &JS,
+                r#"process\.env\.(?:JEST_WORKER_ID|VITEST\w*)|process\.env\.NODE_ENV\s*[!=]==?\s*["']test["']|["']test["']\s*[!=]==?\s*process\.env\.NODE_ENV|\bimport\.meta\.vitest\b"#,
+            ),
+            Lang::Go => re(&GO, r#"\btesting\.Testing\(\)|flag\.Lookup\(\s*"test\.v"\s*\)|strings\.HasSuffix\(\s*os\.Args\[0\],\s*"\.test"\)"#),
+        };
+        if let Some(m) = pattern.find(&a.text) {
+            // `cfg!(test)` inside the file's test module is the module's business.
+            let in_test_module = lang == Lang::Rust
+                && new_text(files, &a.path).is_some_and(|t| {
+                    t.lines()
+                        .take(a.line.saturating_sub(1) as usize)
+                        .any(|l| l.trim_start().starts_with("#[cfg(test)]"))
+                });
+            if !in_test_module {
+                out.push(finding(
+                    &a.path,
+                    a.line,
+                    format!("the change branches on being under test (`{}`)", m.as_str().trim()),
+                    FIX,
+                ));
+                continue;
+            }
+        }
+        if let Some(name) = failing.iter().find(|n| {
+            a.text.contains(&format!("\"{n}\"")) || a.text.contains(&format!("'{n}'"))
+        }) {
+            out.push(finding(
+                &a.path,
+                a.line,
+                format!("the change compares against the name of the failing test `{name}`"),
+                FIX,
+            ));
+            continue;
+        }
+        let returns_or_compares =
+            re(&RETURNS, r"^\s*return\b|[!=]==?|\bis\b|=>").is_match(&a.text);
+        let literal = |v: &str| {
+            a.text.contains(&format!("\"{v}\""))
+                || a.text.contains(&format!("'{v}'"))
+                || (v.chars().all(|c| c.is_ascii_digit() || c == '.')
+                    && a.text
+                        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+                        .any(|t| t == v))
+        };
+        if let Some(v) = expected.iter().find(|v| returns_or_compares && literal(v)) {
+            out.push(finding(
+                &a.path,
+                a.line,
+                format!("the change hard-codes `{v}`, the value a failing test expects"),
+                FIX,
+            ));
+        }
+    }
+    out
 }
 
 fn is_test(path: &str) -> bool {
@@ -998,6 +1146,89 @@ mod tests {
         assert_eq!(run("t", "a.rs", rs, "fn f() {\n    let _ = std::fs::remove_file(p);\n}\n").len(), 1);
         assert!(run("t", "a.rs", rs, "fn f() {\n    // Gone already is fine: the goal is that it is gone.\n    let _ = std::fs::remove_file(p);\n}\n").is_empty());
         assert_eq!(run("t", "a.rs", rs, "fn f() {\n    match g() {\n        Ok(v) => v,\n        Err(_) => {}\n    }\n}\n").len(), 1);
+    }
+
+    /// The late-attempt check on one file: (line, problem) of each finding.
+    fn special(path: &str, old: &str, new: &str, failing: &[&str]) -> Vec<(u32, String)> {
+        let files = [ChangedText {
+            path: path.into(),
+            old: Some(old.into()),
+            new: Some(new.into()),
+        }];
+        let failing: Vec<String> = failing.iter().map(|s| s.to_string()).collect();
+        test_special_casing(&added(path, old, new), &files, &failing, &["7.50".to_owned()])
+            .into_iter()
+            .map(|f| (f.line.expect("a line"), f.problem))
+            .collect()
+    }
+
+    #[test]
+    fn code_that_branches_on_being_under_test_is_found_and_an_honest_fix_is_not() {
+        let py = "def line_total(q, p):\n    return q + p\n";
+        let honest = "def line_total(q, p):\n    return q * p\n";
+        assert!(special("rechnung.py", py, honest, &["test_line_total"]).is_empty());
+        for (cheat, what) in [
+            ("    if os.environ.get(\"PYTEST_CURRENT_TEST\"):\n        return 0\n", "PYTEST_CURRENT_TEST"),
+            ("    if \"pytest\" in sys.modules:\n        return 0\n", "\"pytest\" in sys.modules"),
+            ("    if 'pytest' in sys.argv[0]:\n        return 0\n", "sys.argv"),
+        ] {
+            let new = format!("def line_total(q, p):\n{cheat}    return q * p\n");
+            let f = special("rechnung.py", py, &new, &[]);
+            assert_eq!(f.len(), 1, "{cheat}: {f:?}");
+            assert_eq!(f[0].0, 2, "{f:?}");
+            assert!(f[0].1.contains("under test"), "{what}: {f:?}");
+        }
+        // A comparison against a failing test's name, next to an honest line.
+        let new = "import inspect\n\ndef line_total(q, p):\n    if any(f.function == \"test_line_total\" for f in inspect.stack()):\n        return 7.5\n    return q * p\n";
+        let f = special("rechnung.py", py, new, &["test_line_total"]);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!(f[0].0, 4);
+        assert!(f[0].1.contains("`test_line_total`"), "{f:?}");
+
+        let rs = "pub fn total(a: u32, b: u32) -> u32 {\n    a + b\n}\n";
+        let f = special("src/lib.rs", rs, "pub fn total(a: u32, b: u32) -> u32 {\n    if cfg!(test) {\n        return 7;\n    }\n    a * b\n}\n", &[]);
+        assert_eq!(f.iter().map(|x| x.0).collect::<Vec<_>>(), [2], "{f:?}");
+        assert!(special("src/lib.rs", rs, "pub fn total(a: u32, b: u32) -> u32 {\n    a * b\n}\n", &[]).is_empty());
+        // Inside the file's own test module, cfg!(test) is that module's business.
+        let with_tests = "pub fn total(a: u32, b: u32) -> u32 {\n    a * b\n}\n\n#[cfg(test)]\nmod tests {\n    fn t() {\n        assert!(cfg!(test));\n    }\n}\n";
+        assert!(special("src/lib.rs", rs, with_tests, &[]).is_empty());
+
+        let js = "function total(a, b) {\n  return a + b;\n}\n";
+        for cheat in [
+            "  if (process.env.JEST_WORKER_ID) return 7;\n",
+            "  if (process.env.NODE_ENV === 'test') return 7;\n",
+        ] {
+            let new = format!("function total(a, b) {{\n{cheat}  return a * b;\n}}\n");
+            let f = special("src/total.js", js, &new, &[]);
+            assert_eq!(f.iter().map(|x| x.0).collect::<Vec<_>>(), [2], "{cheat}: {f:?}");
+        }
+        assert!(special("src/total.js", js, "function total(a, b) {\n  if (process.env.NODE_ENV === 'production') log(a);\n  return a * b;\n}\n", &[]).is_empty());
+
+        let go = "package total\n\nfunc Total(a, b int) int {\n\treturn a + b\n}\n";
+        let f = special("total.go", go, "package total\n\nimport \"testing\"\n\nfunc Total(a, b int) int {\n\tif testing.Testing() {\n\t\treturn 7\n\t}\n\treturn a * b\n}\n", &[]);
+        assert_eq!(f.iter().map(|x| x.0).collect::<Vec<_>>(), [6], "{f:?}");
+    }
+
+    #[test]
+    fn a_hard_coded_expected_value_is_found_and_a_formula_is_not() {
+        let py = "def line_total(q, p):\n    return q + p\n";
+        let f = special("rechnung.py", py, "def line_total(q, p):\n    if q == 3:\n        return Decimal(\"7.50\")\n    return q * p\n", &[]);
+        assert_eq!(f.iter().map(|x| x.0).collect::<Vec<_>>(), [3], "{f:?}");
+        assert!(f[0].1.contains("`7.50`"), "{f:?}");
+        assert!(special("rechnung.py", py, "def line_total(q, p):\n    return q * p\n", &[]).is_empty());
+        let out = "E       AssertionError: assert Decimal('5.50') == Decimal('7.50')\n\
+                   E       assert 7 == 20\n\
+                   E       assert 'ab' == 'hello world'\n";
+        assert_eq!(failing_expected(out), ["7.50", "hello world"]);
+    }
+
+    #[test]
+    fn failing_test_names_come_from_the_runners_output() {
+        let out = "FAILED tests/test_rechnung.py::test_net_total - AssertionError\n\
+                   test store::tests::loads_every_row ... FAILED\n\
+                   --- FAIL: TestTotal (0.00s)\n\
+                   FAILED tests/x.py::t - short name skipped\n";
+        assert_eq!(failing_tests(out), ["TestTotal", "loads_every_row", "test_net_total"]);
     }
 
     #[test]

@@ -100,6 +100,102 @@ impl RepeatDetector {
     }
 }
 
+/// What the hook needs for the nudge, carried in the job's policy file.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct NudgeSettings {
+    pub window: usize,
+    pub repeat: usize,
+    pub poll_patterns: Vec<String>,
+    /// The job-private directory of the per-session counts.
+    pub dir: std::path::PathBuf,
+    /// The escalation command, when the agent has that exit.
+    #[serde(default)]
+    pub escalate: Option<String>,
+}
+
+/// One session's recent calls, as the hook keeps them.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct SessionCalls {
+    recent: VecDeque<String>,
+    nudged: bool,
+}
+
+/// The hook's side of the nudge: count this call among the session's recent
+/// calls (a file per session, locked while it is read and written — the
+/// CLI may run hooks of one response side by side) and return the message
+/// to deny it with when it is the first call of the session that repeats
+/// `repeat` times within `window`. The session's [`crate::guard::Watch`]
+/// counts the same calls and lets exactly that one through; a further
+/// repeat stops the session with `stuck_repeat`. Polling calls are exempt,
+/// as they are from the stop.
+pub fn nudge(
+    settings: &NudgeSettings,
+    session_id: &str,
+    tool: &str,
+    input: &Value,
+) -> std::io::Result<Option<String>> {
+    use std::io::{Read, Seek, Write};
+    use std::os::unix::io::AsRawFd;
+    if is_polling(tool, input, &settings.poll_patterns) {
+        return Ok(None);
+    }
+    let name: String = session_id
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .take(64)
+        .collect();
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(settings.dir.join(format!("{name}.json")))?;
+    // SAFETY: flock on a descriptor we own; released when `file` closes.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text)?;
+    let mut calls: SessionCalls = serde_json::from_str(&text).unwrap_or_default();
+    let mut detector = RepeatDetector {
+        window: settings.window,
+        repeat: settings.repeat,
+        recent: std::mem::take(&mut calls.recent),
+    };
+    let hash = call_hash(tool, input);
+    let repeated = detector.observe(&hash).is_some();
+    calls.recent = detector.recent;
+    let message = (repeated && !calls.nudged).then(|| {
+        calls.nudged = true;
+        let escalate = settings
+            .escalate
+            .as_ref()
+            .map(|c| format!(", or — if the task cannot be done honestly — run `{c} --test <test id> --reason \"...\"`"))
+            .unwrap_or_default();
+        format!(
+            "loopd: this is the {} identical {tool} call among your last {} tool calls; repeating it will not change its result. Read the error or output it gave, then try a different approach{escalate}. Repeating this call once more ends the session (stuck_repeat).",
+            ordinal(settings.repeat),
+            settings.window
+        )
+    });
+    let text = serde_json::to_string(&calls).expect("the session's calls serialize");
+    file.set_len(0)?;
+    file.rewind()?;
+    file.write_all(text.as_bytes())?;
+    Ok(message)
+}
+
+fn ordinal(n: usize) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
 /// States of the working tree (diff hashes) after each attempt.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct DiffHistory {
@@ -171,6 +267,30 @@ mod tests {
             &p
         ));
         assert!(!is_polling("Read", &json!({"command": "sleep 5"}), &p));
+    }
+
+    #[test]
+    fn the_hook_nudges_once_per_session_and_never_for_polling() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let settings = NudgeSettings {
+            window: 5,
+            repeat: 3,
+            poll_patterns: vec!["sleep".into()],
+            dir: dir.path().to_path_buf(),
+            escalate: Some("loopd escalate".into()),
+        };
+        let read = json!({"file_path": "/r/x.py"});
+        let call = |s: &str, tool: &str, input: &Value| nudge(&settings, s, tool, input).expect("nudge");
+        assert_eq!(call("s1", "Read", &read), None);
+        assert_eq!(call("s1", "Read", &read), None);
+        assert_eq!(call("s2", "Read", &read), None, "another session counts apart");
+        let m = call("s1", "Read", &read).expect("the 3rd identical call is nudged");
+        assert!(m.contains("3rd identical Read") && m.contains("loopd escalate --test"), "{m}");
+        assert_eq!(call("s1", "Read", &read), None, "only once per session");
+        let poll = json!({"command": "sleep 1"});
+        for _ in 0..4 {
+            assert_eq!(call("s3", "Bash", &poll), None);
+        }
     }
 
     #[test]

@@ -171,6 +171,10 @@ pub struct Policy {
     /// standalone hook in your own sessions.
     #[serde(default)]
     pub git_dirs: Vec<PathBuf>,
+    /// Inside a loopd job: the nudge before a `stuck_repeat` stop (the
+    /// hook counts each session's calls; see [`super::progress::nudge`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nudge: Option<super::progress::NudgeSettings>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -274,6 +278,7 @@ impl Policy {
             skip_markers,
             denials_log: None,
             git_dirs: vec![],
+            nudge: None,
         })
     }
 
@@ -1072,6 +1077,7 @@ mod tests {
             skip_markers: SKIP_MARKERS.iter().map(|s| s.to_string()).collect(),
             denials_log: None,
             git_dirs: vec![PathBuf::from("/repo/.git")],
+            nudge: None,
         }
     }
 

@@ -14,7 +14,7 @@ use crate::critic::CriticVerdict;
 use crate::goal::GoalReport;
 use crate::guard::caps::Spend;
 use crate::guard::testcount::Counts;
-use crate::guard::Watch;
+use crate::guard::{escalation, Watch};
 use crate::journal::{AttemptEnd, Current, Ending, Event, SessionFinished};
 use crate::outcome::Reason;
 use crate::report::{round_usd, AttemptRecord};
@@ -66,9 +66,13 @@ impl Run<'_> {
             if let Some(e) = self.may_start(&self.job.agent_model) {
                 return self.end_attempt(n, Judged::Stop(e));
             }
+            let mut tools = self.job.allowed_tools.clone();
+            if self.job.guard.escalation {
+                tools.push(escalation::allowed_tool(&self.loopd_exe));
+            }
             let args = self.agent.agent_args(
                 &self.job.agent_model,
-                &self.job.allowed_tools,
+                &tools,
                 &self.env.settings_path,
                 self.limits(),
                 prompt,
@@ -169,12 +173,21 @@ impl Run<'_> {
         attempt_started: Instant,
         verdict: Option<fn(Option<&ResultEvent>) -> CriticVerdict>,
     ) -> Result<SessionFinished, JobError> {
+        // The agent's approved exit: where `loopd escalate` writes, and for
+        // which job — in this session's environment only.
+        let escalation = (role == Role::Agent && self.job.guard.escalation)
+            .then(|| (escalation::file(dir), self.id.clone()));
+        let mut env_set = self.agent.session_env();
+        if let Some((file, id)) = &escalation {
+            env_set.push((escalation::PATH_VAR.into(), file.into()));
+            env_set.push((escalation::JOB_VAR.into(), id.into()));
+        }
         let spec = SessionSpec {
             role,
             bin: self.job.agent_bin.clone(),
             args,
             cwd: self.ws.root().to_path_buf(),
-            env_set: self.agent.session_env(),
+            env_set,
             env_remove: self.env.session_env_remove.clone(),
             stdin,
             stream_log: dir.join(format!("{}-stream.jsonl", role.as_str())),
@@ -200,6 +213,9 @@ impl Run<'_> {
                 &self.job.guard,
                 &mut self.journal,
             );
+            if let Some((file, id)) = escalation {
+                watch = watch.with_escalation(file, id);
+            }
             let end = session::run(&spec, &mut watch, &mut stop).await?;
             watch.flush_pending();
             (end, watch.live, watch.tool_calls)

@@ -51,7 +51,7 @@ use crate::agent::{AgentCli, ClaudeCode};
 use crate::config::Job;
 use crate::goal::{self, GoalReport, Mode, Preflight};
 use crate::guard::caps::Budget;
-use crate::guard::tamper;
+use crate::guard::{escalation, tamper};
 use crate::journal::{Ending, Event, Journal, JournalError, Phase};
 use crate::lessons;
 use crate::outcome::Reason;
@@ -152,6 +152,8 @@ struct Run<'a> {
     /// The repository's key in the lessons memory (`None`: it could not be
     /// found, and the job neither reads nor writes lessons).
     repo_key: Option<String>,
+    /// This executable: the agent's `loopd escalate` runs it.
+    loopd_exe: PathBuf,
 }
 
 /// The last checks before a foreground job touches anything: a clean tree
@@ -225,6 +227,19 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
         };
         tracing::info!(job_id = %id, resumes_at = %next, attempts_ended = s.attempts.len(), spent_usd = %format!("{:.4}", s.spend().cost_usd), "job resumed from its journal");
     }
+    // `loopd resume`: the parked work goes back into the tree before
+    // anything looks at it (again after a crash until it is journaled).
+    if let Some(stash) = journal.state().restore.clone() {
+        let oid = git2::Oid::from_str(&stash).map_err(|source| JobError::BaseRef {
+            base: stash.clone(),
+            source,
+        })?;
+        let files = ws.unpark(oid)?;
+        journal.append(Event::Restored {
+            stash_commit: stash.clone(),
+        })?;
+        tracing::info!(stash_commit = %stash, files, "the parked work is back in the working tree");
+    }
     // Before any session: the credentials out of the checkout, then `.git/`
     // pinned as it is without them.
     let held = hold_credentials(&mut journal, job, &ws, &id)?;
@@ -255,6 +270,7 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
         pin,
         held,
         repo_key,
+        loopd_exe: control.loopd_exe,
     };
     let ending = match run.journal.state().phase() {
         Phase::Ending(e) => e,
@@ -429,6 +445,7 @@ impl Run<'_> {
             Reason::StuckNoProgress => "the attempt left the working tree exactly as the previous attempt did".into(),
             Reason::JudgesDisagree => "the diff returned to an earlier attempt's state: the goal test and the critic pull in opposite directions; a human should look at the rubric and the task".into(),
             Reason::Signal => "loopd received a termination signal".into(),
+            Reason::Escalated => "the agent escalated the task to a human".into(),
             other => other.to_string(),
         };
         Ending { reason, detail }
@@ -437,7 +454,10 @@ impl Run<'_> {
     /// The first attempt's prompt: the task, and what earlier jobs on this
     /// repository had to learn (the lessons most often seen).
     fn first_prompt(&self) -> String {
-        let task = self.job.task.clone();
+        let mut task = self.job.task.clone();
+        if self.job.guard.escalation {
+            task = format!("{task}\n\n{}", escalation::paragraph(&self.loopd_exe));
+        }
         let Some(key) = &self.repo_key else {
             return task;
         };
@@ -542,10 +562,14 @@ impl Run<'_> {
                     if n > self.job.max_attempts {
                         break;
                     }
-                    let prompt = match prompt {
+                    let mut prompt = match prompt {
                         Some(p) => p.to_owned(),
                         None => self.first_prompt(),
                     };
+                    // A resume's note is the human's answer: it comes first.
+                    if let Some(note) = state.note.as_deref().map(str::trim).filter(|n| !n.is_empty()) {
+                        prompt = format!("{note}\n\n{prompt}");
+                    }
                     self.journal.append(Event::AttemptStarted {
                         attempt: n,
                         prompt: prompt.clone(),

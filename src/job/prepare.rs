@@ -78,6 +78,23 @@ pub fn prepare(
     policy.denials_log = Some(dir.join("hook-denials.jsonl"));
     // Inside a job `.git/` is loopd's: the hook denies writing it.
     policy.git_dirs = ws.git_dirs();
+    if job.guard.nudge {
+        let counts = dir.join("nudge");
+        util::private_dir(&counts).map_err(|source| JobError::RunDir {
+            path: counts.clone(),
+            source,
+        })?;
+        policy.nudge = Some(crate::guard::progress::NudgeSettings {
+            window: job.guard.stuck_window,
+            repeat: job.guard.stuck_repeat,
+            poll_patterns: job.guard.poll_patterns.clone(),
+            dir: counts,
+            escalate: job
+                .guard
+                .escalation
+                .then(|| crate::guard::escalation::command(&control.loopd_exe)),
+        });
+    }
     let policy_path = dir.join("policy.json");
     policy
         .outside

@@ -93,6 +93,7 @@ fn outcome_class(o: Outcome) -> &'static str {
         Outcome::Interrupted => "interrupted",
         Outcome::Error => "error",
         Outcome::NothingToFix => "nothing-to-fix",
+        Outcome::NeedsHuman => "needs-human",
     }
 }
 
@@ -202,6 +203,7 @@ fn header(h: &mut String, inputs: &Inputs) {
         Outcome::Accepted => "ok",
         Outcome::Exhausted => "warn",
         Outcome::Interrupted | Outcome::NothingToFix => "info",
+        Outcome::NeedsHuman => "warn",
         Outcome::Stopped | Outcome::Error => "fail",
     };
     let _ = write!(
@@ -865,6 +867,7 @@ pub(crate) mod tests {
                 output_tokens: 200,
                 wall_ms: 12_345,
             },
+            escalation: None,
             stash_commit: None,
             failure_report: None,
             run_dir: PathBuf::from("/state/runs/20261130-120000000-abcd"),

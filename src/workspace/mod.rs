@@ -45,6 +45,13 @@ pub enum WorkspaceError {
         #[source]
         source: git2::Error,
     },
+    #[error("cannot {operation} in `{}`: {source}", path.display())]
+    Io {
+        operation: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl WorkspaceError {
@@ -288,6 +295,14 @@ impl Workspace {
 
     pub fn git2(&self) -> &Repository {
         &self.repo
+    }
+
+    fn io(&self, operation: &'static str, source: std::io::Error) -> WorkspaceError {
+        WorkspaceError::Io {
+            operation,
+            path: self.root.clone(),
+            source,
+        }
     }
 
     fn git(&self, operation: &'static str) -> impl Fn(git2::Error) -> WorkspaceError + '_ {
@@ -603,6 +618,97 @@ impl Workspace {
     }
 }
 
+impl Workspace {
+    /// Put parked work back (`loopd resume`): the stash commit's tracked
+    /// changes against the commit it was made on, and its untracked files,
+    /// written into the working tree; the index stays as it is, so the work
+    /// is uncommitted as the agent left it. Idempotent (the same bytes are
+    /// written again). Returns how many files it wrote or removed.
+    pub fn unpark(&self, stash: Oid) -> Result<usize, WorkspaceError> {
+        let commit = self
+            .repo
+            .find_commit(stash)
+            .map_err(self.git("find the parked stash commit"))?;
+        let base = commit
+            .parent(0)
+            .and_then(|p| p.tree())
+            .map_err(self.git("read the stash's base"))?;
+        let tree = commit.tree().map_err(self.git("read the stash's tree"))?;
+        let diff = self
+            .repo
+            .diff_tree_to_tree(Some(&base), Some(&tree), None)
+            .map_err(self.git("diff the stash"))?;
+        // libgit2 may keep untracked files in the stash's own tree too:
+        // each path is written once.
+        let mut done = BTreeSet::new();
+        for delta in diff.deltas() {
+            if delta.status() == git2::Delta::Deleted {
+                if let Some(p) = delta.old_file().path() {
+                    let path = self.root.join(p);
+                    match std::fs::remove_file(&path) {
+                        Ok(()) => {
+                            done.insert(p.to_path_buf());
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(self.io("remove a file the parked work deleted", e)),
+                    }
+                }
+                continue;
+            }
+            let file = delta.new_file();
+            if let Some(p) = file.path() {
+                self.write_blob(p, file.id(), u32::from(file.mode()))?;
+                done.insert(p.to_path_buf());
+            }
+        }
+        // A stash with untracked files has them in its third parent's tree.
+        if commit.parent_count() >= 3 {
+            let untracked = commit
+                .parent(2)
+                .and_then(|p| p.tree())
+                .map_err(self.git("read the stash's untracked files"))?;
+            let mut blobs = Vec::new();
+            untracked
+                .walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
+                    if entry.kind() == Some(git2::ObjectType::Blob) {
+                        let name = entry.name().unwrap_or_default();
+                        blobs.push((format!("{dir}{name}"), entry.id(), entry.filemode() as u32));
+                    }
+                    git2::TreeWalkResult::Ok
+                })
+                .map_err(self.git("walk the stash's untracked files"))?;
+            for (p, id, mode) in blobs {
+                if done.insert(PathBuf::from(&p)) {
+                    self.write_blob(Path::new(&p), id, mode)?;
+                }
+            }
+        }
+        Ok(done.len())
+    }
+
+    fn write_blob(&self, rel: &Path, id: Oid, mode: u32) -> Result<(), WorkspaceError> {
+        use std::os::unix::fs::PermissionsExt;
+        let blob = self
+            .repo
+            .find_blob(id)
+            .map_err(self.git("read a parked file"))?;
+        let path = self.root.join(rel);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| self.io("create a directory", e))?;
+        }
+        if mode == 0o120000 {
+            let target = String::from_utf8_lossy(blob.content()).into_owned();
+            let _ = std::fs::remove_file(&path);
+            return std::os::unix::fs::symlink(target, &path)
+                .map_err(|e| self.io("restore a parked symlink", e));
+        }
+        std::fs::write(&path, blob.content()).map_err(|e| self.io("restore a parked file", e))?;
+        let exec = if mode == 0o100755 { 0o755 } else { 0o644 };
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(exec))
+            .map_err(|e| self.io("set a parked file's mode", e))
+    }
+}
+
 /// The ref that keeps a parked job's stash commit alive.
 pub fn keep_ref(job_id: &str) -> String {
     format!("refs/loopd/stash/{job_id}")
@@ -623,6 +729,42 @@ mod tests {
         let base = r.commit(Some("HEAD"), &sig, &sig, "base", &tree, &[]).expect("commit");
         let ws = Workspace::open(tmp.path()).expect("open");
         (tmp, ws, base)
+    }
+
+    #[test]
+    fn parked_work_comes_back_as_it_was_left() {
+        use std::os::unix::fs::PermissionsExt;
+        let (tmp, mut ws, _base) = repo();
+        let root = tmp.path();
+        std::fs::write(root.join("app.py"), "x = 2\n").expect("write");
+        std::fs::create_dir_all(root.join("tools")).expect("dir");
+        std::fs::write(root.join("tools/run.sh"), "#!/bin/sh\necho hi\n").expect("write");
+        std::fs::set_permissions(root.join("tools/run.sh"), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        let stash = ws.park("j1", "loopd j1: escalated").expect("park").expect("parked");
+        assert!(ws.dirty_paths().expect("status").is_empty(), "parked: the tree is clean");
+        assert_eq!(ws.unpark(stash).expect("unpark"), 2);
+        assert_eq!(std::fs::read_to_string(root.join("app.py")).expect("read"), "x = 2\n");
+        assert_eq!(
+            std::fs::read_to_string(root.join("tools/run.sh")).expect("read"),
+            "#!/bin/sh\necho hi\n"
+        );
+        let mode = std::fs::metadata(root.join("tools/run.sh")).expect("stat").permissions().mode();
+        assert_eq!(mode & 0o111, 0o111, "still executable");
+        let mut dirty = ws.dirty_paths().expect("status");
+        dirty.sort();
+        assert_eq!(dirty, ["app.py", "tools/run.sh"], "uncommitted, untracked as left");
+        // Again (a crash before it was journaled): the same bytes.
+        ws.unpark(stash).expect("unpark again");
+        assert_eq!(std::fs::read_to_string(root.join("app.py")).expect("read"), "x = 2\n");
+
+        // A deleted file stays deleted.
+        let (tmp, mut ws, _base) = repo();
+        std::fs::remove_file(tmp.path().join("app.py")).expect("rm");
+        let stash = ws.park("j2", "loopd j2: budget_usd").expect("park").expect("parked");
+        assert!(tmp.path().join("app.py").exists(), "parking restored the tree");
+        ws.unpark(stash).expect("unpark");
+        assert!(!tmp.path().join("app.py").exists());
     }
 
     #[test]

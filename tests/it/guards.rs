@@ -50,20 +50,45 @@ fn survivors(marker: &str) -> Vec<String> {
     found
 }
 
+/// Write `[guard] nudge = false` into the fixture's `loopd.toml`.
+fn without_nudge(env: &TestEnv) {
+    let cfg = env.read_repo("loopd.toml");
+    std::fs::write(env.repo.join("loopd.toml"), format!("{cfg}\n[guard]\nnudge = false\n"))
+        .expect("cfg");
+    env.git(&["commit", "-qam", "no nudge"]);
+}
+
+fn nudged_events(summary: &Value) -> Vec<loopd::guard::Nudge> {
+    journal(summary)
+        .into_iter()
+        .filter_map(|e| match e {
+            loopd::journal::Event::Nudged(n) => Some(n),
+            _ => None,
+        })
+        .collect()
+}
+
+const NUDGE: &str = "loopd: this is the 3rd identical Read call among your last 5 tool calls";
+
 #[test]
-fn the_same_read_repeated_is_stuck_at_the_kth_call() {
-    let env = TestEnv::new();
+fn the_same_read_repeated_is_nudged_then_stuck() {
     let same = || turn(vec![read("rechnung.py")]);
-    let model = ScriptedModel::start(scenario(
-        vec![session(vec![
-            same(),
-            same(),
-            same(),
-            same(),
-            turn(vec![text("Done.")]),
-        ])],
-        vec![],
-    ));
+    let script = || {
+        scenario(
+            vec![session(vec![
+                same(),
+                same(),
+                same(),
+                same(),
+                same(),
+                turn(vec![text("Done.")]),
+            ])],
+            vec![],
+        )
+    };
+    // The 3rd identical call is denied with a nudge; the 4th stops.
+    let env = TestEnv::new();
+    let model = ScriptedModel::start(script());
     let r = env.run(&model, &[]);
     assert_eq!(r.code, 3, "{}", r.stderr);
     let s = r.summary();
@@ -71,15 +96,55 @@ fn the_same_read_repeated_is_stuck_at_the_kth_call() {
     assert_eq!(s["reason"], "stuck_repeat");
     assert_eq!(s["attempts"][0]["stopped"], "stuck_repeat");
     let calls = agent_tool_calls(&s);
-    assert_eq!(
-        calls.len(),
-        3,
-        "stopped at the 3rd identical call: {calls:?}"
-    );
-    assert!(calls
-        .iter()
-        .all(|c| c.args_sha256 == calls[0].args_sha256));
+    assert_eq!(calls.len(), 4, "stopped at the 4th identical call: {calls:?}");
+    assert!(calls.iter().all(|c| c.args_sha256 == calls[0].args_sha256));
+    // Denied by the hook (the stream reports it as an error tool result).
+    assert_ne!(calls[2].outcome, "ok", "{calls:?}");
+    assert_eq!(nudged_events(&s).len(), 1);
+    let fourth = model.session(Role::Agent, 0)[3].body.to_string();
+    assert!(fourth.contains(NUDGE) && fourth.contains("escalate --test"), "{fourth}");
     assert_eq!(model.session_count(Role::Critic), 0);
+
+    // `[guard] nudge = false`: the hard stop at the 3rd.
+    let env = TestEnv::new();
+    without_nudge(&env);
+    let model = ScriptedModel::start(script());
+    let r = env.run(&model, &[]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["reason"], "stuck_repeat");
+    let calls = agent_tool_calls(&s);
+    assert_eq!(calls.len(), 3, "stopped at the 3rd identical call: {calls:?}");
+    assert!(nudged_events(&s).is_empty());
+}
+
+#[test]
+fn a_nudged_session_recovers_and_is_accepted() {
+    let env = TestEnv::new();
+    let same = || turn(vec![read("rechnung.py")]);
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![
+            same(),
+            same(),
+            same(),
+            turn(vec![write("rechnung.py", &clean_solution())]),
+            turn(vec![text("Done.")]),
+        ])],
+        vec![pass()],
+    ));
+    let r = env.run(&model, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["reason"], "accepted");
+    let nudges = nudged_events(&s);
+    assert_eq!(nudges.len(), 1, "{nudges:?}");
+    assert_eq!(nudges[0].tool, "Read");
+    let fourth = model.session(Role::Agent, 0)[3].body.to_string();
+    assert!(fourth.contains(NUDGE), "{fourth}");
+    // A nudge is not a tamper denial: nothing rejects the attempt for it.
+    assert_eq!(s["attempts"][0]["denied_tool_calls"], 0);
+    assert_eq!(s["attempts"][0]["rejected_by"], Value::Null);
+    assert_eq!(env.read_repo("rechnung.py"), clean_solution());
 }
 
 #[test]
@@ -95,6 +160,8 @@ fn reordered_nested_keys_are_the_same_call() {
         vec![session(vec![
             turn(vec![tool("Grep", a)]),
             turn(vec![tool("Grep", b)]),
+            turn(vec![tool("Grep", c.clone())]),
+            // The nudge lets one repeat through; the next stops.
             turn(vec![tool("Grep", c)]),
             turn(vec![text("Done.")]),
         ])],

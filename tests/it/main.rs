@@ -19,3 +19,4 @@ mod precheck;
 mod report_html;
 mod run_loop;
 mod systemd;
+mod way_out;

@@ -252,7 +252,7 @@ fn the_man_page_is_roff_and_lists_the_subcommands() {
 /// and the README's own sample file.
 #[test]
 fn every_top_level_field_of_the_readmes_sample_has_its_flag() {
-    let readme = std::fs::read_to_string(support::manifest_dir().join("README.md")).expect("README");
+    let readme = std::fs::read_to_string(manifest_dir().join("README.md")).expect("README");
     let start = readme.find("```toml\ntask = ").expect("the README's sample loopd.toml");
     let sample = &readme[start + 8..];
     let sample = &sample[..sample.find("```").expect("end of the sample")];

@@ -264,6 +264,7 @@ fn the_html_report_is_written_only_where_it_may_be() {
         detail: "no attempt was accepted".into(),
         attempts: vec![],
         totals: loopd::report::Totals::default(),
+        escalation: None,
         stash_commit: Some("c0ffee".into()),
         failure_report: None,
         run_dir: run_dir.clone(),
