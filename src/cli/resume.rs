@@ -253,6 +253,7 @@ pub fn resume(args: ResumeArgs, progress: bool) -> Result<ExitStatus, CliError> 
     tracing::info!(job_id = %id, spent_usd = %format!("{:.4}", replay.spend().cost_usd), "resuming the job");
     let mut state = JobState::load(&state_dir, &id).unwrap_or_else(|| JobState::foreground(&spec));
     state.state = Status::Running;
+    state.pid = Some(std::process::id());
     state.save(&state_dir);
     crate::cli::run::finish_foreground(&job, ws, control, state, args.json)
 }

@@ -87,6 +87,14 @@ pub fn collect(state_dir: &Path) -> Vec<Value> {
             continue;
         };
         let mut v = serde_json::to_value(&st).expect("a job state serializes");
+        if st.state == Status::Running && st.pid.is_some_and(|p| !is_loopd(p)) {
+            // Killed (kill -9, OOM, a reboot) before it could say so.
+            v["state"] = json!(Status::Interrupted.as_str());
+            v["detail"] = json!(format!(
+                "the `loopd run` process (pid {}) is gone: it was killed before the job ended; the agent's work is in the working tree as it left it",
+                st.pid.unwrap_or(0)
+            ));
+        }
         if st.state == Status::Running {
             let replay = crate::journal::load(&entry.path());
             let attempt = replay
@@ -99,6 +107,15 @@ pub fn collect(state_dir: &Path) -> Vec<Value> {
         seen.insert(id, v);
     }
     seen.into_values().collect()
+}
+
+/// Whether `pid` is a running loopd (a reused pid is someone else's).
+fn is_loopd(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+        c.split(|b| *b == 0)
+            .next()
+            .is_some_and(|exe| exe.ends_with(b"loopd"))
+    })
 }
 
 pub fn status(args: StatusArgs) -> Result<ExitStatus, CliError> {

@@ -37,6 +37,10 @@ pub struct JobState {
     /// Run by `loopd run` in the repository itself (no branch, no spool file).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub foreground: bool,
+    /// The `loopd run` process of a foreground job, while it runs: `status`
+    /// tells a job whose process was killed from one still running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
     pub updated_at: String,
 }
 
@@ -61,6 +65,7 @@ impl JobState {
             summary: None,
             delivered: None,
             foreground: false,
+            pid: None,
             updated_at: crate::util::now_rfc3339(),
         }
     }
@@ -71,6 +76,7 @@ impl JobState {
         JobState {
             branch: String::new(),
             foreground: true,
+            pid: Some(std::process::id()),
             ..JobState::new(spec, Status::Running)
         }
     }
@@ -85,6 +91,7 @@ impl JobState {
         self.report = summary.failure_report.clone();
         self.summary = Some(summary.run_dir.join("summary.json"));
         self.state = Status::from_outcome(summary.outcome);
+        self.pid = None;
     }
 
     pub fn path(state_dir: &Path, id: &str) -> PathBuf {

@@ -150,3 +150,32 @@ fn tail_names_a_job_it_does_not_know() {
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert_contains_all(&r.stderr, &["no journal for job `no-such-job`", "hint:"], "the error");
 }
+
+#[test]
+fn a_foreground_job_killed_mid_run_shows_as_interrupted_not_running() {
+    let env = TestEnv::new();
+    let model = slow_clean_fix();
+    let mut child = env
+        .loopd(Some(&model))
+        .arg("run")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("loopd run");
+    let stderr = child.stderr.take().expect("stderr");
+    for line in BufReader::new(stderr).lines() {
+        if line.expect("a line").contains("agent Write") {
+            break;
+        }
+    }
+    let id = run_dir(&env).file_name().expect("id").to_string_lossy().into_owned();
+    let running = env.exec(&["status", &id, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&running.stdout).expect("json");
+    assert_eq!(v["state"], "running", "{v}");
+    child.kill().expect("kill -9");
+    child.wait().expect("reaped");
+    let after = env.exec(&["status", &id, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&after.stdout).expect("json");
+    assert_eq!(v["state"], "interrupted", "{v}");
+    assert!(v["detail"].as_str().is_some_and(|d| d.contains("is gone")), "{v}");
+}
