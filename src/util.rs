@@ -14,9 +14,14 @@ pub const TOKEN_VARS: &[&str] = &["LOOPD_GITHUB_TOKEN", "GITHUB_TOKEN", "GH_TOKE
 /// The Anthropic API key's variable.
 pub const API_KEY_VAR: &str = "ANTHROPIC_API_KEY";
 
-/// Every credential variable a child of loopd must not inherit.
+/// Every credential variable a child of loopd must not inherit: the model
+/// credentials (API key, subscription OAuth tokens) and the forge tokens.
+/// Sessions get the metering gateway's session token in `API_KEY_VAR`
+/// instead.
 pub const SECRET_VARS: &[&str] = &[
     API_KEY_VAR,
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "ANTHROPIC_AUTH_TOKEN",
     "LOOPD_GITHUB_TOKEN",
     "GITHUB_TOKEN",
     "GH_TOKEN",
