@@ -178,8 +178,12 @@ pub fn loopd_exe() -> std::path::PathBuf {
 /// The model credential (and upstream) the job's metering gateway uses,
 /// picked before anything of a job runs: without one, exit 5 with a hint.
 pub fn access() -> Result<crate::agent::gateway::Access, CliError> {
-    use crate::agent::gateway::{Access, CredentialError};
-    Access::from_env().map_err(|e| {
+    use crate::agent::gateway::{Access, CredentialError, CREDENTIAL_VARS};
+    let access = Access::from_env();
+    // The credential lives in this process's memory from now on, never in
+    // its environment block, which the agent's processes could read.
+    crate::util::scrub_environ(&CREDENTIAL_VARS);
+    access.map_err(|e| {
         let hint = match e {
             CredentialError::Missing => {
                 "set ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN; see README"
