@@ -636,7 +636,12 @@ async fn forward(
         let mut upstream = upstream;
         let mut meter = Meter::new(streaming, requested_model);
         loop {
-            match upstream.chunk().await {
+            // A client gone while upstream is silent ends the call too.
+            let next = tokio::select! {
+                next = upstream.chunk() => next,
+                () = tx.closed() => break,
+            };
+            match next {
                 Ok(Some(chunk)) => {
                     if is_call {
                         meter.feed(&chunk);

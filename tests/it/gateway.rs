@@ -263,6 +263,15 @@ fn totals_equal_the_scripted_usage_exactly() {
     let billed: f64 = sessions.iter().map(|f| f.spend.cost_usd).sum();
     assert!((billed - usd).abs() < 1e-9);
     assert!(sessions.iter().all(|f| f.cli_cost_usd.is_some()));
+    // `loopd report` shows each session's cache writes and reads.
+    let job = s["job_id"].as_str().expect("job_id");
+    let report = env.exec(&["report", job]);
+    assert_eq!(report.code, 0, "{}", report.stderr);
+    assert_contains_all(
+        &report.stdout,
+        &["Model calls (metered by the gateway)", "| 2300 | 4300 |", "| 4000 | 7 |"],
+        "the report",
+    );
 }
 
 /// (b) A `claude -p` the agent starts from its Bash (past the hook, through
@@ -367,4 +376,32 @@ fn no_credential_exits_five_before_the_baseline() {
     assert_eq!(r.code, 5, "{}", r.stderr);
     assert!(r.stderr.contains("CLAUDE_CODE_USE_BEDROCK"), "{}", r.stderr);
     assert!(model.requests().is_empty());
+}
+
+/// The gateway's own refusal: the first call leaves less than a minimal
+/// call's worth of budget without reaching the cap, so no stream guard
+/// trips and the CLI asks again — the gateway refuses that call, and the
+/// job ends with the budget reason, not as an agent error.
+#[test]
+fn a_call_the_budget_cannot_cover_is_refused_and_ends_the_job_on_budget() {
+    let env = TestEnv::new();
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![
+            // haiku: $0.00091, then a minimal call ($0.00015) would pass $0.001.
+            turn_usage(vec![read("rechnung.py")], 9_000, 20),
+            turn(vec![text("Done.")]),
+        ])],
+        vec![pass()],
+    ));
+    let r = env.run(&model, &["--budget-usd", "0.001"]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["reason"], "budget_usd", "{}", r.stderr);
+    assert_eq!(model.requests().len(), 1, "the second call never reached upstream");
+    let agent = &finished_sessions(&s)[0];
+    let failure = agent.failure.as_ref().expect("the session failed");
+    assert_eq!(failure.reason.as_str(), "budget_usd");
+    assert!(failure.detail.contains("gateway refused"), "{}", failure.detail);
+    let total = s["totals"]["cost_usd"].as_f64().expect("cost");
+    assert!((total - 0.00091).abs() < 1e-9, "billed {total}");
 }
