@@ -16,11 +16,26 @@ use loopd::agent::Price;
 fn small_answer() -> Vec<Bytes> {
     let ev = |name: &str, data: &str| Bytes::from(format!("event: {name}\ndata: {data}\n\n"));
     vec![
-        ev("message_start", r#"{"type":"message_start","message":{"id":"msg_b","type":"message","role":"assistant","model":"claude-haiku-5-5","content":[],"usage":{"input_tokens":1200,"output_tokens":1,"cache_creation_input_tokens":0,"cache_read_input_tokens":9000}}}"#),
-        ev("content_block_start", r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#),
-        ev("content_block_delta", r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Reading the file first."}}"#),
-        ev("content_block_stop", r#"{"type":"content_block_stop","index":0}"#),
-        ev("message_delta", r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":42}}"#),
+        ev(
+            "message_start",
+            r#"{"type":"message_start","message":{"id":"msg_b","type":"message","role":"assistant","model":"claude-haiku-5-5","content":[],"usage":{"input_tokens":1200,"output_tokens":1,"cache_creation_input_tokens":0,"cache_read_input_tokens":9000}}}"#,
+        ),
+        ev(
+            "content_block_start",
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+        ),
+        ev(
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Reading the file first."}}"#,
+        ),
+        ev(
+            "content_block_stop",
+            r#"{"type":"content_block_stop","index":0}"#,
+        ),
+        ev(
+            "message_delta",
+            r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":42}}"#,
+        ),
         ev("message_stop", r#"{"type":"message_stop"}"#),
     ]
 }
@@ -43,7 +58,8 @@ fn big_answer() -> Vec<Bytes> {
 }
 
 fn sse(chunks: Vec<Bytes>) -> Response {
-    let stream = futures_util::stream::iter(chunks.into_iter().map(Ok::<_, std::convert::Infallible>));
+    let stream =
+        futures_util::stream::iter(chunks.into_iter().map(Ok::<_, std::convert::Infallible>));
     Response::builder()
         .header("content-type", "text/event-stream")
         .body(Body::from_stream(stream))

@@ -93,7 +93,9 @@ impl std::fmt::Debug for Credential {
 pub enum CredentialError {
     #[error("no model credential: none of {} is set", CREDENTIAL_VARS.join(", "))]
     Missing,
-    #[error("`{var}` is set: loopd cannot meter or cap Bedrock/Vertex calls, so it refuses to run them")]
+    #[error(
+        "`{var}` is set: loopd cannot meter or cap Bedrock/Vertex calls, so it refuses to run them"
+    )]
     Unmetered { var: String },
 }
 
@@ -112,14 +114,19 @@ impl Access {
     /// `ANTHROPIC_BASE_URL`, else the public API.
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Access, CredentialError> {
         let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
-        if let Some(var) = UNMETERED_MODES.iter().find(|v| {
-            get(v).is_some_and(|x| !matches!(x.trim(), "0" | "false"))
-        }) {
+        if let Some(var) = UNMETERED_MODES
+            .iter()
+            .find(|v| get(v).is_some_and(|x| !matches!(x.trim(), "0" | "false")))
+        {
             return Err(CredentialError::Unmetered {
                 var: (*var).to_owned(),
             });
         }
-        let credential = match (get(CREDENTIAL_VARS[0]), get(CREDENTIAL_VARS[1]), get(CREDENTIAL_VARS[2])) {
+        let credential = match (
+            get(CREDENTIAL_VARS[0]),
+            get(CREDENTIAL_VARS[1]),
+            get(CREDENTIAL_VARS[2]),
+        ) {
             (Some(k), _, _) => Credential::ApiKey(k.trim().to_owned()),
             (None, Some(t), _) | (None, None, Some(t)) => Credential::OAuth(t.trim().to_owned()),
             (None, None, None) => return Err(CredentialError::Missing),
@@ -480,7 +487,7 @@ fn upstream_headers(from: &HeaderMap, credential: &Credential) -> HeaderMap {
             if let Ok(v) = HeaderValue::from_str(&format!("Bearer {t}")) {
                 out.insert(hyper::header::AUTHORIZATION, v);
             }
-            let beta = out
+            let mut beta = out
                 .get_all("anthropic-beta")
                 .iter()
                 .filter_map(|v| v.to_str().ok())
@@ -489,7 +496,6 @@ fn upstream_headers(from: &HeaderMap, credential: &Credential) -> HeaderMap {
                 .filter(|v| !v.is_empty())
                 .map(str::to_owned)
                 .collect::<Vec<_>>();
-            let mut beta = beta;
             if !beta.iter().any(|b| b == OAUTH_BETA) {
                 beta.push(OAUTH_BETA.to_owned());
             }
@@ -575,7 +581,11 @@ async fn forward(
         .map_or("/", |p| p.as_str())
         .to_owned();
     let is_call = parts.method == hyper::Method::POST
-        && parts.uri.path().trim_end_matches('/').ends_with("/v1/messages");
+        && parts
+            .uri
+            .path()
+            .trim_end_matches('/')
+            .ends_with("/v1/messages");
     let requested_model = if is_call {
         serde_json::from_slice::<ModelOnly>(&body)
             .map(|m| m.model)
@@ -628,9 +638,13 @@ async fn forward(
         }
     }
     let (tx, rx) = mpsc::channel::<Bytes>(32);
-    let resp = resp
-        .body(GatewayBody::Stream(rx))
-        .map_err(|e| api_error(StatusCode::BAD_GATEWAY, "api_error", &format!("loopd gateway: {e}")))?;
+    let resp = resp.body(GatewayBody::Stream(rx)).map_err(|e| {
+        api_error(
+            StatusCode::BAD_GATEWAY,
+            "api_error",
+            &format!("loopd gateway: {e}"),
+        )
+    })?;
     tokio::spawn(async move {
         let _in_flight = in_flight;
         let mut upstream = upstream;
@@ -661,7 +675,13 @@ async fn forward(
         }
         drop(tx);
         if is_call {
-            let call = meter.finish(tag, status.as_u16(), latency, started.elapsed(), shared.price);
+            let call = meter.finish(
+                tag,
+                status.as_u16(),
+                latency,
+                started.elapsed(),
+                shared.price,
+            );
             {
                 let mut m = lock(&shared.metered);
                 m.calls += 1;
@@ -834,7 +854,9 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 #[derive(Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum SseData {
-    MessageStart { message: MessageHead },
+    MessageStart {
+        message: MessageHead,
+    },
     MessageDelta {
         #[serde(default)]
         usage: Usage,
@@ -889,7 +911,10 @@ mod tests {
             Err(CredentialError::Missing)
         );
         assert!(matches!(
-            Access::from_vars(vars(&[("ANTHROPIC_API_KEY", "k"), ("CLAUDE_CODE_USE_BEDROCK", "1")])),
+            Access::from_vars(vars(&[
+                ("ANTHROPIC_API_KEY", "k"),
+                ("CLAUDE_CODE_USE_BEDROCK", "1")
+            ])),
             Err(CredentialError::Unmetered { .. })
         ));
         assert!(!format!("{:?}", Credential::ApiKey("sk-secret".into())).contains("sk-secret"));
@@ -901,7 +926,10 @@ mod tests {
         h.insert("x-api-key", HeaderValue::from_static("session"));
         h.insert("authorization", HeaderValue::from_static("Bearer session"));
         h.insert("accept-encoding", HeaderValue::from_static("gzip, br"));
-        h.insert("anthropic-beta", HeaderValue::from_static("claude-code-20250219,x"));
+        h.insert(
+            "anthropic-beta",
+            HeaderValue::from_static("claude-code-20250219,x"),
+        );
         h.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
         let key = upstream_headers(&h, &Credential::ApiKey("sk-real".into()));
         assert_eq!(key["x-api-key"], "sk-real");
@@ -911,7 +939,10 @@ mod tests {
         let oauth = upstream_headers(&h, &Credential::OAuth("tok".into()));
         assert!(oauth.get("x-api-key").is_none());
         assert_eq!(oauth["authorization"], "Bearer tok");
-        assert_eq!(oauth["anthropic-beta"], "claude-code-20250219,x,oauth-2025-04-20");
+        assert_eq!(
+            oauth["anthropic-beta"],
+            "claude-code-20250219,x,oauth-2025-04-20"
+        );
     }
 
     #[test]
@@ -952,15 +983,29 @@ mod tests {
             let mut m = Meter::new(true, "requested".into());
             m.feed(&stream.as_bytes()[..cut]);
             m.feed(&stream.as_bytes()[cut..]);
-            let call = m.finish(tag(), 200, Default::default(), Default::default(), Price::for_model);
+            let call = m.finish(
+                tag(),
+                200,
+                Default::default(),
+                Default::default(),
+                Price::for_model,
+            );
             assert_eq!(call.model, "claude-haiku-5-5");
             assert_eq!(call.message_id, "msg_1");
             assert_eq!(
-                (call.input_tokens, call.output_tokens, call.cache_creation_input_tokens, call.cache_read_input_tokens),
+                (
+                    call.input_tokens,
+                    call.output_tokens,
+                    call.cache_creation_input_tokens,
+                    call.cache_read_input_tokens
+                ),
                 (100, 40, 2000, 30000),
                 "cut at {cut}"
             );
-            assert_eq!((call.role, call.attempt, call.session), (Role::Critic, 2, 5));
+            assert_eq!(
+                (call.role, call.attempt, call.session),
+                (Role::Critic, 2, 5)
+            );
             let expected = Price::for_model("haiku").cost(&call.usage());
             assert!((call.cost_usd - expected).abs() < 1e-15);
         }
@@ -971,7 +1016,16 @@ mod tests {
         let mut m = Meter::new(false, "sonnet".into());
         m.feed(br#"{"id":"msg_2","type":"message","model":"claude-sonnet-5-5","content":[],"#);
         m.feed(br#""usage":{"input_tokens":7,"output_tokens":3}}"#);
-        let call = m.finish(tag(), 200, Default::default(), Default::default(), Price::for_model);
-        assert_eq!((call.model.as_str(), call.input_tokens, call.output_tokens), ("claude-sonnet-5-5", 7, 3));
+        let call = m.finish(
+            tag(),
+            200,
+            Default::default(),
+            Default::default(),
+            Price::for_model,
+        );
+        assert_eq!(
+            (call.model.as_str(), call.input_tokens, call.output_tokens),
+            ("claude-sonnet-5-5", 7, 3)
+        );
     }
 }

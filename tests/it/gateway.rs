@@ -144,7 +144,10 @@ fn an_oauth_token_goes_upstream_as_a_bearer_and_nowhere_else() {
     let requests = model.requests();
     assert_eq!(requests.len(), 5, "four agent calls and one critic call");
     for q in &requests {
-        assert_eq!(q.authorization.as_deref(), Some(format!("Bearer {token}").as_str()));
+        assert_eq!(
+            q.authorization.as_deref(),
+            Some(format!("Bearer {token}").as_str())
+        );
         assert_eq!(q.x_api_key, None, "no API key header next to the bearer");
         assert!(
             q.anthropic_beta
@@ -160,7 +163,13 @@ fn an_oauth_token_goes_upstream_as_a_bearer_and_nowhere_else() {
     assert_nowhere(&env, &model, &token);
 }
 
-fn cached(input: u64, output: u64, writes: u64, reads: u64, blocks: Vec<crate::support::model::Block>) -> Turn {
+fn cached(
+    input: u64,
+    output: u64,
+    writes: u64,
+    reads: u64,
+    blocks: Vec<crate::support::model::Block>,
+) -> Turn {
     Turn {
         blocks,
         usage: Usage {
@@ -180,7 +189,13 @@ fn totals_equal_the_scripted_usage_exactly() {
     let env = TestEnv::new();
     let agent_turns = vec![
         cached(110, 31, 2_000, 0, vec![read("rechnung.py")]),
-        cached(120, 452, 0, 2_000, vec![write("rechnung.py", &clean_solution())]),
+        cached(
+            120,
+            452,
+            0,
+            2_000,
+            vec![write("rechnung.py", &clean_solution())],
+        ),
         cached(130, 17, 300, 2_300, vec![text("Done.")]),
     ];
     let critic_turn = cached(
@@ -254,7 +269,10 @@ fn totals_equal_the_scripted_usage_exactly() {
     want.sort();
     assert_eq!(got, want);
     assert_eq!(
-        calls.iter().filter(|c| c.role == loopd::agent::session::Role::Critic).count(),
+        calls
+            .iter()
+            .filter(|c| c.role == loopd::agent::session::Role::Critic)
+            .count(),
         1
     );
     // The sessions' billed spend is the metered one; the CLI's own figure
@@ -269,7 +287,11 @@ fn totals_equal_the_scripted_usage_exactly() {
     assert_eq!(report.code, 0, "{}", report.stderr);
     assert_contains_all(
         &report.stdout,
-        &["Model calls (metered by the gateway)", "| 2300 | 4300 |", "| 4000 | 7 |"],
+        &[
+            "Model calls (metered by the gateway)",
+            "| 2300 | 4300 |",
+            "| 4000 | 7 |",
+        ],
         "the report",
     );
 }
@@ -283,7 +305,9 @@ fn a_nested_claude_is_metered_and_stopped_by_the_job_budget() {
     let model = ScriptedModel::start(scenario(
         vec![
             session(vec![
-                turn(vec![bash("C=claude; $C -p 'nested work' </dev/null; echo MARK-nested")]),
+                turn(vec![bash(
+                    "C=claude; $C -p 'nested work' </dev/null; echo MARK-nested",
+                )]),
                 turn(vec![text("Done.")]),
             ]),
             // The nested session: one expensive call that wants another.
@@ -334,7 +358,11 @@ fn the_hook_denies_starting_claude_from_the_agents_bash() {
         second.body.to_string().contains("is not allowed"),
         "the denial reached the model"
     );
-    assert_eq!(model.session_count(Role::Agent), 1, "no nested session started");
+    assert_eq!(
+        model.session_count(Role::Agent),
+        1,
+        "no nested session started"
+    );
     // A denied tool call rejects the attempt; the job goes on or ends, but
     // never as an agent error.
     assert_ne!(r.summary()["reason"], "agent_error", "{}", r.stderr);
@@ -345,7 +373,10 @@ fn the_hook_denies_starting_claude_from_the_agents_bash() {
 #[test]
 fn no_credential_exits_five_before_the_baseline() {
     let env = TestEnv::new();
-    let model = ScriptedModel::start(scenario(vec![agent_writes(&clean_solution())], vec![pass()]));
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
     let out = env
         .loopd(Some(&model))
         .env_remove("ANTHROPIC_API_KEY")
@@ -397,11 +428,19 @@ fn a_call_the_budget_cannot_cover_is_refused_and_ends_the_job_on_budget() {
     assert_eq!(r.code, 3, "{}", r.stderr);
     let s = r.summary();
     assert_eq!(s["reason"], "budget_usd", "{}", r.stderr);
-    assert_eq!(model.requests().len(), 1, "the second call never reached upstream");
+    assert_eq!(
+        model.requests().len(),
+        1,
+        "the second call never reached upstream"
+    );
     let agent = &finished_sessions(&s)[0];
     let failure = agent.failure.as_ref().expect("the session failed");
     assert_eq!(failure.reason.as_str(), "budget_usd");
-    assert!(failure.detail.contains("gateway refused"), "{}", failure.detail);
+    assert!(
+        failure.detail.contains("gateway refused"),
+        "{}",
+        failure.detail
+    );
     let total = s["totals"]["cost_usd"].as_f64().expect("cost");
     assert!((total - 0.00091).abs() < 1e-9, "billed {total}");
 }
