@@ -94,7 +94,7 @@ fn main() {
             tripped: None,
         };
         let end = rt
-            .block_on(session::run(&spec, &mut obs, &mut rx))
+            .block_on(session::run(&spec, &mut obs, &mut rx, None))
             .expect("session");
         let done = Instant::now();
         assert_eq!(end.stopped, Some(Reason::BudgetUsd), "the cap tripped");

@@ -28,6 +28,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::agent::gateway::MeteredCall;
 use crate::agent::session::Role;
 use crate::critic::{CriticVerdict, Violation};
 use crate::goal::GoalReport;
@@ -59,10 +60,17 @@ pub struct SessionFinished {
     pub attempt: u32,
     pub role: Role,
     pub session: u32,
-    /// Reconciled with the CLI's result event; the authority for billing.
+    /// The authority for billing: the gateway's metered calls of this
+    /// session (the `metered_call` events before this one), turns at least
+    /// the CLI's count. Journals from before the gateway: reconciled with
+    /// the CLI's result event.
     pub spend: Spend,
     /// What the stream's live estimate said.
     pub cost_usd_estimate: f64,
+    /// What the CLI's result event said the session cost: a cross-check of
+    /// the metered spend (a disagreement is logged and kept here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cli_cost_usd: Option<f64>,
     pub tool_calls: u64,
     pub wall_ms: u64,
     pub terminal_reason: Option<String>,
@@ -138,7 +146,11 @@ pub enum Event {
     },
     AttemptStarted { attempt: u32, prompt: String },
     SessionStarted { attempt: u32, role: Role, session: u32 },
+    /// The stream's live estimate of one model call.
     ModelCall(ModelCall),
+    /// One model call as the metering gateway saw it on the wire: what the
+    /// job is billed.
+    MeteredCall(MeteredCall),
     ToolCall(ToolCall),
     /// The hook denied a repeated call with a nudge; a further repeat stops.
     Nudged(Nudge),
@@ -244,6 +256,7 @@ impl Event {
             Event::AttemptStarted { .. } => "attempt_started",
             Event::SessionStarted { .. } => "session_started",
             Event::ModelCall(_) => "model_call",
+            Event::MeteredCall(_) => "metered_call",
             Event::ToolCall(_) => "tool_call",
             Event::Nudged(_) => "nudged",
             Event::SessionFinished(_) => "session_finished",
@@ -271,7 +284,10 @@ impl Event {
     /// Facts something acts on are fsync'd; the per-call lines of the hot
     /// path are not (the next durable append flushes them).
     fn durable(&self) -> bool {
-        !matches!(self, Event::ModelCall(_) | Event::ToolCall(_))
+        !matches!(
+            self,
+            Event::ModelCall(_) | Event::MeteredCall(_) | Event::ToolCall(_)
+        )
     }
 }
 
@@ -451,6 +467,7 @@ impl Recorder for Journal {
             Record::ModelCall(c) => Event::ModelCall(c),
             Record::ToolCall(c) => Event::ToolCall(c),
             Record::Nudged(n) => Event::Nudged(n),
+            Record::Metered(c) => Event::MeteredCall(c),
         };
         if let Err(e) = self.append(event) {
             tracing::warn!(error = %e, "cannot journal a model or tool call");
@@ -597,6 +614,10 @@ pub struct Replay {
     pub sessions: u32,
     /// Model-call estimates of sessions not (yet) finished, by session.
     unfinished: std::collections::BTreeMap<u32, Spend>,
+    /// Metered calls of sessions not (yet) finished, by session. A
+    /// session's `session_finished` bills them (its `spend` is their sum);
+    /// a call metered after its session finished is billed on its own.
+    metered: std::collections::BTreeMap<u32, Spend>,
     pub diffs: DiffHistory,
     /// Lines of the hook's denials log already journaled.
     pub denials: usize,
@@ -642,11 +663,18 @@ impl Replay {
         r
     }
 
-    /// Total spend: finished sessions plus unfinished ones' estimates.
+    /// Total spend: finished sessions, plus for each unfinished one the
+    /// larger of its stream estimate and its metered calls (never both: they
+    /// read the same calls).
     pub fn spend(&self) -> Spend {
-        self.unfinished
-            .values()
-            .fold(self.spent, |acc, s| acc.plus(s))
+        self.unfinished.iter().fold(self.spent, |acc, (n, est)| {
+            acc.plus(&self.metered.get(n).map_or(*est, |m| m.max(est)))
+        })
+    }
+
+    /// The metered calls of session `n` so far, while it is unfinished.
+    pub fn metered_of(&self, n: u32) -> Spend {
+        self.metered.get(&n).copied().unwrap_or_default()
     }
 
     /// Why the last ended attempt was rejected (`None` when it was not).
@@ -713,7 +741,10 @@ impl Replay {
     pub fn apply(&mut self, entry: &Entry) {
         self.wall_ms = self.wall_ms.max(entry.ms);
         self.entries += 1;
-        if !matches!(entry.event, Event::ModelCall(_) | Event::ToolCall(_)) {
+        if !matches!(
+            entry.event,
+            Event::ModelCall(_) | Event::MeteredCall(_) | Event::ToolCall(_)
+        ) {
             self.recent.push_back(entry.clone());
             if self.recent.len() > LAST_EVENTS {
                 self.recent.pop_front();
@@ -766,9 +797,18 @@ impl Replay {
                     });
                 }
             }
+            Event::MeteredCall(c) => {
+                let call = Spend::of_call(c);
+                if self.unfinished.contains_key(&c.session) {
+                    self.metered.entry(c.session).or_default().add(&call);
+                } else {
+                    self.spent.add(&call);
+                }
+            }
             Event::ToolCall(_) | Event::Nudged(_) => {}
             Event::SessionFinished(f) => {
                 self.unfinished.remove(&f.session);
+                self.metered.remove(&f.session);
                 self.spent.add(&f.spend);
                 // A session cut short by a signal did not finish its work:
                 // billed, but a resumed job runs it again.
@@ -958,6 +998,7 @@ mod tests {
             session,
             spend: spend(usd),
             cost_usd_estimate: usd,
+            cli_cost_usd: None,
             tool_calls: 1,
             wall_ms: 10,
             terminal_reason: None,
@@ -1067,6 +1108,95 @@ mod tests {
         let s = r.spend();
         assert_eq!((s.cost_usd, s.turns, s.input_tokens), (0.5, 2, 200));
         assert!(r.current.as_ref().expect("current").agent.is_none());
+    }
+
+    fn metered(session: u32, usd: f64, cache_read: u64) -> Event {
+        Event::MeteredCall(MeteredCall {
+            attempt: 1,
+            role: Role::Agent,
+            session,
+            model: "claude-haiku-5-5".into(),
+            message_id: "m".into(),
+            status: 200,
+            input_tokens: 100,
+            output_tokens: 20,
+            cache_creation_input_tokens: 10,
+            cache_read_input_tokens: cache_read,
+            cost_usd: usd,
+            latency_ms: 1,
+            wall_ms: 2,
+        })
+    }
+
+    fn estimate(session: u32, usd: f64) -> Event {
+        Event::ModelCall(ModelCall {
+            attempt: 1,
+            role: Role::Agent,
+            session,
+            message_id: "m".into(),
+            model: "haiku".into(),
+            input_tokens: 100,
+            output_tokens: 20,
+            cost_usd_estimate: usd,
+            latency_ms: 1,
+        })
+    }
+
+    /// Every metered call is billed exactly once, wherever a crash cuts the
+    /// journal: while its session runs it counts (not added to the stream's
+    /// estimate of the same call), the session's end bills the sum it
+    /// carries, and a call metered after its session ended counts on its own.
+    #[test]
+    fn metered_calls_are_billed_once_at_every_cut() {
+        let mut ev = start();
+        ev.push(estimate(0, 0.25));
+        ev.push(metered(0, 0.3, 1000));
+        // A nested `claude -p`'s call: metered, never in the stream.
+        ev.push(metered(0, 0.2, 0));
+        let mut finished = match finished(1, Role::Agent, 0, 0.0) {
+            Event::SessionFinished(f) => f,
+            _ => unreachable!("a session_finished event"),
+        };
+        finished.spend = Spend {
+            cost_usd: 0.5,
+            turns: 2,
+            input_tokens: 100 + 10 + 1000 + 100 + 10,
+            output_tokens: 40,
+        };
+        ev.push(Event::SessionFinished(finished));
+        ev.push(metered(0, 0.125, 0));
+        let start_len = start().len();
+        let expected = [
+            // (events kept after `start`, billed usd)
+            (0, 0.0),
+            (1, 0.25),          // the stream's estimate only
+            (2, 0.3),           // metered supersedes the same call's estimate
+            (3, 0.5),           // the nested call adds
+            (4, 0.5),           // the session's end bills the same sum
+            (5, 0.625),         // a late call counts on its own
+        ];
+        for (kept, usd) in expected {
+            let r = Replay::fold(&parse(&lines(ev[..start_len + kept].to_vec())).0);
+            assert!(
+                (r.spend().cost_usd - usd).abs() < 1e-12,
+                "after {kept} events: billed {} not {usd}",
+                r.spend().cost_usd
+            );
+        }
+        let r = Replay::fold(&parse(&lines(ev[..start_len + 3].to_vec())).0);
+        assert_eq!(r.metered_of(0).input_tokens, 2 * 110 + 1000);
+        assert_eq!(r.metered_of(0).turns, 2);
+        // A second session, killed mid-way: its own calls only.
+        let mut ev2 = ev.clone();
+        ev2.push(Event::SessionStarted {
+            attempt: 1,
+            role: Role::Critic,
+            session: 1,
+        });
+        ev2.push(metered(1, 0.01, 0));
+        let r = Replay::fold(&parse(&lines(ev2)).0);
+        assert!((r.spend().cost_usd - 0.635).abs() < 1e-12);
+        assert_eq!(r.metered_of(0), Spend::default(), "session 0 finished");
     }
 
     #[test]

@@ -23,7 +23,10 @@
 //! run or billed again. `state.json` and `summary.json` are views.
 //!
 //! # Where the guards live
-//! Caps (turns, tokens, USD, before spending): [`guard::caps`]. Repeated tool
+//! Caps (turns, tokens, USD, before spending): [`guard::caps`], enforced on
+//! the wire by the metering gateway every session talks to
+//! ([`agent::gateway`]: the credential stays in loopd, every call is metered
+//! and journaled, a call the budget cannot cover is refused). Repeated tool
 //! calls (with the nudge before the stop), no progress, oscillation:
 //! [`guard::progress`]. The agent's approved exit, `loopd escalate`:
 //! [`guard::escalation`]. Wall clock, attempt
@@ -37,7 +40,7 @@
 //! | --- | --- | --- |
 //! | 0 | [`util`] | atomic writes, ids, clock, shell quoting, crash points |
 //! | 1 | [`outcome`], [`process`] | reasons → exit codes (the one place); process trees |
-//! | 2 | [`workspace`], [`agent`], [`notify`] | git (the diff, the pinned `.git/`, held credentials); the agent CLI seam (Claude Code); webhooks |
+//! | 2 | [`workspace`], [`agent`], [`notify`] | git (the diff, the pinned `.git/`, held credentials); the agent CLI seam (Claude Code) and the metering gateway; webhooks |
 //! | 3 | [`guard`], [`goal`], [`rubric`], [`critic`] | the judges and their settings |
 //! | 4 | [`report`], [`report_html`], [`breaker`], [`journal`], [`lessons`] | views (`report.html`: the page a human reads), parking, the job's truth, what a repository taught |
 //! | 5 | [`config`], [`live`] | `loopd.toml` + flags → a validated job; live progress lines from the journal |

@@ -178,6 +178,7 @@ impl Progress {
                 format!("the parked work {stash_commit} is back in the working tree")
             }
             Event::ModelCall(_)
+            | Event::MeteredCall(_)
             | Event::DiffTaken { .. }
             | Event::CredentialsHeld { .. }
             | Event::CredentialsReleased { .. }

@@ -34,16 +34,14 @@ fn init_logging(verbose: u8, quiet: bool) {
 
 fn main() -> ExitCode {
     let args = Cli::parse();
-    if !matches!(args.command, cli::Command::AgentKey { .. }) {
-        init_logging(args.verbose, args.quiet);
-        // Orphans of the agent's tools are re-parented here, not to init.
-        if loopd::process::become_subreaper() {
-            loopd::process::enable_stray_sweep();
-        } else {
-            tracing::debug!(
-                "could not become a child subreaper; containment relies on the token sweep alone"
-            );
-        }
+    init_logging(args.verbose, args.quiet);
+    // Orphans of the agent's tools are re-parented here, not to init.
+    if loopd::process::become_subreaper() {
+        loopd::process::enable_stray_sweep();
+    } else {
+        tracing::debug!(
+            "could not become a child subreaper; containment relies on the token sweep alone"
+        );
     }
     match cli::dispatch(args) {
         Ok(status) => ExitCode::from(status.code()),

@@ -14,13 +14,54 @@ pub const TOKEN_VARS: &[&str] = &["LOOPD_GITHUB_TOKEN", "GITHUB_TOKEN", "GH_TOKE
 /// The Anthropic API key's variable.
 pub const API_KEY_VAR: &str = "ANTHROPIC_API_KEY";
 
-/// Every credential variable a child of loopd must not inherit.
+/// Every credential variable a child of loopd must not inherit: the model
+/// credentials (API key, subscription OAuth tokens) and the forge tokens.
+/// Sessions get the metering gateway's session token in `API_KEY_VAR`
+/// instead.
 pub const SECRET_VARS: &[&str] = &[
     API_KEY_VAR,
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "ANTHROPIC_AUTH_TOKEN",
     "LOOPD_GITHUB_TOKEN",
     "GITHUB_TOKEN",
     "GH_TOKEN",
 ];
+
+/// Wipe the values of `names` from this process's environment block, and
+/// make the process undumpable: `/proc/<pid>/environ` is the block the
+/// process started with, readable by every process of the same user (the
+/// agent's included), so a credential read from it must not stay there.
+/// Undumpable, `/proc/<pid>/{environ,mem}` and ptrace are closed to other
+/// processes of a non-root user. Call once, early, before other threads
+/// read the environment; afterwards the variables read as empty.
+pub fn scrub_environ(names: &[&str]) {
+    extern "C" {
+        static mut environ: *mut *mut libc::c_char;
+    }
+    // SAFETY: `environ` is the C runtime's NULL-terminated array of
+    // NUL-terminated strings, valid for the life of the process; no other
+    // thread reads or writes the environment now (the caller's contract).
+    // Each matching string is overwritten only after its `NAME=`, within
+    // its own length, so every entry stays a valid C string.
+    unsafe {
+        let mut entry = *std::ptr::addr_of!(environ);
+        if entry.is_null() {
+            return;
+        }
+        while !(*entry).is_null() {
+            let text = std::ffi::CStr::from_ptr(*entry).to_bytes();
+            let len = text.len();
+            if let Some(name) = names.iter().find(|n| {
+                text.len() > n.len() && text.starts_with(n.as_bytes()) && text[n.len()] == b'='
+            }) {
+                let start = name.len() + 1;
+                std::ptr::write_bytes((*entry).add(start), 0, len - start);
+            }
+            entry = entry.add(1);
+        }
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
+}
 
 /// A file loopd reads (`loopd.toml`, a rubric) that cannot be used, named
 /// with the file, the field, what was expected and what was found.
@@ -186,6 +227,15 @@ mod failpoints {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scrubbed_variables_read_empty() {
+        // A name no other test reads; set before any thread of this test
+        // touches the environment.
+        std::env::set_var("LOOPD_SCRUB_TEST_SECRET", "sk-scrub-me");
+        scrub_environ(&["LOOPD_SCRUB_TEST_SECRET"]);
+        assert_eq!(std::env::var("LOOPD_SCRUB_TEST_SECRET").as_deref(), Ok(""));
+    }
 
     #[test]
     fn quoting() {

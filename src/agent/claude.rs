@@ -4,9 +4,10 @@
 //! Facts relied on (CLAUDE_CLI.md): multi-value flags swallow a trailing
 //! prompt, so the prompt always follows `--`; stream-json needs `--verbose`;
 //! `--setting-sources ""` plus `--settings FILE` means only loopd's settings
-//! (and hooks) apply; an `apiKeyHelper` keeps the key out of the environment
-//! of the agent's tools; `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1` avoids
-//! telemetry DNS stalls.
+//! (and hooks) apply; `ANTHROPIC_BASE_URL` + `ANTHROPIC_API_KEY` point the
+//! CLI at loopd's metering gateway with a session token (the real credential
+//! never reaches a session); `CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`
+//! avoids telemetry DNS stalls.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -20,13 +21,13 @@ use super::{AgentCli, CliLimits, Price};
 pub struct ClaudeCode;
 
 impl AgentCli for ClaudeCode {
-    fn settings(&self, key_helper: Option<&str>, hook_command: Option<&str>) -> String {
+    fn settings(&self, hook_command: Option<&str>) -> String {
         // Every tool: the hook also counts each session's calls for the
         // nudge before a `stuck_repeat` stop, not only the mutating ones.
         let hooks = hook_command.map(|command| {
             json!({"PreToolUse": [{"matcher": "*", "hooks": [{"type": "command", "command": command}]}]})
         });
-        serde_json::to_string_pretty(&settings_json(key_helper, &[], hooks))
+        serde_json::to_string_pretty(&settings_json(&[], hooks))
             .expect("settings serialize")
     }
 
@@ -66,10 +67,14 @@ impl AgentCli for ClaudeCode {
     args
     }
 
-    fn session_env(&self) -> Vec<(OsString, OsString)> {
+    fn session_env(&self, gateway_url: &str, session_token: &str) -> Vec<(OsString, OsString)> {
         SESSION_ENV
             .iter()
             .map(|(k, v)| ((*k).into(), (*v).into()))
+            .chain([
+                (super::gateway::BASE_URL_VAR.into(), gateway_url.into()),
+                (crate::util::API_KEY_VAR.into(), session_token.into()),
+            ])
             .collect()
     }
 
@@ -111,18 +116,12 @@ fn common_args(model: &str, settings: &Path, limits: CliLimits) -> Vec<OsString>
 
 
 
-/// The per-session settings file: permissions, hooks, and the key helper.
-pub fn settings_json(
-    key_helper: Option<&str>,
-    deny: &[String],
-    hooks: Option<serde_json::Value>,
-) -> serde_json::Value {
+/// The per-session settings file: permissions and hooks (no credential,
+/// no key helper: the session's credential is the gateway's token).
+pub fn settings_json(deny: &[String], hooks: Option<serde_json::Value>) -> serde_json::Value {
     let mut settings = json!({
         "permissions": { "deny": deny },
     });
-    if let Some(helper) = key_helper {
-        settings["apiKeyHelper"] = json!(helper);
-    }
     if let Some(hooks) = hooks {
         settings["hooks"] = hooks;
     }
@@ -217,10 +216,18 @@ mod tests {
     }
 
     #[test]
-    fn settings_carry_the_helper_not_the_key() {
-        let s = settings_json(Some("/bin/loopd agent-key /run/k.sock"), &[], None);
-        assert_eq!(s["apiKeyHelper"], "/bin/loopd agent-key /run/k.sock");
+    fn settings_carry_no_credential_and_sessions_get_the_gateway() {
+        let s = settings_json(&[], None);
+        assert!(s.get("apiKeyHelper").is_none());
         assert!(s.get("hooks").is_none());
+        let env = ClaudeCode.session_env("http://127.0.0.1:4242", "loopd-session-x");
+        let get = |k: &str| {
+            env.iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.to_string_lossy().into_owned())
+        };
+        assert_eq!(get("ANTHROPIC_BASE_URL").as_deref(), Some("http://127.0.0.1:4242"));
+        assert_eq!(get("ANTHROPIC_API_KEY").as_deref(), Some("loopd-session-x"));
     }
 
     #[test]

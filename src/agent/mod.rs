@@ -7,7 +7,7 @@
 
 pub mod claude;
 pub mod events;
-pub mod key;
+pub mod gateway;
 pub mod session;
 
 use std::ffi::OsString;
@@ -24,9 +24,10 @@ pub struct CliLimits {
 
 /// Everything specific to one agent CLI.
 pub trait AgentCli: Send + Sync {
-    /// The content of the sessions' settings file: the key helper (a shell
-    /// command printing the key) and the pre-tool-use hook command.
-    fn settings(&self, key_helper: Option<&str>, hook_command: Option<&str>) -> String;
+    /// The content of the sessions' settings file: the pre-tool-use hook
+    /// command. No credential: sessions talk to the metering gateway
+    /// ([`gateway`]) with a session token.
+    fn settings(&self, hook_command: Option<&str>) -> String;
     /// An agent session's arguments (after the binary).
     fn agent_args(
         &self,
@@ -46,14 +47,15 @@ pub trait AgentCli: Send + Sync {
         limits: CliLimits,
         instruction: &str,
     ) -> Vec<OsString>;
-    /// Variables set for every session.
-    fn session_env(&self) -> Vec<(OsString, OsString)>;
+    /// Variables set for every session: the gateway's URL and session
+    /// token as the CLI's endpoint and credential, and the CLI's own.
+    fn session_env(&self, gateway_url: &str, session_token: &str) -> Vec<(OsString, OsString)>;
     /// The price table for live estimates: model name → price.
     fn prices(&self) -> fn(&str) -> Price;
 }
 
-/// Prices in USD per million tokens, for the *running* estimate only; the
-/// CLI's own cost replaces the estimate when each session ends.
+/// Prices in USD per million tokens: the gateway prices every call it
+/// meters with them (the authority), and the stream's live estimate too.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Price {
     pub input: f64,

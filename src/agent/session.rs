@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use super::events::{self, Event, ResultEvent};
+use super::gateway::MeteredCall;
 use crate::outcome::Reason;
 use crate::process::{self, Contained};
 
@@ -64,6 +65,12 @@ pub type Verdict = Option<Reason>;
 /// stops the session at once.
 pub trait Observer {
     fn on_event(&mut self, event: &Event, at: Instant) -> Verdict;
+
+    /// A call the metering gateway finished while the session runs (its
+    /// own, or a nested `claude -p`'s that never shows in its stream).
+    fn on_metered(&mut self, _call: MeteredCall) -> Verdict {
+        None
+    }
 }
 
 /// Why a job is asked to stop.
@@ -151,11 +158,14 @@ fn keep_tail(buf: &mut String, max: usize) {
     }
 }
 
-/// Run one session to its end. `stop` carries requests from signal handlers.
+/// Run one session to its end. `stop` carries requests from signal
+/// handlers; `metered`, the gateway's calls, handed to the observer as they
+/// end.
 pub async fn run(
     spec: &SessionSpec,
     observer: &mut (dyn Observer + Send),
     stop: &mut tokio::sync::watch::Receiver<Option<StopRequest>>,
+    mut metered: Option<&mut tokio::sync::mpsc::UnboundedReceiver<MeteredCall>>,
 ) -> Result<SessionEnd, SessionError> {
     let started = Instant::now();
     let token = process::new_token(&spec.scope, spec.role.as_str());
@@ -254,6 +264,12 @@ pub async fn run(
                     Err(e) => tracing::warn!(error = %e, line = %line.chars().take(200).collect::<String>(), "unparsable stream line"),
                 }
             }
+            Some(call) = next_metered(&mut metered) => {
+                if let Some(reason) = observer.on_metered(call) {
+                    stopped = Some(reason);
+                    break;
+                }
+            }
             _ = tokio::time::sleep_until(idle_at.into()) => {
                 tracing::warn!(role = spec.role.as_str(), idle_s = spec.idle_timeout.as_secs_f64(), "no event from the session");
                 stopped = Some(Reason::IdleTimeout);
@@ -305,6 +321,16 @@ pub async fn run(
         wall: started.elapsed(),
         leftovers,
     })
+}
+
+/// The gateway's next metered call; never resolves without a gateway.
+async fn next_metered(
+    rx: &mut Option<&mut tokio::sync::mpsc::UnboundedReceiver<MeteredCall>>,
+) -> Option<MeteredCall> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Resolves when a stop request asks to skip the grace (`hurry`: a second
@@ -374,7 +400,7 @@ mod tests {
         // the session returns at all before it.
         let mut observer = Quiet;
         let (end, ()) = tokio::time::timeout(Duration::from_secs(10), async {
-            tokio::join!(run(&spec, &mut observer, &mut rx), signals)
+            tokio::join!(run(&spec, &mut observer, &mut rx, None), signals)
         })
         .await
         .expect("the second signal cut the 30 s grace short");

@@ -65,7 +65,7 @@ pub fn daemon(args: DaemonArgs) -> Result<ExitStatus, CliError> {
         jobs: args.jobs,
         agent_bin: args.agent_bin,
         loopd_exe: crate::cli::loopd_exe(),
-        api_key: crate::cli::api_key(),
+        access: crate::cli::access()?,
         grace: Duration::from_secs(5),
     };
     let rt = crate::cli::runtime()?;

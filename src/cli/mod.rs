@@ -18,7 +18,6 @@ pub mod status;
 pub mod submit;
 pub mod tail;
 
-use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
@@ -61,11 +60,6 @@ pub enum Command {
     Hook(hook::HookArgs),
     Completions(completions::CompletionsArgs),
     Man(completions::ManArgs),
-    /// Print the API key served on SOCKET (the CLI's `apiKeyHelper`; internal).
-    #[command(hide = true)]
-    AgentKey {
-        socket: PathBuf,
-    },
 }
 
 /// An error at the command line's edge: what to print and how to exit.
@@ -181,17 +175,31 @@ pub fn on_signals(mut handler: impl FnMut(usize, i32) + Send + 'static) -> Resul
     Ok(())
 }
 
-/// This executable, for the commands the CLI runs back into loopd (the key
-/// helper, the hook).
+/// This executable, for the command the CLI runs back into loopd (the
+/// hook).
 pub fn loopd_exe() -> std::path::PathBuf {
     std::env::current_exe().unwrap_or_else(|_| std::path::PathBuf::from("loopd"))
 }
 
-/// The API key loopd hands to the CLI, if it has one.
-pub fn api_key() -> Option<String> {
-    std::env::var(crate::agent::key::KEY_VAR)
-        .ok()
-        .filter(|k| !k.is_empty())
+/// The model credential (and upstream) the job's metering gateway uses,
+/// picked before anything of a job runs: without one, exit 5 with a hint.
+pub fn access() -> Result<crate::agent::gateway::Access, CliError> {
+    use crate::agent::gateway::{Access, CredentialError, CREDENTIAL_VARS};
+    let access = Access::from_env();
+    // The credential lives in this process's memory from now on, never in
+    // its environment block, which the agent's processes could read.
+    crate::util::scrub_environ(&CREDENTIAL_VARS);
+    access.map_err(|e| {
+        let hint = match e {
+            CredentialError::Missing => {
+                "set ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN; see README"
+            }
+            CredentialError::Unmetered { .. } => {
+                "unset it and set ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN; see README"
+            }
+        };
+        CliError::new(ExitStatus::Environment, e).hint(hint)
+    })
 }
 
 /// The control of a job run in the foreground (`run`, `ci`): SIGTERM/SIGINT
@@ -219,7 +227,7 @@ pub fn foreground_control(progress: bool) -> Result<crate::job::Control, CliErro
     Ok(crate::job::Control {
         stop: rx,
         loopd_exe: loopd_exe(),
-        api_key: api_key(),
+        access: access()?,
         job_id: None,
         progress,
     })
@@ -245,14 +253,5 @@ pub fn dispatch(cli: Cli) -> Result<ExitStatus, CliError> {
         Command::Hook(args) => hook::hook(args),
         Command::Completions(args) => completions::completions(args),
         Command::Man(args) => completions::man(args),
-        Command::AgentKey { socket } => {
-            crate::agent::key::print_key(&socket).map_err(|e| {
-                CliError::new(
-                    ExitStatus::Environment,
-                    format!("cannot read the key from `{}`: {e}", socket.display()),
-                )
-            })?;
-            Ok(ExitStatus::Success)
-        }
     }
 }

@@ -90,6 +90,9 @@ pub fn report(args: ReportArgs) -> Result<ExitStatus, CliError> {
             )
             .trim_end_matches('\n')
         );
+        if let Some(table) = metered_table(&run_dir) {
+            crate::cli::out!("\n{}", table.trim_end_matches('\n'));
+        }
     }
     Ok(ExitStatus::Success)
 }
@@ -149,4 +152,65 @@ fn write_html(target: &Path, html: &str, repos: &[PathBuf]) -> Result<(), CliErr
     })?;
     eprintln!("loopd report: wrote `{}`", path.display());
     Ok(())
+}
+
+/// Per session, what the metering gateway read on the wire — calls,
+/// tokens, cache writes and reads, cost — beside what the CLI reported.
+fn metered_table(run_dir: &std::path::Path) -> Option<String> {
+    use crate::journal::{self, Event};
+    use std::collections::BTreeMap;
+    use std::fmt::Write;
+    #[derive(Default)]
+    struct Row {
+        label: String,
+        calls: u64,
+        input: u64,
+        output: u64,
+        writes: u64,
+        reads: u64,
+        usd: f64,
+        cli_usd: Option<f64>,
+    }
+    let text = crate::util::read_text(&run_dir.join(journal::FILE)).ok()?;
+    let (entries, _) = journal::parse(&text);
+    let mut rows: BTreeMap<u32, Row> = BTreeMap::new();
+    for e in entries {
+        match e.event {
+            Event::MeteredCall(c) => {
+                let row = rows.entry(c.session).or_default();
+                row.label = format!("{} {} (attempt {})", c.role.as_str(), c.session, c.attempt);
+                row.calls += 1;
+                row.input += c.input_tokens;
+                row.output += c.output_tokens;
+                row.writes += c.cache_creation_input_tokens;
+                row.reads += c.cache_read_input_tokens;
+                row.usd += c.cost_usd;
+            }
+            Event::SessionFinished(f) => {
+                if let Some(row) = rows.get_mut(&f.session) {
+                    row.cli_usd = f.cli_cost_usd;
+                }
+            }
+            _ => {}
+        }
+    }
+    if rows.is_empty() {
+        return None;
+    }
+    let mut out = String::from("## Model calls (metered by the gateway)\n\n| session | calls | input | output | cache writes | cache reads | cost (USD) | CLI says |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    for row in rows.values() {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {:.6} | {} |",
+            row.label,
+            row.calls,
+            row.input,
+            row.output,
+            row.writes,
+            row.reads,
+            row.usd,
+            row.cli_usd.map_or("-".to_owned(), |u| format!("{u:.6}"))
+        );
+    }
+    Some(out)
 }

@@ -60,7 +60,8 @@ pub struct Options {
     pub jobs: usize,
     pub agent_bin: Option<PathBuf>,
     pub loopd_exe: PathBuf,
-    pub api_key: Option<String>,
+    /// The model credential and upstream, picked when the daemon started.
+    pub access: crate::agent::gateway::Access,
     /// For stopping what a previous daemon left running.
     pub grace: Duration,
 }
@@ -89,7 +90,7 @@ pub async fn serve(
         spool: spool.clone(),
         agent_bin: opts.agent_bin.clone(),
         loopd_exe: opts.loopd_exe.clone(),
-        api_key: opts.api_key.clone(),
+        access: opts.access.clone(),
     });
 
     // Views behind their journals (a kill between the journal and them):

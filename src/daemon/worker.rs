@@ -29,7 +29,8 @@ pub struct Context {
     pub spool: Spool,
     pub agent_bin: Option<PathBuf>,
     pub loopd_exe: PathBuf,
-    pub api_key: Option<String>,
+    /// The model credential and upstream, picked when the daemon started.
+    pub access: crate::agent::gateway::Access,
 }
 
 fn worktree_path(state_dir: &Path, id: &str) -> PathBuf {
@@ -201,7 +202,7 @@ pub async fn run(
                 let control = Control {
                     stop,
                     loopd_exe: ctx.loopd_exe.clone(),
-                    api_key: ctx.api_key.clone(),
+                    access: ctx.access.clone(),
                     job_id: Some(id.clone()),
                     progress: false,
                 };

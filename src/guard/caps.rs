@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::events::Usage;
+use crate::agent::gateway::{Metered, MeteredCall};
 use crate::agent::Price;
 use crate::outcome::Reason;
 
@@ -50,6 +51,39 @@ impl Spend {
         let mut s = *self;
         s.add(other);
         s
+    }
+
+    /// The larger of two readings of the same spend, field by field (the
+    /// stream's estimate and the gateway's meter of one session).
+    pub fn max(&self, other: &Spend) -> Spend {
+        Spend {
+            cost_usd: self.cost_usd.max(other.cost_usd),
+            turns: self.turns.max(other.turns),
+            input_tokens: self.input_tokens.max(other.input_tokens),
+            output_tokens: self.output_tokens.max(other.output_tokens),
+        }
+    }
+
+    /// One metered call: a turn, its tokens (cache reads and writes count as
+    /// input) and its price.
+    pub fn of_call(call: &MeteredCall) -> Spend {
+        let usage = call.usage();
+        Spend {
+            cost_usd: call.cost_usd,
+            turns: 1,
+            input_tokens: usage.all_input(),
+            output_tokens: usage.output_tokens,
+        }
+    }
+
+    /// What a gateway metered since it started.
+    pub fn of_metered(m: &Metered) -> Spend {
+        Spend {
+            cost_usd: m.cost_usd,
+            turns: m.calls,
+            input_tokens: m.input_tokens,
+            output_tokens: m.output_tokens,
+        }
     }
 }
 

@@ -23,6 +23,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::events::{ApiEvent, AssistantBlock, Event, Usage};
+use crate::agent::gateway::MeteredCall;
 use crate::agent::session::{Observer, Role, Verdict};
 use crate::outcome::Reason;
 use caps::{Budget, Spend};
@@ -146,6 +147,8 @@ pub enum Record {
     ModelCall(ModelCall),
     ToolCall(ToolCall),
     Nudged(Nudge),
+    /// A call the metering gateway saw on the wire (the authority).
+    Metered(MeteredCall),
 }
 
 /// Where a [`Watch`] sends its records. The hot path: an implementation must
@@ -189,6 +192,9 @@ pub struct Watch<'a> {
     before: Spend,
     /// This session's spend so far, estimated from the stream.
     pub live: Spend,
+    /// This session's spend so far as the gateway metered it (nested
+    /// `claude -p` calls included, which never show in the stream).
+    pub metered: Spend,
     /// Per session: a fresh session has a fresh context, and re-reading a
     /// file at the start of each attempt is not being stuck.
     repeat: RepeatDetector,
@@ -219,6 +225,7 @@ impl<'a> Watch<'a> {
             budget,
             before,
             live: Spend::default(),
+            metered: Spend::default(),
             repeat: RepeatDetector::new(settings.stuck_window, settings.stuck_repeat),
             settings,
             recorder,
@@ -250,7 +257,14 @@ impl<'a> Watch<'a> {
         self.live.input_tokens += now.input_tokens - call.charged.input_tokens;
         self.live.output_tokens += now.output_tokens - call.charged.output_tokens;
         call.charged = now;
-        self.budget.exceeded(&self.before.plus(&self.live))
+        self.over_cap()
+    }
+
+    /// The cap this session's spend broke, if any: the larger of the
+    /// stream's estimate and the gateway's reading, field by field.
+    fn over_cap(&self) -> Option<Reason> {
+        self.budget
+            .exceeded(&self.before.plus(&self.live.max(&self.metered)))
     }
 
     fn finish_call(&mut self) {
@@ -307,6 +321,16 @@ impl<'a> Watch<'a> {
 }
 
 impl Observer for Watch<'_> {
+    fn on_metered(&mut self, call: MeteredCall) -> Verdict {
+        self.metered.add(&Spend::of_call(&call));
+        self.recorder.record(Record::Metered(call));
+        let verdict = self.over_cap();
+        if let Some(reason) = verdict {
+            tracing::warn!(%reason, "the metered spend reached a cap");
+        }
+        verdict
+    }
+
     fn on_event(&mut self, event: &Event, at: Instant) -> Verdict {
         match event {
             Event::StreamEvent(p) => match &p.event {

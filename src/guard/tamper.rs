@@ -519,6 +519,9 @@ impl Compiled<'_> {
             if let Some(reason) = hook_installer(program, args).filter(|_| self.owns_git_dir()) {
                 return Some(reason);
             }
+            if let Some(reason) = model_client(program, args) {
+                return Some(reason);
+            }
             if program == "git" {
                 if let Some(reason) = self.check_git(args, cwd) {
                     return Some(reason);
@@ -731,6 +734,31 @@ impl Compiled<'_> {
         }
         out
     }
+}
+
+/// Programs that start a model session or a supervisor of one.
+const MODEL_CLIENTS: &[&str] = &["claude", "claude-code", "loopd"];
+
+/// Starting `claude` or `loopd` from the agent's Bash (directly or through
+/// a package runner): a nested session would be metered and capped by the
+/// job's gateway anyway; this is defence in depth, and a clear word to the
+/// agent.
+fn model_client(program: &str, args: &[String]) -> Option<String> {
+    let program = match program {
+        "npx" | "bunx" | "pnpx" => args
+            .iter()
+            .find(|a| !a.starts_with('-'))
+            .map_or(program, |a| a.as_str()),
+        _ => program,
+    };
+    let program = program.rsplit('/').next().unwrap_or(program);
+    let program = program
+        .strip_prefix("@anthropic-ai")
+        .map_or(program, |rest| rest.trim_start_matches('/'));
+    let program = program.split('@').next().unwrap_or(program);
+    MODEL_CLIENTS.contains(&program).then(|| {
+        format!("loopd: starting `{program}` from the agent's shell is not allowed: do the work in this session, with the tools you have.")
+    })
 }
 
 /// A program that installs git hooks (`pre-commit install`, `husky`, …),
@@ -1256,6 +1284,29 @@ mod tests {
         }
         for cmd in ["git commit --amend -m x", "git reset --hard", "git stash"] {
             assert!(bash(&p, cmd).is_some(), "allowed outside a job: {cmd}");
+        }
+    }
+
+    #[test]
+    fn starting_claude_or_loopd_from_the_shell_is_denied() {
+        let pol = policy();
+        let c = pol.compile().expect("compile");
+        for cmd in [
+            "claude -p hi",
+            "/usr/local/bin/claude --print x",
+            "cd /tmp && env FOO=1 claude -p x",
+            "sh -c 'claude -p x'",
+            "npx @anthropic-ai/claude-code -p x",
+            "loopd run --task x",
+            "timeout 5 loopd status",
+        ] {
+            assert!(
+                bash(&c, cmd).is_some_and(|r| r.contains("not allowed")),
+                "{cmd} was allowed"
+            );
+        }
+        for cmd in ["echo claude", "grep -r claude .", "python3 -m pytest -q"] {
+            assert_eq!(bash(&c, cmd), None, "{cmd} was denied");
         }
     }
 

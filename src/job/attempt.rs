@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use super::{JobError, Run};
 use crate::agent::events::ResultEvent;
+use crate::agent::gateway::Tag;
 use crate::agent::session::{self, Role, SessionEnd, SessionSpec};
 use crate::agent::CliLimits;
 use crate::critic::CriticVerdict;
@@ -19,6 +20,10 @@ use crate::journal::{AttemptEnd, Current, Ending, Event, SessionFinished};
 use crate::outcome::Reason;
 use crate::report::{round_usd, AttemptRecord};
 use crate::util;
+
+/// How long a session's last response may take to drain through the
+/// gateway after the CLI is gone.
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What an attempt means for the loop.
 pub enum Step {
@@ -177,7 +182,15 @@ impl Run<'_> {
         // which job — in this session's environment only.
         let escalation = (role == Role::Agent && self.job.guard.escalation)
             .then(|| (escalation::file(dir), self.id.clone()));
-        let mut env_set = self.agent.session_env();
+        let deadline = self.deadline(attempt_started);
+        let gateway = self
+            .env
+            .gateway
+            .as_mut()
+            .expect("the gateway serves while the job runs");
+        let mut env_set = self
+            .agent
+            .session_env(&gateway.base_url(), gateway.session_token());
         if let Some((file, id)) = &escalation {
             env_set.push((escalation::PATH_VAR.into(), file.into()));
             env_set.push((escalation::JOB_VAR.into(), id.into()));
@@ -192,7 +205,7 @@ impl Run<'_> {
             stdin,
             stream_log: dir.join(format!("{}-stream.jsonl", role.as_str())),
             stderr_log: dir.join(format!("{}-stderr.txt", role.as_str())),
-            deadline: Some(self.deadline(attempt_started)),
+            deadline: Some(deadline),
             idle_timeout: self.job.caps.idle_timeout,
             grace: self.job.guard.grace,
             scope: self.id.clone(),
@@ -203,6 +216,13 @@ impl Run<'_> {
             role,
             session: number,
         })?;
+        // A refusal left from an earlier session is not this one's.
+        let _ = gateway.take_refusal();
+        gateway.set_tag(Tag {
+            role,
+            attempt,
+            session: number,
+        });
         let mut stop = self.stop.clone();
         let before = self.journal.state().spend();
         let (end, live, tool_calls) = {
@@ -216,32 +236,56 @@ impl Run<'_> {
             if let Some((file, id)) = escalation {
                 watch = watch.with_escalation(file, id);
             }
-            let end = session::run(&spec, &mut watch, &mut stop).await?;
+            let end = session::run(&spec, &mut watch, &mut stop, Some(gateway.calls())).await?;
             watch.flush_pending();
             (end, watch.live, watch.tool_calls)
         };
-        // The result event is the authority; the live estimate stands in
-        // when the session was stopped before it could write one.
-        let spend = match &end.result {
-            Some(r) => Spend {
-                cost_usd: if r.total_cost_usd == 0.0 {
-                    live.cost_usd
-                } else {
-                    r.total_cost_usd
-                },
-                turns: r.num_turns.max(live.turns),
-                input_tokens: r.usage.all_input().max(live.input_tokens),
-                output_tokens: r.usage.output_tokens.max(live.output_tokens),
-            },
-            None => live,
+        // The session's last response may still be draining through the
+        // gateway; its metered call is journaled before the session's end.
+        gateway.settle(SETTLE).await;
+        while let Ok(call) = gateway.calls().try_recv() {
+            self.journal.append(Event::MeteredCall(call))?;
+        }
+        let refusal = gateway.take_refusal();
+        // The gateway's meter is the authority on cost and tokens; the turns
+        // are at least what the CLI or the stream counted.
+        let metered = self.journal.state().metered_of(number);
+        let spend = Spend {
+            turns: metered
+                .turns
+                .max(live.turns)
+                .max(end.result.as_ref().map_or(0, |r| r.num_turns)),
+            ..metered
         };
-        let failure = self.session_failure(&end, &spend);
+        let cli_cost_usd = end.result.as_ref().map(|r| r.total_cost_usd);
+        if let Some(cli) = cli_cost_usd {
+            if (cli - spend.cost_usd).abs() > 1e-6_f64.max(0.01 * spend.cost_usd) {
+                tracing::warn!(
+                    role = role.as_str(),
+                    metered_usd = spend.cost_usd,
+                    cli_usd = cli,
+                    "the CLI's cost disagrees with the metered cost; billing the metered one"
+                );
+            }
+        }
+        let failure = match (&refusal, end.stopped) {
+            // The gateway refused a call: the session failed for the cap,
+            // whatever the CLI made of the refusal.
+            (Some(r), None) if !end.result.as_ref().is_some_and(|r| r.completed()) => {
+                Some(Ending {
+                    reason: r.reason,
+                    detail: format!("the gateway refused a model call: {}", r.message),
+                })
+            }
+            _ => self.session_failure(&end, &spend),
+        };
         let finished = SessionFinished {
             attempt,
             role,
             session: number,
             spend,
             cost_usd_estimate: live.cost_usd,
+            cli_cost_usd,
             tool_calls,
             wall_ms: end.wall.as_millis() as u64,
             terminal_reason: end.result.as_ref().and_then(|r| r.terminal_reason.clone()),

@@ -79,8 +79,8 @@ pub enum JobError {
     Session(#[from] session::SessionError),
     #[error("the protection policy: {0}")]
     Policy(#[source] tamper::PolicyError),
-    #[error("cannot serve the API key to the CLI: {0}")]
-    Key(#[source] std::io::Error),
+    #[error("cannot start the metering gateway: {0}")]
+    Gateway(#[source] crate::agent::gateway::GatewayError),
     #[error("cannot write `{}`: {source}", path.display())]
     Write {
         path: PathBuf,
@@ -107,26 +107,16 @@ pub enum JobError {
 pub struct Control {
     /// Stop requests (signals, cancel, shutdown).
     pub stop: watch::Receiver<Option<StopRequest>>,
-    /// This executable, for the `apiKeyHelper` and hook commands.
+    /// This executable, for the hook command.
     pub loopd_exe: PathBuf,
-    /// The API key, if loopd has one to hand to the CLI.
-    pub api_key: Option<String>,
+    /// The model credential and upstream, picked when loopd started: the
+    /// job's metering gateway uses them.
+    pub access: crate::agent::gateway::Access,
     /// Use this id instead of a fresh one (the daemon's job; a resume).
     pub job_id: Option<String>,
     /// Print live progress lines on stderr (a foreground job not run with
     /// `-q`); a daemon's jobs are followed with `loopd tail`.
     pub progress: bool,
-}
-
-impl Control {
-    /// A name for files of this job outside its run directory.
-    fn job_id_or_dir(&self, dir: &Path) -> String {
-        self.job_id.clone().unwrap_or_else(|| {
-            dir.file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        })
-    }
 }
 
 /// One job while it runs: its inputs, its journal (the state) and the
@@ -197,7 +187,8 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
             base: base.clone(),
             source,
         })?;
-    let env = prepare::prepare(job, &ws, &dir, &control, base_oid, agent)?;
+    let spent = journal.state().spend();
+    let env = prepare::prepare(job, &ws, &dir, &control, base_oid, agent, spent)?;
     let repo_key = match lessons::repo_key(ws.git2(), base_oid) {
         Ok(k) => Some(k),
         Err(e) => {
@@ -290,7 +281,7 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
             }
         },
     };
-    drop(run.env.key_server.take());
+    drop(run.env.gateway.take());
     run.finish(ending)
 }
 

@@ -1,13 +1,14 @@
 //! Before the first attempt (and again on every resume, idempotently): the
 //! protection policy the hook enforces, the judges' checksums, the session
-//! settings file, and the API key's way to the CLI.
+//! settings file, and the metering gateway the sessions talk to.
 
 use std::path::{Path, PathBuf};
 
 use super::{Control, JobError};
-use crate::agent::key::KeyServer;
+use crate::agent::gateway::{Admit, Gateway, Refusal};
 use crate::agent::AgentCli;
 use crate::config::Job;
+use crate::guard::caps::{Budget, Spend};
 use crate::guard::tamper::{self, Policy};
 use crate::rubric::RubricSource;
 use crate::util;
@@ -21,11 +22,34 @@ pub struct Prepared {
     pub integrity: Vec<(PathBuf, String)>,
     pub settings_path: PathBuf,
     /// Removed from every session's environment: credentials never reach
-    /// the agent, its tools or its hooks (the API key only through the
-    /// helper).
+    /// the agent, its tools or its hooks (sessions get the gateway's
+    /// session token instead).
     pub session_env_remove: Vec<std::ffi::OsString>,
-    /// Serves the API key while the job runs; dropped before the ending.
-    pub key_server: Option<KeyServer>,
+    /// The metering gateway, serving while the job runs; dropped before
+    /// the ending.
+    pub gateway: Option<Gateway>,
+}
+
+/// The gateway's admission: one more call may start when the job's spend
+/// (what the journal held when the gateway started, plus what it metered
+/// since) leaves room for a minimal call on the model (budget before cost).
+fn admission(budget: Budget, before: Spend) -> Admit {
+    Box::new(move |model, metered| {
+        let spent = before.plus(&Spend::of_metered(metered));
+        let model = if model.is_empty() { "unknown" } else { model };
+        budget.can_start(&spent, model).map_err(|reason| Refusal {
+            reason,
+            message: format!(
+                "the job's remaining budget cannot cover one more call on `{model}`: spent ${:.4} of ${}, {} of {} turns, {} of {} tokens",
+                spent.cost_usd,
+                budget.caps.budget_usd,
+                spent.turns,
+                budget.caps.max_turns,
+                spent.tokens(),
+                budget.caps.max_tokens
+            ),
+        })
+    })
 }
 
 fn write(path: &Path, text: &str) -> Result<(), JobError> {
@@ -43,24 +67,20 @@ pub fn prepare(
     control: &Control,
     base_oid: git2::Oid,
     agent: &dyn AgentCli,
+    spent: Spend,
 ) -> Result<Prepared, JobError> {
-    // The key reaches the CLI through its apiKeyHelper, never the environment
-    // of the agent's tools. The socket path must fit a sockaddr_un.
-    let key_server = match &control.api_key {
-        Some(k) => {
-            let mut sock = dir.join("key.sock");
-            if sock.as_os_str().len() > 100 {
-                let short = std::env::temp_dir().join(format!("loopd-{}", std::process::id()));
-                util::private_dir(&short).map_err(|source| JobError::RunDir {
-                    path: short.clone(),
-                    source,
-                })?;
-                sock = short.join(format!("{}.sock", control.job_id_or_dir(dir)));
-            }
-            Some(KeyServer::start(&sock, k.clone()).map_err(JobError::Key)?)
-        }
-        None => None,
+    // The credential stays in this process: sessions reach the model only
+    // through the gateway, with a per-job session token.
+    let budget = Budget {
+        caps: job.caps.clone(),
+        price: agent.prices(),
     };
+    let gateway = Gateway::start(
+        control.access.clone(),
+        agent.prices(),
+        admission(budget, spent),
+    )
+    .map_err(JobError::Gateway)?;
     // The protection policy: written where the hook reads it, hashed with
     // the other judges' inputs.
     let mut own_files: Vec<(PathBuf, &str)> = Vec::new();
@@ -121,29 +141,19 @@ pub fn prepare(
         util::shell_quote(&policy_path.to_string_lossy()),
         util::shell_quote(&control.loopd_exe.to_string_lossy())
     );
-    let settings = agent.settings(
-        key_server
-            .as_ref()
-            .map(|s| s.helper_command(&control.loopd_exe))
-            .as_deref(),
-        Some(&hook_command),
-    );
+    let settings = agent.settings(Some(&hook_command));
     let settings_path = dir.join("settings.json");
     write(&settings_path, &settings)?;
     write(
         &dir.join("job.json"),
         &serde_json::to_string_pretty(job).expect("job serializes"),
     )?;
-    let session_env_remove = util::TOKEN_VARS
-        .iter()
-        .map(|v| (*v).into())
-        .chain(key_server.as_ref().map(|_| util::API_KEY_VAR.into()))
-        .collect();
+    let session_env_remove = util::SECRET_VARS.iter().map(|v| (*v).into()).collect();
     Ok(Prepared {
         policy,
         integrity,
         settings_path,
         session_env_remove,
-        key_server,
+        gateway: Some(gateway),
     })
 }

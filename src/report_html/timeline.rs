@@ -288,6 +288,7 @@ mod tests {
                 output_tokens: 5,
             },
             cost_usd_estimate: cost,
+            cli_cost_usd: None,
             tool_calls: 2,
             wall_ms,
             terminal_reason: Some("completed".into()),

@@ -9,6 +9,7 @@ mod attacks;
 mod ci;
 mod crash;
 mod daemon;
+mod gateway;
 mod guards;
 mod hook;
 mod layers;

@@ -85,7 +85,8 @@ fn agent_command_line_and_session_settings() {
             "critic was offered {t}: {critic_tools:?}"
         );
     }
-    // The key reached the CLI through the apiKeyHelper...
+    // The key reached the upstream on every call, put there by loopd's
+    // metering gateway (the CLI only ever held a session token)...
     assert!(agent
         .iter()
         .chain(critic.iter())
@@ -126,6 +127,8 @@ fn api_key_is_not_in_the_environment_of_the_agents_tools() {
         "the agent's Bash tool saw the API key"
     );
     assert_eq!(second.api_key.as_deref(), Some(API_KEY));
+    // The Bash tool sees the gateway's session token in its place.
+    assert!(body.contains("ANTHROPIC_API_KEY=loopd-session-"), "{body}");
 }
 
 #[test]

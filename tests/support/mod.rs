@@ -260,6 +260,7 @@ pub fn turn_usage(blocks: Vec<Block>, input_tokens: u64, output_tokens: u64) -> 
         usage: Usage {
             input_tokens,
             output_tokens,
+            ..Usage::default()
         },
         ..Turn::default()
     }

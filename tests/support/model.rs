@@ -93,6 +93,12 @@ fn default_error_message() -> String {
 pub struct Usage {
     pub input_tokens: u64,
     pub output_tokens: u64,
+    /// Cache writes (reported in `message_start`).
+    #[serde(default)]
+    pub cache_creation_input_tokens: u64,
+    /// Cache reads (reported in `message_start`).
+    #[serde(default)]
+    pub cache_read_input_tokens: u64,
 }
 
 impl Default for Usage {
@@ -100,6 +106,8 @@ impl Default for Usage {
         Usage {
             input_tokens: 100,
             output_tokens: 20,
+            cache_creation_input_tokens: 0,
+            cache_read_input_tokens: 0,
         }
     }
 }
@@ -133,6 +141,12 @@ pub struct Recorded {
     pub scripted: bool,
     /// The API key the CLI sent (`x-api-key`, else a bearer token).
     pub api_key: Option<String>,
+    /// The `x-api-key` header, as sent.
+    pub x_api_key: Option<String>,
+    /// The `authorization` header, as sent.
+    pub authorization: Option<String>,
+    /// The `anthropic-beta` header, as sent.
+    pub anthropic_beta: Option<String>,
     pub body: Value,
 }
 
@@ -398,6 +412,17 @@ async fn handle(
                 .and_then(|v| v.strip_prefix("Bearer "))
                 .map(str::to_owned)
         });
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let (x_api_key, authorization, anthropic_beta) = (
+        header("x-api-key"),
+        header("authorization"),
+        header("anthropic-beta"),
+    );
     let streaming = body["stream"].as_bool().unwrap_or(false);
     let cwd = working_dir(&body).unwrap_or_default();
 
@@ -441,6 +466,9 @@ async fn handle(
             model: model.clone(),
             scripted: turn.is_some(),
             api_key: api_key.clone(),
+            x_api_key,
+            authorization,
+            anthropic_beta,
             body: body.clone(),
         });
         turn
@@ -529,7 +557,8 @@ fn json_response(message_id: String, model: String, blocks: Vec<Block>, usage: U
         "content": content_json(&message_id, &blocks),
         "stop_reason": stop_reason(&blocks), "stop_sequence": null,
         "usage": {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
-                  "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+                  "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+                  "cache_read_input_tokens": usage.cache_read_input_tokens},
     });
     (
         StatusCode::OK,
@@ -556,7 +585,8 @@ fn sse_response(
             "id": message_id, "type": "message", "role": "assistant", "model": model,
             "content": [], "stop_reason": null, "stop_sequence": null,
             "usage": {"input_tokens": usage.input_tokens, "output_tokens": 1,
-                      "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}}),
+                      "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+                      "cache_read_input_tokens": usage.cache_read_input_tokens}}}),
     );
     let mut rest = Vec::new();
     for (i, block) in blocks.iter().enumerate() {

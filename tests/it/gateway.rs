@@ -1,0 +1,446 @@
+//! The metering gateway (issue 11): the real CLI talks to loopd's gateway,
+//! the scripted model is the upstream. The credential reaches the upstream
+//! and nothing the agent can read; every call is metered at the wire and
+//! billed exactly; a nested `claude -p` is metered and capped like the
+//! agent; no credential stops `loopd run` before anything runs.
+
+use serde_json::Value;
+
+use crate::support::model::{Role, ScriptedModel, Turn, Usage};
+use crate::support::*;
+
+/// A secret no other process on the machine holds (tests of other
+/// checkouts may be running with the shared test key).
+fn unique_secret(kind: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos();
+    format!("sk-ant-{kind}-{}-{nanos}", std::process::id())
+}
+
+/// Every request body the upstream saw, as one text.
+fn all_bodies(model: &ScriptedModel) -> String {
+    model
+        .requests()
+        .iter()
+        .map(|r| r.body.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn metered_calls(summary: &Value) -> Vec<loopd::agent::gateway::MeteredCall> {
+    journal(summary)
+        .into_iter()
+        .filter_map(|e| match e {
+            loopd::journal::Event::MeteredCall(c) => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+fn assert_nowhere(env: &TestEnv, model: &ScriptedModel, secret: &str) {
+    assert!(
+        !all_bodies(model).contains(secret),
+        "the secret reached a model request body"
+    );
+    for (path, bytes) in env.state_files() {
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(secret),
+            "the secret leaked into {}",
+            path.display()
+        );
+    }
+}
+
+/// (a) The agent's Bash tries every route to a credential: its
+/// environment, every process's environment and command line, `ps`, the
+/// settings file and the state dir. Neither the API key nor an OAuth token
+/// set beside it shows up in any output or any request the model sees.
+#[test]
+fn the_agent_reaches_no_credential_by_any_route() {
+    let env = TestEnv::new();
+    let key = unique_secret("key");
+    let oauth = unique_secret("oauth");
+    let state = env.state.display().to_string();
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![
+            turn(vec![bash("env; echo MARK-env")]),
+            turn(vec![bash(
+                "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -a -E '^(ANTHROPIC|CLAUDE_CODE_OAUTH)'; echo MARK-environ",
+            )]),
+            turn(vec![bash(
+                "cat /proc/*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -a -o -E 'sk-ant-[A-Za-z0-9_-]+'; echo MARK-cmdline",
+            )]),
+            turn(vec![bash(
+                "ps auxe | grep -a -o -E '(ANTHROPIC|CLAUDE_CODE_OAUTH)[A-Z_]*=[^ ]*'; echo MARK-ps",
+            )]),
+            turn(vec![bash(&format!(
+                "cat {state}/runs/*/settings.json; grep -r -a -o -E 'sk-ant-[A-Za-z0-9_-]+' {state}; echo MARK-state"
+            ))]),
+            turn(vec![read("rechnung.py")]),
+            turn(vec![write("rechnung.py", &clean_solution())]),
+            turn(vec![text("Done.")]),
+        ])],
+        vec![pass()],
+    ));
+    let out = env
+        .loopd(Some(&model))
+        .env("ANTHROPIC_API_KEY", &key)
+        .env("CLAUDE_CODE_OAUTH_TOKEN", &oauth)
+        .args(["run", "--json", "--allowed-tools", "Read,Write,Bash"])
+        .output()
+        .expect("run loopd");
+    let r = finish(out);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let bodies = all_bodies(&model);
+    // The routes were really tried: their output reached the model.
+    assert_contains_all(
+        &bodies,
+        &["MARK-env", "MARK-environ", "MARK-cmdline", "MARK-ps"],
+        "the agent's requests",
+    );
+    // The session's credential is the gateway's token...
+    assert!(
+        bodies.contains("ANTHROPIC_API_KEY=loopd-session-"),
+        "the env output shows the session token"
+    );
+    // ...and the real key went upstream, on every request.
+    assert!(model
+        .requests()
+        .iter()
+        .all(|q| q.x_api_key.as_deref() == Some(key.as_str())));
+    for secret in [&key, &oauth] {
+        assert_nowhere(&env, &model, secret);
+        assert!(!r.stdout.contains(secret.as_str()) && !r.stderr.contains(secret.as_str()));
+    }
+}
+
+/// (c) A subscription token in `CLAUDE_CODE_OAUTH_TOKEN` reaches the
+/// upstream as a bearer token with the OAuth beta flag, never as an API key
+/// and never in the agent's environment.
+#[test]
+fn an_oauth_token_goes_upstream_as_a_bearer_and_nowhere_else() {
+    let env = TestEnv::new();
+    let token = unique_secret("oat");
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![
+            turn(vec![bash("env")]),
+            turn(vec![read("rechnung.py")]),
+            turn(vec![write("rechnung.py", &clean_solution())]),
+            turn(vec![text("Done.")]),
+        ])],
+        vec![pass()],
+    ));
+    let out = env
+        .loopd(Some(&model))
+        .env_remove("ANTHROPIC_API_KEY")
+        .env("CLAUDE_CODE_OAUTH_TOKEN", &token)
+        .args(["run", "--json", "--allowed-tools", "Read,Write,Bash(env)"])
+        .output()
+        .expect("run loopd");
+    let r = finish(out);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let requests = model.requests();
+    assert_eq!(requests.len(), 5, "four agent calls and one critic call");
+    for q in &requests {
+        assert_eq!(
+            q.authorization.as_deref(),
+            Some(format!("Bearer {token}").as_str())
+        );
+        assert_eq!(q.x_api_key, None, "no API key header next to the bearer");
+        assert!(
+            q.anthropic_beta
+                .as_deref()
+                .is_some_and(|b| b.split(',').any(|f| f == "oauth-2025-04-20")),
+            "{:?}",
+            q.anthropic_beta
+        );
+    }
+    let bodies = all_bodies(&model);
+    assert!(bodies.contains("ANTHROPIC_API_KEY=loopd-session-"));
+    assert!(!bodies.contains("CLAUDE_CODE_OAUTH_TOKEN="));
+    assert_nowhere(&env, &model, &token);
+}
+
+fn cached(
+    input: u64,
+    output: u64,
+    writes: u64,
+    reads: u64,
+    blocks: Vec<crate::support::model::Block>,
+) -> Turn {
+    Turn {
+        blocks,
+        usage: Usage {
+            input_tokens: input,
+            output_tokens: output,
+            cache_creation_input_tokens: writes,
+            cache_read_input_tokens: reads,
+        },
+        ..Turn::default()
+    }
+}
+
+/// (d) The job's totals are the sum of the scripted usage, exactly, cache
+/// writes and reads included, and one `metered_call` per model call.
+#[test]
+fn totals_equal_the_scripted_usage_exactly() {
+    let env = TestEnv::new();
+    let agent_turns = vec![
+        cached(110, 31, 2_000, 0, vec![read("rechnung.py")]),
+        cached(
+            120,
+            452,
+            0,
+            2_000,
+            vec![write("rechnung.py", &clean_solution())],
+        ),
+        cached(130, 17, 300, 2_300, vec![text("Done.")]),
+    ];
+    let critic_turn = cached(
+        900,
+        60,
+        4_000,
+        7,
+        vec![tool(
+            "StructuredOutput",
+            serde_json::json!({"verdict": "PASS", "violations": []}),
+        )],
+    );
+    let scripted: Vec<(Usage, &str)> = agent_turns
+        .iter()
+        .map(|t| (t.usage, "haiku"))
+        .chain([(critic_turn.usage, "sonnet")])
+        .collect();
+    let model = ScriptedModel::start(scenario(
+        vec![session(agent_turns)],
+        vec![session(vec![critic_turn])],
+    ));
+    let r = env.run(&model, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let s = r.summary();
+    let input: u64 = scripted
+        .iter()
+        .map(|(u, _)| u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens)
+        .sum();
+    let output: u64 = scripted.iter().map(|(u, _)| u.output_tokens).sum();
+    assert_eq!(s["totals"]["input_tokens"], input);
+    assert_eq!(s["totals"]["output_tokens"], output);
+    let usd: f64 = scripted
+        .iter()
+        .map(|(u, m)| {
+            loopd::agent::Price::for_model(m).cost(&loopd::agent::events::Usage {
+                input_tokens: u.input_tokens,
+                output_tokens: u.output_tokens,
+                cache_creation_input_tokens: u.cache_creation_input_tokens,
+                cache_read_input_tokens: u.cache_read_input_tokens,
+            })
+        })
+        .sum();
+    let total = s["totals"]["cost_usd"].as_f64().expect("cost");
+    assert!((total - usd).abs() < 1e-6, "billed {total}, scripted {usd}");
+    // One metered call per model call, each with its cache reads and writes.
+    let calls = metered_calls(&s);
+    assert_eq!(calls.len(), scripted.len());
+    let mut got: Vec<(u64, u64, u64, u64)> = calls
+        .iter()
+        .map(|c| {
+            (
+                c.input_tokens,
+                c.output_tokens,
+                c.cache_creation_input_tokens,
+                c.cache_read_input_tokens,
+            )
+        })
+        .collect();
+    let mut want: Vec<(u64, u64, u64, u64)> = scripted
+        .iter()
+        .map(|(u, _)| {
+            (
+                u.input_tokens,
+                u.output_tokens,
+                u.cache_creation_input_tokens,
+                u.cache_read_input_tokens,
+            )
+        })
+        .collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+    assert_eq!(
+        calls
+            .iter()
+            .filter(|c| c.role == loopd::agent::session::Role::Critic)
+            .count(),
+        1
+    );
+    // The sessions' billed spend is the metered one; the CLI's own figure
+    // is kept beside it as a cross-check.
+    let sessions = finished_sessions(&s);
+    let billed: f64 = sessions.iter().map(|f| f.spend.cost_usd).sum();
+    assert!((billed - usd).abs() < 1e-9);
+    assert!(sessions.iter().all(|f| f.cli_cost_usd.is_some()));
+    // `loopd report` shows each session's cache writes and reads.
+    let job = s["job_id"].as_str().expect("job_id");
+    let report = env.exec(&["report", job]);
+    assert_eq!(report.code, 0, "{}", report.stderr);
+    assert_contains_all(
+        &report.stdout,
+        &[
+            "Model calls (metered by the gateway)",
+            "| 2300 | 4300 |",
+            "| 4000 | 7 |",
+        ],
+        "the report",
+    );
+}
+
+/// (b) A `claude -p` the agent starts from its Bash (past the hook, through
+/// a variable) talks to the same gateway: its call is in the job's totals,
+/// and the job's budget stops it — with the budget reason.
+#[test]
+fn a_nested_claude_is_metered_and_stopped_by_the_job_budget() {
+    let env = TestEnv::new();
+    let model = ScriptedModel::start(scenario(
+        vec![
+            session(vec![
+                turn(vec![bash(
+                    "C=claude; $C -p 'nested work' </dev/null; echo MARK-nested",
+                )]),
+                turn(vec![text("Done.")]),
+            ]),
+            // The nested session: one expensive call that wants another.
+            session(vec![
+                cached(50_000, 1_000, 0, 0, vec![bash("echo nested-two")]),
+                turn(vec![text("nested done")]),
+            ]),
+        ],
+        vec![pass()],
+    ));
+    let r = env.run(
+        &model,
+        &["--allowed-tools", "Read,Write,Bash", "--budget-usd", "0.1"],
+    );
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["reason"], "budget_usd", "{}", r.stderr);
+    let calls = metered_calls(&s);
+    let nested: Vec<_> = calls.iter().filter(|c| c.input_tokens == 50_000).collect();
+    assert_eq!(nested.len(), 1, "the nested call was metered: {calls:?}");
+    let total = s["totals"]["cost_usd"].as_f64().expect("cost");
+    assert!(
+        total >= nested[0].cost_usd && nested[0].cost_usd > 0.1,
+        "the nested call's ${} is in the totals (${total})",
+        nested[0].cost_usd
+    );
+    // The nested session never got a second call, and no critic ran.
+    assert_eq!(model.session(Role::Agent, 1).len(), 1);
+    assert_eq!(model.session_count(Role::Critic), 0);
+}
+
+/// The hook denies starting `claude` from the agent's Bash outright.
+#[test]
+fn the_hook_denies_starting_claude_from_the_agents_bash() {
+    let env = TestEnv::new();
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![
+            turn(vec![bash("claude -p 'nested work' </dev/null")]),
+            turn(vec![read("rechnung.py")]),
+            turn(vec![write("rechnung.py", &clean_solution())]),
+            turn(vec![text("Done.")]),
+        ])],
+        vec![pass()],
+    ));
+    let r = env.run(&model, &["--allowed-tools", "Read,Write,Bash"]);
+    let second = &model.session(Role::Agent, 0)[1];
+    assert!(
+        second.body.to_string().contains("is not allowed"),
+        "the denial reached the model"
+    );
+    assert_eq!(
+        model.session_count(Role::Agent),
+        1,
+        "no nested session started"
+    );
+    // A denied tool call rejects the attempt; the job goes on or ends, but
+    // never as an agent error.
+    assert_ne!(r.summary()["reason"], "agent_error", "{}", r.stderr);
+}
+
+/// (e) No credential: exit 5 with the hint, before the baseline runs and
+/// before any model call. Bedrock/Vertex modes are refused the same way.
+#[test]
+fn no_credential_exits_five_before_the_baseline() {
+    let env = TestEnv::new();
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
+    let out = env
+        .loopd(Some(&model))
+        .env_remove("ANTHROPIC_API_KEY")
+        .args(["run", "--json"])
+        .output()
+        .expect("run loopd");
+    let r = finish(out);
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    assert_contains_all(
+        &r.stderr,
+        &["set ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN; see README"],
+        "stderr",
+    );
+    assert!(model.requests().is_empty());
+    assert!(
+        !env.state_files()
+            .iter()
+            .any(|(p, _)| p.ends_with("baseline.txt") || p.ends_with("ledger.jsonl")),
+        "nothing of a job ran"
+    );
+    let out = env
+        .loopd(Some(&model))
+        .env("CLAUDE_CODE_USE_BEDROCK", "1")
+        .args(["run", "--json"])
+        .output()
+        .expect("run loopd");
+    let r = finish(out);
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    assert!(r.stderr.contains("CLAUDE_CODE_USE_BEDROCK"), "{}", r.stderr);
+    assert!(model.requests().is_empty());
+}
+
+/// The gateway's own refusal: the first call leaves less than a minimal
+/// call's worth of budget without reaching the cap, so no stream guard
+/// trips and the CLI asks again — the gateway refuses that call, and the
+/// job ends with the budget reason, not as an agent error.
+#[test]
+fn a_call_the_budget_cannot_cover_is_refused_and_ends_the_job_on_budget() {
+    let env = TestEnv::new();
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![
+            // haiku: $0.00091, then a minimal call ($0.00015) would pass $0.001.
+            turn_usage(vec![read("rechnung.py")], 9_000, 20),
+            turn(vec![text("Done.")]),
+        ])],
+        vec![pass()],
+    ));
+    let r = env.run(&model, &["--budget-usd", "0.001"]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["reason"], "budget_usd", "{}", r.stderr);
+    assert_eq!(
+        model.requests().len(),
+        1,
+        "the second call never reached upstream"
+    );
+    let agent = &finished_sessions(&s)[0];
+    let failure = agent.failure.as_ref().expect("the session failed");
+    assert_eq!(failure.reason.as_str(), "budget_usd");
+    assert!(
+        failure.detail.contains("gateway refused"),
+        "{}",
+        failure.detail
+    );
+    let total = s["totals"]["cost_usd"].as_f64().expect("cost");
+    assert!((total - 0.00091).abs() < 1e-9, "billed {total}");
+}
