@@ -229,6 +229,7 @@ struct NotifyFile {
 struct ProtectFile {
     paths: Option<Vec<String>>,
     skip_markers: Option<Vec<String>>,
+    allow_submodules: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -247,6 +248,7 @@ struct GuardFile {
     stuck_repeat: Option<i64>,
     poll_patterns: Option<Vec<String>>,
     grace: Option<String>,
+    max_diff_kb: Option<i64>,
 }
 
 
@@ -465,6 +467,7 @@ pub fn protect_of_repo(
         ProtectSettings {
             paths: file.protect.paths.unwrap_or_default(),
             skip_markers: file.protect.skip_markers,
+            allow_submodules: file.protect.allow_submodules.unwrap_or(false),
         },
         own,
     ))
@@ -725,9 +728,23 @@ impl Job {
             defaults.grace,
         )?;
 
+        let max_diff_kb = positive(
+            &o,
+            "guard.max_diff_kb",
+            file.guard.max_diff_kb,
+            defaults.max_diff_kb,
+        )?;
+        if max_diff_kb > crate::guard::MAX_MAX_DIFF_KB {
+            return Err(o.invalid(
+                "guard.max_diff_kb",
+                &format!("a size in KiB from 1 to {}", crate::guard::MAX_MAX_DIFF_KB),
+                max_diff_kb,
+            ));
+        }
         let protect = ProtectSettings {
             paths: file.protect.paths.unwrap_or_default(),
             skip_markers: file.protect.skip_markers,
+            allow_submodules: file.protect.allow_submodules.unwrap_or(false),
         };
         for (i, p) in protect.paths.iter().enumerate() {
             if p.trim().is_empty() || globset::Glob::new(p).is_err() {
@@ -858,6 +875,7 @@ impl Job {
                 stuck_repeat,
                 poll_patterns,
                 grace,
+                max_diff_kb,
             },
             protect,
             ci,

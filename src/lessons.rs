@@ -412,6 +412,7 @@ mod tests {
             skip_markers: SKIP_MARKERS.iter().map(|s| s.to_string()).collect(),
             denials_log: None,
             git_dirs: vec![],
+            allow_submodules: false,
         }
     }
 

@@ -24,6 +24,9 @@ pub enum Reason {
     /// The pre-critic found debug output, commented-out code, a swallowed
     /// error or a drive-by rename in the added lines.
     Precheck,
+    /// The change is larger than the bound the critic reads in full
+    /// (`[guard] max_diff_kb`).
+    DiffTooLarge,
     ConfigTampered,
     Signal,
     AgentError,
@@ -59,6 +62,7 @@ impl Reason {
             Reason::TestCountDropped => "test_count_dropped",
             Reason::SkipMarker => "skip_marker",
             Reason::Precheck => "precheck",
+            Reason::DiffTooLarge => "diff_too_large",
             Reason::ConfigTampered => "config_tampered",
             Reason::Signal => "signal",
             Reason::AgentError => "agent_error",
@@ -247,6 +251,7 @@ mod tests {
             Reason::TestCountDropped,
             Reason::BudgetUsd,
             Reason::Precheck,
+            Reason::DiffTooLarge,
         ] {
             assert_eq!(serde_json::to_value(r).expect("json"), r.as_str());
         }
@@ -255,6 +260,7 @@ mod tests {
         assert_eq!(ExitStatus::from(Reason::BudgetUsd).code(), 3);
         assert_eq!(ExitStatus::from(Reason::ConfigTampered).code(), 3);
         assert_eq!(ExitStatus::from(Reason::Precheck).code(), 3);
+        assert_eq!(ExitStatus::from(Reason::DiffTooLarge).code(), 3);
         assert_eq!(ExitStatus::from(Reason::Signal).code(), 4);
         assert_eq!(ExitStatus::from(Reason::AgentError).code(), 5);
     }

@@ -117,6 +117,10 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
         g.stuck_window,
         humantime::format_duration(g.grace)
     ));
+    out.push_str(&format!(
+        "size gate:     changes over {} KiB of diff are rejected before the critic\n",
+        g.max_diff_kb
+    ));
     if !job.protect.paths.is_empty() {
         out.push_str(&format!(
             "also protected: {}\n",

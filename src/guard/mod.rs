@@ -12,6 +12,7 @@ pub mod caps;
 pub mod precheck;
 pub mod progress;
 pub mod risk;
+pub mod size;
 pub mod tamper;
 pub mod testcount;
 
@@ -40,6 +41,17 @@ pub struct GuardSettings {
     /// Time between SIGTERM and SIGKILL when stopping a process tree.
     #[serde(with = "crate::util::duration_text")]
     pub grace: Duration,
+    /// The largest change the critic is asked about, in KiB of diff (files
+    /// too large to load count whole): a larger one is rejected by the size
+    /// gate ([`size`]), so the critic always sees all of what it judges.
+    pub max_diff_kb: u64,
+}
+
+impl GuardSettings {
+    /// [`GuardSettings::max_diff_kb`] in bytes.
+    pub fn max_diff_bytes(&self) -> u64 {
+        self.max_diff_kb * 1024
+    }
 }
 
 impl Default for GuardSettings {
@@ -53,9 +65,16 @@ impl Default for GuardSettings {
                 .map(|s| s.to_string())
                 .collect(),
             grace: Duration::from_secs(5),
+            max_diff_kb: DEFAULT_MAX_DIFF_KB,
         }
     }
 }
+
+/// The default size bound of a change, in KiB of diff.
+pub const DEFAULT_MAX_DIFF_KB: u64 = 200;
+/// The largest bound `[guard] max_diff_kb` accepts: what is kept in memory
+/// while judging grows with it.
+pub const MAX_MAX_DIFF_KB: u64 = 64 * 1024;
 
 pub const DEFAULT_POLL_PATTERNS: [&str; 6] = ["sleep", "wait", "tail -f", "watch", "timeout", "ps"];
 

@@ -171,6 +171,9 @@ pub struct Policy {
     /// standalone hook in your own sessions.
     #[serde(default)]
     pub git_dirs: Vec<PathBuf>,
+    /// `[protect] allow_submodules`.
+    #[serde(default)]
+    pub allow_submodules: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -213,6 +216,11 @@ pub struct ProtectSettings {
     pub paths: Vec<String>,
     /// Replace the built-in skip-marker regexes when set.
     pub skip_markers: Option<Vec<String>>,
+    /// Let the change move a submodule or change files inside one (off: a
+    /// change inside a submodule is a protected-path finding, since its
+    /// tests are nobody's to weaken either).
+    #[serde(default)]
+    pub allow_submodules: bool,
 }
 
 impl Policy {
@@ -274,6 +282,7 @@ impl Policy {
             skip_markers,
             denials_log: None,
             git_dirs: vec![],
+            allow_submodules: protect.allow_submodules,
         })
     }
 
@@ -676,7 +685,22 @@ impl Compiled<'_> {
                 });
             }
         }
-        for change in &diff.changes {
+        for change in diff.changes.iter().filter(|c| c.submodule) {
+            if self.policy.allow_submodules {
+                break;
+            }
+            let path = &change.path;
+            out.push(Finding {
+                reason: Reason::ProtectedPath,
+                path: path.clone(),
+                line: None,
+                rule: tests_rule,
+                check: None,
+                problem: format!("`{path}` is a submodule, and the change moved its commit or changed files inside it; a submodule is protected (its tests and code are not this repository's to change)"),
+                fix: format!("undo every change inside `{path}` and leave its commit as it is at BASE_REF; fix the code under test in this repository (or set `[protect] allow_submodules = true`)"),
+            });
+        }
+        for change in diff.changes.iter().filter(|c| !c.submodule) {
             for path in std::iter::once(&change.path).chain(change.old_path.iter()) {
                 if let Some(why) = self.protected(path) {
                     let what = match change.status {
@@ -1072,6 +1096,7 @@ mod tests {
             skip_markers: SKIP_MARKERS.iter().map(|s| s.to_string()).collect(),
             denials_log: None,
             git_dirs: vec![PathBuf::from("/repo/.git")],
+            allow_submodules: false,
         }
     }
 
