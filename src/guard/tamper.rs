@@ -400,6 +400,42 @@ impl Finding {
     }
 }
 
+/// Where a write to the absolute path `abs` lands: the `/proc` links to
+/// the writer's own cwd and root replaced (`cwd`: the session's), then the
+/// longest prefix that exists resolved through its symlinks (the rest
+/// appended as written).
+fn resolve(abs: &Path, cwd: &Path) -> PathBuf {
+    let mut path = abs.to_path_buf();
+    for link in ["/proc/self/cwd", "/proc/thread-self/cwd"] {
+        if let Ok(rest) = abs.strip_prefix(link) {
+            path = cwd.join(rest);
+        }
+    }
+    for link in ["/proc/self/root", "/proc/thread-self/root"] {
+        if let Ok(rest) = abs.strip_prefix(link) {
+            path = Path::new("/").join(rest);
+        }
+    }
+    let mut existing = path.as_path();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = existing.canonicalize() {
+            let mut out = real;
+            for name in rest.iter().rev() {
+                out.push(name);
+            }
+            return normalize(&out);
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                existing = parent;
+            }
+            _ => return normalize(&path),
+        }
+    }
+}
+
 /// Normalize a path lexically (no filesystem access): drop `.`, fold `..`.
 fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
@@ -448,6 +484,11 @@ impl Compiled<'_> {
 
     /// Resolve a path as the agent wrote it (absolute, or relative to `cwd`)
     /// and say why it is protected, if it is. Returns the display path too.
+    ///
+    /// The path is matched as written and as the kernel would resolve it:
+    /// `/proc/self/cwd/...` is under `cwd`, and symlinks in its longest
+    /// existing prefix are followed (`ln -s tests tdir`, then a write to
+    /// `tdir/test_x.py`, writes `tests/test_x.py`).
     pub fn protected_path(&self, raw: &str, cwd: &Path) -> Option<(String, String)> {
         let p = Path::new(raw);
         let abs = normalize(&if p.is_absolute() {
@@ -455,6 +496,15 @@ impl Compiled<'_> {
         } else {
             cwd.join(p)
         });
+        self.protected_abs(&abs).or_else(|| {
+            let real = resolve(&abs, cwd);
+            (real != abs).then(|| self.protected_abs(&real)).flatten()
+        })
+    }
+
+    /// Why the absolute, normalized path `abs` is protected, if it is.
+    fn protected_abs(&self, abs: &Path) -> Option<(String, String)> {
+        let abs = abs.to_path_buf();
         if let Some(why) = self.policy.outside.get(&abs) {
             return Some((abs.display().to_string(), why.clone()));
         }
@@ -1102,6 +1152,39 @@ mod tests {
 
     fn bash(p: &Compiled, cmd: &str) -> Option<String> {
         p.check_tool("Bash", &json!({ "command": cmd }), Path::new("/repo"))
+    }
+
+    #[test]
+    fn writes_through_a_symlink_or_proc_self_cwd_are_denied() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let root = tmp.path().canonicalize().expect("canonical");
+        std::fs::create_dir_all(root.join("tests")).expect("tests");
+        std::fs::write(root.join("tests/test_rechnung.py"), "def test(): pass\n").expect("test");
+        std::os::unix::fs::symlink("tests", root.join("tdir")).expect("symlink");
+        std::os::unix::fs::symlink("tests/test_rechnung.py", root.join("alias.py")).expect("symlink");
+        let mut pol = policy();
+        pol.repo = root.clone();
+        pol.git_dirs = vec![root.join(".git")];
+        let p = pol.compile().expect("compile");
+        let write = |path: &str| p.check_tool("Write", &json!({ "file_path": path }), &root);
+        let shell = |cmd: &str| p.check_tool("Bash", &json!({ "command": cmd }), &root);
+        for path in [
+            "tdir/test_rechnung.py".to_owned(),
+            root.join("tdir/test_rechnung.py").display().to_string(),
+            "alias.py".to_owned(),
+            "/proc/self/cwd/tests/test_rechnung.py".to_owned(),
+            "/proc/self/cwd/tdir/test_rechnung.py".to_owned(),
+            format!("/proc/self/root{}", root.join("tdir/test_rechnung.py").display()),
+        ] {
+            let denied = write(&path).unwrap_or_else(|| panic!("{path} is allowed"));
+            assert!(denied.contains("tests/test_rechnung.py"), "{denied}");
+        }
+        assert!(shell("echo 'def test(): pass' > tdir/test_rechnung.py").is_some());
+        assert!(shell("sed -i s/pass/0/ /proc/self/cwd/tests/test_rechnung.py").is_some());
+        // What the links do not lead into stays allowed.
+        assert!(write("tdir_new/x.py").is_none());
+        assert!(write("/proc/self/cwd/rechnung.py").is_none());
+        assert!(shell("ln -s tests tdir2").is_none());
     }
 
     #[test]
