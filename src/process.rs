@@ -193,6 +193,25 @@ pub fn become_subreaper() -> bool {
     }
 }
 
+/// Make this process non-dumpable (`PR_SET_DUMPABLE` 0): processes of the
+/// same user — the agent, its tools, code the goal test runs — can then
+/// neither ptrace it nor read its `/proc/<pid>/environ`, `mem` or `fd/`
+/// (only a holder of `CAP_SYS_PTRACE` can). Children get their own
+/// dumpable flag back at exec, so nothing loopd starts is affected.
+pub fn make_undumpable() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: prctl with PR_SET_DUMPABLE takes one integer argument and
+        // has no memory-safety preconditions.
+        let rc = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) };
+        rc == 0
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
 /// A fresh token, unique per contained unit: `<scope>/<pid>-<n>-<label>`.
 /// The scope (a job id) lets [`sweep_scope`] find every process of a job,
 /// even one started by an earlier loopd process.

@@ -70,6 +70,8 @@ pub enum JobError {
         source: std::io::Error,
     },
     #[error(transparent)]
+    StateDir(#[from] util::StateDirError),
+    #[error(transparent)]
     Journal(#[from] JournalError),
     #[error(transparent)]
     Workspace(#[from] crate::workspace::WorkspaceError),
@@ -155,10 +157,8 @@ struct Run<'a> {
 /// and a state dir to write to.
 pub fn ready(ws: &Workspace, job: &Job) -> Result<(), JobError> {
     ws.ensure_clean()?;
-    util::private_dir(&job.state_dir).map_err(|source| JobError::RunDir {
-        path: job.state_dir.clone(),
-        source,
-    })
+    util::secure_state_dir(&job.state_dir, Some(ws.root()))?;
+    Ok(())
 }
 
 /// Run a job in a repository whose tree the caller has checked is clean —
@@ -166,6 +166,8 @@ pub fn ready(ws: &Workspace, job: &Job) -> Result<(), JobError> {
 pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, JobError> {
     let agent: &dyn AgentCli = &ClaudeCode;
     let id = control.job_id.clone().unwrap_or_else(util::new_job_id);
+    // Private, and out of the agent's tree, whoever called (the daemon too).
+    util::secure_state_dir(&job.state_dir, Some(ws.root()))?;
     let dir = job.state_dir.join("runs").join(&id);
     util::private_dir(&dir).map_err(|source| JobError::RunDir {
         path: dir.clone(),

@@ -399,6 +399,39 @@ fn dirty_tree_and_non_repository_exit_five() {
 }
 
 #[test]
+fn unsafe_state_dirs_are_refused_with_exit_five() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = TestEnv::new();
+    let refused = |state: &std::path::Path, cmd: &str, needle: &str| {
+        let r = finish(
+            env.loopd(None)
+                .arg(cmd)
+                .arg("--state-dir")
+                .arg(state)
+                .output()
+                .expect("loopd"),
+        );
+        assert_eq!(r.code, 5, "{cmd} {}: {}", state.display(), r.stderr);
+        assert!(r.stderr.contains(needle) && r.stderr.contains("hint:"), "{}", r.stderr);
+    };
+    // Inside the repository: the breaker would stash loopd's own files.
+    refused(&env.repo.join(".loopd"), "run", "is inside the repository");
+    assert_eq!(env.git(&["status", "--porcelain"]), "", "nothing created in the repository");
+
+    // World- or group-writable: the state dir, or a directory under it.
+    let open = env.tmp.path().join("open-state");
+    std::fs::create_dir_all(&open).expect("dir");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    refused(&open, "run", "is world-writable (mode 777)");
+    refused(&open, "daemon", "is world-writable (mode 777)");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    std::fs::create_dir_all(open.join("runs")).expect("runs");
+    std::fs::set_permissions(open.join("runs"), std::fs::Permissions::from_mode(0o770)).expect("chmod");
+    refused(&open, "run", "runs` (in the state dir) is group-writable (mode 770)");
+
+}
+
+#[test]
 fn check_prints_the_resolved_job() {
     let env = TestEnv::new();
     let r = finish(
