@@ -26,6 +26,8 @@
 //! Caps (turns, tokens, USD, before spending): [`guard::caps`]. Repeated tool
 //! calls, no progress, oscillation: [`guard::progress`]. Wall clock, attempt
 //! and idle timeouts: [`agent::session`]. Process trees: [`process`].
+//! Protected paths, skip markers, submodules: [`guard::tamper`]. The size
+//! bound of a change the critic judges: [`guard::size`].
 //!
 //! # The module layers
 //! Bottom to top; a module uses only its own layer and those below, never in

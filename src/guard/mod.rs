@@ -1,7 +1,8 @@
 //! The guards that watch a session as it streams: resource caps
 //! ([`caps`]), the progress guard ([`progress`]), the tamper gates that run
 //! at the tool call and on the diff after each attempt ([`tamper`],
-//! [`testcount`]), and the pre-critic on the added lines ([`precheck`]).
+//! [`testcount`]), the size gate ([`size`]), and the pre-critic on the
+//! added lines ([`precheck`]).
 //!
 //! [`Watch`] is the observer a session runs under. On the hot path it does
 //! only what it must per event: account a model call when it completes,
