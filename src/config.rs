@@ -102,6 +102,9 @@ pub struct Overrides {
     /// Stop an agent that emits no event for this long [default: 5m].
     #[arg(long, value_name = "DUR")]
     pub idle_timeout: Option<String>,
+    /// Refuse to run (exit 5) when the kernel cannot sandbox the agent (Landlock).
+    #[arg(long)]
+    pub require_sandbox: bool,
 }
 
 impl Overrides {
@@ -189,6 +192,8 @@ struct ConfigFile {
     #[serde(default)]
     protect: ProtectFile,
     #[serde(default)]
+    sandbox: SandboxFile,
+    #[serde(default)]
     ci: CiFile,
     #[serde(default)]
     approval: ApprovalFile,
@@ -222,6 +227,30 @@ struct ApprovalFile {
 #[serde(deny_unknown_fields)]
 struct NotifyFile {
     url: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SandboxFile {
+    enabled: Option<bool>,
+    require: Option<bool>,
+    read: Option<Vec<PathBuf>>,
+    read_write: Option<Vec<PathBuf>>,
+}
+
+/// `[sandbox]` in `loopd.toml`: the Landlock sandbox of the agent, the
+/// critic and the goal steps.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SandboxSettings {
+    /// Off: no sandbox at all (loudly logged).
+    pub enabled: bool,
+    /// Refuse to run when the kernel cannot sandbox (`--require-sandbox`).
+    pub require: bool,
+    /// More paths the sandboxed processes may read (only needed inside the
+    /// state dir: everything else is readable).
+    pub read: Vec<PathBuf>,
+    /// More paths they may write (e.g. a shared build cache).
+    pub read_write: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -305,6 +334,7 @@ pub struct Job {
     pub caps: Caps,
     pub guard: GuardSettings,
     pub protect: ProtectSettings,
+    pub sandbox: SandboxSettings,
     /// The autofix gate's risk policy (`loopd ci`).
     pub ci: RiskPolicy,
     /// The durable approval gate (the daemon).
@@ -746,6 +776,25 @@ impl Job {
             skip_markers: file.protect.skip_markers,
             allow_submodules: file.protect.allow_submodules.unwrap_or(false),
         };
+        let extra = |paths: Option<Vec<PathBuf>>, field: &str| -> Result<Vec<PathBuf>, ConfigError> {
+            let paths = paths.unwrap_or_default();
+            for (i, p) in paths.iter().enumerate() {
+                if !p.is_absolute() {
+                    return Err(o.invalid(
+                        &format!("sandbox.{field}[{i}]"),
+                        "an absolute path",
+                        p.display().to_string(),
+                    ));
+                }
+            }
+            Ok(paths)
+        };
+        let sandbox = SandboxSettings {
+            enabled: file.sandbox.enabled.unwrap_or(true),
+            require: flags.require_sandbox || file.sandbox.require.unwrap_or(false),
+            read: extra(file.sandbox.read, "read")?,
+            read_write: extra(file.sandbox.read_write, "read_write")?,
+        };
         for (i, p) in protect.paths.iter().enumerate() {
             if p.trim().is_empty() || globset::Glob::new(p).is_err() {
                 return Err(o.invalid(
@@ -880,6 +929,7 @@ impl Job {
             protect,
             ci,
             approval,
+            sandbox,
             notify,
             config_text,
         })

@@ -36,7 +36,7 @@
 //! | layer | modules | owns |
 //! | --- | --- | --- |
 //! | 0 | [`util`] | atomic writes, ids, clock, shell quoting, crash points |
-//! | 1 | [`outcome`], [`process`] | reasons → exit codes (the one place); process trees |
+//! | 1 | [`outcome`], [`process`], [`sandbox`] | reasons → exit codes (the one place); process trees; the Landlock sandbox of a job's processes |
 //! | 2 | [`workspace`], [`agent`], [`notify`] | git (the diff, the pinned `.git/`, held credentials); the agent CLI seam (Claude Code); webhooks |
 //! | 3 | [`guard`], [`goal`], [`rubric`], [`critic`] | the judges and their settings |
 //! | 4 | [`report`], [`breaker`], [`journal`], [`lessons`] | views, parking, the job's truth, what a repository taught |
@@ -59,6 +59,7 @@ pub mod critic;
 pub mod daemon;
 pub mod goal;
 pub mod guard;
+pub mod sandbox;
 pub mod job;
 pub mod journal;
 pub mod lessons;

@@ -71,6 +71,10 @@ pub enum JobError {
     },
     #[error(transparent)]
     StateDir(#[from] util::StateDirError),
+    #[error("the sandbox: {0}")]
+    Sandbox(#[source] crate::sandbox::SandboxError),
+    #[error("a sandbox is required (`--require-sandbox`), but {}", crate::sandbox::UNSUPPORTED)]
+    SandboxRequired,
     #[error(transparent)]
     Journal(#[from] JournalError),
     #[error(transparent)]
@@ -379,6 +383,7 @@ impl Run<'_> {
             deadline: Some(deadline),
             stop: Some(self.stop.clone()),
             scope: &self.id,
+            sandbox: self.env.sandbox.as_ref(),
         }
     }
 

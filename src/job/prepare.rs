@@ -10,6 +10,7 @@ use crate::agent::AgentCli;
 use crate::config::Job;
 use crate::guard::tamper::{self, Policy};
 use crate::rubric::RubricSource;
+use crate::sandbox::{self, Sandbox};
 use crate::util;
 use crate::workspace::Workspace;
 
@@ -26,6 +27,9 @@ pub struct Prepared {
     pub session_env_remove: Vec<std::ffi::OsString>,
     /// Serves the API key while the job runs; dropped before the ending.
     pub key_server: Option<KeyServer>,
+    /// The Landlock sandbox of the job's processes (`None`: unsupported or
+    /// turned off).
+    pub sandbox: Option<Sandbox>,
 }
 
 fn write(path: &Path, text: &str) -> Result<(), JobError> {
@@ -122,11 +126,72 @@ pub fn prepare(
         .map(|v| (*v).into())
         .chain(key_server.as_ref().map(|_| util::API_KEY_VAR.into()))
         .collect();
+    let sandbox = sandbox_for(job, ws, dir, &policy_path, &settings_path)?;
     Ok(Prepared {
         policy,
         integrity,
         settings_path,
         session_env_remove,
         key_server,
+        sandbox,
     })
+}
+
+/// The job's sandbox: the state dir hidden but for the files the hook and
+/// the CLI read (the policy, the settings) and the hook's denials log; the
+/// worktree, its git directories and a private `HOME` and temp dir writable;
+/// plus what `[sandbox]` adds. Refused when required and unsupported.
+fn sandbox_for(
+    job: &Job,
+    ws: &Workspace,
+    dir: &Path,
+    policy_path: &Path,
+    settings_path: &Path,
+) -> Result<Option<Sandbox>, JobError> {
+    if !job.sandbox.enabled {
+        tracing::warn!("the sandbox is off (`[sandbox] enabled = false`): the agent can read and write whatever this user can");
+        return Ok(None);
+    }
+    let denials = dir.join("hook-denials.jsonl");
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&denials)
+        .map_err(|source| JobError::Write {
+            path: denials.clone(),
+            source,
+        })?;
+    let mut read_write = vec![ws.root().to_path_buf()];
+    read_write.extend(ws.git_dirs());
+    read_write.extend(job.sandbox.read_write.iter().cloned());
+    let mut read = vec![policy_path.to_path_buf(), settings_path.to_path_buf()];
+    read.extend(job.sandbox.read.iter().cloned());
+    let mut hidden = vec![job.state_dir.clone()];
+    if let Some(home) = std::env::var_os("HOME").map(PathBuf::from) {
+        hidden.extend(
+            sandbox::CREDENTIALS_IN_HOME
+                .iter()
+                .map(|c| home.join(c))
+                .filter(|p| p.exists()),
+        );
+    }
+    let spec = sandbox::Spec {
+        hidden,
+        read_write,
+        read,
+        write_files: vec![denials],
+        home: Some(dir.join("sandbox").join("home")),
+        tmp: Some(dir.join("sandbox").join("tmp")),
+    };
+    match Sandbox::build(&spec).map_err(JobError::Sandbox)? {
+        Some(s) => {
+            tracing::info!("the agent, the critic and the goal steps run in a Landlock sandbox");
+            Ok(Some(s))
+        }
+        None if job.sandbox.require => Err(JobError::SandboxRequired),
+        None => {
+            tracing::warn!("NO SANDBOX: {}; the agent can read and write whatever this user can (pass `--require-sandbox` to refuse)", sandbox::UNSUPPORTED);
+            Ok(None)
+        }
+    }
 }
