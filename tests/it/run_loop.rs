@@ -432,6 +432,28 @@ fn unsafe_state_dirs_are_refused_with_exit_five() {
 }
 
 #[test]
+fn check_shows_the_sandbox_and_refuses_a_relative_sandbox_path() {
+    let env = TestEnv::new();
+    let r = env.exec(&["check", "--require-sandbox"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("sandbox:       Landlock for the agent, the critic and the goal steps (required)"),
+        "{}",
+        r.stdout
+    );
+    let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
+    std::fs::write(env.repo.join("loopd.toml"), format!("{cfg}\n[sandbox]\nread_write = [\"cache\"]\n"))
+        .expect("cfg");
+    let r = env.exec(&["check"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("sandbox.read_write[0]") && r.stderr.contains("an absolute path"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
 fn check_prints_the_resolved_job() {
     let env = TestEnv::new();
     let r = finish(
