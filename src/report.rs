@@ -96,6 +96,10 @@ pub struct Summary {
     pub totals: Totals,
     pub stash_commit: Option<String>,
     pub failure_report: Option<PathBuf>,
+    /// How the agent, the critic and the goal steps were confined:
+    /// `landlock`, `unsupported` or `off`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::sandbox::Confinement>,
     pub run_dir: PathBuf,
     pub started_at: String,
     pub finished_at: String,
@@ -267,6 +271,15 @@ pub fn render_human(s: &Summary) -> String {
         s.reason
     ));
     out.push_str(&format!("  {}\n", s.detail));
+    match s.sandbox {
+        Some(crate::sandbox::Confinement::Unsupported) => out.push_str(
+            "  NO SANDBOX: this kernel has no Landlock; the agent could read and write whatever this user can\n",
+        ),
+        Some(crate::sandbox::Confinement::Off) => out.push_str(
+            "  NO SANDBOX: `[sandbox] enabled = false`; the agent could read and write whatever this user can\n",
+        ),
+        Some(crate::sandbox::Confinement::Landlock) | None => {}
+    }
     for a in &s.attempts {
         let goal = if a.goal_passed {
             "goal green".to_owned()

@@ -23,6 +23,18 @@ use landlock::{
     RulesetAttr, RulesetCreatedAttr, Scope, ABI,
 };
 
+/// How a job's processes are confined (`summary.json`'s `sandbox`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Confinement {
+    /// In a Landlock sandbox.
+    Landlock,
+    /// Not confined: the kernel offers no Landlock.
+    Unsupported,
+    /// Not confined: `[sandbox] enabled = false`.
+    Off,
+}
+
 /// What a job's processes may touch.
 #[derive(Debug, Clone, Default)]
 pub struct Spec {

@@ -218,6 +218,9 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
         };
         tracing::info!(job_id = %id, resumes_at = %next, attempts_ended = s.attempts.len(), spent_usd = %format!("{:.4}", s.spend().cost_usd), "job resumed from its journal");
     }
+    journal.append(Event::Confined {
+        sandbox: env.confinement,
+    })?;
     // Before any session: the credentials out of the checkout, then `.git/`
     // pinned as it is without them.
     let held = hold_credentials(&mut journal, job, &ws, &id)?;

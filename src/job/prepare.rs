@@ -30,6 +30,7 @@ pub struct Prepared {
     /// The Landlock sandbox of the job's processes (`None`: unsupported or
     /// turned off).
     pub sandbox: Option<Sandbox>,
+    pub confinement: sandbox::Confinement,
 }
 
 fn write(path: &Path, text: &str) -> Result<(), JobError> {
@@ -126,7 +127,7 @@ pub fn prepare(
         .map(|v| (*v).into())
         .chain(key_server.as_ref().map(|_| util::API_KEY_VAR.into()))
         .collect();
-    let sandbox = sandbox_for(job, ws, dir, &policy_path, &settings_path)?;
+    let (sandbox, confinement) = sandbox_for(job, ws, dir, &policy_path, &settings_path)?;
     Ok(Prepared {
         policy,
         integrity,
@@ -134,6 +135,7 @@ pub fn prepare(
         session_env_remove,
         key_server,
         sandbox,
+        confinement,
     })
 }
 
@@ -147,10 +149,11 @@ fn sandbox_for(
     dir: &Path,
     policy_path: &Path,
     settings_path: &Path,
-) -> Result<Option<Sandbox>, JobError> {
+) -> Result<(Option<Sandbox>, sandbox::Confinement), JobError> {
+    use sandbox::Confinement;
     if !job.sandbox.enabled {
         tracing::warn!("the sandbox is off (`[sandbox] enabled = false`): the agent can read and write whatever this user can");
-        return Ok(None);
+        return Ok((None, Confinement::Off));
     }
     let denials = dir.join("hook-denials.jsonl");
     std::fs::OpenOptions::new()
@@ -186,12 +189,12 @@ fn sandbox_for(
     match Sandbox::build(&spec).map_err(JobError::Sandbox)? {
         Some(s) => {
             tracing::info!("the agent, the critic and the goal steps run in a Landlock sandbox");
-            Ok(Some(s))
+            Ok((Some(s), Confinement::Landlock))
         }
         None if job.sandbox.require => Err(JobError::SandboxRequired),
         None => {
             tracing::warn!("NO SANDBOX: {}; the agent can read and write whatever this user can (pass `--require-sandbox` to refuse)", sandbox::UNSUPPORTED);
-            Ok(None)
+            Ok((None, Confinement::Unsupported))
         }
     }
 }

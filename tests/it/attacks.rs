@@ -623,6 +623,7 @@ fn attack_24_reach_loopds_files_and_the_home_from_the_sandbox() {
     ));
     let r = env.run(&model, &["--max-attempts", "1", "--allowed-tools", FULL_BASH]);
     assert!(r.stderr.contains("run in a Landlock sandbox"), "{}", r.stderr);
+    assert_eq!(r.summary()["sandbox"], "landlock");
     let seen: String = model
         .session(Role::Agent, 0)
         .iter()

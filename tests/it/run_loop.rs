@@ -454,6 +454,20 @@ fn check_shows_the_sandbox_and_refuses_a_relative_sandbox_path() {
 }
 
 #[test]
+fn a_job_without_the_sandbox_says_so_loudly() {
+    let env = TestEnv::new();
+    let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
+    std::fs::write(env.repo.join("loopd.toml"), format!("{cfg}\n[sandbox]\nenabled = false\n"))
+        .expect("cfg");
+    env.git(&["commit", "-qam", "no sandbox"]);
+    let model = ScriptedModel::start(scenario(vec![agent_writes(&clean_solution())], vec![pass()]));
+    let r = env.run(&model, &["--max-attempts", "1"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.summary()["sandbox"], "off");
+    assert!(r.stderr.contains("NO SANDBOX: `[sandbox] enabled = false`"), "{}", r.stderr);
+}
+
+#[test]
 fn check_prints_the_resolved_job() {
     let env = TestEnv::new();
     let r = finish(
