@@ -81,6 +81,7 @@ fn main() {
             idle_timeout: Duration::from_secs(60),
             grace: settings.grace,
             scope: "bench".into(),
+            sandbox: None,
         };
         let (_tx, mut rx) = tokio::sync::watch::channel(None);
         let mut obs = Timed {

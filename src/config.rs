@@ -107,6 +107,9 @@ pub struct Overrides {
     #[arg(long)]
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub allow_green: bool,
+    /// Refuse to run (exit 5) when the kernel cannot sandbox the agent (Landlock).
+    #[arg(long)]
+    pub require_sandbox: bool,
 }
 
 impl Overrides {
@@ -195,6 +198,8 @@ struct ConfigFile {
     #[serde(default)]
     protect: ProtectFile,
     #[serde(default)]
+    sandbox: SandboxFile,
+    #[serde(default)]
     ci: CiFile,
     #[serde(default)]
     approval: ApprovalFile,
@@ -232,9 +237,34 @@ struct NotifyFile {
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct SandboxFile {
+    enabled: Option<bool>,
+    require: Option<bool>,
+    read: Option<Vec<PathBuf>>,
+    read_write: Option<Vec<PathBuf>>,
+}
+
+/// `[sandbox]` in `loopd.toml`: the Landlock sandbox of the agent, the
+/// critic and the goal steps.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SandboxSettings {
+    /// Off: no sandbox at all (loudly logged).
+    pub enabled: bool,
+    /// Refuse to run when the kernel cannot sandbox (`--require-sandbox`).
+    pub require: bool,
+    /// More paths the sandboxed processes may read (only needed inside the
+    /// state dir: everything else is readable).
+    pub read: Vec<PathBuf>,
+    /// More paths they may write (e.g. a shared build cache).
+    pub read_write: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ProtectFile {
     paths: Option<Vec<String>>,
     skip_markers: Option<Vec<String>>,
+    allow_submodules: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -256,6 +286,7 @@ struct GuardFile {
     escalation: Option<bool>,
     nudge: Option<bool>,
     strict_from: Option<i64>,
+    max_diff_kb: Option<i64>,
 }
 
 
@@ -314,6 +345,7 @@ pub struct Job {
     pub caps: Caps,
     pub guard: GuardSettings,
     pub protect: ProtectSettings,
+    pub sandbox: SandboxSettings,
     /// The autofix gate's risk policy (`loopd ci`).
     pub ci: RiskPolicy,
     /// The durable approval gate (the daemon).
@@ -476,6 +508,7 @@ pub fn protect_of_repo(
         ProtectSettings {
             paths: file.protect.paths.unwrap_or_default(),
             skip_markers: file.protect.skip_markers,
+            allow_submodules: file.protect.allow_submodules.unwrap_or(false),
         },
         own,
     ))
@@ -747,9 +780,42 @@ impl Job {
             defaults.grace,
         )?;
 
+        let max_diff_kb = positive(
+            &o,
+            "guard.max_diff_kb",
+            file.guard.max_diff_kb,
+            defaults.max_diff_kb,
+        )?;
+        if max_diff_kb > crate::guard::MAX_MAX_DIFF_KB {
+            return Err(o.invalid(
+                "guard.max_diff_kb",
+                &format!("a size in KiB from 1 to {}", crate::guard::MAX_MAX_DIFF_KB),
+                max_diff_kb,
+            ));
+        }
         let protect = ProtectSettings {
             paths: file.protect.paths.unwrap_or_default(),
             skip_markers: file.protect.skip_markers,
+            allow_submodules: file.protect.allow_submodules.unwrap_or(false),
+        };
+        let extra = |paths: Option<Vec<PathBuf>>, field: &str| -> Result<Vec<PathBuf>, ConfigError> {
+            let paths = paths.unwrap_or_default();
+            for (i, p) in paths.iter().enumerate() {
+                if !p.is_absolute() {
+                    return Err(o.invalid(
+                        &format!("sandbox.{field}[{i}]"),
+                        "an absolute path",
+                        p.display().to_string(),
+                    ));
+                }
+            }
+            Ok(paths)
+        };
+        let sandbox = SandboxSettings {
+            enabled: file.sandbox.enabled.unwrap_or(true),
+            require: flags.require_sandbox || file.sandbox.require.unwrap_or(false),
+            read: extra(file.sandbox.read, "read")?,
+            read_write: extra(file.sandbox.read_write, "read_write")?,
         };
         for (i, p) in protect.paths.iter().enumerate() {
             if p.trim().is_empty() || globset::Glob::new(p).is_err() {
@@ -884,10 +950,12 @@ impl Job {
                 escalation: file.guard.escalation.unwrap_or(defaults.escalation),
                 nudge: file.guard.nudge.unwrap_or(defaults.nudge),
                 strict_from,
+                max_diff_kb,
             },
             protect,
             ci,
             approval,
+            sandbox,
             notify,
             config_text,
         })

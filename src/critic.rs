@@ -2,6 +2,12 @@
 //! the baseline, the diff since BASE_REF and the rubric — never the agent's
 //! transcript — and answers with a verdict object through `--json-schema`.
 //!
+//! The critic sees the whole change: a listing of every changed file with
+//! its size, then every file's section of the diff whole. Nothing is cut
+//! silently: a change over the bound never reaches the critic (the size
+//! gate, [`crate::guard::size`]), and where a section of the interdiff does
+//! not fit its bound, whole hunks are shown and the listing says what is not.
+//!
 //! The verdict is read from `structured_output` only. Prose, a missing
 //! object, a malformed one, or a session that failed are all `invalid`, and
 //! invalid is a rejection: the model explains, the code decides.
@@ -10,11 +16,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::agent::events::ResultEvent;
-use crate::goal::head_and_tail;
+use crate::guard::size::human;
 use crate::rubric::Rubric;
-
-/// The most diff text the critic is shown; beyond it head and tail are kept.
-pub const MAX_DIFF: usize = 200 * 1024;
+use crate::workspace::FilePatch;
 
 /// The instruction passed as the critic's prompt argument; the material
 /// follows on stdin.
@@ -161,6 +165,106 @@ pub fn read_verdict(result: Option<&ResultEvent>) -> CriticVerdict {
     }
 }
 
+/// A patch as the critic is shown it: the text and each file's section.
+#[derive(Debug, Clone, Copy)]
+pub struct Shown<'a> {
+    pub patch: &'a str,
+    pub files: &'a [FilePatch],
+}
+
+/// A file's section split into its header and its hunks (each starting at
+/// an `@@` line; no other line of a section starts so).
+fn hunks(section: &str) -> (&str, Vec<&str>) {
+    let mut starts = Vec::new();
+    let mut off = 0;
+    for line in section.split_inclusive('\n') {
+        if line.starts_with("@@") {
+            starts.push(off);
+        }
+        off += line.len();
+    }
+    let Some(&first) = starts.first() else {
+        return (section, Vec::new());
+    };
+    let mut out = Vec::new();
+    for (i, &start) in starts.iter().enumerate() {
+        let end = starts.get(i + 1).copied().unwrap_or(section.len());
+        out.push(&section[start..end]);
+    }
+    (&section[..first], out)
+}
+
+impl Shown<'_> {
+    /// Every file listed with its size and what of it is shown; then the
+    /// sections — each whole while it fits `bound` bytes, else as many of
+    /// its whole hunks as fit. Returns how many files were not shown whole.
+    fn render(&self, s: &mut String, bound: usize) -> usize {
+        let mut budget = bound;
+        let mut listing = String::new();
+        let mut body = String::new();
+        let mut partial = 0;
+        for f in self.files {
+            let text = f.text(self.patch);
+            let size = if f.too_large {
+                format!("{}, too large to load", human(f.bytes))
+            } else {
+                format!("+{} -{} lines, {} of diff", f.added, f.removed, human(f.diff_bytes))
+            };
+            let shown = if f.too_large {
+                partial += 1;
+                "not shown (its content was never loaded)".to_owned()
+            } else if text.is_empty() && f.diff_bytes > 0 {
+                partial += 1;
+                "not shown (the diff was not kept)".to_owned()
+            } else if text.len() <= budget {
+                budget -= text.len();
+                body.push_str(text);
+                "shown whole".to_owned()
+            } else {
+                partial += 1;
+                let (header, parts) = hunks(text);
+                let mut taken = 0;
+                let mut used = header.len();
+                for h in &parts {
+                    if used + h.len() > budget {
+                        break;
+                    }
+                    used += h.len();
+                    taken += 1;
+                }
+                if taken == 0 {
+                    format!("NOT shown: its diff is larger than the {} left to show", human(budget as u64))
+                } else {
+                    budget -= used;
+                    body.push_str(header);
+                    for h in &parts[..taken] {
+                        body.push_str(h);
+                    }
+                    format!(
+                        "partly shown: hunks 1-{taken} of {}, the rest is NOT shown",
+                        parts.len()
+                    )
+                }
+            };
+            listing.push_str(&format!("- `{}` ({}; {size}): {shown}\n", f.path, f.status.as_str()));
+        }
+        s.push_str(&format!("Files changed ({}), every one of them:\n", self.files.len()));
+        s.push_str(&listing);
+        if !body.ends_with('\n') && !body.is_empty() {
+            body.push('\n');
+        }
+        s.push_str("```diff\n");
+        s.push_str(&body);
+        s.push_str("```\n");
+        if partial > 0 {
+            s.push_str(&format!(
+                "{partial} file(s) above are not shown whole (see the listing); judge what you see and do not assume what you were not shown is fine.\n"
+            ));
+        }
+        partial
+    }
+}
+
 /// What the critic of attempt 2 and later is told about the previous one:
 /// why it was rejected and what changed since (the interdiff).
 pub struct Previous<'a> {
@@ -171,7 +275,7 @@ pub struct Previous<'a> {
     /// The goal step that failed, when the goal test rejected it.
     pub goal_failed: Option<&'a str>,
     /// Unified diff from the previous attempt's tree to this one.
-    pub interdiff: &'a str,
+    pub interdiff: Shown<'a>,
     /// Files changed since that no finding named (the scope check).
     pub unnamed: &'a [String],
 }
@@ -213,9 +317,9 @@ impl Previous<'_> {
             ));
         }
         s.push_str(&format!(
-            "\n## The interdiff: attempt {a}'s tree to this attempt's\n```diff\n{}\n```\n",
-            head_and_tail(self.interdiff.trim_end(), MAX_INTERDIFF)
+            "\n## The interdiff: attempt {a}'s tree to this attempt's\n"
         ));
+        self.interdiff.render(s, MAX_INTERDIFF);
     }
 }
 
@@ -226,7 +330,10 @@ pub struct CriticInput<'a> {
     pub goal_names: Vec<&'a str>,
     pub rubric: &'a Rubric,
     pub base_ref: &'a str,
-    pub patch: &'a str,
+    /// The change since BASE_REF; within `bound` (the size gate saw to it).
+    pub change: Shown<'a>,
+    /// The size bound (`[guard] max_diff_kb`), in bytes.
+    pub bound: u64,
     /// What the deterministic gates established, stated so the critic does
     /// not re-litigate it (empty when there are no gates to report).
     pub gates: &'a str,
@@ -267,10 +374,11 @@ impl CriticInput<'_> {
             p.render(&mut s);
         }
         s.push_str(&format!(
-            "\n# The change since {} (new untracked files included)\n```diff\n{}\n```\n\n",
-            self.base_ref,
-            head_and_tail(self.patch.trim_end(), MAX_DIFF)
+            "\n# The change since {} (new untracked files included)\n",
+            self.base_ref
         ));
+        self.change.render(&mut s, self.bound as usize);
+        s.push('\n');
         s.push_str(
             "# How to answer\n\
              Judge only the numbered rules above; never comment on style or architecture, \
@@ -293,6 +401,51 @@ mod tests {
             Event::Result(r) => *r,
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A patch of one file, its section the whole text.
+    fn one(path: &str, patch: &str) -> FilePatch {
+        FilePatch {
+            path: path.into(),
+            status: crate::workspace::ChangeKind::Modified,
+            start: 0,
+            len: patch.len(),
+            diff_bytes: patch.len() as u64,
+            added: 1,
+            removed: 0,
+            bytes: 10,
+            too_large: false,
+        }
+    }
+
+    #[test]
+    fn every_file_is_listed_and_nothing_is_cut_silently() {
+        let a = "diff --git a/a.py b/a.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n";
+        let b = "diff --git a/b.py b/b.py\n@@ -1 +1 @@\n-y = 1\n+y = 2\n@@ -9 +9 @@\n-z = 1\n+print(z)\n";
+        let patch = format!("{a}{b}");
+        let mut second = one("b.py", b);
+        second.start = a.len();
+        let mut big = one("big.txt", "");
+        big.too_large = true;
+        big.bytes = 200 * 1024 * 1024;
+        big.diff_bytes = 0;
+        let files = [one("a.py", a), second, big];
+        let shown = Shown { patch: &patch, files: &files };
+
+        let mut all = String::new();
+        assert_eq!(shown.render(&mut all, 10_000), 1, "only the huge file is not shown");
+        assert!(all.contains(a) && all.contains(b), "{all}");
+        assert!(all.contains("- `big.txt` (modified; 200.0 MiB, too large to load): not shown"), "{all}");
+        assert!(all.contains("- `a.py` (modified; +1 -0 lines, 51 bytes of diff): shown whole"), "{all}");
+
+        // Too little room for b.py whole: its first hunk, whole, and a note.
+        let mut part = String::new();
+        let room = a.len() + "diff --git a/b.py b/b.py\n@@ -1 +1 @@\n-y = 1\n+y = 2\n".len() + 4;
+        assert_eq!(shown.render(&mut part, room), 2);
+        assert!(part.contains("+y = 2\n```"), "{part}");
+        assert!(!part.contains("print(z)"), "{part}");
+        assert!(part.contains("- `b.py` (modified; +1 -0 lines, 80 bytes of diff): partly shown: hunks 1-1 of 2, the rest is NOT shown"), "{part}");
+        assert!(part.contains("2 file(s) above are not shown whole"), "{part}");
     }
 
     #[test]
@@ -350,7 +503,11 @@ mod tests {
             goal_names: vec!["pytest", "ruff"],
             rubric: &rubric,
             base_ref: "abc123",
-            patch: "+++ b/new.py\n+x = 1\n",
+            change: Shown {
+                patch: "+++ b/new.py\n+x = 1\n",
+                files: &[one("new.py", "+++ b/new.py\n+x = 1\n")],
+            },
+            bound: 1024,
             gates: "",
             previous: None,
         }
@@ -379,13 +536,20 @@ mod tests {
             goal_names: vec!["pytest"],
             rubric: &rubric,
             base_ref: "abc",
-            patch: "+x = 1\n",
+            change: Shown {
+                patch: "+x = 1\n",
+                files: &[one("a.py", "+x = 1\n")],
+            },
+            bound: 1024,
             gates: "",
             previous: Some(Previous {
                 attempt: 1,
                 findings: &findings,
                 goal_failed: None,
-                interdiff: "-    print(x)\n",
+                interdiff: Shown {
+                    patch: "-    print(x)\n",
+                    files: &[one("rechnung.py", "-    print(x)\n")],
+                },
                 unnamed: &unnamed,
             }),
         }

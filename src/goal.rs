@@ -246,6 +246,8 @@ pub struct Limits<'a> {
     pub stop: Option<tokio::sync::watch::Receiver<Option<StopRequest>>>,
     /// The job the steps belong to (see [`process::new_token`]).
     pub scope: &'a str,
+    /// The Landlock sandbox the steps run in.
+    pub sandbox: Option<&'a crate::sandbox::Sandbox>,
 }
 
 impl Limits<'_> {
@@ -280,6 +282,9 @@ async fn run_step(
         .stderr(std::process::Stdio::from(writer_err));
     for k in env_remove {
         cmd.env_remove(k);
+    }
+    if let Some(sandbox) = limits.sandbox {
+        sandbox.apply(&mut cmd);
     }
     let mut child = Contained::spawn(cmd, token).map_err(spawn_err)?;
     // The write ends moved into `cmd`, which `spawn` consumed and dropped:
@@ -396,6 +401,7 @@ mod tests {
             deadline: None,
             stop: None,
             scope: "unit",
+            sandbox: None,
         }
     }
 

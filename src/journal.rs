@@ -240,6 +240,9 @@ pub enum Event {
     },
     /// The parked work is back in the working tree.
     Restored { stash_commit: String },
+    /// How the job's processes are confined from here on (on every start
+    /// and resume: the kernel may differ after a reboot).
+    Confined { sandbox: crate::sandbox::Confinement },
 }
 
 impl Event {
@@ -249,6 +252,7 @@ impl Event {
         match self {
             Event::JobStarted { .. } => "job_started",
             Event::Resumed { .. } => "resumed",
+            Event::Confined { .. } => "confined",
             Event::CredentialsHeld { .. } => "credentials_held",
             Event::CredentialsReleased { .. } => "credentials_released",
             Event::GitDirPinned { .. } => "git_dir_pinned",
@@ -594,6 +598,8 @@ pub enum Phase {
 #[derive(Debug, Clone, Default)]
 pub struct Replay {
     pub job_id: Option<String>,
+    /// How the job's processes are confined (the latest start's word).
+    pub sandbox: Option<crate::sandbox::Confinement>,
     /// When the job started (the first entry's time).
     pub started_at: Option<String>,
     pub repo: Option<PathBuf>,
@@ -767,6 +773,7 @@ impl Replay {
                 self.started_at = Some(entry.ts.clone());
             }
             Event::Resumed { .. } => self.suspended = false,
+            Event::Confined { sandbox } => self.sandbox = Some(*sandbox),
             Event::CredentialsHeld { .. } => self.credentials_held = true,
             Event::CredentialsReleased { .. } => self.credentials_held = false,
             Event::GitDirPinned { files } => self.git_dir_pin = Some(files.clone()),
@@ -947,6 +954,7 @@ impl Replay {
             totals: Totals::from_spend(&self.spend(), wall_ms.max(self.wall_ms)),
             stash_commit: self.parked.as_ref().and_then(|p| p.0.clone()),
             failure_report,
+            sandbox: self.sandbox,
             run_dir: run_dir.to_path_buf(),
             started_at: self.started_at.clone().unwrap_or_default(),
             finished_at: crate::util::now_rfc3339(),

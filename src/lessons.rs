@@ -417,6 +417,7 @@ mod tests {
             denials_log: None,
             git_dirs: vec![],
             nudge: None,
+            allow_submodules: false,
         }
     }
 

@@ -31,6 +31,8 @@
 //! [`guard::progress`]. The agent's approved exit, `loopd escalate`:
 //! [`guard::escalation`]. Wall clock, attempt
 //! and idle timeouts: [`agent::session`]. Process trees: [`process`].
+//! Protected paths, skip markers, submodules: [`guard::tamper`]. The size
+//! bound of a change the critic judges: [`guard::size`].
 //!
 //! # The module layers
 //! Bottom to top; a module uses only its own layer and those below, never in
@@ -39,7 +41,7 @@
 //! | layer | modules | owns |
 //! | --- | --- | --- |
 //! | 0 | [`util`] | atomic writes, ids, clock, shell quoting, crash points |
-//! | 1 | [`outcome`], [`process`] | reasons → exit codes (the one place); process trees |
+//! | 1 | [`outcome`], [`process`], [`sandbox`] | reasons → exit codes (the one place); process trees; the Landlock sandbox of a job's processes |
 //! | 2 | [`workspace`], [`agent`], [`notify`] | git (the diff, the pinned `.git/`, held credentials); the agent CLI seam (Claude Code) and the metering gateway; webhooks |
 //! | 3 | [`guard`], [`goal`], [`rubric`], [`critic`] | the judges and their settings |
 //! | 4 | [`report`], [`report_html`], [`breaker`], [`journal`], [`lessons`] | views (`report.html`: the page a human reads), parking, the job's truth, what a repository taught |
@@ -62,6 +64,7 @@ pub mod critic;
 pub mod daemon;
 pub mod goal;
 pub mod guard;
+pub mod sandbox;
 pub mod job;
 pub mod journal;
 pub mod lessons;

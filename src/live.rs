@@ -160,6 +160,17 @@ impl Progress {
                 }
             }
             Event::Finalized { state } => format!("final state: {}", state.as_str()),
+            Event::Confined { sandbox } => match sandbox {
+                crate::sandbox::Confinement::Landlock => {
+                    "sandbox: the agent, the critic and the goal steps run under Landlock".to_owned()
+                }
+                crate::sandbox::Confinement::Unsupported => {
+                    "NO SANDBOX: this kernel has no Landlock".to_owned()
+                }
+                crate::sandbox::Confinement::Off => {
+                    "NO SANDBOX: `[sandbox] enabled = false`".to_owned()
+                }
+            },
             Event::Nudged(n) => format!(
                 "attempt {}: the hook nudged the agent: its {} call repeated; one more repeat stops the session",
                 n.attempt, n.tool

@@ -34,7 +34,21 @@ fn init_logging(verbose: u8, quiet: bool) {
 
 fn main() -> ExitCode {
     let args = Cli::parse();
+    // The commands that hold credentials and supervise the agent: first,
+    // before any secret is read, out of reach of same-user processes.
+    let holds_secrets = matches!(
+        args.command,
+        cli::Command::Run(_)
+            | cli::Command::Resume(_)
+            | cli::Command::Daemon(_)
+            | cli::Command::Ci(_)
+            | cli::Command::Approve(_)
+    );
+    let undumpable = holds_secrets && loopd::util::make_undumpable();
     init_logging(args.verbose, args.quiet);
+    if holds_secrets && !undumpable {
+        tracing::warn!("could not make loopd non-dumpable: processes of the same user may read its environment");
+    }
     // Orphans of the agent's tools are re-parented here, not to init.
     if loopd::process::become_subreaper() {
         loopd::process::enable_stray_sweep();

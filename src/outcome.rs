@@ -24,6 +24,9 @@ pub enum Reason {
     /// The pre-critic found debug output, commented-out code, a swallowed
     /// error or a drive-by rename in the added lines.
     Precheck,
+    /// The change is larger than the bound the critic reads in full
+    /// (`[guard] max_diff_kb`).
+    DiffTooLarge,
     ConfigTampered,
     /// Preflight: a goal step's program could not be run at the baseline
     /// (exit 127 or 126). Exit 2, like any configuration error.
@@ -72,6 +75,7 @@ impl Reason {
             Reason::TestCountDropped => "test_count_dropped",
             Reason::SkipMarker => "skip_marker",
             Reason::Precheck => "precheck",
+            Reason::DiffTooLarge => "diff_too_large",
             Reason::ConfigTampered => "config_tampered",
             Reason::GoalNotRunnable => "goal_not_runnable",
             Reason::AlreadyGreen => "already_green",
@@ -302,6 +306,7 @@ mod tests {
             Reason::TestCountDropped,
             Reason::BudgetUsd,
             Reason::Precheck,
+            Reason::DiffTooLarge,
         ] {
             assert_eq!(serde_json::to_value(r).expect("json"), r.as_str());
         }
@@ -310,6 +315,7 @@ mod tests {
         assert_eq!(ExitStatus::from(Reason::BudgetUsd).code(), 3);
         assert_eq!(ExitStatus::from(Reason::ConfigTampered).code(), 3);
         assert_eq!(ExitStatus::from(Reason::Precheck).code(), 3);
+        assert_eq!(ExitStatus::from(Reason::DiffTooLarge).code(), 3);
         assert_eq!(ExitStatus::from(Reason::Signal).code(), 4);
         assert_eq!(ExitStatus::from(Reason::AgentError).code(), 5);
         assert_eq!(ExitStatus::from(Reason::GoalNotRunnable).code(), 2);

@@ -99,6 +99,10 @@ pub struct Summary {
     pub totals: Totals,
     pub stash_commit: Option<String>,
     pub failure_report: Option<PathBuf>,
+    /// How the agent, the critic and the goal steps were confined:
+    /// `landlock`, `unsupported` or `off`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::sandbox::Confinement>,
     pub run_dir: PathBuf,
     pub started_at: String,
     pub finished_at: String,
@@ -334,6 +338,15 @@ pub fn render_human(s: &Summary) -> String {
             "  escalated at attempt {}: test `{}`: {}\n  answer with `loopd resume {} --note \"...\"`\n",
             e.attempt, e.test, e.claim, s.job_id
         ));
+    }
+    match s.sandbox {
+        Some(crate::sandbox::Confinement::Unsupported) => out.push_str(
+            "  NO SANDBOX: this kernel has no Landlock; the agent could read and write whatever this user can\n",
+        ),
+        Some(crate::sandbox::Confinement::Off) => out.push_str(
+            "  NO SANDBOX: `[sandbox] enabled = false`; the agent could read and write whatever this user can\n",
+        ),
+        Some(crate::sandbox::Confinement::Landlock) | None => {}
     }
     for a in &s.attempts {
         let goal = if a.goal_passed {

@@ -4,7 +4,7 @@
 //! credential variables, and the test-only crash points.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Variables that hold a credential: never passed to the agent, its tools,
 /// its hooks or a goal step. The forge tokens come first, in the order
@@ -59,9 +59,29 @@ pub fn scrub_environ(names: &[&str]) {
             }
             entry = entry.add(1);
         }
-        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
+    make_undumpable();
+}
+
+/// Make this process non-dumpable (`PR_SET_DUMPABLE` 0): processes of the
+/// same user — the agent, its tools, code the goal test runs — can then
+/// neither ptrace it nor read its `/proc/<pid>/environ`, `mem` or `fd/`
+/// (only a holder of `CAP_SYS_PTRACE` can). Children get their own
+/// dumpable flag back at exec, so nothing loopd starts is affected.
+pub fn make_undumpable() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: prctl with PR_SET_DUMPABLE takes one integer argument and
+        // has no memory-safety preconditions.
+        let rc = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0 as libc::c_ulong, 0, 0, 0) };
+        rc == 0
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
     }
 }
+
 
 /// A file loopd reads (`loopd.toml`, a rubric) that cannot be used, named
 /// with the file, the field, what was expected and what was found.
@@ -109,6 +129,98 @@ pub fn private_dir(path: &Path) -> std::io::Result<()> {
         .recursive(true)
         .mode(0o700)
         .create(path)
+}
+
+/// Why a state dir is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum StateDirError {
+    #[error("cannot create the state dir `{}`: {source}", path.display())]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`{}` (in the state dir) is {what} (mode {mode:03o}): another user could plant or change loopd's files there", path.display())]
+    Writable {
+        path: PathBuf,
+        mode: u32,
+        what: &'static str,
+    },
+    #[error("`{}` (in the state dir) belongs to uid {owner}, not to this user (uid {me})", path.display())]
+    NotOwned { path: PathBuf, owner: u32, me: u32 },
+    #[error("the state dir `{}` is inside the repository `{}`: the agent could read and change loopd's own files, and parking the work would stash them", path.display(), repo.display())]
+    InsideRepository { path: PathBuf, repo: PathBuf },
+}
+
+impl StateDirError {
+    pub fn hint(&self) -> String {
+        match self {
+            StateDirError::Create { .. } => "pass a state dir you can write with `--state-dir DIR` (or `LOOPD_STATE_DIR`)".into(),
+            StateDirError::Writable { path, .. } => format!("make it private: `chmod 700 {}`", path.display()),
+            StateDirError::NotOwned { .. } => "use a state dir of your own with `--state-dir DIR` (or `LOOPD_STATE_DIR`)".into(),
+            StateDirError::InsideRepository { .. } => "pass a state dir outside the repository with `--state-dir DIR` (the default is `$XDG_STATE_HOME/loopd`)".into(),
+        }
+    }
+}
+
+/// Create the state dir (0700, parents too) and check it and the
+/// directories directly under it (and under `spool/`): owned by this user
+/// and writable by nobody else — and, given the repository a job runs in,
+/// not inside it. Returns the canonical path.
+pub fn secure_state_dir(dir: &Path, repo: Option<&Path>) -> Result<PathBuf, StateDirError> {
+    use std::os::unix::fs::MetadataExt;
+    private_dir(dir).map_err(|source| StateDirError::Create {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let real = dir.canonicalize().map_err(|source| StateDirError::Create {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    if let Some(repo) = repo {
+        let repo = repo.canonicalize().unwrap_or_else(|_| repo.to_path_buf());
+        if real.starts_with(&repo) {
+            return Err(StateDirError::InsideRepository { path: real, repo });
+        }
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let check = |path: &Path| -> Result<(), StateDirError> {
+        let Ok(m) = std::fs::symlink_metadata(path) else {
+            return Ok(());
+        };
+        if !m.is_dir() {
+            return Ok(());
+        }
+        let mode = m.mode() & 0o7777;
+        if m.uid() != me {
+            return Err(StateDirError::NotOwned {
+                path: path.to_path_buf(),
+                owner: m.uid(),
+                me,
+            });
+        }
+        let what = match (mode & 0o020 != 0, mode & 0o002 != 0) {
+            (_, true) => "world-writable",
+            (true, false) => "group-writable",
+            (false, false) => return Ok(()),
+        };
+        Err(StateDirError::Writable {
+            path: path.to_path_buf(),
+            mode,
+            what,
+        })
+    };
+    check(&real)?;
+    for parent in [real.clone(), real.join("spool")] {
+        let Ok(entries) = std::fs::read_dir(&parent) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            check(&e.path())?;
+        }
+    }
+    Ok(real)
 }
 
 /// Write `bytes` to `path` atomically: a temp file beside it, fsync'd, then
@@ -258,5 +370,33 @@ mod tests {
         write_atomic(&p, "\u{feff}{\"a\":1}".as_bytes()).expect("write");
         assert_eq!(read_text(&p).expect("read"), "{\"a\":1}");
         assert!(!dir.path().join("x.json.tmp").exists());
+    }
+}
+
+#[cfg(test)]
+mod state_dir_tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_state_dir_is_made_private_and_an_unsafe_one_refused() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let dir = tmp.path().join("a/state");
+        let real = secure_state_dir(&dir, None).expect("fresh");
+        let mode = std::fs::metadata(&real).expect("meta").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+
+        std::fs::create_dir_all(real.join("spool/incoming")).expect("spool");
+        std::fs::set_permissions(real.join("spool/incoming"), std::fs::Permissions::from_mode(0o733))
+            .expect("chmod");
+        let e = secure_state_dir(&dir, None).expect_err("a writable spool dir");
+        assert!(matches!(e, StateDirError::Writable { what: "world-writable", .. }), "{e}");
+        assert!(e.hint().contains("chmod 700"), "{}", e.hint());
+        std::fs::set_permissions(real.join("spool/incoming"), std::fs::Permissions::from_mode(0o700))
+            .expect("chmod");
+        secure_state_dir(&dir, None).expect("private again");
+
+        let e = secure_state_dir(&real.join("x"), Some(tmp.path())).expect_err("inside");
+        assert!(matches!(e, StateDirError::InsideRepository { .. }), "{e}");
     }
 }

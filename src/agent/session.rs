@@ -56,6 +56,8 @@ pub struct SessionSpec {
     /// The job this session belongs to: its processes' tokens start with
     /// it, so a restarted daemon can find what a crashed one left behind.
     pub scope: String,
+    /// The Landlock sandbox the session and its tools run in.
+    pub sandbox: Option<crate::sandbox::Sandbox>,
 }
 
 /// What an observer asks for after seeing an event.
@@ -184,6 +186,9 @@ pub async fn run(
     }
     for (k, v) in &spec.env_set {
         cmd.env(k, v);
+    }
+    if let Some(sandbox) = &spec.sandbox {
+        sandbox.apply(&mut cmd);
     }
     let mut child = Contained::spawn(cmd, token).map_err(|source| SessionError::Spawn {
         bin: spec.bin.clone(),
@@ -380,6 +385,7 @@ mod tests {
             idle_timeout: Duration::from_secs(60),
             grace: Duration::from_secs(30),
             scope,
+            sandbox: None,
         };
         let (tx, mut rx) = tokio::sync::watch::channel(None);
         let request = |hurry| {

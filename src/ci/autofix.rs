@@ -268,7 +268,12 @@ async fn outward(
     let base = git2::Oid::from_str(&summary.base_ref).map_err(CiError::Commit)?;
     // The change as the agent wrote it: artefacts of goal steps and builds
     // are not part of the risk policy or the commit.
-    let diff = ws.diff_since(base, &journal.state().artefacts)?;
+    let diff = ws.diff_since(
+        base,
+        &journal.state().artefacts,
+        crate::workspace::DiffLimits::for_bound(a.job.guard.max_diff_bytes()),
+        &mut std::io::sink(),
+    )?;
     let violations = a.job.ci.violations(&diff);
     if !violations.is_empty() {
         out.status("failure", "a fix was found but fails the risk policy", None)

@@ -138,6 +138,24 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
         g.stuck_window,
         humantime::format_duration(g.grace)
     ));
+    out.push_str(&format!(
+        "size gate:     changes over {} KiB of diff are rejected before the critic\n",
+        g.max_diff_kb
+    ));
+    let sb = &job.sandbox;
+    out.push_str(&if sb.enabled {
+        format!(
+            "sandbox:       Landlock for the agent, the critic and the goal steps{}{}\n",
+            if sb.require { " (required)" } else { "" },
+            if sb.read_write.is_empty() {
+                String::new()
+            } else {
+                format!("; also writable: {}", sb.read_write.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))
+            }
+        )
+    } else {
+        "sandbox:       OFF ([sandbox] enabled = false)\n".to_owned()
+    });
     if !job.protect.paths.is_empty() {
         out.push_str(&format!(
             "also protected: {}\n",
@@ -162,6 +180,8 @@ fn preflight(job: &Job, root: &std::path::Path) -> Result<(String, ExitStatus), 
         deadline: None,
         stop: None,
         scope: "check",
+        // The user's own goal test at their checkout, no agent involved.
+        sandbox: None,
     };
     let report = crate::cli::runtime()?
         .block_on(goal::run(&job.goal, root, goal::Mode::All, &limits))

@@ -45,11 +45,9 @@ pub fn daemon(args: DaemonArgs) -> Result<ExitStatus, CliError> {
         ));
     }
     let state_dir = state_dir_or_default(args.state_dir);
-    crate::util::private_dir(&state_dir).map_err(|e| {
-        CliError::new(
-            ExitStatus::Environment,
-            format!("cannot create the state dir `{}`: {e}", state_dir.display()),
-        )
+    crate::util::secure_state_dir(&state_dir, None).map_err(|e| {
+        let hint = e.hint();
+        CliError::new(ExitStatus::Environment, e).hint(hint)
     })?;
     let (tx, rx) = tokio::sync::watch::channel(Shutdown::Run);
     crate::cli::on_signals(move |n, sig| {

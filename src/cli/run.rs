@@ -45,6 +45,10 @@ pub fn prepare(flags: &JobFlags) -> Result<(Workspace, Job), CliError> {
 pub fn ready(ws: &Workspace, job: &Job) -> Result<(), CliError> {
     job::ready(ws, job).map_err(|e| match e {
         job::JobError::Workspace(w) => CliError::from(w),
+        job::JobError::StateDir(s) => {
+            let hint = s.hint();
+            CliError::new(ExitStatus::Environment, s).hint(hint)
+        }
         e => CliError::new(ExitStatus::Environment, e),
     })
 }

@@ -181,12 +181,17 @@ pub async fn run(
         state.reason = Some("internal_error".into());
         state.detail = Some(why);
     };
-    let worktree = {
-        let spec = spec.clone();
-        let dir = ctx.state_dir.clone();
-        tokio::task::spawn_blocking(move || prepare_worktree(&spec, &dir))
-            .await
-            .unwrap_or_else(|e| Err(e.to_string()))
+    let worktree = match crate::util::secure_state_dir(&ctx.state_dir, Some(&spec.repo)) {
+        // A state dir inside the job's own repository would put loopd's
+        // files in the agent's reach (and in the repository's stashes).
+        Err(e) => Err(format!("{e} (hint: {})", e.hint())),
+        Ok(_) => {
+            let spec = spec.clone();
+            let dir = ctx.state_dir.clone();
+            tokio::task::spawn_blocking(move || prepare_worktree(&spec, &dir))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()))
+        }
     };
     let outcome = match worktree {
         Err(why) => {

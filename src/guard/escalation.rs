@@ -23,8 +23,9 @@ use serde::{Deserialize, Serialize};
 pub const PATH_VAR: &str = "LOOPD_ESCALATION";
 /// The job the session belongs to; the command records it, loopd checks it.
 pub const JOB_VAR: &str = "LOOPD_JOB_ID";
-/// The file's name in an attempt's directory.
-pub const FILE: &str = "escalation.json";
+/// The directory of the run directory the command writes in: one the
+/// sandbox leaves writable (the rest of the state dir is hidden).
+pub const DIR: &str = "escalation";
 
 /// What `loopd escalate` writes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,9 +37,17 @@ pub struct Request {
     pub ts: String,
 }
 
-/// Where attempt `dir`'s escalation goes.
+/// Where the escalation of the attempt in `attempt_dir`
+/// (`runs/<id>/attempt-<n>`) goes: `runs/<id>/escalation/attempt-<n>.json`.
 pub fn file(attempt_dir: &Path) -> PathBuf {
-    attempt_dir.join(FILE)
+    let name = attempt_dir
+        .file_name()
+        .map_or_else(|| "attempt".into(), |n| n.to_string_lossy().into_owned());
+    attempt_dir
+        .parent()
+        .unwrap_or(attempt_dir)
+        .join(DIR)
+        .join(format!("{name}.json"))
 }
 
 /// Read and verify the escalation at `path` for job `job_id`: `None` when
@@ -105,7 +114,9 @@ mod tests {
     #[test]
     fn only_this_jobs_escalation_counts() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = file(dir.path());
+        let path = file(&dir.path().join("attempt-2"));
+        assert_eq!(path, dir.path().join("escalation").join("attempt-2.json"));
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("dir");
         assert!(read(&path, "j1").is_none());
         let req = Request {
             job_id: "j1".into(),

@@ -1,7 +1,8 @@
 //! The guards that watch a session as it streams: resource caps
 //! ([`caps`]), the progress guard ([`progress`]), the tamper gates that run
 //! at the tool call and on the diff after each attempt ([`tamper`],
-//! [`testcount`]), and the pre-critic on the added lines ([`precheck`]).
+//! [`testcount`]), the size gate ([`size`]), and the pre-critic on the
+//! added lines ([`precheck`]).
 //!
 //! [`Watch`] is the observer a session runs under. On the hot path it does
 //! only what it must per event: account a model call when it completes,
@@ -13,6 +14,7 @@ pub mod escalation;
 pub mod precheck;
 pub mod progress;
 pub mod risk;
+pub mod size;
 pub mod tamper;
 pub mod testcount;
 
@@ -51,6 +53,17 @@ pub struct GuardSettings {
     /// helpers, fixtures and conditionals, and the pre-critic rejects code
     /// that branches on being under test (0: never).
     pub strict_from: u32,
+    /// The largest change the critic is asked about, in KiB of diff (files
+    /// too large to load count whole): a larger one is rejected by the size
+    /// gate ([`size`]), so the critic always sees all of what it judges.
+    pub max_diff_kb: u64,
+}
+
+impl GuardSettings {
+    /// [`GuardSettings::max_diff_kb`] in bytes.
+    pub fn max_diff_bytes(&self) -> u64 {
+        self.max_diff_kb * 1024
+    }
 }
 
 impl Default for GuardSettings {
@@ -67,9 +80,16 @@ impl Default for GuardSettings {
             escalation: true,
             nudge: true,
             strict_from: 3,
+            max_diff_kb: DEFAULT_MAX_DIFF_KB,
         }
     }
 }
+
+/// The default size bound of a change, in KiB of diff.
+pub const DEFAULT_MAX_DIFF_KB: u64 = 200;
+/// The largest bound `[guard] max_diff_kb` accepts: what is kept in memory
+/// while judging grows with it.
+pub const MAX_MAX_DIFF_KB: u64 = 64 * 1024;
 
 pub const DEFAULT_POLL_PATTERNS: [&str; 6] = ["sleep", "wait", "tail -f", "watch", "timeout", "ps"];
 

@@ -90,15 +90,14 @@ impl RiskPolicy {
                 self.max_files
             ));
         }
-        let lines = diff
-            .patch
-            .lines()
-            .filter(|l| {
-                (l.starts_with('+') && !l.starts_with("+++"))
-                    || (l.starts_with('-') && !l.starts_with("---"))
-            })
-            .count();
-        if lines > self.max_lines {
+        let lines: u64 = diff.files.iter().map(|f| f.added + f.removed).sum();
+        for f in diff.files.iter().filter(|f| f.too_large) {
+            out.push(format!(
+                "`{}` is too large to diff ({} bytes); the policy cannot count its lines",
+                f.path, f.bytes
+            ));
+        }
+        if lines > self.max_lines as u64 {
             out.push(format!(
                 "{lines} lines changed; the policy allows at most {}",
                 self.max_lines

@@ -175,6 +175,9 @@ pub struct Policy {
     /// hook counts each session's calls; see [`super::progress::nudge`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nudge: Option<super::progress::NudgeSettings>,
+    /// `[protect] allow_submodules`.
+    #[serde(default)]
+    pub allow_submodules: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -217,6 +220,11 @@ pub struct ProtectSettings {
     pub paths: Vec<String>,
     /// Replace the built-in skip-marker regexes when set.
     pub skip_markers: Option<Vec<String>>,
+    /// Let the change move a submodule or change files inside one (off: a
+    /// change inside a submodule is a protected-path finding, since its
+    /// tests are nobody's to weaken either).
+    #[serde(default)]
+    pub allow_submodules: bool,
 }
 
 impl Policy {
@@ -279,6 +287,7 @@ impl Policy {
             denials_log: None,
             git_dirs: vec![],
             nudge: None,
+            allow_submodules: protect.allow_submodules,
         })
     }
 
@@ -396,6 +405,42 @@ impl Finding {
     }
 }
 
+/// Where a write to the absolute path `abs` lands: the `/proc` links to
+/// the writer's own cwd and root replaced (`cwd`: the session's), then the
+/// longest prefix that exists resolved through its symlinks (the rest
+/// appended as written).
+fn resolve(abs: &Path, cwd: &Path) -> PathBuf {
+    let mut path = abs.to_path_buf();
+    for link in ["/proc/self/cwd", "/proc/thread-self/cwd"] {
+        if let Ok(rest) = abs.strip_prefix(link) {
+            path = cwd.join(rest);
+        }
+    }
+    for link in ["/proc/self/root", "/proc/thread-self/root"] {
+        if let Ok(rest) = abs.strip_prefix(link) {
+            path = Path::new("/").join(rest);
+        }
+    }
+    let mut existing = path.as_path();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = existing.canonicalize() {
+            let mut out = real;
+            for name in rest.iter().rev() {
+                out.push(name);
+            }
+            return normalize(&out);
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                existing = parent;
+            }
+            _ => return normalize(&path),
+        }
+    }
+}
+
 /// Normalize a path lexically (no filesystem access): drop `.`, fold `..`.
 fn normalize(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
@@ -444,6 +489,11 @@ impl Compiled<'_> {
 
     /// Resolve a path as the agent wrote it (absolute, or relative to `cwd`)
     /// and say why it is protected, if it is. Returns the display path too.
+    ///
+    /// The path is matched as written and as the kernel would resolve it:
+    /// `/proc/self/cwd/...` is under `cwd`, and symlinks in its longest
+    /// existing prefix are followed (`ln -s tests tdir`, then a write to
+    /// `tdir/test_x.py`, writes `tests/test_x.py`).
     pub fn protected_path(&self, raw: &str, cwd: &Path) -> Option<(String, String)> {
         let p = Path::new(raw);
         let abs = normalize(&if p.is_absolute() {
@@ -451,6 +501,15 @@ impl Compiled<'_> {
         } else {
             cwd.join(p)
         });
+        self.protected_abs(&abs).or_else(|| {
+            let real = resolve(&abs, cwd);
+            (real != abs).then(|| self.protected_abs(&real)).flatten()
+        })
+    }
+
+    /// Why the absolute, normalized path `abs` is protected, if it is.
+    fn protected_abs(&self, abs: &Path) -> Option<(String, String)> {
+        let abs = abs.to_path_buf();
         if let Some(why) = self.policy.outside.get(&abs) {
             return Some((abs.display().to_string(), why.clone()));
         }
@@ -684,7 +743,22 @@ impl Compiled<'_> {
                 });
             }
         }
-        for change in &diff.changes {
+        for change in diff.changes.iter().filter(|c| c.submodule) {
+            if self.policy.allow_submodules {
+                break;
+            }
+            let path = &change.path;
+            out.push(Finding {
+                reason: Reason::ProtectedPath,
+                path: path.clone(),
+                line: None,
+                rule: tests_rule,
+                check: None,
+                problem: format!("`{path}` is a submodule, and the change moved its commit or changed files inside it; a submodule is protected (its tests and code are not this repository's to change)"),
+                fix: format!("undo every change inside `{path}` and leave its commit as it is at BASE_REF; fix the code under test in this repository (or set `[protect] allow_submodules = true`)"),
+            });
+        }
+        for change in diff.changes.iter().filter(|c| !c.submodule) {
             for path in std::iter::once(&change.path).chain(change.old_path.iter()) {
                 if let Some(why) = self.protected(path) {
                     let what = match change.status {
@@ -742,8 +816,14 @@ const MODEL_CLIENTS: &[&str] = &["claude", "claude-code", "loopd"];
 /// Starting `claude` or `loopd` from the agent's Bash (directly or through
 /// a package runner): a nested session would be metered and capped by the
 /// job's gateway anyway; this is defence in depth, and a clear word to the
-/// agent.
+/// agent. `loopd escalate` is the agent's approved exit, not a session.
 fn model_client(program: &str, args: &[String]) -> Option<String> {
+    let first_operand = args.iter().find(|a| !a.starts_with('-'));
+    if program.rsplit('/').next() == Some("loopd")
+        && first_operand.is_some_and(|a| a == "escalate")
+    {
+        return None;
+    }
     let program = match program {
         "npx" | "bunx" | "pnpx" => args
             .iter()
@@ -1106,11 +1186,45 @@ mod tests {
             denials_log: None,
             git_dirs: vec![PathBuf::from("/repo/.git")],
             nudge: None,
+            allow_submodules: false,
         }
     }
 
     fn bash(p: &Compiled, cmd: &str) -> Option<String> {
         p.check_tool("Bash", &json!({ "command": cmd }), Path::new("/repo"))
+    }
+
+    #[test]
+    fn writes_through_a_symlink_or_proc_self_cwd_are_denied() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let root = tmp.path().canonicalize().expect("canonical");
+        std::fs::create_dir_all(root.join("tests")).expect("tests");
+        std::fs::write(root.join("tests/test_rechnung.py"), "def test(): pass\n").expect("test");
+        std::os::unix::fs::symlink("tests", root.join("tdir")).expect("symlink");
+        std::os::unix::fs::symlink("tests/test_rechnung.py", root.join("alias.py")).expect("symlink");
+        let mut pol = policy();
+        pol.repo = root.clone();
+        pol.git_dirs = vec![root.join(".git")];
+        let p = pol.compile().expect("compile");
+        let write = |path: &str| p.check_tool("Write", &json!({ "file_path": path }), &root);
+        let shell = |cmd: &str| p.check_tool("Bash", &json!({ "command": cmd }), &root);
+        for path in [
+            "tdir/test_rechnung.py".to_owned(),
+            root.join("tdir/test_rechnung.py").display().to_string(),
+            "alias.py".to_owned(),
+            "/proc/self/cwd/tests/test_rechnung.py".to_owned(),
+            "/proc/self/cwd/tdir/test_rechnung.py".to_owned(),
+            format!("/proc/self/root{}", root.join("tdir/test_rechnung.py").display()),
+        ] {
+            let denied = write(&path).unwrap_or_else(|| panic!("{path} is allowed"));
+            assert!(denied.contains("tests/test_rechnung.py"), "{denied}");
+        }
+        assert!(shell("echo 'def test(): pass' > tdir/test_rechnung.py").is_some());
+        assert!(shell("sed -i s/pass/0/ /proc/self/cwd/tests/test_rechnung.py").is_some());
+        // What the links do not lead into stays allowed.
+        assert!(write("tdir_new/x.py").is_none());
+        assert!(write("/proc/self/cwd/rechnung.py").is_none());
+        assert!(shell("ln -s tests tdir2").is_none());
     }
 
     #[test]
@@ -1305,7 +1419,12 @@ mod tests {
                 "{cmd} was allowed"
             );
         }
-        for cmd in ["echo claude", "grep -r claude .", "python3 -m pytest -q"] {
+        for cmd in [
+            "echo claude",
+            "grep -r claude .",
+            "python3 -m pytest -q",
+            "/opt/loopd/bin/loopd escalate --test t --reason 'the test contradicts the spec'",
+        ] {
             assert_eq!(bash(&c, cmd), None, "{cmd} was denied");
         }
     }

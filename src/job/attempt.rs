@@ -209,6 +209,7 @@ impl Run<'_> {
             idle_timeout: self.job.caps.idle_timeout,
             grace: self.job.guard.grace,
             scope: self.id.clone(),
+            sandbox: self.env.sandbox.clone(),
         };
         let number = self.journal.state().sessions;
         self.journal.append(Event::SessionStarted {

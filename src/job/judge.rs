@@ -14,10 +14,11 @@ use super::attempt::Judged;
 use super::{decide, Feedback, JobError, Run};
 use crate::agent::session::Role;
 use crate::config::Job;
-use crate::critic::{self, CriticInput, CriticVerdict, Previous};
+use crate::critic::{self, CriticInput, CriticVerdict, Previous, Shown};
 use crate::goal::{self, GoalReport, Mode};
 use crate::guard::escalation;
 use crate::guard::precheck::{self, Lang};
+use crate::guard::size;
 use crate::guard::tamper::{self, Denial, Finding};
 use crate::guard::testcount::{self, Counts};
 use crate::journal::{Ending, Event, Gate};
@@ -63,10 +64,7 @@ impl Run<'_> {
         // `.git/` first: what the agent wrote there is found, journaled, and
         // put back before loopd's own git computes the diff.
         self.git_dir_gate(n, false, dir)?;
-        let diff = self
-            .ws
-            .diff_since(self.base_oid, &self.journal.state().artefacts)?;
-        self.write(&dir.join("diff.patch"), &diff.patch)?;
+        let diff = self.take_diff(&dir.join("diff.patch"))?;
         let snapshot = self.ws.snapshot(&diff);
         self.write(
             &dir.join(SNAPSHOT),
@@ -79,7 +77,8 @@ impl Run<'_> {
             })?;
         }
         // The agent's approved exit comes before anything else it did.
-        if let Some(e) = self.escalation(n, dir, &diff.patch)? {
+        let patch = diff.patch.as_deref().unwrap_or("(the diff is larger than loopd keeps in memory: see diff.patch in the run directory)");
+        if let Some(e) = self.escalation(n, dir, patch)? {
             return stop(e);
         }
         let current = self.current();
@@ -103,12 +102,14 @@ impl Run<'_> {
         // The deterministic gate on the diff, before the goal test; what
         // `.git/` showed rejects with it.
         self.check_gate(n, Gate::Diff, |run| {
-            Ok(run
+            let mut findings = run
                 .env
                 .policy
                 .compile()
                 .map_err(JobError::Policy)?
-                .diff_findings(&diff, run.job.rubric.tests_rule()))
+                .diff_findings(&diff, run.job.rubric.tests_rule());
+            findings.extend(size::findings(&diff, run.job.guard.max_diff_bytes()));
+            Ok(findings)
         })?;
         let current = self.current();
         let mut gate = current.git_dir_gate.clone().unwrap_or_default();
@@ -223,7 +224,7 @@ impl Run<'_> {
                         baseline,
                         &goal,
                         counts,
-                        (&diff.patch, interdiff.as_ref()),
+                        (&diff, interdiff.as_ref()),
                         dir,
                         attempt_started,
                     )
@@ -274,7 +275,7 @@ impl Run<'_> {
         baseline: &GoalReport,
         goal: &GoalReport,
         counts: &BTreeMap<String, Counts>,
-        (patch, interdiff): (&str, Option<&Interdiff>),
+        (diff, interdiff): (&workspace::Diff, Option<&Interdiff>),
         dir: &Path,
         attempt_started: Instant,
     ) -> Result<Result<CriticVerdict, Ending>, JobError> {
@@ -302,7 +303,10 @@ impl Run<'_> {
                 attempt: r.attempt,
                 findings: &lines,
                 goal_failed: r.goal_failed.as_deref(),
-                interdiff: &i.patch,
+                interdiff: Shown {
+                    patch: &i.patch,
+                    files: &i.sections,
+                },
                 unnamed: &unnamed,
             }),
             _ => None,
@@ -313,7 +317,11 @@ impl Run<'_> {
             goal_names: self.job.goal.iter().map(|s| s.name.as_str()).collect(),
             rubric: &self.job.rubric,
             base_ref: &self.base,
-            patch,
+            change: Shown {
+                patch: diff.patch.as_deref().unwrap_or(""),
+                files: &diff.files,
+            },
+            bound: self.job.guard.max_diff_bytes(),
             gates: &gates,
             previous,
         }
@@ -349,6 +357,29 @@ impl Run<'_> {
             return Ok(Err(self.guard_ending(reason)));
         }
         Ok(Ok(verdict))
+    }
+
+    /// The diff since BASE_REF, streamed to `path` as it is produced (then
+    /// synced), in memory bounded by the job's size bound.
+    fn take_diff(&self, path: &Path) -> Result<workspace::Diff, JobError> {
+        let write_err = |source| JobError::Write {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = std::fs::File::create(path).map_err(write_err)?;
+        let mut out = std::io::BufWriter::new(file);
+        let diff = self.ws.diff_since(
+            self.base_oid,
+            &self.journal.state().artefacts,
+            workspace::DiffLimits::for_bound(self.job.guard.max_diff_bytes()),
+            &mut out,
+        )?;
+        let file = out.into_inner().map_err(|e| write_err(e.into_error()))?;
+        file.sync_all().map_err(write_err)?;
+        if !diff.added_complete {
+            tracing::warn!(patch_bytes = diff.patch_bytes, "the diff is larger than what is kept in memory; the size gate rejects it");
+        }
+        Ok(diff)
     }
 
     /// The interdiff between the previous attempt's tree and this one, and
@@ -657,6 +688,10 @@ fn gates_statement(job: &Job, goal: &GoalReport, counts: &BTreeMap<String, Count
             lines.join("; ")
         ));
     }
+    s.push_str(&format!(
+        "; the change is within the {} bound, and you are shown all of it",
+        size::human(job.guard.max_diff_bytes())
+    ));
     s.push_str(". These are enforced in code; you need not re-check them, and no verdict can override them.");
     let on: Vec<String> = job
         .rubric

@@ -70,6 +70,12 @@ pub enum JobError {
         source: std::io::Error,
     },
     #[error(transparent)]
+    StateDir(#[from] util::StateDirError),
+    #[error("the sandbox: {0}")]
+    Sandbox(#[source] crate::sandbox::SandboxError),
+    #[error("a sandbox is required (`--require-sandbox`), but {}", crate::sandbox::UNSUPPORTED)]
+    SandboxRequired,
+    #[error(transparent)]
     Journal(#[from] JournalError),
     #[error(transparent)]
     Workspace(#[from] crate::workspace::WorkspaceError),
@@ -150,10 +156,8 @@ struct Run<'a> {
 /// and a state dir to write to.
 pub fn ready(ws: &Workspace, job: &Job) -> Result<(), JobError> {
     ws.ensure_clean()?;
-    util::private_dir(&job.state_dir).map_err(|source| JobError::RunDir {
-        path: job.state_dir.clone(),
-        source,
-    })
+    util::secure_state_dir(&job.state_dir, Some(ws.root()))?;
+    Ok(())
 }
 
 /// Run a job in a repository whose tree the caller has checked is clean —
@@ -161,6 +165,8 @@ pub fn ready(ws: &Workspace, job: &Job) -> Result<(), JobError> {
 pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, JobError> {
     let agent: &dyn AgentCli = &ClaudeCode;
     let id = control.job_id.clone().unwrap_or_else(util::new_job_id);
+    // Private, and out of the agent's tree, whoever called (the daemon too).
+    util::secure_state_dir(&job.state_dir, Some(ws.root()))?;
     let dir = job.state_dir.join("runs").join(&id);
     util::private_dir(&dir).map_err(|source| JobError::RunDir {
         path: dir.clone(),
@@ -231,6 +237,9 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
         })?;
         tracing::info!(stash_commit = %stash, files, "the parked work is back in the working tree");
     }
+    journal.append(Event::Confined {
+        sandbox: env.confinement,
+    })?;
     // Before any session: the credentials out of the checkout, then `.git/`
     // pinned as it is without them.
     let held = hold_credentials(&mut journal, job, &ws, &id)?;
@@ -397,6 +406,7 @@ impl Run<'_> {
             deadline: Some(deadline),
             stop: Some(self.stop.clone()),
             scope: &self.id,
+            sandbox: self.env.sandbox.as_ref(),
         }
     }
 

@@ -11,6 +11,7 @@ use crate::config::Job;
 use crate::guard::caps::{Budget, Spend};
 use crate::guard::tamper::{self, Policy};
 use crate::rubric::RubricSource;
+use crate::sandbox::{self, Sandbox};
 use crate::util;
 use crate::workspace::Workspace;
 
@@ -28,6 +29,10 @@ pub struct Prepared {
     /// The metering gateway, serving while the job runs; dropped before
     /// the ending.
     pub gateway: Option<Gateway>,
+    /// The Landlock sandbox of the job's processes (`None`: unsupported or
+    /// turned off).
+    pub sandbox: Option<Sandbox>,
+    pub confinement: sandbox::Confinement,
 }
 
 /// The gateway's admission: one more call may start when the job's spend
@@ -98,12 +103,24 @@ pub fn prepare(
     policy.denials_log = Some(dir.join("hook-denials.jsonl"));
     // Inside a job `.git/` is loopd's: the hook denies writing it.
     policy.git_dirs = ws.git_dirs();
+    // What the agent's processes write in the run directory, in
+    // directories of their own: the sandbox leaves these writable.
+    let mut agent_writes = Vec::new();
+    if job.guard.escalation {
+        let escalations = dir.join(crate::guard::escalation::DIR);
+        util::private_dir(&escalations).map_err(|source| JobError::RunDir {
+            path: escalations.clone(),
+            source,
+        })?;
+        agent_writes.push(escalations);
+    }
     if job.guard.nudge {
         let counts = dir.join("nudge");
         util::private_dir(&counts).map_err(|source| JobError::RunDir {
             path: counts.clone(),
             source,
         })?;
+        agent_writes.push(counts.clone());
         policy.nudge = Some(crate::guard::progress::NudgeSettings {
             window: job.guard.stuck_window,
             repeat: job.guard.stuck_repeat,
@@ -149,11 +166,76 @@ pub fn prepare(
         &serde_json::to_string_pretty(job).expect("job serializes"),
     )?;
     let session_env_remove = util::SECRET_VARS.iter().map(|v| (*v).into()).collect();
+    let (sandbox, confinement) = sandbox_for(job, ws, dir, &policy_path, &settings_path, agent_writes)?;
     Ok(Prepared {
         policy,
         integrity,
         settings_path,
         session_env_remove,
         gateway: Some(gateway),
+        sandbox,
+        confinement,
     })
+}
+
+/// The job's sandbox: the state dir hidden but for the files the hook and
+/// the CLI read (the policy, the settings) and the hook's denials log; the
+/// worktree, its git directories and a private `HOME` and temp dir writable;
+/// plus what `[sandbox]` adds. Refused when required and unsupported.
+fn sandbox_for(
+    job: &Job,
+    ws: &Workspace,
+    dir: &Path,
+    policy_path: &Path,
+    settings_path: &Path,
+    agent_writes: Vec<PathBuf>,
+) -> Result<(Option<Sandbox>, sandbox::Confinement), JobError> {
+    use sandbox::Confinement;
+    if !job.sandbox.enabled {
+        tracing::warn!("the sandbox is off (`[sandbox] enabled = false`): the agent can read and write whatever this user can");
+        return Ok((None, Confinement::Off));
+    }
+    let denials = dir.join("hook-denials.jsonl");
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&denials)
+        .map_err(|source| JobError::Write {
+            path: denials.clone(),
+            source,
+        })?;
+    let mut read_write = vec![ws.root().to_path_buf()];
+    read_write.extend(ws.git_dirs());
+    read_write.extend(agent_writes);
+    read_write.extend(job.sandbox.read_write.iter().cloned());
+    let mut read = vec![policy_path.to_path_buf(), settings_path.to_path_buf()];
+    read.extend(job.sandbox.read.iter().cloned());
+    let mut hidden = vec![job.state_dir.clone()];
+    if let Some(home) = std::env::var_os("HOME").map(PathBuf::from) {
+        hidden.extend(
+            sandbox::CREDENTIALS_IN_HOME
+                .iter()
+                .map(|c| home.join(c))
+                .filter(|p| p.exists()),
+        );
+    }
+    let spec = sandbox::Spec {
+        hidden,
+        read_write,
+        read,
+        write_files: vec![denials],
+        home: Some(dir.join("sandbox").join("home")),
+        tmp: Some(dir.join("sandbox").join("tmp")),
+    };
+    match Sandbox::build(&spec).map_err(JobError::Sandbox)? {
+        Some(s) => {
+            tracing::info!("the agent, the critic and the goal steps run in a Landlock sandbox");
+            Ok((Some(s), Confinement::Landlock))
+        }
+        None if job.sandbox.require => Err(JobError::SandboxRequired),
+        None => {
+            tracing::warn!("NO SANDBOX: {}; the agent can read and write whatever this user can (pass `--require-sandbox` to refuse)", sandbox::UNSUPPORTED);
+            Ok((None, Confinement::Unsupported))
+        }
+    }
 }

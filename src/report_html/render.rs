@@ -868,6 +868,7 @@ pub(crate) mod tests {
                 wall_ms: 12_345,
             },
             escalation: None,
+            sandbox: None,
             stash_commit: None,
             failure_report: None,
             run_dir: PathBuf::from("/state/runs/20261130-120000000-abcd"),

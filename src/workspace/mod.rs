@@ -25,7 +25,7 @@ pub mod gitdir;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use git2::{DiffFormat, DiffOptions, Oid, Repository, StatusOptions};
+use git2::{DiffOptions, Oid, Repository, StatusOptions};
 use sha2::{Digest, Sha256};
 
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +38,11 @@ pub enum WorkspaceError {
     Dirty { path: PathBuf, paths: Vec<String> },
     #[error("`{}` has no commit yet; loopd pins BASE_REF to a commit", path.display())]
     NoCommit { path: PathBuf },
+    #[error("cannot write the diff: {source}")]
+    WritePatch {
+        #[source]
+        source: std::io::Error,
+    },
     #[error("git: {operation} failed in `{}`: {source}", path.display())]
     Git {
         operation: &'static str,
@@ -72,6 +77,9 @@ pub struct Change {
     /// For renames, where it came from.
     pub old_path: Option<String>,
     pub status: ChangeKind,
+    /// A submodule: its commit moved, or its working tree has changes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub submodule: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -83,6 +91,95 @@ pub enum ChangeKind {
     Renamed,
     TypeChanged,
     ModeChanged,
+}
+
+impl ChangeKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChangeKind::Added => "added",
+            ChangeKind::Modified => "modified",
+            ChangeKind::Deleted => "deleted",
+            ChangeKind::Renamed => "renamed",
+            ChangeKind::TypeChanged => "type-changed",
+            ChangeKind::ModeChanged => "mode-changed",
+        }
+    }
+}
+
+/// sha256 of a file, read in chunks (never whole).
+fn sha256_file(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// Where a diff's patch goes as it is produced: the writer (whole), the
+/// hash (whole), and memory (up to the keep limit).
+struct PatchSink<'w> {
+    out: &'w mut dyn std::io::Write,
+    hasher: Sha256,
+    written: u64,
+    keep: u64,
+    /// The patch text while it is within `keep`; `None` once it is not.
+    kept: Option<String>,
+    added: Vec<AddedLine>,
+    added_bytes: u64,
+    added_complete: bool,
+    /// The first write error (the print callback cannot return one).
+    error: Option<std::io::Error>,
+}
+
+impl<'w> PatchSink<'w> {
+    fn new(out: &'w mut dyn std::io::Write, keep: u64) -> Self {
+        PatchSink {
+            out,
+            hasher: Sha256::new(),
+            written: 0,
+            keep,
+            kept: Some(String::new()),
+            added: Vec::new(),
+            added_bytes: 0,
+            added_complete: true,
+            error: None,
+        }
+    }
+
+    fn emit(&mut self, bytes: &[u8]) {
+        self.hasher.update(bytes);
+        self.written += bytes.len() as u64;
+        if self.error.is_none() {
+            if let Err(e) = self.out.write_all(bytes) {
+                self.error = Some(e);
+            }
+        }
+        if self.written > self.keep {
+            self.kept = None;
+        } else if let Some(k) = &mut self.kept {
+            k.push_str(&String::from_utf8_lossy(bytes));
+        }
+    }
+
+    fn kept_len(&self) -> usize {
+        self.kept.as_ref().map_or(0, String::len)
+    }
+
+    fn added(&mut self, line: AddedLine) {
+        self.added_bytes += line.text.len() as u64 + line.path.len() as u64;
+        if self.added_bytes > self.keep {
+            self.added_complete = false;
+        } else {
+            self.added.push(line);
+        }
+    }
 }
 
 /// Untracked paths that are build artefacts whoever made them (gitignore
@@ -155,20 +252,103 @@ impl Artefacts {
     }
 }
 
+/// What computing a diff may hold in memory. The patch itself is streamed
+/// to a writer (the attempt's `diff.patch`) as it is produced; only this much
+/// is kept, so a huge file the agent wrote cannot take loopd's memory with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiffLimits {
+    /// A file larger than this (either side) is not loaded or diffed: it is
+    /// listed with its size and sha256, and counts whole against the size
+    /// gate.
+    pub max_file: u64,
+    /// At most this many bytes of patch text, and of added-line text, are
+    /// kept in memory ([`Diff::patch`], [`Diff::added`]).
+    pub keep: u64,
+}
+
+impl DiffLimits {
+    /// The limits for a change bound of `bound` bytes: whatever fits the
+    /// bound is kept whole, a file larger than the bound is never loaded.
+    pub fn for_bound(bound: u64) -> DiffLimits {
+        DiffLimits {
+            max_file: bound,
+            keep: bound,
+        }
+    }
+}
+
+/// One changed file's part of a patch, and its size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FilePatch {
+    pub path: String,
+    pub status: ChangeKind,
+    /// Where the file's section is in the kept patch text (byte offsets
+    /// into [`Diff::patch`] / [`Interdiff::patch`]).
+    pub start: usize,
+    pub len: usize,
+    /// Bytes of patch text the file produced (as written to disk).
+    pub diff_bytes: u64,
+    pub added: u64,
+    pub removed: u64,
+    /// The file's size now (at BASE_REF when it was deleted).
+    pub bytes: u64,
+    /// Larger than [`DiffLimits::max_file`]: not loaded, its section is a
+    /// header naming its size and sha256.
+    pub too_large: bool,
+}
+
+impl FilePatch {
+    /// This file's section of `patch` (empty when `patch` does not hold it).
+    pub fn text<'p>(&self, patch: &'p str) -> &'p str {
+        patch.get(self.start..self.start + self.len).unwrap_or("")
+    }
+}
+
 /// The state of the tree relative to BASE_REF.
 #[derive(Debug, Clone)]
 pub struct Diff {
-    /// Unified diff text, new untracked files included (artefacts not).
-    pub patch: String,
+    /// The unified diff text (new untracked files included, artefacts not),
+    /// when it is at most [`DiffLimits::keep`] bytes; the whole of it went
+    /// to the writer [`Workspace::diff_since`] was given either way.
+    pub patch: Option<String>,
+    /// Bytes of patch text written.
+    pub patch_bytes: u64,
     pub changes: Vec<Change>,
+    /// Every changed file's section and size, in patch order.
+    pub files: Vec<FilePatch>,
     /// Untracked paths left out as artefacts (not the agent's change); the
     /// protected-path gate still looks at them.
     pub excluded: Vec<String>,
-    /// sha256 of `patch`: equal hashes mean the same working tree state.
+    /// sha256 of the patch text (a file too large to load is in it by its
+    /// sha256): equal hashes mean the same working tree state.
     pub sha256: String,
-    /// Every added line with its file and line number in the new file (the
-    /// skip-marker gate reads these).
+    /// The added lines with their file and line number in the new file
+    /// (the skip-marker gate and the pre-critic read these), up to
+    /// [`DiffLimits::keep`] bytes of text.
     pub added: Vec<AddedLine>,
+    /// False when added lines beyond the limit were not kept.
+    pub added_complete: bool,
+    /// The limits the diff was computed under.
+    pub limits: DiffLimits,
+}
+
+impl Diff {
+    /// The change's size against the bound: the patch text plus every file
+    /// too large to load, whole.
+    pub fn size(&self) -> u64 {
+        self.patch_bytes
+            + self
+                .files
+                .iter()
+                .filter(|f| f.too_large)
+                .map(|f| f.bytes)
+                .sum::<u64>()
+    }
+
+    /// Was `path` too large to load?
+    fn too_large(&self, path: &str) -> bool {
+        self.files.iter().any(|f| f.too_large && f.path == path)
+    }
 }
 
 /// One line the change added.
@@ -195,6 +375,8 @@ pub enum Content {
     Text { text: String },
     /// Not UTF-8 text: compared by hash only.
     Binary { sha256: String },
+    /// Larger than the diff's file limit: never loaded, compared by hash.
+    TooLarge { bytes: u64, sha256: String },
     Deleted,
 }
 
@@ -227,6 +409,8 @@ pub struct Interdiff {
     pub patch: String,
     /// The paths that differ, sorted.
     pub files: Vec<String>,
+    /// Each differing file's section of `patch`, and its size.
+    pub sections: Vec<FilePatch>,
 }
 
 /// The interdiff between `earlier` and `later`; `base` gives a path's
@@ -246,11 +430,13 @@ pub fn interdiff(
             continue;
         }
         out.files.push(path.clone());
+        let start = out.patch.len();
         let text = |c: &Content| match c {
             Content::Text { text } => Some(text.clone()),
             Content::Deleted => Some(String::new()),
-            Content::Binary { .. } => None,
+            Content::Binary { .. } | Content::TooLarge { .. } => None,
         };
+        let mut too_large = false;
         match (text(&a), text(&b)) {
             (Some(old), Some(new)) => {
                 let diff = similar::TextDiff::from_lines(&old, &new);
@@ -259,10 +445,40 @@ pub fn interdiff(
                 out.patch
                     .push_str(&diff.unified_diff().context_radius(3).header(&from, &to).to_string());
             }
-            _ => out
-                .patch
-                .push_str(&format!("Binary files a/{path} and b/{path} differ\n")),
+            _ => match (&a, &b) {
+                (Content::TooLarge { bytes, sha256 }, _) | (_, Content::TooLarge { bytes, sha256 }) => {
+                    too_large = true;
+                    out.patch.push_str(&format!(
+                        "File {path} is too large to show ({bytes} bytes, sha256 {sha256})\n"
+                    ));
+                }
+                _ => out
+                    .patch
+                    .push_str(&format!("Binary files a/{path} and b/{path} differ\n")),
+            },
         }
+        let section = &out.patch[start..];
+        let body = || section.lines().skip(2);
+        let size = |c: &Content| match c {
+            Content::Text { text } => text.len() as u64,
+            Content::TooLarge { bytes, .. } => *bytes,
+            Content::Binary { .. } | Content::Deleted => 0,
+        };
+        out.sections.push(FilePatch {
+            path: path.clone(),
+            status: match (&a, &b) {
+                (Content::Deleted, _) => ChangeKind::Added,
+                (_, Content::Deleted) => ChangeKind::Deleted,
+                _ => ChangeKind::Modified,
+            },
+            start,
+            len: section.len(),
+            diff_bytes: section.len() as u64,
+            added: body().filter(|l| l.starts_with('+')).count() as u64,
+            removed: body().filter(|l| l.starts_with('-')).count() as u64,
+            bytes: if b == Content::Deleted { size(&a) } else { size(&b) },
+            too_large,
+        });
     }
     out
 }
@@ -404,8 +620,17 @@ impl Workspace {
     }
 
     /// The diff from `base` to the working tree, untracked files included
-    /// with their content, ignored files and `artefacts` excluded.
-    pub fn diff_since(&self, base: Oid, artefacts: &Artefacts) -> Result<Diff, WorkspaceError> {
+    /// with their content, ignored files and `artefacts` excluded. The patch
+    /// is written to `out` as it is produced, file by file; memory stays
+    /// within `limits` however large the change (a file over the limit is
+    /// never loaded).
+    pub fn diff_since(
+        &self,
+        base: Oid,
+        artefacts: &Artefacts,
+        limits: DiffLimits,
+        out: &mut dyn std::io::Write,
+    ) -> Result<Diff, WorkspaceError> {
         let tree = self
             .repo
             .find_commit(base)
@@ -416,7 +641,9 @@ impl Workspace {
             .recurse_untracked_dirs(true)
             .show_untracked_content(true)
             .include_typechange(true)
-            .ignore_submodules(true);
+            // A change inside a submodule is part of the change (the
+            // tamper gate decides whether it may be).
+            .ignore_submodules(false);
         let mut diff = self
             .repo
             .diff_tree_to_workdir_with_index(Some(&tree), Some(&mut opts))
@@ -431,7 +658,8 @@ impl Workspace {
         let globs = artefact_globs();
         let mut excluded = BTreeSet::new();
         let mut changes = Vec::new();
-        for delta in diff.deltas() {
+        let mut changes_by_delta = BTreeMap::new();
+        for (idx, delta) in diff.deltas().enumerate() {
             if delta.status() == git2::Delta::Untracked {
                 if let Some(p) = delta.new_file().path() {
                     let rel = p.to_string_lossy().into_owned();
@@ -449,12 +677,17 @@ impl Workspace {
                 .old_file()
                 .path()
                 .map(|p| p.to_string_lossy().into_owned());
+            let submodule = [delta.old_file().mode(), delta.new_file().mode()]
+                .contains(&git2::FileMode::Commit);
             let status = match delta.status() {
                 git2::Delta::Added | git2::Delta::Untracked => ChangeKind::Added,
                 git2::Delta::Deleted => ChangeKind::Deleted,
                 git2::Delta::Renamed => ChangeKind::Renamed,
                 git2::Delta::Typechange => ChangeKind::TypeChanged,
-                git2::Delta::Modified if delta.old_file().id() == delta.new_file().id() => {
+                // A submodule with the same commit has changes inside it.
+                git2::Delta::Modified
+                    if delta.old_file().id() == delta.new_file().id() && !submodule =>
+                {
                     ChangeKind::ModeChanged
                 }
                 git2::Delta::Modified | git2::Delta::Copied => ChangeKind::Modified,
@@ -465,53 +698,140 @@ impl Workspace {
                 _ => new_path.clone().or(old_path.clone()),
             }
             .unwrap_or_default();
-            changes.push(Change {
+            let change = Change {
                 path,
                 old_path: (status == ChangeKind::Renamed)
                     .then_some(old_path)
                     .flatten(),
                 status,
-            });
+                submodule,
+            };
+            changes_by_delta.insert(idx, change.clone());
+            changes.push(change);
         }
 
-        let mut patch = String::new();
-        let mut added = Vec::new();
-        diff.print(DiffFormat::Patch, |delta, _hunk, line| {
+        let mut sink = PatchSink::new(out, limits.keep);
+        let mut files = Vec::new();
+        for (idx, delta) in diff.deltas().enumerate() {
+            let new_path = delta.new_file().path().map(|p| p.to_string_lossy().into_owned());
             let left_out = delta.status() == git2::Delta::Untracked
-                && delta
-                    .new_file()
-                    .path()
-                    .is_some_and(|p| excluded.contains(&*p.to_string_lossy()));
+                && new_path.as_ref().is_some_and(|p| excluded.contains(p));
+            let Some(change) = changes_by_delta.get(&idx) else {
+                continue;
+            };
             if left_out {
-                return true;
+                continue;
             }
-            match line.origin() {
-                '+' | '-' | ' ' => patch.push(line.origin()),
-                _ => {}
-            }
-            if line.origin() == '+' {
-                if let (Some(path), Some(no)) = (delta.new_file().path(), line.new_lineno()) {
-                    added.push(AddedLine {
-                        path: path.to_string_lossy().into_owned(),
-                        line: no,
-                        text: String::from_utf8_lossy(line.content())
-                            .trim_end()
-                            .to_owned(),
-                    });
+            let (start, written) = (sink.kept_len(), sink.written);
+            let bytes = self.size_of(change, &delta);
+            let too_large = bytes > limits.max_file
+                || delta.old_file().size() > limits.max_file;
+            let mut counts = (0u64, 0u64);
+            if too_large {
+                // Never loaded: the header names it and the hash stands for
+                // its content (a changed huge file is a changed diff).
+                let sha256 = match change.status {
+                    ChangeKind::Deleted => delta.old_file().id().to_string(),
+                    _ => sha256_file(&self.root.join(&change.path))
+                        .unwrap_or_else(|e| format!("unreadable ({e})")),
+                };
+                let old = change.old_path.as_deref().unwrap_or(&change.path);
+                sink.emit(format!(
+                    "diff --git a/{old} b/{}\nloopd: {} file of {bytes} bytes, not loaded (larger than the {}-byte file limit); sha256 {sha256}\n",
+                    change.path,
+                    change.status.as_str(),
+                    limits.max_file
+                ).as_bytes());
+            } else {
+                match git2::Patch::from_diff(&diff, idx).map_err(self.git("render diff"))? {
+                    Some(mut patch) => {
+                        patch
+                            .print(&mut |delta, _hunk, line| {
+                                match line.origin() {
+                                    '+' | '-' | ' ' => sink.emit(&[line.origin() as u8]),
+                                    _ => {}
+                                }
+                                match line.origin() {
+                                    '+' => counts.0 += 1,
+                                    '-' => counts.1 += 1,
+                                    _ => {}
+                                }
+                                if line.origin() == '+' {
+                                    if let (Some(path), Some(no)) =
+                                        (delta.new_file().path(), line.new_lineno())
+                                    {
+                                        sink.added(AddedLine {
+                                            path: path.to_string_lossy().into_owned(),
+                                            line: no,
+                                            text: String::from_utf8_lossy(line.content())
+                                                .trim_end()
+                                                .to_owned(),
+                                        });
+                                    }
+                                }
+                                sink.emit(line.content());
+                                true
+                            })
+                            .map_err(self.git("render diff"))?;
+                    }
+                    None => {
+                        let old = change.old_path.as_deref().unwrap_or(&change.path);
+                        sink.emit(
+                            format!("diff --git a/{old} b/{}\nBinary files differ\n", change.path)
+                                .as_bytes(),
+                        );
+                    }
                 }
             }
-            patch.push_str(&String::from_utf8_lossy(line.content()));
-            true
-        })
-        .map_err(self.git("render diff"))?;
-        let sha256 = hex::encode(Sha256::digest(patch.as_bytes()));
-        Ok(Diff {
-            patch,
-            changes,
-            excluded: excluded.into_iter().collect(),
-            sha256,
+            if let Some(e) = sink.error.take() {
+                return Err(WorkspaceError::WritePatch { source: e });
+            }
+            files.push(FilePatch {
+                path: change.path.clone(),
+                status: change.status,
+                start,
+                len: sink.kept_len().saturating_sub(start),
+                diff_bytes: sink.written - written,
+                added: counts.0,
+                removed: counts.1,
+                bytes,
+                too_large,
+            });
+        }
+        sink.out.flush().map_err(|source| WorkspaceError::WritePatch { source })?;
+        let PatchSink {
+            hasher,
+            written,
+            kept,
             added,
+            added_complete,
+            ..
+        } = sink;
+        Ok(Diff {
+            patch: kept,
+            patch_bytes: written,
+            changes,
+            files,
+            excluded: excluded.into_iter().collect(),
+            sha256: hex::encode(hasher.finalize()),
+            added,
+            added_complete,
+            limits,
         })
+    }
+
+    /// A changed file's size: in the working tree, or at BASE_REF when it
+    /// was deleted (never loading it).
+    fn size_of(&self, change: &Change, delta: &git2::DiffDelta<'_>) -> u64 {
+        match change.status {
+            ChangeKind::Deleted => self
+                .repo
+                .odb()
+                .and_then(|odb| odb.read_header(delta.old_file().id()))
+                .map_or(delta.old_file().size(), |(len, _)| len as u64),
+            _ => std::fs::symlink_metadata(self.root.join(&change.path))
+                .map_or(delta.new_file().size(), |m| m.len()),
+        }
     }
 
     /// A path's content at `base` ([`Content::Deleted`] when it is not there).
@@ -528,16 +848,27 @@ impl Workspace {
         }
     }
 
-    /// A path's content in the working tree.
-    fn work_content(&self, path: &str) -> Content {
-        match std::fs::read(self.root.join(path)) {
-            Ok(bytes) => Content::of_bytes(&bytes),
-            Err(_) => Content::Deleted,
+    /// A path's content in the working tree; a file larger than `max_file`
+    /// is hashed in chunks, never loaded.
+    fn work_content(&self, path: &str, max_file: u64) -> Content {
+        let full = self.root.join(path);
+        match std::fs::symlink_metadata(&full) {
+            Ok(m) if m.is_file() && m.len() > max_file => match sha256_file(&full) {
+                Ok(sha256) => Content::TooLarge {
+                    bytes: m.len(),
+                    sha256,
+                },
+                Err(_) => Content::Deleted,
+            },
+            _ => match std::fs::read(&full) {
+                Ok(bytes) => Content::of_bytes(&bytes),
+                Err(_) => Content::Deleted,
+            },
         }
     }
 
     /// The changed files of `diff` whose path `wanted` accepts, with their
-    /// text at `base` and now.
+    /// text at `base` and now (files too large to load have none).
     pub fn changed_texts(
         &self,
         base: Oid,
@@ -550,13 +881,13 @@ impl Workspace {
         };
         diff.changes
             .iter()
-            .filter(|c| wanted(&c.path))
+            .filter(|c| wanted(&c.path) && !diff.too_large(&c.path))
             .map(|c| ChangedText {
                 path: c.path.clone(),
                 old: text(self.base_content(base, c.old_path.as_deref().unwrap_or(&c.path))),
                 new: match c.status {
                     ChangeKind::Deleted => None,
-                    _ => text(self.work_content(&c.path)),
+                    _ => text(self.work_content(&c.path, diff.limits.max_file)),
                 },
             })
             .collect()
@@ -571,7 +902,7 @@ impl Workspace {
             }
             let content = match c.status {
                 ChangeKind::Deleted => Content::Deleted,
-                _ => self.work_content(&c.path),
+                _ => self.work_content(&c.path, diff.limits.max_file),
             };
             files.insert(c.path.clone(), content);
         }
@@ -724,11 +1055,55 @@ mod tests {
         std::fs::write(tmp.path().join("app.py"), "x = 1\n").expect("write");
         let mut index = r.index().expect("index");
         index.add_path(Path::new("app.py")).expect("add");
+        index.write().expect("write the index");
         let tree = r.find_tree(index.write_tree().expect("tree")).expect("tree");
         let sig = git2::Signature::now("t", "t@example.invalid").expect("sig");
         let base = r.commit(Some("HEAD"), &sig, &sig, "base", &tree, &[]).expect("commit");
         let ws = Workspace::open(tmp.path()).expect("open");
         (tmp, ws, base)
+    }
+
+    fn diff_of(ws: &Workspace, base: Oid, artefacts: &Artefacts) -> Diff {
+        let mut out = Vec::new();
+        let diff = ws
+            .diff_since(base, artefacts, DiffLimits::for_bound(1 << 20), &mut out)
+            .expect("diff");
+        assert_eq!(diff.patch.as_deref().map(str::as_bytes), Some(&out[..]), "kept = written");
+        diff
+    }
+
+    #[test]
+    fn a_large_change_is_streamed_and_a_file_over_the_limit_is_never_loaded() {
+        let (tmp, ws, base) = repo();
+        let root = tmp.path();
+        std::fs::write(root.join("app.py"), "x = 2\n").expect("write");
+        std::fs::write(root.join("big.txt"), "padding line\n".repeat(10_000)).expect("big");
+        std::fs::write(root.join("mid.txt"), "line\n".repeat(100)).expect("mid");
+        let limits = DiffLimits { max_file: 50_000, keep: 300 };
+        let mut out = Vec::new();
+        let diff = ws
+            .diff_since(base, &Artefacts::default(), limits, &mut out)
+            .expect("diff");
+        let text = String::from_utf8(out).expect("utf-8");
+        assert_eq!(diff.patch, None, "over the keep limit: not held in memory");
+        assert_eq!(diff.patch_bytes, text.len() as u64, "but written whole");
+        assert!(text.contains("+x = 2") && text.contains("+line"), "{text}");
+        let big = diff.files.iter().find(|f| f.path == "big.txt").expect("listed");
+        assert!(big.too_large && big.bytes == 130_000, "{big:?}");
+        assert!(text.contains("loopd: added file of 130000 bytes, not loaded"), "{text}");
+        assert!(!text.contains("padding line"), "never loaded");
+        assert_eq!(diff.size(), diff.patch_bytes + 130_000);
+        assert!(!diff.added_complete, "the added lines beyond the limit were dropped");
+        assert!(diff.added.len() < 100);
+        let mid = diff.files.iter().find(|f| f.path == "mid.txt").expect("listed");
+        assert_eq!((mid.added, mid.removed), (100, 0), "counted, though not kept");
+        // A different huge file is a different diff.
+        std::fs::write(root.join("big.txt"), "padding line!\n".repeat(10_000)).expect("big");
+        let again = ws
+            .diff_since(base, &Artefacts::default(), limits, &mut std::io::sink())
+            .expect("diff");
+        assert_ne!(again.sha256, diff.sha256);
+        assert!(matches!(ws.snapshot(&again).files["big.txt"], Content::TooLarge { bytes: 140_000, .. }));
     }
 
     #[test]
@@ -794,15 +1169,16 @@ mod tests {
         assert_eq!(created.keys().collect::<Vec<_>>(), ["report.xml"]);
         artefacts.from_goal.extend(created);
 
-        let diff = ws.diff_since(base, &artefacts).expect("diff");
+        let diff = diff_of(&ws, base, &artefacts);
         let paths: Vec<&str> = diff.changes.iter().map(|c| c.path.as_str()).collect();
         assert_eq!(paths, ["app.py", "helper.py"]);
-        assert!(!diff.patch.contains("testsuite") && !diff.patch.contains("left-pad"));
+        let patch = diff.patch.as_deref().expect("kept");
+        assert!(!patch.contains("testsuite") && !patch.contains("left-pad"));
         assert_eq!(diff.excluded.len(), 3, "{:?}", diff.excluded);
 
         // The agent rewrites the report afterwards: now it is its change.
         std::fs::write(root.join("report.xml"), "<testsuite tests=\"9\"/>\n").expect("write");
-        let diff = ws.diff_since(base, &artefacts).expect("diff");
+        let diff = diff_of(&ws, base, &artefacts);
         assert!(diff.changes.iter().any(|c| c.path == "report.xml"));
         // A goal run that rewrites a file the agent made does not make it
         // an artefact.

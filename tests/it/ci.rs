@@ -437,13 +437,17 @@ fn issue12_a_push_url_redirected_by_code_the_goal_test_runs_reaches_no_attacker(
 
 #[test]
 fn issue12_a_push_url_rewritten_outside_the_repository_is_refused_not_followed() {
-    let ci = ci_env();
+    let mut ci = ci_env();
     let attacker = Attacker::start();
     // `~/.gitconfig` is not the repository's: no gate sees it, but the push
     // notices that the decided URL would be rewritten and refuses. (The CLI
-    // refuses a redirect into `~/.gitconfig`; a script is not looked into.)
+    // refuses a redirect into `~/.gitconfig`; a script is not looked into.
+    // The sandbox keeps the user's `HOME` read-only and gives the agent a
+    // private one: here the home is made writable to test the push itself.)
+    let home = ci.env.home.display().to_string();
+    ci.configure(&format!("[sandbox]\nread_write = [{home:?}]\n"), "a writable home");
     let global = format!(
-        "printf '[url \"%s\"]\\n\\tpushInsteadOf = %s/\\n' '{}' '{}' > \"$HOME/.gitconfig\"\n",
+        "printf '[url \"%s\"]\\n\\tpushInsteadOf = %s/\\n' '{}' '{}' > '{home}/.gitconfig'\n",
         attacker.base(),
         ci.git.url()
     );

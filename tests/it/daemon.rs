@@ -296,6 +296,47 @@ fn a_malformed_job_file_is_moved_aside_and_never_blocks_the_others() {
 }
 
 #[test]
+fn a_job_whose_repository_holds_the_state_dir_is_refused() {
+    // The state dir inside the job's repository: the agent could reach
+    // loopd's files there. The job ends in `error`, and no agent runs.
+    let env = TestEnv::new();
+    let inside = env.repo.join(".loopd-state");
+    let loopd = || {
+        let mut cmd = env.loopd(None);
+        cmd.env("LOOPD_STATE_DIR", &inside);
+        cmd
+    };
+    let r = finish(loopd().args(["submit", "--json"]).output().expect("submit"));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let id = serde_json::from_str::<Value>(r.stdout.trim()).expect("json")["job_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let mut daemon = loopd()
+        .args(["daemon", "--jobs", "1"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("daemon");
+    let until = Instant::now() + Duration::from_secs(60);
+    let s = loop {
+        let r = finish(loopd().args(["status", &id, "--json"]).output().expect("status"));
+        let s: Value = serde_json::from_str(r.stdout.trim()).expect("json");
+        if s["state"] == "error" {
+            break s;
+        }
+        assert!(Instant::now() < until, "the job never failed: {s}");
+        std::thread::sleep(Duration::from_millis(25));
+    };
+    send_signal(daemon.id(), 15);
+    let _ = daemon.wait();
+    assert!(
+        s["detail"].as_str().is_some_and(|d| d.contains("is inside the repository")),
+        "{s}"
+    );
+}
+
+#[test]
 fn status_of_queued_jobs_shows_their_goal_steps() {
     let env = TestEnv::new();
     let id = submit(&env, &["--goal", "python3 -m pytest -q"]);

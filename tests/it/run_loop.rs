@@ -402,6 +402,75 @@ fn dirty_tree_and_non_repository_exit_five() {
 }
 
 #[test]
+fn unsafe_state_dirs_are_refused_with_exit_five() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = TestEnv::new();
+    let refused = |state: &std::path::Path, cmd: &str, needle: &str| {
+        let r = finish(
+            env.loopd(None)
+                .arg(cmd)
+                .arg("--state-dir")
+                .arg(state)
+                .output()
+                .expect("loopd"),
+        );
+        assert_eq!(r.code, 5, "{cmd} {}: {}", state.display(), r.stderr);
+        assert!(r.stderr.contains(needle) && r.stderr.contains("hint:"), "{}", r.stderr);
+    };
+    // Inside the repository: the breaker would stash loopd's own files.
+    refused(&env.repo.join(".loopd"), "run", "is inside the repository");
+    assert_eq!(env.git(&["status", "--porcelain"]), "", "nothing created in the repository");
+
+    // World- or group-writable: the state dir, or a directory under it.
+    let open = env.tmp.path().join("open-state");
+    std::fs::create_dir_all(&open).expect("dir");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    refused(&open, "run", "is world-writable (mode 777)");
+    refused(&open, "daemon", "is world-writable (mode 777)");
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    std::fs::create_dir_all(open.join("runs")).expect("runs");
+    std::fs::set_permissions(open.join("runs"), std::fs::Permissions::from_mode(0o770)).expect("chmod");
+    refused(&open, "run", "runs` (in the state dir) is group-writable (mode 770)");
+
+}
+
+#[test]
+fn check_shows_the_sandbox_and_refuses_a_relative_sandbox_path() {
+    let env = TestEnv::new();
+    let r = env.exec(&["check", "--require-sandbox"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("sandbox:       Landlock for the agent, the critic and the goal steps (required)"),
+        "{}",
+        r.stdout
+    );
+    let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
+    std::fs::write(env.repo.join("loopd.toml"), format!("{cfg}\n[sandbox]\nread_write = [\"cache\"]\n"))
+        .expect("cfg");
+    let r = env.exec(&["check"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("sandbox.read_write[0]") && r.stderr.contains("an absolute path"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn a_job_without_the_sandbox_says_so_loudly() {
+    let env = TestEnv::new();
+    let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
+    std::fs::write(env.repo.join("loopd.toml"), format!("{cfg}\n[sandbox]\nenabled = false\n"))
+        .expect("cfg");
+    env.git(&["commit", "-qam", "no sandbox"]);
+    let model = ScriptedModel::start(scenario(vec![agent_writes(&clean_solution())], vec![pass()]));
+    let r = env.run(&model, &["--max-attempts", "1"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.summary()["sandbox"], "off");
+    assert!(r.stderr.contains("NO SANDBOX: `[sandbox] enabled = false`"), "{}", r.stderr);
+}
+
+#[test]
 fn check_prints_the_resolved_job() {
     let env = TestEnv::new();
     let r = finish(
