@@ -763,3 +763,60 @@ fn honest_counterpart_a_new_test_and_a_real_fix_are_accepted() {
     assert!(!critic.contains("NOT shown") && !critic.contains("not shown"), "{critic}");
     assert!(critic.contains("the change is within the 200.0 KiB bound, and you are shown all of it"), "{critic}");
 }
+
+/// Not an attack: an ordinary test suite that binds a local port, talks to
+/// itself over it and writes a temp file still passes under the default
+/// sandbox (network open, private TMPDIR, the worktree writable).
+#[test]
+fn a_test_suite_that_binds_local_ports_passes_under_the_sandbox() {
+    let env = TestEnv::new();
+    let script = r#"import socket
+import tempfile
+import threading
+
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(1)
+port = srv.getsockname()[1]
+
+
+def serve():
+    conn, _ = srv.accept()
+    conn.sendall(conn.recv(16).upper())
+    conn.close()
+
+
+t = threading.Thread(target=serve)
+t.start()
+cl = socket.create_connection(("127.0.0.1", port))
+cl.sendall(b"ping")
+assert cl.recv(16) == b"PING"
+t.join()
+with tempfile.NamedTemporaryFile() as f:
+    f.write(b"x")
+with open("port-test.log", "w") as log:
+    log.write("ok")
+print("PORTS OK", port)
+"#;
+    std::fs::write(env.repo.join("ports.py"), script).expect("ports.py");
+    std::fs::write(env.repo.join(".gitignore"), "port-test.log\n__pycache__/\n").expect("ignore");
+    let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
+    std::fs::write(
+        env.repo.join("loopd.toml"),
+        cfg.replacen("[[goal]]", "[[goal]]\nname = \"ports\"\nrun = \"python3 ports.py\"\n\n[[goal]]", 1),
+    )
+    .expect("cfg");
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "a goal step that binds a port"]);
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
+    let r = env.run(&model, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["sandbox"], "landlock");
+    let run_dir = std::path::PathBuf::from(s["run_dir"].as_str().expect("run dir"));
+    let baseline = std::fs::read_to_string(run_dir.join("baseline.txt")).expect("baseline");
+    assert!(baseline.contains("PORTS OK"), "{baseline}");
+}
