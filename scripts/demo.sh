@@ -7,7 +7,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+echo "building loopd and the scripted model (the first build takes a minute or two)..." >&2
 cargo build --quiet --locked --bin loopd --example scripted_model
+echo "installing the test tools (the pinned Claude Code CLI, pytest, ruff) if missing..." >&2
 tools_path=$(scripts/install-test-tools.sh)
 work=$(mktemp -d "${TMPDIR:-/tmp}/loopd-demo.XXXXXX")
 fixtures/rechnung/make-repo.sh "$work/repo"
