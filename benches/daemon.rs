@@ -67,6 +67,9 @@ fn loopd(state: &Path, repo: &Path) -> Command {
     let mut c = Command::new(LOOPD);
     c.env("LOOPD_STATE_DIR", state)
         .env("LOOPD_AGENT_BIN", "/bin/true")
+        // The daemon picks a credential at start (none: exit 5); no model
+        // is ever called here.
+        .env("ANTHROPIC_API_KEY", "sk-bench-not-a-real-key")
         .env("LOOPD_LOG", "warn")
         .current_dir(repo);
     c
