@@ -33,7 +33,9 @@ fn main() {
     let mut index = repo.index().expect("index");
     index.add_path(Path::new("app.py")).expect("add");
     index.write().expect("write the index");
-    let tree = repo.find_tree(index.write_tree().expect("tree")).expect("tree");
+    let tree = repo
+        .find_tree(index.write_tree().expect("tree"))
+        .expect("tree");
     let sig = git2::Signature::now("bench", "bench@example.invalid").expect("sig");
     let base = repo
         .commit(Some("HEAD"), &sig, &sig, "base", &tree, &[])
@@ -41,7 +43,8 @@ fn main() {
 
     // The agent's change: one small fix and one huge text file.
     std::fs::write(root.join("app.py"), "x = 2\n").expect("write");
-    let mut big = std::io::BufWriter::new(std::fs::File::create(root.join("big.txt")).expect("big"));
+    let mut big =
+        std::io::BufWriter::new(std::fs::File::create(root.join("big.txt")).expect("big"));
     let line = b"padding padding padding padding padding padding padding padding padding pad\n";
     let mut written = 0u64;
     while written < mb * 1024 * 1024 {
@@ -69,8 +72,14 @@ fn main() {
     println!("added file:        {mb} MB of text ({written} bytes)");
     println!("peak RSS before:   {:.1} MB", before as f64 / 1024.0);
     println!("peak RSS after:    {:.1} MB (VmHWM)", peak as f64 / 1024.0);
-    println!("diff.patch:        {:.1} MB", patch_bytes as f64 / 1048576.0);
+    println!(
+        "diff.patch:        {:.1} MB",
+        patch_bytes as f64 / 1048576.0
+    );
     println!("changed files:     {}", diff.changes.len());
-    println!("change size:       {:.1} MB (what the size gate compares)", size as f64 / 1048576.0);
+    println!(
+        "change size:       {:.1} MB (what the size gate compares)",
+        size as f64 / 1048576.0
+    );
     println!("time:              {:.2} s", elapsed.as_secs_f64());
 }

@@ -108,22 +108,37 @@ fn two_jobs(forget: bool) -> (usize, usize, usize, usize) {
     for s in [&first, &second] {
         assert_eq!(s["outcome"], "accepted", "{s}");
     }
-    (calls_first, attempts(&first), calls_second, attempts(&second))
+    (
+        calls_first,
+        attempts(&first),
+        calls_second,
+        attempts(&second),
+    )
 }
 
 fn main() {
     precheck();
     println!();
-    println!("two jobs in a row on one repository (the agent repeats its debug print unless told)\n");
-    println!("{:<28} {:>12} {:>9} {:>12} {:>9}", "", "job 1 calls", "attempts", "job 2 calls", "attempts");
-    for (label, forget) in [("with the lessons memory", false), ("lessons forgotten between", true)] {
+    println!(
+        "two jobs in a row on one repository (the agent repeats its debug print unless told)\n"
+    );
+    println!(
+        "{:<28} {:>12} {:>9} {:>12} {:>9}",
+        "", "job 1 calls", "attempts", "job 2 calls", "attempts"
+    );
+    for (label, forget) in [
+        ("with the lessons memory", false),
+        ("lessons forgotten between", true),
+    ] {
         let (c1, a1, c2, a2) = two_jobs(forget);
         println!("{label:<28} {c1:>12} {a1:>9} {c2:>12} {a2:>9}");
     }
 }
 
 fn precheck() {
-    println!("model calls on the rechnung variants (attempt 1: the defect; attempt 2: the honest fix)\n");
+    println!(
+        "model calls on the rechnung variants (attempt 1: the defect; attempt 2: the honest fix)\n"
+    );
     println!(
         "{:<16} {:>6} | {:>13} {:>8} {:>9} | {:>13} {:>8} {:>9}",
         "variant", "rule", "calls without", "critics", "$", "calls with", "critics", "$"
@@ -134,7 +149,10 @@ fn precheck() {
         let off = run(variant, rule, false, gated);
         let on = run(variant, rule, true, gated);
         for r in [&off, &on] {
-            assert_eq!(r.outcome, "accepted", "{variant}: the honest fix must be accepted");
+            assert_eq!(
+                r.outcome, "accepted",
+                "{variant}: the honest fix must be accepted"
+            );
             assert_eq!(r.attempts, 2, "{variant}");
         }
         println!(

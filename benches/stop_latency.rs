@@ -13,8 +13,8 @@ use loopd::agent::session::{self, Observer, Role, SessionSpec, Verdict};
 use loopd::config::{Caps, GuardSettings};
 use loopd::guard::caps::Budget;
 use loopd::guard::Watch;
-use loopd::outcome::Reason;
 use loopd::journal::Journal;
+use loopd::outcome::Reason;
 
 /// Wraps the real observer and notes when it asked to stop.
 struct Timed<'a> {

@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::guard::risk::RiskPolicy;
 pub use crate::goal::GoalStep;
 pub use crate::guard::caps::Caps;
-pub use crate::guard::GuardSettings;
+use crate::guard::risk::RiskPolicy;
 use crate::guard::tamper::ProtectSettings;
 use crate::guard::testcount::Preset;
+pub use crate::guard::GuardSettings;
 use crate::notify::Webhook;
 use crate::rubric::Rubric;
 use crate::util::FileError;
@@ -289,7 +289,6 @@ struct GuardFile {
     max_diff_kb: Option<i64>,
 }
 
-
 /// What approving does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -484,15 +483,18 @@ pub fn protect_of_repo(
     if !path.is_file() {
         return Ok((ProtectSettings::default(), Vec::new()));
     }
-    let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::from(FileError::Read {
-        file: path.clone(),
-        source,
-    }))?;
-    let file: ConfigFile =
-        toml::from_str(text.trim_start_matches('\u{feff}')).map_err(|e| ConfigError::from(FileError::Parse {
+    let text = std::fs::read_to_string(&path).map_err(|source| {
+        ConfigError::from(FileError::Read {
+            file: path.clone(),
+            source,
+        })
+    })?;
+    let file: ConfigFile = toml::from_str(text.trim_start_matches('\u{feff}')).map_err(|e| {
+        ConfigError::from(FileError::Parse {
             file: path.clone(),
             message: e.to_string(),
-        }))?;
+        })
+    })?;
     let mut own = vec![(path, "the job's configuration".to_owned())];
     if let Some(r) = file.rubric {
         own.push((
@@ -540,18 +542,22 @@ impl Job {
         };
         let (file, config_text) = match &config_path {
             Some(p) => {
-                let text = std::fs::read_to_string(p).map_err(|source| ConfigError::from(FileError::Read {
-                    file: p.clone(),
-                    source,
-                }))?;
+                let text = std::fs::read_to_string(p).map_err(|source| {
+                    ConfigError::from(FileError::Read {
+                        file: p.clone(),
+                        source,
+                    })
+                })?;
                 let text = text
                     .strip_prefix('\u{feff}')
                     .map(str::to_owned)
                     .unwrap_or(text);
-                let parsed: ConfigFile = toml::from_str(&text).map_err(|e| ConfigError::from(FileError::Parse {
-                    file: p.clone(),
-                    message: e.to_string(),
-                }))?;
+                let parsed: ConfigFile = toml::from_str(&text).map_err(|e| {
+                    ConfigError::from(FileError::Parse {
+                        file: p.clone(),
+                        message: e.to_string(),
+                    })
+                })?;
                 (parsed, Some(text))
             }
             None => (ConfigFile::default(), None),
@@ -719,12 +725,7 @@ impl Job {
         let (v, f) = pick(flags.max_tokens, file.max_tokens);
         let max_tokens = positive(&origin(f), "max_tokens", v, DEFAULT_MAX_TOKENS)?;
         let (v, f) = pick(flags.timeout.clone(), file.timeout);
-        let timeout = duration(
-            &origin(f),
-            "timeout",
-            v.as_deref(),
-            DEFAULT_TIMEOUT,
-        )?;
+        let timeout = duration(&origin(f), "timeout", v.as_deref(), DEFAULT_TIMEOUT)?;
         let (v, f) = pick(flags.attempt_timeout.clone(), file.attempt_timeout);
         let attempt_timeout = duration(
             &origin(f),
@@ -765,11 +766,7 @@ impl Job {
             None => defaults.strict_from,
             Some(n) if (0..=i64::from(u32::MAX)).contains(&n) => n as u32,
             Some(n) => {
-                return Err(o.invalid(
-                    "guard.strict_from",
-                    "an attempt number (0: never)",
-                    n,
-                ))
+                return Err(o.invalid("guard.strict_from", "an attempt number (0: never)", n))
             }
         };
         let poll_patterns = file.guard.poll_patterns.unwrap_or(defaults.poll_patterns);
@@ -798,19 +795,20 @@ impl Job {
             skip_markers: file.protect.skip_markers,
             allow_submodules: file.protect.allow_submodules.unwrap_or(false),
         };
-        let extra = |paths: Option<Vec<PathBuf>>, field: &str| -> Result<Vec<PathBuf>, ConfigError> {
-            let paths = paths.unwrap_or_default();
-            for (i, p) in paths.iter().enumerate() {
-                if !p.is_absolute() {
-                    return Err(o.invalid(
-                        &format!("sandbox.{field}[{i}]"),
-                        "an absolute path",
-                        p.display().to_string(),
-                    ));
+        let extra =
+            |paths: Option<Vec<PathBuf>>, field: &str| -> Result<Vec<PathBuf>, ConfigError> {
+                let paths = paths.unwrap_or_default();
+                for (i, p) in paths.iter().enumerate() {
+                    if !p.is_absolute() {
+                        return Err(o.invalid(
+                            &format!("sandbox.{field}[{i}]"),
+                            "an absolute path",
+                            p.display().to_string(),
+                        ));
+                    }
                 }
-            }
-            Ok(paths)
-        };
+                Ok(paths)
+            };
         let sandbox = SandboxSettings {
             enabled: file.sandbox.enabled.unwrap_or(true),
             require: flags.require_sandbox || file.sandbox.require.unwrap_or(false),

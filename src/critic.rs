@@ -66,7 +66,9 @@ impl Violation {
     pub fn path(&self) -> &str {
         let f = self.file.trim().trim_start_matches("./");
         match f.rsplit_once(':') {
-            Some((path, line)) if line.chars().all(|c| c.is_ascii_digit()) && !line.is_empty() => path,
+            Some((path, line)) if line.chars().all(|c| c.is_ascii_digit()) && !line.is_empty() => {
+                path
+            }
             _ => f,
         }
     }
@@ -208,7 +210,12 @@ impl Shown<'_> {
             let size = if f.too_large {
                 format!("{}, too large to load", human(f.bytes))
             } else {
-                format!("+{} -{} lines, {} of diff", f.added, f.removed, human(f.diff_bytes))
+                format!(
+                    "+{} -{} lines, {} of diff",
+                    f.added,
+                    f.removed,
+                    human(f.diff_bytes)
+                )
             };
             let shown = if f.too_large {
                 partial += 1;
@@ -233,7 +240,10 @@ impl Shown<'_> {
                     taken += 1;
                 }
                 if taken == 0 {
-                    format!("NOT shown: its diff is larger than the {} left to show", human(budget as u64))
+                    format!(
+                        "NOT shown: its diff is larger than the {} left to show",
+                        human(budget as u64)
+                    )
                 } else {
                     budget -= used;
                     body.push_str(header);
@@ -246,9 +256,16 @@ impl Shown<'_> {
                     )
                 }
             };
-            listing.push_str(&format!("- `{}` ({}; {size}): {shown}\n", f.path, f.status.as_str()));
+            listing.push_str(&format!(
+                "- `{}` ({}; {size}): {shown}\n",
+                f.path,
+                f.status.as_str()
+            ));
         }
-        s.push_str(&format!("Files changed ({}), every one of them:\n", self.files.len()));
+        s.push_str(&format!(
+            "Files changed ({}), every one of them:\n",
+            self.files.len()
+        ));
         s.push_str(&listing);
         if !body.ends_with('\n') && !body.is_empty() {
             body.push('\n');
@@ -430,13 +447,26 @@ mod tests {
         big.bytes = 200 * 1024 * 1024;
         big.diff_bytes = 0;
         let files = [one("a.py", a), second, big];
-        let shown = Shown { patch: &patch, files: &files };
+        let shown = Shown {
+            patch: &patch,
+            files: &files,
+        };
 
         let mut all = String::new();
-        assert_eq!(shown.render(&mut all, 10_000), 1, "only the huge file is not shown");
+        assert_eq!(
+            shown.render(&mut all, 10_000),
+            1,
+            "only the huge file is not shown"
+        );
         assert!(all.contains(a) && all.contains(b), "{all}");
-        assert!(all.contains("- `big.txt` (modified; 200.0 MiB, too large to load): not shown"), "{all}");
-        assert!(all.contains("- `a.py` (modified; +1 -0 lines, 51 bytes of diff): shown whole"), "{all}");
+        assert!(
+            all.contains("- `big.txt` (modified; 200.0 MiB, too large to load): not shown"),
+            "{all}"
+        );
+        assert!(
+            all.contains("- `a.py` (modified; +1 -0 lines, 51 bytes of diff): shown whole"),
+            "{all}"
+        );
 
         // Too little room for b.py whole: its first hunk, whole, and a note.
         let mut part = String::new();
@@ -445,7 +475,10 @@ mod tests {
         assert!(part.contains("+y = 2\n```"), "{part}");
         assert!(!part.contains("print(z)"), "{part}");
         assert!(part.contains("- `b.py` (modified; +1 -0 lines, 80 bytes of diff): partly shown: hunks 1-1 of 2, the rest is NOT shown"), "{part}");
-        assert!(part.contains("2 file(s) above are not shown whole"), "{part}");
+        assert!(
+            part.contains("2 file(s) above are not shown whole"),
+            "{part}"
+        );
     }
 
     #[test]
@@ -554,7 +587,9 @@ mod tests {
             }),
         }
         .render();
-        let since = input.find("# Since the previous review (attempt 1)").expect("section");
+        let since = input
+            .find("# Since the previous review (attempt 1)")
+            .expect("section");
         let change = input.find("# The change since abc").expect("diff");
         assert!(since < change, "the previous findings come before the diff");
         for needle in [
@@ -569,7 +604,12 @@ mod tests {
 
     #[test]
     fn a_violation_names_its_path() {
-        for (file, path) in [("a.py", "a.py"), ("./a.py", "a.py"), ("a.py:12", "a.py"), ("C:x", "C:x")] {
+        for (file, path) in [
+            ("a.py", "a.py"),
+            ("./a.py", "a.py"),
+            ("a.py:12", "a.py"),
+            ("C:x", "C:x"),
+        ] {
             let v = Violation {
                 rule: 1,
                 file: file.into(),

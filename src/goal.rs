@@ -124,9 +124,8 @@ impl GoalReport {
 
 /// Shell words that are not programs on `PATH`.
 const SHELL_BUILTINS: [&str; 22] = [
-    ".", ":", "[", "alias", "cd", "command", "echo", "eval", "exec", "exit", "export",
-    "false", "printf", "pwd", "read", "set", "source", "test", "true", "type", "ulimit",
-    "umask",
+    ".", ":", "[", "alias", "cd", "command", "echo", "eval", "exec", "exit", "export", "false",
+    "printf", "pwd", "read", "set", "source", "test", "true", "type", "ulimit", "umask",
 ];
 
 /// The program a goal step's command line starts, when it can be told
@@ -162,9 +161,8 @@ pub fn program_resolves(program: &str, dir: &Path) -> bool {
     if program.contains('/') {
         return executable(&dir.join(program));
     }
-    std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|d| executable(&d.join(program)))
-    })
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| executable(&d.join(program))))
 }
 
 /// Whether to go on after a failing step.
@@ -445,7 +443,10 @@ mod tests {
     #[test]
     fn the_program_of_a_step_is_found_without_a_shell() {
         assert_eq!(program_of("ruf check .").as_deref(), Some("ruf"));
-        assert_eq!(program_of("PYTHONDONTWRITEBYTECODE=1 'pytest' -q").as_deref(), Some("pytest"));
+        assert_eq!(
+            program_of("PYTHONDONTWRITEBYTECODE=1 'pytest' -q").as_deref(),
+            Some("pytest")
+        );
         assert_eq!(program_of("(cd x && make)"), None);
         assert_eq!(program_of("if true; then :; fi"), None);
         let dir = tempfile::tempdir().expect("tempdir");

@@ -92,9 +92,13 @@ pub struct SessionFinished {
 pub enum AttemptEnd {
     Accepted,
     /// Rejected; the next attempt runs with this prompt.
-    Rejected { next_prompt: String },
+    Rejected {
+        next_prompt: String,
+    },
     /// The job stops.
-    Stopped { ending: Ending },
+    Stopped {
+        ending: Ending,
+    },
 }
 
 /// Which deterministic gate produced a [`Event::GateChecked`].
@@ -126,17 +130,26 @@ pub enum Event {
         task: String,
     },
     /// A later process took the job over (after a crash or a shutdown).
-    Resumed { pid: u32 },
+    Resumed {
+        pid: u32,
+    },
     /// Credentials found in the checkout's git config (entry names, never
     /// values) are held out of it for the job (`recovered`: a crashed job's
     /// hold was put back first).
-    CredentialsHeld { removed: Vec<String>, recovered: bool },
+    CredentialsHeld {
+        removed: Vec<String>,
+        recovered: bool,
+    },
     /// The job let go of the credentials (`restored`: it was the last
     /// holder, and the config is as it was).
-    CredentialsReleased { restored: bool },
+    CredentialsReleased {
+        restored: bool,
+    },
     /// `.git/` config, hooks and info as the job started: the copies are in
     /// the run directory's `git-dir/`, named by sha256.
-    GitDirPinned { files: BTreeMap<String, Pinned> },
+    GitDirPinned {
+        files: BTreeMap<String, Pinned>,
+    },
     /// The goal test before attempt 1, every step; `artefacts`: untracked
     /// files it created (path → git blob id).
     Baseline {
@@ -144,8 +157,15 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         artefacts: BTreeMap<String, String>,
     },
-    AttemptStarted { attempt: u32, prompt: String },
-    SessionStarted { attempt: u32, role: Role, session: u32 },
+    AttemptStarted {
+        attempt: u32,
+        prompt: String,
+    },
+    SessionStarted {
+        attempt: u32,
+        role: Role,
+        session: u32,
+    },
     /// The stream's live estimate of one model call.
     ModelCall(ModelCall),
     /// One model call as the metering gateway saw it on the wire: what the
@@ -156,9 +176,15 @@ pub enum Event {
     Nudged(Nudge),
     SessionFinished(SessionFinished),
     /// One line of the hook's denials log, read after the agent session.
-    HookDenied { attempt: u32, finding: Finding },
+    HookDenied {
+        attempt: u32,
+        finding: Finding,
+    },
     /// The state of the tree after the agent session (`diff.patch`).
-    DiffTaken { attempt: u32, sha256: String },
+    DiffTaken {
+        attempt: u32,
+        sha256: String,
+    },
     /// A gate ran; an empty list means it passed.
     GateChecked {
         attempt: u32,
@@ -180,9 +206,14 @@ pub enum Event {
         files: Vec<String>,
         unnamed: Vec<String>,
     },
-    AttemptEnded { record: AttemptRecord, end: AttemptEnd },
+    AttemptEnded {
+        record: AttemptRecord,
+        end: AttemptEnd,
+    },
     /// The decision: how the job ends (before the breaker runs).
-    JobEnded { ending: Ending },
+    JobEnded {
+        ending: Ending,
+    },
     /// The daemon is shutting down: the job stays resumable where it is.
     Suspended,
     /// The breaker parked the work (or found nothing to park, or failed).
@@ -192,7 +223,9 @@ pub enum Event {
     },
     /// The accepted change, committed on the job's branch (daemon) or on
     /// `loopd/autofix/<sha>` (`loopd ci`).
-    Committed { commit: String },
+    Committed {
+        commit: String,
+    },
     /// `loopd ci` pushed `commit` to `branch` at `url` (the URL decided
     /// before the agent ran; no userinfo). `replaced`: the earlier loopd
     /// commit the push overwrote (a force-push with lease).
@@ -218,12 +251,19 @@ pub enum Event {
         refused: Option<String>,
     },
     /// The job's audited lessons are in the repository's memory.
-    LessonsLearned { repo: String, keys: Vec<String> },
+    LessonsLearned {
+        repo: String,
+        keys: Vec<String>,
+    },
     /// The daemon's final state, recorded before the spool file moves.
-    Finalized { state: Status },
+    Finalized {
+        state: Status,
+    },
     /// The agent ran `loopd escalate` and loopd verified it: the job ends
     /// `needs_human`, never accepted.
-    Escalated { escalation: Escalation },
+    Escalated {
+        escalation: Escalation,
+    },
     /// `loopd resume`: an ended job continues with these caps (`None`:
     /// unchanged) and the human's note as the next prompt's first paragraph;
     /// `restore` is the parked work to put back first.
@@ -239,10 +279,14 @@ pub enum Event {
         restore: Option<String>,
     },
     /// The parked work is back in the working tree.
-    Restored { stash_commit: String },
+    Restored {
+        stash_commit: String,
+    },
     /// How the job's processes are confined from here on (on every start
     /// and resume: the kernel may differ after a reboot).
-    Confined { sandbox: crate::sandbox::Confinement },
+    Confined {
+        sandbox: crate::sandbox::Confinement,
+    },
 }
 
 impl Event {
@@ -338,7 +382,9 @@ pub fn parse(text: &str) -> (Vec<Entry>, bool) {
         }
         match serde_json::from_str::<Entry>(line) {
             Ok(e) => entries.push(e),
-            Err(e) => tracing::warn!(line = n + 1, error = %e, "skipping an unreadable journal line"),
+            Err(e) => {
+                tracing::warn!(line = n + 1, error = %e, "skipping an unreadable journal line")
+            }
         }
     }
     (entries, torn)
@@ -1177,11 +1223,11 @@ mod tests {
         let expected = [
             // (events kept after `start`, billed usd)
             (0, 0.0),
-            (1, 0.25),          // the stream's estimate only
-            (2, 0.3),           // metered supersedes the same call's estimate
-            (3, 0.5),           // the nested call adds
-            (4, 0.5),           // the session's end bills the same sum
-            (5, 0.625),         // a late call counts on its own
+            (1, 0.25),  // the stream's estimate only
+            (2, 0.3),   // metered supersedes the same call's estimate
+            (3, 0.5),   // the nested call adds
+            (4, 0.5),   // the session's end bills the same sum
+            (5, 0.625), // a late call counts on its own
         ];
         for (kept, usd) in expected {
             let r = Replay::fold(&parse(&lines(ev[..start_len + kept].to_vec())).0);
@@ -1225,8 +1271,11 @@ mod tests {
     fn a_torn_line_is_cut_before_the_next_append() {
         let dir = tempfile::tempdir().expect("tempdir");
         let text = lines(start());
-        std::fs::write(dir.path().join(FILE), format!("{text}{{\"ts\":\"x\",\"ms\":5,\"eve"))
-            .expect("write");
+        std::fs::write(
+            dir.path().join(FILE),
+            format!("{text}{{\"ts\":\"x\",\"ms\":5,\"eve"),
+        )
+        .expect("write");
         let mut j = Journal::open(dir.path()).expect("open");
         assert_eq!(j.state().phase(), Phase::Attempt { n: 1 });
         j.append(finished(1, Role::Agent, 0, 0.5)).expect("append");
@@ -1264,7 +1313,10 @@ mod tests {
         ]);
         let r = Replay::fold(&parse(&lines(ev.clone())).0);
         assert_eq!(r.phase(), Phase::Ready { next: 2 });
-        assert_eq!(r.artefacts.from_goal.get("out.log").map(String::as_str), Some("b1"));
+        assert_eq!(
+            r.artefacts.from_goal.get("out.log").map(String::as_str),
+            Some("b1")
+        );
         assert_eq!(r.next_attempt(), (2, Some("fix the print")));
         assert_eq!(r.spend().cost_usd, 0.75);
         // The same diff again would be no progress.
@@ -1280,16 +1332,20 @@ mod tests {
         });
         let r = Replay::fold(&parse(&lines(ev.clone())).0);
         // Killed between the attempt's end and the job's: the decision stands.
-        assert!(matches!(r.phase(), Phase::Ending(Ending { reason: Reason::Accepted, .. })));
+        assert!(matches!(
+            r.phase(),
+            Phase::Ending(Ending {
+                reason: Reason::Accepted,
+                ..
+            })
+        ));
         ev.push(Event::JobEnded {
             ending: Ending {
                 reason: Reason::Accepted,
                 detail: "ok".into(),
             },
         });
-        ev.push(Event::Committed {
-            commit: "c".into(),
-        });
+        ev.push(Event::Committed { commit: "c".into() });
         let r = Replay::fold(&parse(&lines(ev.clone())).0);
         assert_eq!(r.committed.as_deref(), Some("c"));
         assert!(matches!(r.phase(), Phase::Ending(_)));
@@ -1352,7 +1408,10 @@ mod tests {
         let r = Replay::fold(&parse(&lines(ev.clone())).0);
         assert_eq!(r.phase(), Phase::Ready { next: 2 });
         assert_eq!(r.next_attempt(), (2, None));
-        assert_eq!((r.note.as_deref(), r.restore.as_deref()), (Some("the test is right"), Some("s1")));
+        assert_eq!(
+            (r.note.as_deref(), r.restore.as_deref()),
+            (Some("the test is right"), Some("s1"))
+        );
         assert!(r.parked.is_none() && r.ending.is_none());
         assert_eq!(r.spend().cost_usd, 0.5, "what was spent still counts");
         ev.extend([
@@ -1427,8 +1486,15 @@ mod tests {
         ]);
         let r = Replay::fold(&parse(&lines(ev.clone())).0);
         let c = r.current.as_ref().expect("attempt 2");
-        assert_eq!(c.interdiff.as_ref().map(|i| i.1.clone()), Some(vec!["x.py".to_owned()]));
-        assert_eq!(r.last_rejection().map(|l| l.attempt), Some(1), "still the previous attempt's");
+        assert_eq!(
+            c.interdiff.as_ref().map(|i| i.1.clone()),
+            Some(vec!["x.py".to_owned()])
+        );
+        assert_eq!(
+            r.last_rejection().map(|l| l.attempt),
+            Some(1),
+            "still the previous attempt's"
+        );
         ev.push(Event::AttemptEnded {
             record: record(2),
             end: AttemptEnd::Accepted,

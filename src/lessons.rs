@@ -63,9 +63,9 @@ impl LessonsError {
     pub fn hint(&self) -> Option<&'static str> {
         match self {
             LessonsError::NoSuchLesson { .. } => Some("`loopd lessons` lists the ids"),
-            LessonsError::Read { .. } => Some(
-                "the file is loopd's own; move it aside and loopd starts a new one",
-            ),
+            LessonsError::Read { .. } => {
+                Some("the file is loopd's own; move it aside and loopd starts a new one")
+            }
             _ => None,
         }
     }
@@ -278,7 +278,12 @@ pub fn distill<'a>(
             push(Candidate {
                 key,
                 text: clip(
-                    &format!("Rule {}: {} — {}.", v.rule, v.problem.trim().trim_end_matches('.'), fix),
+                    &format!(
+                        "Rule {}: {} — {}.",
+                        v.rule,
+                        v.problem.trim().trim_end_matches('.'),
+                        fix
+                    ),
                     MAX_TEXT,
                 ),
                 rule: u32::try_from(v.rule).ok(),
@@ -296,9 +301,12 @@ pub fn distill<'a>(
 pub fn audit(text: &str, policy: &Compiled<'_>) -> Result<(), String> {
     for word in text.split(|c: char| c.is_whitespace() || "`'\",;()".contains(c)) {
         let word = word.trim_end_matches(['.', ':']);
-        let looks_like_path = word.contains('/') || word.rsplit_once('.').is_some_and(|(stem, ext)| {
-            !stem.is_empty() && (2..=4).contains(&ext.len()) && ext.chars().all(|c| c.is_ascii_alphanumeric())
-        });
+        let looks_like_path = word.contains('/')
+            || word.rsplit_once('.').is_some_and(|(stem, ext)| {
+                !stem.is_empty()
+                    && (2..=4).contains(&ext.len())
+                    && ext.chars().all(|c| c.is_ascii_alphanumeric())
+            });
         if looks_like_path {
             if let Some(why) = policy.protected(word) {
                 return Err(format!("it names `{word}`, which is protected ({why})"));
@@ -312,7 +320,8 @@ pub fn audit(text: &str, policy: &Compiled<'_>) -> Result<(), String> {
         r"(?i)\b(skip|xfail|disable|deselect|ignore|delete|remove|weaken|loosen|relax|edit|change|modify|rewrite|update|touch)\w*\b[^.;]*\b(tests?|asserts?|assertions?|loopd\.toml|rubric|conftest|pytest\.ini|configuration)\b",
     )
     .expect("the audit regex is valid");
-    let negated = Regex::new(r"(?i)\b(never|not|no|don't|do not|without)\b").expect("the negation regex is valid");
+    let negated = Regex::new(r"(?i)\b(never|not|no|don't|do not|without)\b")
+        .expect("the negation regex is valid");
     for sentence in text.split(['.', ';', '—']) {
         if let Some(m) = steer.find(sentence) {
             if !negated.is_match(&sentence[..m.start()]) {
@@ -450,7 +459,10 @@ mod tests {
         let keys: Vec<&str> = c.iter().map(|c| c.key.as_str()).collect();
         assert_eq!(keys[..2], ["precheck:debug_output", "gate:skip_marker"]);
         assert!(keys[2].starts_with("rule:4:"), "{keys:?}");
-        assert_eq!(c[2].text, "Rule 4: average_line was not asked for — remove average_line.");
+        assert_eq!(
+            c[2].text,
+            "Rule 4: average_line was not asked for — remove average_line."
+        );
         assert_eq!(c[0].rule, Some(2));
     }
 
@@ -504,7 +516,10 @@ mod tests {
         assert!(chosen.iter().map(|l| l.text.len() + 3).sum::<usize>() <= MAX_BYTES);
         let id = l.lessons[0].id.clone();
         assert_eq!(forget(&mut l, &id).expect("forget").key, "a");
-        assert!(matches!(forget(&mut l, &id), Err(LessonsError::NoSuchLesson { .. })));
+        assert!(matches!(
+            forget(&mut l, &id),
+            Err(LessonsError::NoSuchLesson { .. })
+        ));
     }
 
     #[test]

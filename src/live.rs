@@ -205,7 +205,10 @@ impl Progress {
     fn spend_line(&self, state: &Replay) -> String {
         let spend = state.spend();
         match self.budget_usd {
-            Some(b) => format!("job so far ${:.4} of ${b:.2} budget, {} turns", spend.cost_usd, spend.turns),
+            Some(b) => format!(
+                "job so far ${:.4} of ${b:.2} budget, {} turns",
+                spend.cost_usd, spend.turns
+            ),
             None => format!("job so far ${:.4}, {} turns", spend.cost_usd, spend.turns),
         }
     }

@@ -320,7 +320,10 @@ mod tests {
         assert_eq!(ExitStatus::from(Reason::AgentError).code(), 5);
         assert_eq!(ExitStatus::from(Reason::GoalNotRunnable).code(), 2);
         assert_eq!(ExitStatus::from(Reason::AlreadyGreen).code(), 7);
-        assert_eq!(Status::from_outcome(Reason::AlreadyGreen.outcome()).as_str(), "nothing_to_fix");
+        assert_eq!(
+            Status::from_outcome(Reason::AlreadyGreen.outcome()).as_str(),
+            "nothing_to_fix"
+        );
         assert_eq!(ExitStatus::from(Reason::Escalated).code(), 6);
         assert_eq!(Reason::Escalated.outcome(), Outcome::NeedsHuman);
         assert_eq!(

@@ -204,7 +204,9 @@ pub fn interdiffs(run_dir: &Path, summary: &Summary) -> BTreeMap<u32, String> {
         .attempts
         .iter()
         .filter_map(|a| {
-            let path = run_dir.join(format!("attempt-{}", a.n)).join("interdiff.patch");
+            let path = run_dir
+                .join(format!("attempt-{}", a.n))
+                .join("interdiff.patch");
             crate::util::read_text(&path).ok().map(|t| (a.n, t))
         })
         .collect()
@@ -310,9 +312,7 @@ pub fn markdown(
     }
     md.push_str("\n## Getting the work back\n\n");
     match work_back(branch, summary, failure) {
-        WorkBack::Parked { restore } => {
-            md.push_str(&format!("The work is parked: `{restore}`\n"))
-        }
+        WorkBack::Parked { restore } => md.push_str(&format!("The work is parked: `{restore}`\n")),
         WorkBack::NotParked { restore } => md.push_str(&format!("{restore}\n")),
         WorkBack::Committed { branch, merge } => md.push_str(&format!(
             "The change is committed on `{branch}`: `{merge}`\n"
@@ -369,7 +369,9 @@ pub fn render_human(s: &Summary) -> String {
             out.push_str(&format!("    gate: {line}\n"));
         }
         for f in &a.scope_warnings {
-            out.push_str(&format!("    scope warning: `{f}` changed, but no finding named it\n"));
+            out.push_str(&format!(
+                "    scope warning: `{f}` changed, but no finding named it\n"
+            ));
         }
         for v in &a.violations {
             out.push_str(&format!("    {}\n", v.render()));

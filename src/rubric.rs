@@ -279,9 +279,21 @@ mod tests {
     fn precheck_rules_follow_each_shipped_rubric() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         for (file, want, tests) in [
-            ("rubrics/default.toml", [Some(2), Some(2), Some(3), Some(4)], Some(1)),
-            ("rubrics/python.toml", [Some(4), Some(4), Some(3), Some(5)], Some(1)),
-            ("rubrics/rust.toml", [Some(4), Some(4), Some(2), Some(5)], Some(1)),
+            (
+                "rubrics/default.toml",
+                [Some(2), Some(2), Some(3), Some(4)],
+                Some(1),
+            ),
+            (
+                "rubrics/python.toml",
+                [Some(4), Some(4), Some(3), Some(5)],
+                Some(1),
+            ),
+            (
+                "rubrics/rust.toml",
+                [Some(4), Some(4), Some(2), Some(5)],
+                Some(1),
+            ),
         ] {
             let r = Rubric::load(&root.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
             assert_eq!(Check::ALL.map(|c| r.precheck_plan.rule(c)), want, "{file}");
@@ -300,20 +312,37 @@ mod tests {
         assert_eq!(r.precheck_plan.rule(Check::DebugOutput), Some(2));
         assert_eq!(r.precheck_plan.rule(Check::SwallowedError), None);
         assert_eq!(r.precheck_plan.checks[0].allow, ["scripts/**"]);
-        let off = Rubric::parse(&format!("{base}[precheck]\nenabled = false\n"), RubricSource::Embedded)
-            .expect("valid");
-        assert!(Check::ALL.iter().all(|c| off.precheck_plan.rule(*c).is_none()));
-        let e = Rubric::parse(&format!("{base}[precheck.debug_output]\nrule = 9\n"), RubricSource::Embedded)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("precheck.debug_output.rule") && e.contains('9'), "{e}");
-        let e = Rubric::parse(&format!("{base}[precheck.debug_output]\nallow = [\"a/[\"]\n"), RubricSource::Embedded)
-            .unwrap_err()
-            .to_string();
+        let off = Rubric::parse(
+            &format!("{base}[precheck]\nenabled = false\n"),
+            RubricSource::Embedded,
+        )
+        .expect("valid");
+        assert!(Check::ALL
+            .iter()
+            .all(|c| off.precheck_plan.rule(*c).is_none()));
+        let e = Rubric::parse(
+            &format!("{base}[precheck.debug_output]\nrule = 9\n"),
+            RubricSource::Embedded,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("precheck.debug_output.rule") && e.contains('9'),
+            "{e}"
+        );
+        let e = Rubric::parse(
+            &format!("{base}[precheck.debug_output]\nallow = [\"a/[\"]\n"),
+            RubricSource::Embedded,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("precheck.debug_output.allow[0]"), "{e}");
-        let e = Rubric::parse(&format!("{base}[precheck.debug_prints]\nenabled = false\n"), RubricSource::Embedded)
-            .unwrap_err()
-            .to_string();
+        let e = Rubric::parse(
+            &format!("{base}[precheck.debug_prints]\nenabled = false\n"),
+            RubricSource::Embedded,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("debug_prints"), "{e}");
     }
 

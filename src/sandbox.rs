@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use landlock::{
-    Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
-    RulesetAttr, RulesetCreatedAttr, Scope, ABI,
+    Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, Scope, ABI,
 };
 
 /// How a job's processes are confined (`summary.json`'s `sandbox`).
@@ -100,7 +100,8 @@ pub const CREDENTIALS_IN_HOME: &[&str] = &[
 ];
 
 /// Why there is no sandbox.
-pub const UNSUPPORTED: &str = "this kernel does not offer Landlock (Linux 5.13 or newer with `landlock` in the LSM list)";
+pub const UNSUPPORTED: &str =
+    "this kernel does not offer Landlock (Linux 5.13 or newer with `landlock` in the LSM list)";
 
 /// The highest ABI loopd asks for (filesystem rights; signal scoping is ABI 6).
 const FS_ABI: ABI = ABI::V5;
@@ -232,7 +233,10 @@ mod tests {
         let r = readable_except(&root.join("state"));
         assert!(r.contains(&root.join("repo")) && r.contains(&root.join("other")));
         assert!(r.contains(&root.join("note.txt")));
-        assert!(!r.iter().any(|p| p.starts_with(root.join("state"))), "{r:?}");
+        assert!(
+            !r.iter().any(|p| p.starts_with(root.join("state"))),
+            "{r:?}"
+        );
         assert!(!r.contains(&root), "an ancestor is never granted whole");
         assert!(r.contains(&PathBuf::from("/usr")) || !Path::new("/usr").exists());
     }
@@ -260,7 +264,10 @@ mod tests {
             r = root.display(),
         );
         let mut cmd = tokio::process::Command::new("/bin/sh");
-        cmd.args(["-c", &script]).current_dir(&root).env_clear().env("PATH", "/usr/bin:/bin");
+        cmd.args(["-c", &script])
+            .current_dir(&root)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin");
         sandbox.apply(&mut cmd);
         let out = cmd.output().await.expect("run");
         let text = String::from_utf8_lossy(&out.stdout);

@@ -82,7 +82,6 @@ pub fn make_undumpable() -> bool {
     }
 }
 
-
 /// A file loopd reads (`loopd.toml`, a rubric) that cannot be used, named
 /// with the file, the field, what was expected and what was found.
 #[derive(Debug, thiserror::Error)]
@@ -94,7 +93,10 @@ pub enum FileError {
         source: std::io::Error,
     },
     #[error("`{}` is not valid TOML for loopd: {message}", file.display())]
-    Parse { file: std::path::PathBuf, message: String },
+    Parse {
+        file: std::path::PathBuf,
+        message: String,
+    },
     #[error("`{}`: field `{field}`: expected {expected}, found {found}", file.display())]
     Invalid {
         file: std::path::PathBuf,
@@ -387,13 +389,28 @@ mod state_dir_tests {
         assert_eq!(mode, 0o700);
 
         std::fs::create_dir_all(real.join("spool/incoming")).expect("spool");
-        std::fs::set_permissions(real.join("spool/incoming"), std::fs::Permissions::from_mode(0o733))
-            .expect("chmod");
+        std::fs::set_permissions(
+            real.join("spool/incoming"),
+            std::fs::Permissions::from_mode(0o733),
+        )
+        .expect("chmod");
         let e = secure_state_dir(&dir, None).expect_err("a writable spool dir");
-        assert!(matches!(e, StateDirError::Writable { what: "world-writable", .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                StateDirError::Writable {
+                    what: "world-writable",
+                    ..
+                }
+            ),
+            "{e}"
+        );
         assert!(e.hint().contains("chmod 700"), "{}", e.hint());
-        std::fs::set_permissions(real.join("spool/incoming"), std::fs::Permissions::from_mode(0o700))
-            .expect("chmod");
+        std::fs::set_permissions(
+            real.join("spool/incoming"),
+            std::fs::Permissions::from_mode(0o700),
+        )
+        .expect("chmod");
         secure_state_dir(&dir, None).expect("private again");
 
         let e = secure_state_dir(&real.join("x"), Some(tmp.path())).expect_err("inside");

@@ -27,8 +27,7 @@ impl AgentCli for ClaudeCode {
         let hooks = hook_command.map(|command| {
             json!({"PreToolUse": [{"matcher": "*", "hooks": [{"type": "command", "command": command}]}]})
         });
-        serde_json::to_string_pretty(&settings_json(&[], hooks))
-            .expect("settings serialize")
+        serde_json::to_string_pretty(&settings_json(&[], hooks)).expect("settings serialize")
     }
 
     fn agent_args(
@@ -39,14 +38,14 @@ impl AgentCli for ClaudeCode {
         limits: CliLimits,
         prompt: &str,
     ) -> Vec<OsString> {
-    let mut args = common_args(model, settings, limits);
-    args.push("--permission-mode".into());
-    args.push("acceptEdits".into());
-    args.push("--allowedTools".into());
-    args.push(allowed_tools.join(",").into());
-    args.push("--".into());
-    args.push(prompt.into());
-    args
+        let mut args = common_args(model, settings, limits);
+        args.push("--permission-mode".into());
+        args.push("acceptEdits".into());
+        args.push("--allowedTools".into());
+        args.push(allowed_tools.join(",").into());
+        args.push("--".into());
+        args.push(prompt.into());
+        args
     }
 
     fn critic_args(
@@ -57,14 +56,14 @@ impl AgentCli for ClaudeCode {
         limits: CliLimits,
         instruction: &str,
     ) -> Vec<OsString> {
-    let mut args = common_args(model, settings, limits);
-    args.push("--tools".into());
-    args.push("".into());
-    args.push("--json-schema".into());
-    args.push(schema.into());
-    args.push("--".into());
-    args.push(instruction.into());
-    args
+        let mut args = common_args(model, settings, limits);
+        args.push("--tools".into());
+        args.push("".into());
+        args.push("--json-schema".into());
+        args.push(schema.into());
+        args.push("--".into());
+        args.push(instruction.into());
+        args
     }
 
     fn session_env(&self, gateway_url: &str, session_token: &str) -> Vec<(OsString, OsString)> {
@@ -111,10 +110,6 @@ fn common_args(model: &str, settings: &Path, limits: CliLimits) -> Vec<OsString>
     args.push(limits.max_turns.max(1).to_string().into());
     args
 }
-
-
-
-
 
 /// The per-session settings file: permissions and hooks (no credential,
 /// no key helper: the session's credential is the gateway's token).
@@ -226,7 +221,10 @@ mod tests {
                 .find(|(n, _)| n == k)
                 .map(|(_, v)| v.to_string_lossy().into_owned())
         };
-        assert_eq!(get("ANTHROPIC_BASE_URL").as_deref(), Some("http://127.0.0.1:4242"));
+        assert_eq!(
+            get("ANTHROPIC_BASE_URL").as_deref(),
+            Some("http://127.0.0.1:4242")
+        );
         assert_eq!(get("ANTHROPIC_API_KEY").as_deref(), Some("loopd-session-x"));
     }
 

@@ -184,12 +184,19 @@ pub async fn run(
     // At most one pull request per failing commit (open or closed).
     let existing = match out.api.find_pull(&out.branch).await {
         Ok(p) => p,
-        Err(e) => return Ok(out.failed(base_report, "look for an earlier pull request", e).await),
+        Err(e) => {
+            return Ok(out
+                .failed(base_report, "look for an earlier pull request", e)
+                .await)
+        }
     };
     if let Some(pr) = existing {
         let mut r = base_report;
         r.decision = Decision::PullRequestExists;
-        r.why = format!("an autofix for {} already exists: #{}", actions.sha, pr.number);
+        r.why = format!(
+            "an autofix for {} already exists: #{}",
+            actions.sha, pr.number
+        );
         r.branch = Some(out.branch.clone());
         r.pull_request = Some(pr);
         return Ok(r);
@@ -197,7 +204,11 @@ pub async fn run(
     // A branch from an earlier run that never got its pull request.
     let tip = match out.api.branch(&out.branch).await {
         Ok(t) => t,
-        Err(e) => return Ok(out.failed(base_report, "look for an earlier autofix branch", e).await),
+        Err(e) => {
+            return Ok(out
+                .failed(base_report, "look for an earlier autofix branch", e)
+                .await)
+        }
     };
     let lease = match tip {
         None => Lease::Absent,
@@ -208,7 +219,10 @@ pub async fn run(
             Ok(oid) => Lease::At(oid),
             Err(_) => {
                 let mut r = base_report;
-                r.why = format!("the API names the tip of `{}` as `{}`, which is not a commit id", out.branch, t.sha);
+                r.why = format!(
+                    "the API names the tip of `{}` as `{}`, which is not a commit id",
+                    out.branch, t.sha
+                );
                 return Ok(r);
             }
         },
@@ -238,11 +252,18 @@ pub async fn run(
     let ws = std::mem::replace(&mut a.ws, Workspace::open(&repo_root)?);
     let summary = job::run(&a.job, ws, control()).await?;
     if summary.outcome != Outcome::Accepted {
-        out.status("failure", &format!("no verified fix: {}", summary.reason), None)
-            .await;
+        out.status(
+            "failure",
+            &format!("no verified fix: {}", summary.reason),
+            None,
+        )
+        .await;
         let mut r = base_report;
         r.decision = Decision::NotAccepted;
-        r.why = format!("no fix was accepted ({}): {}", summary.reason, summary.detail);
+        r.why = format!(
+            "no fix was accepted ({}): {}",
+            summary.reason, summary.detail
+        );
         r.summary = Some(summary);
         return Ok(r);
     }
@@ -279,7 +300,10 @@ async fn outward(
         out.status("failure", "a fix was found but fails the risk policy", None)
             .await;
         report.decision = Decision::GateRefused;
-        report.why = format!("the fix was accepted but not pushed: {}", violations.join("; "));
+        report.why = format!(
+            "the fix was accepted but not pushed: {}",
+            violations.join("; ")
+        );
         report.risk_violations = violations;
         report.summary = Some(summary);
         return Ok(report);
@@ -305,9 +329,18 @@ async fn outward(
     };
     report.branch = Some(out.branch.clone());
     let refspec = format!("refs/heads/{}", out.branch);
-    if let Err(e) = github::push(ws.root(), &out.target, &refspec, &refspec, Some(&out.token), lease) {
+    if let Err(e) = github::push(
+        ws.root(),
+        &out.target,
+        &refspec,
+        &refspec,
+        Some(&out.token),
+        lease,
+    ) {
         report.summary = Some(summary);
-        return Ok(out.failed(report, &format!("push `{}`", out.branch), e).await);
+        return Ok(out
+            .failed(report, &format!("push `{}`", out.branch), e)
+            .await);
     }
     journal.append(Event::Pushed {
         url: out.target.url.clone(),
@@ -347,7 +380,11 @@ async fn outward(
     let why = format!(
         "pushed `{}` and {} #{} against `{}`",
         out.branch,
-        if opened_now { "opened" } else { "found the existing" },
+        if opened_now {
+            "opened"
+        } else {
+            "found the existing"
+        },
         pr.number,
         actions.branch
     );
@@ -359,7 +396,11 @@ async fn outward(
 /// An earlier run pushed a verified fix of this commit but never opened its
 /// pull request (the API failed after the push): open it now, without a
 /// model call.
-async fn open_from_earlier_run(out: &Outward<'_>, mut report: CiReport, tip: &BranchTip) -> CiReport {
+async fn open_from_earlier_run(
+    out: &Outward<'_>,
+    mut report: CiReport,
+    tip: &BranchTip,
+) -> CiReport {
     let actions = out.actions;
     let job = tip
         .message
@@ -379,7 +420,12 @@ async fn open_from_earlier_run(out: &Outward<'_>, mut report: CiReport, tip: &Br
     report.branch = Some(out.branch.clone());
     match out
         .api
-        .open_pull(&out.branch, &actions.branch, &format!("loopd autofix for {short}"), &body)
+        .open_pull(
+            &out.branch,
+            &actions.branch,
+            &format!("loopd autofix for {short}"),
+            &body,
+        )
         .await
     {
         Ok((pr, opened_now)) => {

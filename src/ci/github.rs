@@ -217,7 +217,11 @@ impl PushTarget {
     }
 
     /// The URL `remote` has in the repository's configuration now.
-    pub fn of_remote(repo: &Path, remote: &str, allow_http_loopback: bool) -> Result<PushTarget, GitHubError> {
+    pub fn of_remote(
+        repo: &Path,
+        remote: &str,
+        allow_http_loopback: bool,
+    ) -> Result<PushTarget, GitHubError> {
         let err = |why: String| GitHubError::PushTarget {
             url: remote.to_owned(),
             why,
@@ -285,7 +289,9 @@ impl PushTarget {
             return false;
         };
         reqwest::Url::parse(url).is_ok_and(|u| {
-            u.scheme() == scheme && u.host_str() == Some(host.as_str()) && u.port_or_known_default() == *port
+            u.scheme() == scheme
+                && u.host_str() == Some(host.as_str())
+                && u.port_or_known_default() == *port
         })
     }
 }
@@ -631,7 +637,10 @@ pub fn push(
         opts.follow_redirects(git2::RemoteRedirect::None);
         opts.proxy_options(git2::ProxyOptions::new());
         let force = if own { "+" } else { "" };
-        let pushed = remote_obj.push(&[format!("{force}{local_ref}:{remote_ref}")], Some(&mut opts));
+        let pushed = remote_obj.push(
+            &[format!("{force}{local_ref}:{remote_ref}")],
+            Some(&mut opts),
+        );
         if let Some(found) = moved.borrow_mut().take() {
             return Err(GitHubError::Lease {
                 branch: remote_ref.trim_start_matches("refs/heads/").to_owned(),
@@ -663,10 +672,15 @@ mod tests {
 
     #[test]
     fn the_token_goes_over_https_to_the_decided_host_only() {
-        let t = PushTarget::new("https://x-access-token:ghs_secret@github.com/acme/app.git", false)
-            .expect("https");
+        let t = PushTarget::new(
+            "https://x-access-token:ghs_secret@github.com/acme/app.git",
+            false,
+        )
+        .expect("https");
         assert_eq!(t.url, "https://github.com/acme/app.git", "userinfo dropped");
-        assert!(t.accepts_credentials_for("https://github.com/acme/app.git/info/refs?service=git-receive-pack"));
+        assert!(t.accepts_credentials_for(
+            "https://github.com/acme/app.git/info/refs?service=git-receive-pack"
+        ));
         for other in [
             "http://github.com/acme/app.git",
             "https://github.com.evil.example/acme/app.git",
@@ -701,8 +715,11 @@ mod tests {
         let mut tb = r.treebuilder(None).expect("tree");
         tb.insert("f", blob, 0o100644).expect("insert");
         let tree = r.find_tree(tb.write().expect("write")).expect("tree");
-        let oid = r.commit(None, &sig, &sig, text, &tree, &[]).expect("commit");
-        r.reference(&format!("refs/heads/{branch}"), oid, true, "t").expect("ref");
+        let oid = r
+            .commit(None, &sig, &sig, text, &tree, &[])
+            .expect("commit");
+        r.reference(&format!("refs/heads/{branch}"), oid, true, "t")
+            .expect("ref");
         oid
     }
 
@@ -714,7 +731,16 @@ mod tests {
         git2::Repository::init_bare(&remote).expect("bare");
         let target = PushTarget::new(&remote.to_string_lossy(), false).expect("path");
         let refspec = "refs/heads/loopd/autofix/abc";
-        let push_now = |lease| push(r.workdir().expect("workdir"), &target, refspec, refspec, None, lease);
+        let push_now = |lease| {
+            push(
+                r.workdir().expect("workdir"),
+                &target,
+                refspec,
+                refspec,
+                None,
+                lease,
+            )
+        };
         let first = commit_on(&r, "loopd/autofix/abc", "one");
         push_now(Lease::Absent).expect("a new branch");
         push_now(Lease::Absent).expect("already there: nothing to do");
@@ -740,11 +766,23 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tmp");
         let r = git2::Repository::init(tmp.path()).expect("init");
         let mut cfg = r.config().expect("config");
-        cfg.set_str("url.http://127.0.0.1:9/.pushInsteadOf", "https://github.com/")
-            .expect("set");
+        cfg.set_str(
+            "url.http://127.0.0.1:9/.pushInsteadOf",
+            "https://github.com/",
+        )
+        .expect("set");
         let target = PushTarget::new("https://github.com/acme/app.git", false).expect("target");
-        match push(tmp.path(), &target, "refs/heads/x", "refs/heads/loopd/x", Some("t"), Lease::Absent) {
-            Err(GitHubError::PushRedirected { to, .. }) => assert!(to.starts_with("http://127.0.0.1:9/"), "{to}"),
+        match push(
+            tmp.path(),
+            &target,
+            "refs/heads/x",
+            "refs/heads/loopd/x",
+            Some("t"),
+            Lease::Absent,
+        ) {
+            Err(GitHubError::PushRedirected { to, .. }) => {
+                assert!(to.starts_with("http://127.0.0.1:9/"), "{to}")
+            }
             other => panic!("not refused: {other:?}"),
         }
     }

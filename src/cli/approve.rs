@@ -1,10 +1,10 @@
 //! `loopd approve` / `loopd reject`: the human's answer to a job that
 //! awaits approval.
 
-use crate::config::ApprovalSettings;
-use crate::daemon::approval;
 use crate::cli::daemon::state_dir_or_default;
 use crate::cli::CliError;
+use crate::config::ApprovalSettings;
+use crate::daemon::approval;
 use crate::daemon::state::{JobState, Status};
 use crate::outcome::ExitStatus;
 

@@ -31,7 +31,11 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
     let job = Job::resolve(&args.flags, ws.root()).map_err(|e| {
         let mut err = CliError::from(e);
         // The usual hint is "run `loopd check`": this is it.
-        if err.hint.as_deref().is_some_and(|h| h.contains("loopd check")) {
+        if err
+            .hint
+            .as_deref()
+            .is_some_and(|h| h.contains("loopd check"))
+        {
             err.hint = None;
         }
         err
@@ -150,7 +154,14 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
             if sb.read_write.is_empty() {
                 String::new()
             } else {
-                format!("; also writable: {}", sb.read_write.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))
+                format!(
+                    "; also writable: {}",
+                    sb.read_write
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
             }
         )
     } else {

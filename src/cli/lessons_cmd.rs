@@ -14,7 +14,13 @@ use crate::workspace::Workspace;
 #[derive(Debug, clap::Args)]
 pub struct LessonsArgs {
     /// Repository the lessons are about.
-    #[arg(short = 'C', long = "repo", value_name = "DIR", default_value = ".", global = true)]
+    #[arg(
+        short = 'C',
+        long = "repo",
+        value_name = "DIR",
+        default_value = ".",
+        global = true
+    )]
     pub repo: std::path::PathBuf,
     #[arg(long, value_name = "DIR", env = "LOOPD_STATE_DIR", global = true)]
     pub state_dir: Option<std::path::PathBuf>,
@@ -65,19 +71,32 @@ pub fn lessons(args: LessonsArgs) -> Result<ExitStatus, CliError> {
         return Ok(ExitStatus::Success);
     }
     if all.lessons.is_empty() {
-        crate::cli::out!("no lessons yet for `{}` (root commit {key})", ws.root().display());
+        crate::cli::out!(
+            "no lessons yet for `{}` (root commit {key})",
+            ws.root().display()
+        );
         return Ok(ExitStatus::Success);
     }
-    let used: Vec<&str> = lessons::most_seen(&all).iter().map(|l| l.id.as_str()).collect();
+    let used: Vec<&str> = lessons::most_seen(&all)
+        .iter()
+        .map(|l| l.id.as_str())
+        .collect();
     let mut sorted: Vec<&lessons::Lesson> = all.lessons.iter().collect();
     sorted.sort_by(|a, b| b.seen.cmp(&a.seen).then(b.last_seen.cmp(&a.last_seen)));
-    let mut out = format!("lessons for `{}` (root commit {key}):\n", ws.root().display());
+    let mut out = format!(
+        "lessons for `{}` (root commit {key}):\n",
+        ws.root().display()
+    );
     for l in sorted {
         let rule = l.rule.map(|r| format!("rule {r}, ")).unwrap_or_default();
         out.push_str(&format!(
             "{} {} {}\n    ({rule}seen in {} job(s), last {}; {})\n",
             l.id,
-            if used.contains(&l.id.as_str()) { "*" } else { " " },
+            if used.contains(&l.id.as_str()) {
+                "*"
+            } else {
+                " "
+            },
             l.text,
             l.seen,
             l.jobs.last().map_or("?", String::as_str),

@@ -18,7 +18,6 @@ pub mod status;
 pub mod submit;
 pub mod tail;
 
-
 use clap::{Parser, Subcommand};
 
 use crate::outcome::ExitStatus;

@@ -59,10 +59,7 @@ fn usage(message: impl std::fmt::Display) -> CliError {
 /// attempts used up (whatever gate rejected the last one), a signal, or an
 /// escalation — never a tamper stop, a stuck agent or an error.
 fn resumable(replay: &Replay, ending: &Ending) -> bool {
-    let attempts_used_up = matches!(
-        replay.last_end,
-        Some(journal::AttemptEnd::Rejected { .. })
-    );
+    let attempts_used_up = matches!(replay.last_end, Some(journal::AttemptEnd::Rejected { .. }));
     match ending.reason {
         Reason::AttemptsExhausted
         | Reason::BudgetUsd
@@ -113,7 +110,9 @@ fn check_room(replay: &Replay, job: &Job) -> Result<(), CliError> {
     if u128::from(replay.wall_ms) >= job.caps.timeout.as_millis() {
         return Err(usage(format!(
             "the job has used {} of its wall-clock cap of {}",
-            humantime::format_duration(std::time::Duration::from_millis(replay.wall_ms / 1000 * 1000)),
+            humantime::format_duration(std::time::Duration::from_millis(
+                replay.wall_ms / 1000 * 1000
+            )),
             humantime::format_duration(job.caps.timeout)
         ))
         .hint("raise it: `--timeout DUR` (over the whole job)"));
@@ -151,7 +150,10 @@ pub fn resume(args: ResumeArgs, progress: bool) -> Result<ExitStatus, CliError> 
     let daemon = done.is_file();
     let mut spec: JobSpec = if daemon {
         spool.read(&done).map_err(|why| {
-            usage(format!("the job file `{}` cannot be used: {why}", done.display()))
+            usage(format!(
+                "the job file `{}` cannot be used: {why}",
+                done.display()
+            ))
         })?
     } else {
         let path = run_dir.join(crate::cli::run::SPEC_FILE);
@@ -209,8 +211,8 @@ pub fn resume(args: ResumeArgs, progress: bool) -> Result<ExitStatus, CliError> 
         spec.flags = over;
         // The state first: a daemon that claims the job at once writes
         // `running` over it, never the other way round.
-        let mut state = JobState::load(&state_dir, &id)
-            .unwrap_or_else(|| JobState::new(&spec, Status::Queued));
+        let mut state =
+            JobState::load(&state_dir, &id).unwrap_or_else(|| JobState::new(&spec, Status::Queued));
         state.state = Status::Queued;
         state.detail = Some("resumed: queued again".into());
         state.reason = None;

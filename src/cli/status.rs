@@ -78,7 +78,11 @@ pub fn collect(state_dir: &Path) -> Vec<Value> {
         }
     }
     // Jobs of `loopd run`: a state in their run directory, no spool file.
-    for entry in std::fs::read_dir(state_dir.join("runs")).into_iter().flatten().flatten() {
+    for entry in std::fs::read_dir(state_dir.join("runs"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
         let id = entry.file_name().to_string_lossy().into_owned();
         if seen.contains_key(&id) {
             continue;

@@ -58,7 +58,8 @@ pub fn follow(state_dir: &Path, job: &str, keep_following: bool) -> Result<ExitS
                 let _ = tx.send(());
             })
             .ok()?;
-            w.watch(&run_dir, notify::RecursiveMode::NonRecursive).ok()?;
+            w.watch(&run_dir, notify::RecursiveMode::NonRecursive)
+                .ok()?;
             Some(w)
         })
         .flatten();
@@ -84,8 +85,7 @@ pub fn follow(state_dir: &Path, job: &str, keep_following: bool) -> Result<ExitS
 /// The job is over: its daemon state is final, or (a foreground job) its
 /// ending is recorded and its summary written.
 fn over(state: &Replay, run_dir: &Path) -> bool {
-    state.finalized.is_some()
-        || (state.ending.is_some() && run_dir.join("summary.json").exists())
+    state.finalized.is_some() || (state.ending.is_some() && run_dir.join("summary.json").exists())
 }
 
 /// The job's budget, from the resolved job the run directory keeps.

@@ -14,7 +14,6 @@ use serde::{Deserialize, Serialize};
 use crate::config::{ApprovalAction, ApprovalSettings};
 use crate::daemon::state::{JobState, Status};
 
-
 /// A recorded decision.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Decision {

@@ -214,7 +214,9 @@ pub fn repair(spool: &Spool, state_dir: &std::path::Path) {
             },
             None => continue,
         };
-        let Ok(spec) = spool.read(&file) else { continue };
+        let Ok(spec) = spool.read(&file) else {
+            continue;
+        };
         let mut state = current.unwrap_or_else(|| JobState::new(&spec, final_state));
         if let Some(ending) = replay.decided() {
             let report = run_dir.join("failure.json");

@@ -169,11 +169,7 @@ pub async fn run(
     state.save(&ctx.state_dir);
     tracing::info!(job_id = %id, repo = %spec.repo.display(), "job running");
     let probe = stop.clone();
-    let cancelled = move || {
-        probe
-            .borrow()
-            .is_some_and(|r| r.cause == StopCause::Cancel)
-    };
+    let cancelled = move || probe.borrow().is_some_and(|r| r.cause == StopCause::Cancel);
 
     let fail = |state: &mut JobState, why: String| {
         tracing::error!(job_id = %state.job_id, why = %why, "job failed to run");
@@ -273,7 +269,9 @@ pub async fn run(
             commit_accepted: state.commit_accepted.clone(),
         };
         match crate::report_html::write_next_to_summary(&run_dir, Some(branch)) {
-            Ok(path) => tracing::debug!(job_id = %id, path = %path.display(), "wrote the HTML report"),
+            Ok(path) => {
+                tracing::debug!(job_id = %id, path = %path.display(), "wrote the HTML report")
+            }
             Err(e) => tracing::warn!(job_id = %id, error = %e, "cannot write the HTML report"),
         }
     }

@@ -61,7 +61,12 @@ pub fn read(path: &Path, job_id: &str) -> Option<Result<Request, String>> {
     };
     let req: Request = match serde_json::from_str(&text) {
         Ok(r) => r,
-        Err(e) => return Some(Err(format!("`{}` is not an escalation: {e}", path.display()))),
+        Err(e) => {
+            return Some(Err(format!(
+                "`{}` is not an escalation: {e}",
+                path.display()
+            )))
+        }
     };
     Some(if req.job_id != job_id {
         Err(format!(

@@ -135,9 +135,17 @@ pub const TARGET_MAX: usize = 80;
 /// names what the call works on.
 /// A long path keeps its end (the file's name), anything else its start.
 pub fn tool_target(input: &serde_json::Value) -> Option<String> {
-    let (key, field) = ["file_path", "notebook_path", "path", "command", "pattern", "url", "query"]
-        .iter()
-        .find_map(|k| input.get(*k).and_then(|v| v.as_str()).map(|v| (*k, v)))?;
+    let (key, field) = [
+        "file_path",
+        "notebook_path",
+        "path",
+        "command",
+        "pattern",
+        "url",
+        "query",
+    ]
+    .iter()
+    .find_map(|k| input.get(*k).and_then(|v| v.as_str()).map(|v| (*k, v)))?;
     let line = field.lines().next().unwrap_or("").trim();
     let n = line.chars().count();
     if key.ends_with("path") && n > TARGET_MAX {

@@ -92,7 +92,10 @@ impl Check {
 pub fn tests_rule<'a>(rules: impl IntoIterator<Item = (u32, &'a str)>) -> Option<u32> {
     let re = Regex::new(r"(?i)\btests?\b.*\b(delet|skip|weaken|ignore|xfail)")
         .expect("the tests-rule regex is valid");
-    rules.into_iter().find(|(_, t)| re.is_match(t)).map(|(id, _)| id)
+    rules
+        .into_iter()
+        .find(|(_, t)| re.is_match(t))
+        .map(|(id, _)| id)
 }
 
 /// The languages the checks know, by file extension.
@@ -360,7 +363,13 @@ fn is_entry_point(path: &str, text: Option<&str>) -> bool {
         .any(|d| path.starts_with(d) || path.contains(&format!("/{d}")))
         || matches!(
             name,
-            "__main__.py" | "main.py" | "cli.py" | "manage.py" | "setup.py" | "main.rs" | "build.rs"
+            "__main__.py"
+                | "main.py"
+                | "cli.py"
+                | "manage.py"
+                | "setup.py"
+                | "main.rs"
+                | "build.rs"
         )
         || text.is_some_and(|t| {
             t.contains("if __name__ == \"__main__\"")
@@ -408,7 +417,12 @@ pub fn failing_expected(output: &str) -> Vec<String> {
         .flat_map(|c| {
             let rhs = c.get(1).map_or("", |m| m.as_str());
             lit.captures_iter(rhs)
-                .filter_map(|l| l.get(1).or(l.get(2)).or(l.get(3)).map(|m| m.as_str().to_owned()))
+                .filter_map(|l| {
+                    l.get(1)
+                        .or(l.get(2))
+                        .or(l.get(3))
+                        .map(|m| m.as_str().to_owned())
+                })
                 .collect::<Vec<_>>()
         })
         .collect();
@@ -450,12 +464,18 @@ pub fn test_special_casing(
                 &PY,
                 r#"PYTEST_CURRENT_TEST|["'](?:_?pytest|unittest)["']\s+(?:not\s+)?in\s+sys\.(?:modules|argv)|sys\.argv\b.*["'](?:py\.?test|-m pytest)|\bpytest\.__|["']pytest["']\s+in\s+\w*argv"#,
             ),
-            Lang::Rust => re(&RS, r"\bcfg!\s*\(\s*test\s*\)|RUST_TEST_THREADS|\bcfg!\s*\(\s*debug_assertions\s*\)\s*&&\s*cfg!\s*\(\s*test"),
+            Lang::Rust => re(
+                &RS,
+                r"\bcfg!\s*\(\s*test\s*\)|RUST_TEST_THREADS|\bcfg!\s*\(\s*debug_assertions\s*\)\s*&&\s*cfg!\s*\(\s*test",
+            ),
             Lang::Js => re(
                 &JS,
                 r#"process\.env\.(?:JEST_WORKER_ID|VITEST\w*)|process\.env\.NODE_ENV\s*[!=]==?\s*["']test["']|["']test["']\s*[!=]==?\s*process\.env\.NODE_ENV|\bimport\.meta\.vitest\b"#,
             ),
-            Lang::Go => re(&GO, r#"\btesting\.Testing\(\)|flag\.Lookup\(\s*"test\.v"\s*\)|strings\.HasSuffix\(\s*os\.Args\[0\],\s*"\.test"\)"#),
+            Lang::Go => re(
+                &GO,
+                r#"\btesting\.Testing\(\)|flag\.Lookup\(\s*"test\.v"\s*\)|strings\.HasSuffix\(\s*os\.Args\[0\],\s*"\.test"\)"#,
+            ),
         };
         if let Some(m) = pattern.find(&a.text) {
             // `cfg!(test)` inside the file's test module is the module's business.
@@ -469,15 +489,19 @@ pub fn test_special_casing(
                 out.push(finding(
                     &a.path,
                     a.line,
-                    format!("the change branches on being under test (`{}`)", m.as_str().trim()),
+                    format!(
+                        "the change branches on being under test (`{}`)",
+                        m.as_str().trim()
+                    ),
                     FIX,
                 ));
                 continue;
             }
         }
-        if let Some(name) = failing.iter().find(|n| {
-            a.text.contains(&format!("\"{n}\"")) || a.text.contains(&format!("'{n}'"))
-        }) {
+        if let Some(name) = failing
+            .iter()
+            .find(|n| a.text.contains(&format!("\"{n}\"")) || a.text.contains(&format!("'{n}'")))
+        {
             out.push(finding(
                 &a.path,
                 a.line,
@@ -486,8 +510,7 @@ pub fn test_special_casing(
             ));
             continue;
         }
-        let returns_or_compares =
-            re(&RETURNS, r"^\s*return\b|[!=]==?|\bis\b|=>").is_match(&a.text);
+        let returns_or_compares = re(&RETURNS, r"^\s*return\b|[!=]==?|\bis\b|=>").is_match(&a.text);
         let literal = |v: &str| {
             a.text.contains(&format!("\"{v}\""))
                 || a.text.contains(&format!("'{v}'"))
@@ -546,7 +569,8 @@ fn debug_output(added: &[AddedLine], files: &[ChangedText]) -> Vec<Finding> {
     static JS_CONSOLE: OnceLock<Regex> = OnceLock::new();
     static GO_BUILTIN: OnceLock<Regex> = OnceLock::new();
     static GO_FMT: OnceLock<Regex> = OnceLock::new();
-    const FIX: &str = "remove the debug output; report through the code's own return values, errors or logger";
+    const FIX: &str =
+        "remove the debug output; report through the code's own return values, errors or logger";
     let mut out = Vec::new();
     for a in added {
         let Some(lang) = Lang::of(&a.path) else {
@@ -587,7 +611,8 @@ fn debug_output(added: &[AddedLine], files: &[ChangedText]) -> Vec<Finding> {
             Lang::Js => {
                 if re(&JS_DEBUGGER, r"^\s*debugger\s*;?\s*$").is_match(&a.text) {
                     Some("a `debugger` statement")
-                } else if re(&JS_CONSOLE, r"\bconsole\.(log|debug|trace|dir)\s*\(").is_match(&a.text)
+                } else if re(&JS_CONSOLE, r"\bconsole\.(log|debug|trace|dir)\s*\(")
+                    .is_match(&a.text)
                     && (library || debugish(&a.text))
                 {
                     Some("a console print")
@@ -629,7 +654,9 @@ fn reads_as_code(lang: Lang, comment: &str) -> bool {
     if t.is_empty() {
         return false;
     }
-    let code_chars = t.contains(['(', ')', '[', ']', '{', '}', '=', ':', ';', '*', '+', '<', '>']);
+    let code_chars = t.contains([
+        '(', ')', '[', ']', '{', '}', '=', ':', ';', '*', '+', '<', '>',
+    ]);
     let keyword = match lang {
         Lang::Python => re(
             &PY_KW,
@@ -643,7 +670,12 @@ fn reads_as_code(lang: Lang, comment: &str) -> bool {
     if keyword.is_match(t) && code_chars {
         return true;
     }
-    if re(&ASSIGN, r"^[A-Za-z_][\w.\[\]'\x22]*\s*([-+*/%|&]?=)\s*[^=\s]").is_match(t) {
+    if re(
+        &ASSIGN,
+        r"^[A-Za-z_][\w.\[\]'\x22]*\s*([-+*/%|&]?=)\s*[^=\s]",
+    )
+    .is_match(t)
+    {
         return true;
     }
     if re(&CALL, r"^[A-Za-z_][\w.:]*\(.*\)\s*[;:]?$").is_match(t) {
@@ -664,7 +696,10 @@ fn commented_out_code(added: &[AddedLine]) -> Vec<Finding> {
             let lang = Lang::of(&run[0].path).expect("only lines of known languages are collected");
             let code = run
                 .iter()
-                .filter(|l| lang.comment(&l.text).is_some_and(|c| reads_as_code(lang, c)))
+                .filter(|l| {
+                    lang.comment(&l.text)
+                        .is_some_and(|c| reads_as_code(lang, c))
+                })
                 .count();
             let blank = run
                 .iter()
@@ -975,12 +1010,16 @@ fn drive_by_renames(task: &str, files: &[ChangedText]) -> Vec<Finding> {
                 }
                 let best = gone
                     .iter()
-                    .filter(|o| o.params == n.params && !pairs.iter().any(|(p, _)| p.name == o.name))
+                    .filter(|o| {
+                        o.params == n.params && !pairs.iter().any(|(p, _)| p.name == o.name)
+                    })
                     .map(|o| {
                         let mapped = pairs
                             .iter()
                             .chain(std::iter::once(&(*o, *n)))
-                            .fold(o.body.clone(), |b, (from, to)| replace_word(&b, &from.name, &to.name));
+                            .fold(o.body.clone(), |b, (from, to)| {
+                                replace_word(&b, &from.name, &to.name)
+                            });
                         (*o, likeness(&mapped, &n.body))
                     })
                     .filter(|(_, l)| *l >= SAME_BODY)
@@ -1028,9 +1067,15 @@ mod tests {
     /// The default rubric's four rules.
     const RULES: [(u32, &str); 4] = [
         (1, "No test was deleted, skipped or weakened."),
-        (2, "No debug prints, dead code or commented-out blocks were added."),
+        (
+            2,
+            "No debug prints, dead code or commented-out blocks were added.",
+        ),
         (3, "Errors are handled, not silently swallowed."),
-        (4, "The change stays inside the task; no drive-by refactoring."),
+        (
+            4,
+            "The change stays inside the task; no drive-by refactoring.",
+        ),
     ];
 
     fn plan() -> Plan {
@@ -1077,75 +1122,297 @@ mod tests {
         assert_eq!(tests_rule(RULES), Some(1));
         // A rubric about something else entirely: every check is off.
         let p = Plan::new(&PrecheckSettings::default(), [(7, "Money is Decimal.")]);
-        assert!(p.render().iter().all(|l| l.contains("off: no rule")), "{:?}", p.render());
+        assert!(
+            p.render().iter().all(|l| l.contains("off: no rule")),
+            "{:?}",
+            p.render()
+        );
     }
 
     #[test]
     fn debug_output_per_language() {
         let py_old = "def f(x):\n    return x\n";
-        let f = run("t", "lib.py", py_old, "def f(x):\n    print(x)\n    return x\n");
+        let f = run(
+            "t",
+            "lib.py",
+            py_old,
+            "def f(x):\n    print(x)\n    return x\n",
+        );
         assert_eq!(lines(&f), [(Some(2), Some(2))], "{f:?}");
-        assert!(f[0].render().starts_with("lib.py:2 (rule 2, gate precheck): debug output"), "{}", f[0].render());
+        assert!(
+            f[0].render()
+                .starts_with("lib.py:2 (rule 2, gate precheck): debug output"),
+            "{}",
+            f[0].render()
+        );
         // A print in a script is its output; one that says DEBUG is not.
-        assert!(run("t", "scripts/report.py", py_old, "def f(x):\n    print(x)\n    return x\n").is_empty());
-        assert_eq!(run("t", "scripts/report.py", py_old, "def f(x):\n    print('DEBUG', x)\n    return x\n").len(), 1);
-        assert_eq!(run("t", "lib.py", py_old, "def f(x):\n    breakpoint()\n    return x\n").len(), 1);
-        assert_eq!(run("t", "lib.py", py_old, "import pdb\ndef f(x):\n    return x\n").len(), 1);
+        assert!(run(
+            "t",
+            "scripts/report.py",
+            py_old,
+            "def f(x):\n    print(x)\n    return x\n"
+        )
+        .is_empty());
+        assert_eq!(
+            run(
+                "t",
+                "scripts/report.py",
+                py_old,
+                "def f(x):\n    print('DEBUG', x)\n    return x\n"
+            )
+            .len(),
+            1
+        );
+        assert_eq!(
+            run(
+                "t",
+                "lib.py",
+                py_old,
+                "def f(x):\n    breakpoint()\n    return x\n"
+            )
+            .len(),
+            1
+        );
+        assert_eq!(
+            run(
+                "t",
+                "lib.py",
+                py_old,
+                "import pdb\ndef f(x):\n    return x\n"
+            )
+            .len(),
+            1
+        );
 
         let rs_old = "pub fn f(x: u32) -> u32 {\n    x\n}\n";
-        assert_eq!(run("t", "src/lib.rs", rs_old, "pub fn f(x: u32) -> u32 {\n    dbg!(x)\n}\n").len(), 1);
-        assert_eq!(run("t", "src/store.rs", rs_old, "pub fn f(x: u32) -> u32 {\n    println!(\"{x}\");\n    x\n}\n").len(), 1);
-        assert!(run("t", "src/main.rs", rs_old, "pub fn f(x: u32) -> u32 {\n    println!(\"{x}\");\n    x\n}\n").is_empty());
+        assert_eq!(
+            run(
+                "t",
+                "src/lib.rs",
+                rs_old,
+                "pub fn f(x: u32) -> u32 {\n    dbg!(x)\n}\n"
+            )
+            .len(),
+            1
+        );
+        assert_eq!(
+            run(
+                "t",
+                "src/store.rs",
+                rs_old,
+                "pub fn f(x: u32) -> u32 {\n    println!(\"{x}\");\n    x\n}\n"
+            )
+            .len(),
+            1
+        );
+        assert!(run(
+            "t",
+            "src/main.rs",
+            rs_old,
+            "pub fn f(x: u32) -> u32 {\n    println!(\"{x}\");\n    x\n}\n"
+        )
+        .is_empty());
 
         let js_old = "export function f(x) {\n  return x;\n}\n";
-        assert_eq!(run("t", "src/a.ts", js_old, "export function f(x) {\n  console.log(x);\n  return x;\n}\n").len(), 1);
-        assert_eq!(run("t", "src/a.js", js_old, "export function f(x) {\n  debugger;\n  return x;\n}\n").len(), 1);
-        assert!(run("t", "src/a.js", js_old, "export function f(x) {\n  console.error('bad input', x);\n  return x;\n}\n").is_empty());
+        assert_eq!(
+            run(
+                "t",
+                "src/a.ts",
+                js_old,
+                "export function f(x) {\n  console.log(x);\n  return x;\n}\n"
+            )
+            .len(),
+            1
+        );
+        assert_eq!(
+            run(
+                "t",
+                "src/a.js",
+                js_old,
+                "export function f(x) {\n  debugger;\n  return x;\n}\n"
+            )
+            .len(),
+            1
+        );
+        assert!(run(
+            "t",
+            "src/a.js",
+            js_old,
+            "export function f(x) {\n  console.error('bad input', x);\n  return x;\n}\n"
+        )
+        .is_empty());
 
         let go_old = "package store\n\nfunc F(x int) int {\n\treturn x\n}\n";
-        assert_eq!(run("t", "store.go", go_old, "package store\n\nfunc F(x int) int {\n\tfmt.Println(x)\n\treturn x\n}\n").len(), 1);
-        assert_eq!(run("t", "store.go", go_old, "package store\n\nfunc F(x int) int {\n\tprintln(x)\n\treturn x\n}\n").len(), 1);
+        assert_eq!(
+            run(
+                "t",
+                "store.go",
+                go_old,
+                "package store\n\nfunc F(x int) int {\n\tfmt.Println(x)\n\treturn x\n}\n"
+            )
+            .len(),
+            1
+        );
+        assert_eq!(
+            run(
+                "t",
+                "store.go",
+                go_old,
+                "package store\n\nfunc F(x int) int {\n\tprintln(x)\n\treturn x\n}\n"
+            )
+            .len(),
+            1
+        );
         let main_old = go_old.replace("package store", "package main");
-        assert!(run("t", "main.go", &main_old, &main_old.replace("\treturn x", "\tfmt.Println(x)\n\treturn x")).is_empty());
+        assert!(run(
+            "t",
+            "main.go",
+            &main_old,
+            &main_old.replace("\treturn x", "\tfmt.Println(x)\n\treturn x")
+        )
+        .is_empty());
     }
 
     #[test]
     fn commented_out_code_but_not_prose() {
         let old = "def f(x):\n    return x\n";
-        let f = run("t", "a.py", old, "# def f(x):\n#     return x + 1\ndef f(x):\n    return x\n");
+        let f = run(
+            "t",
+            "a.py",
+            old,
+            "# def f(x):\n#     return x + 1\ndef f(x):\n    return x\n",
+        );
         assert_eq!(lines(&f), [(Some(1), Some(2))], "{f:?}");
         // Prose comments, a single commented line, docs: fine.
         assert!(run("t", "a.py", old, "# Totals are Decimal; never round\n# before the sum is taken.\ndef f(x):\n    return x\n").is_empty());
-        assert!(run("t", "a.py", old, "def f(x):\n    # return x + 1\n    return x\n").is_empty());
+        assert!(run(
+            "t",
+            "a.py",
+            old,
+            "def f(x):\n    # return x + 1\n    return x\n"
+        )
+        .is_empty());
         let rs = "fn f() -> u32 {\n    1\n}\n";
-        assert_eq!(run("t", "a.rs", rs, "// let y = compute(x);\n// return y;\nfn f() -> u32 {\n    1\n}\n").len(), 1);
-        assert!(run("t", "a.rs", rs, "/// let y = compute(x);\n/// assert_eq!(y, 2);\nfn f() -> u32 {\n    1\n}\n").is_empty());
-        assert_eq!(run("t", "a.go", "package a\n", "package a\n// if err != nil {\n// \treturn err\n// }\n").len(), 1);
+        assert_eq!(
+            run(
+                "t",
+                "a.rs",
+                rs,
+                "// let y = compute(x);\n// return y;\nfn f() -> u32 {\n    1\n}\n"
+            )
+            .len(),
+            1
+        );
+        assert!(run(
+            "t",
+            "a.rs",
+            rs,
+            "/// let y = compute(x);\n/// assert_eq!(y, 2);\nfn f() -> u32 {\n    1\n}\n"
+        )
+        .is_empty());
+        assert_eq!(
+            run(
+                "t",
+                "a.go",
+                "package a\n",
+                "package a\n// if err != nil {\n// \treturn err\n// }\n"
+            )
+            .len(),
+            1
+        );
     }
 
     #[test]
     fn swallowed_errors_per_language() {
         let old = "def f(x):\n    return g(x)\n";
-        let f = run("t", "a.py", old, "def f(x):\n    try:\n        return g(x)\n    except Exception:\n        return 0\n");
+        let f = run(
+            "t",
+            "a.py",
+            old,
+            "def f(x):\n    try:\n        return g(x)\n    except Exception:\n        return 0\n",
+        );
         assert_eq!(lines(&f), [(Some(4), Some(3))], "{f:?}");
-        assert_eq!(run("t", "a.py", old, "def f(x):\n    try:\n        return g(x)\n    except Exception: return 0\n").len(), 1);
+        assert_eq!(
+            run(
+                "t",
+                "a.py",
+                old,
+                "def f(x):\n    try:\n        return g(x)\n    except Exception: return 0\n"
+            )
+            .len(),
+            1
+        );
         assert_eq!(run("t", "a.py", old, "def f(x):\n    try:\n        return g(x)\n    except:\n        log(x)\n        raise\n").len(), 1, "bare except");
         assert!(run("t", "a.py", old, "def f(x):\n    try:\n        return g(x)\n    except KeyError:\n        return 0\n").is_empty(), "a specific exception with a default is a choice");
         assert!(run("t", "a.py", old, "def f(x):\n    try:\n        return g(x)\n    except Exception as e:\n        raise ValueError(x) from e\n").is_empty());
 
         let js = "function f() {\n  return g();\n}\n";
-        assert_eq!(run("t", "a.js", js, "function f() {\n  try {\n    return g();\n  } catch (e) {}\n}\n").len(), 1);
-        assert_eq!(run("t", "a.ts", js, "function f() {\n  try {\n    return g();\n  } catch {\n  }\n}\n").len(), 1);
+        assert_eq!(
+            run(
+                "t",
+                "a.js",
+                js,
+                "function f() {\n  try {\n    return g();\n  } catch (e) {}\n}\n"
+            )
+            .len(),
+            1
+        );
+        assert_eq!(
+            run(
+                "t",
+                "a.ts",
+                js,
+                "function f() {\n  try {\n    return g();\n  } catch {\n  }\n}\n"
+            )
+            .len(),
+            1
+        );
         assert!(run("t", "a.ts", js, "function f() {\n  try {\n    return g();\n  } catch (e) {\n    throw new Error('g', { cause: e });\n  }\n}\n").is_empty());
 
         let go = "package a\n\nfunc F() {\n\tg()\n}\n";
-        assert_eq!(run("t", "a.go", go, "package a\n\nfunc F() {\n\terr := g()\n\t_ = err\n}\n").len(), 1);
-        assert_eq!(run("t", "a.go", go, "package a\n\nfunc F() {\n\terr := g()\n\tif err != nil {\n\t}\n}\n").len(), 1);
+        assert_eq!(
+            run(
+                "t",
+                "a.go",
+                go,
+                "package a\n\nfunc F() {\n\terr := g()\n\t_ = err\n}\n"
+            )
+            .len(),
+            1
+        );
+        assert_eq!(
+            run(
+                "t",
+                "a.go",
+                go,
+                "package a\n\nfunc F() {\n\terr := g()\n\tif err != nil {\n\t}\n}\n"
+            )
+            .len(),
+            1
+        );
 
         let rs = "fn f() {\n    g();\n}\n";
-        assert_eq!(run("t", "a.rs", rs, "fn f() {\n    let _ = std::fs::remove_file(p);\n}\n").len(), 1);
+        assert_eq!(
+            run(
+                "t",
+                "a.rs",
+                rs,
+                "fn f() {\n    let _ = std::fs::remove_file(p);\n}\n"
+            )
+            .len(),
+            1
+        );
         assert!(run("t", "a.rs", rs, "fn f() {\n    // Gone already is fine: the goal is that it is gone.\n    let _ = std::fs::remove_file(p);\n}\n").is_empty());
-        assert_eq!(run("t", "a.rs", rs, "fn f() {\n    match g() {\n        Ok(v) => v,\n        Err(_) => {}\n    }\n}\n").len(), 1);
+        assert_eq!(
+            run(
+                "t",
+                "a.rs",
+                rs,
+                "fn f() {\n    match g() {\n        Ok(v) => v,\n        Err(_) => {}\n    }\n}\n"
+            )
+            .len(),
+            1
+        );
     }
 
     /// The late-attempt check on one file: (line, problem) of each finding.
@@ -1156,10 +1423,15 @@ mod tests {
             new: Some(new.into()),
         }];
         let failing: Vec<String> = failing.iter().map(|s| s.to_string()).collect();
-        test_special_casing(&added(path, old, new), &files, &failing, &["7.50".to_owned()])
-            .into_iter()
-            .map(|f| (f.line.expect("a line"), f.problem))
-            .collect()
+        test_special_casing(
+            &added(path, old, new),
+            &files,
+            &failing,
+            &["7.50".to_owned()],
+        )
+        .into_iter()
+        .map(|f| (f.line.expect("a line"), f.problem))
+        .collect()
     }
 
     #[test]
@@ -1168,9 +1440,18 @@ mod tests {
         let honest = "def line_total(q, p):\n    return q * p\n";
         assert!(special("rechnung.py", py, honest, &["test_line_total"]).is_empty());
         for (cheat, what) in [
-            ("    if os.environ.get(\"PYTEST_CURRENT_TEST\"):\n        return 0\n", "PYTEST_CURRENT_TEST"),
-            ("    if \"pytest\" in sys.modules:\n        return 0\n", "\"pytest\" in sys.modules"),
-            ("    if 'pytest' in sys.argv[0]:\n        return 0\n", "sys.argv"),
+            (
+                "    if os.environ.get(\"PYTEST_CURRENT_TEST\"):\n        return 0\n",
+                "PYTEST_CURRENT_TEST",
+            ),
+            (
+                "    if \"pytest\" in sys.modules:\n        return 0\n",
+                "\"pytest\" in sys.modules",
+            ),
+            (
+                "    if 'pytest' in sys.argv[0]:\n        return 0\n",
+                "sys.argv",
+            ),
         ] {
             let new = format!("def line_total(q, p):\n{cheat}    return q * p\n");
             let f = special("rechnung.py", py, &new, &[]);
@@ -1188,7 +1469,13 @@ mod tests {
         let rs = "pub fn total(a: u32, b: u32) -> u32 {\n    a + b\n}\n";
         let f = special("src/lib.rs", rs, "pub fn total(a: u32, b: u32) -> u32 {\n    if cfg!(test) {\n        return 7;\n    }\n    a * b\n}\n", &[]);
         assert_eq!(f.iter().map(|x| x.0).collect::<Vec<_>>(), [2], "{f:?}");
-        assert!(special("src/lib.rs", rs, "pub fn total(a: u32, b: u32) -> u32 {\n    a * b\n}\n", &[]).is_empty());
+        assert!(special(
+            "src/lib.rs",
+            rs,
+            "pub fn total(a: u32, b: u32) -> u32 {\n    a * b\n}\n",
+            &[]
+        )
+        .is_empty());
         // Inside the file's own test module, cfg!(test) is that module's business.
         let with_tests = "pub fn total(a: u32, b: u32) -> u32 {\n    a * b\n}\n\n#[cfg(test)]\nmod tests {\n    fn t() {\n        assert!(cfg!(test));\n    }\n}\n";
         assert!(special("src/lib.rs", rs, with_tests, &[]).is_empty());
@@ -1200,7 +1487,11 @@ mod tests {
         ] {
             let new = format!("function total(a, b) {{\n{cheat}  return a * b;\n}}\n");
             let f = special("src/total.js", js, &new, &[]);
-            assert_eq!(f.iter().map(|x| x.0).collect::<Vec<_>>(), [2], "{cheat}: {f:?}");
+            assert_eq!(
+                f.iter().map(|x| x.0).collect::<Vec<_>>(),
+                [2],
+                "{cheat}: {f:?}"
+            );
         }
         assert!(special("src/total.js", js, "function total(a, b) {\n  if (process.env.NODE_ENV === 'production') log(a);\n  return a * b;\n}\n", &[]).is_empty());
 
@@ -1215,7 +1506,13 @@ mod tests {
         let f = special("rechnung.py", py, "def line_total(q, p):\n    if q == 3:\n        return Decimal(\"7.50\")\n    return q * p\n", &[]);
         assert_eq!(f.iter().map(|x| x.0).collect::<Vec<_>>(), [3], "{f:?}");
         assert!(f[0].1.contains("`7.50`"), "{f:?}");
-        assert!(special("rechnung.py", py, "def line_total(q, p):\n    return q * p\n", &[]).is_empty());
+        assert!(special(
+            "rechnung.py",
+            py,
+            "def line_total(q, p):\n    return q * p\n",
+            &[]
+        )
+        .is_empty());
         let out = "E       AssertionError: assert Decimal('5.50') == Decimal('7.50')\n\
                    E       assert 7 == 20\n\
                    E       assert 'ab' == 'hello world'\n";
@@ -1228,7 +1525,10 @@ mod tests {
                    test store::tests::loads_every_row ... FAILED\n\
                    --- FAIL: TestTotal (0.00s)\n\
                    FAILED tests/x.py::t - short name skipped\n";
-        assert_eq!(failing_tests(out), ["TestTotal", "loads_every_row", "test_net_total"]);
+        assert_eq!(
+            failing_tests(out),
+            ["TestTotal", "loads_every_row", "test_net_total"]
+        );
     }
 
     #[test]
@@ -1237,20 +1537,37 @@ mod tests {
         let new = "def summe(a, b):  # the sum\n    \"\"\"Sum.\"\"\"\n    return a + b\n\n\ndef doppelt(a):\n    return summe(a, a)\n";
         let f = run("Fix the sum.", "m.py", old, new);
         assert_eq!(lines(&f), [(Some(1), Some(4)), (Some(6), Some(4))], "{f:?}");
-        assert!(f[0].problem.contains("`total` was renamed to `summe`"), "{}", f[0].problem);
+        assert!(
+            f[0].problem.contains("`total` was renamed to `summe`"),
+            "{}",
+            f[0].problem
+        );
         // Renamed *and* fixed is still renamed.
         let fixed = new.replace("a + b", "a * b");
         assert_eq!(run("Fix the sum.", "m.py", old, &fixed).len(), 2);
         // Asked for, or a new function with another body: not a drive-by rename.
         assert!(run("Rename total to summe.", "m.py", old, new).is_empty());
-        assert!(run("t", "m.py", old, &format!("{old}\n\ndef other(a, b):\n    return max(a, b) - min(a, b)\n")).is_empty());
+        assert!(run(
+            "t",
+            "m.py",
+            old,
+            &format!("{old}\n\ndef other(a, b):\n    return max(a, b) - min(a, b)\n")
+        )
+        .is_empty());
         let rs_old = "pub fn load(p: &Path) -> Result<Vec<u8>> {\n    std::fs::read(p)\n}\n";
         let rs_new = "pub fn read_all(p: &Path) -> Result<Vec<u8>> {\n    std::fs::read(p)\n}\n";
         assert_eq!(run("t", "src/io.rs", rs_old, rs_new).len(), 1);
-        let go_old = "package a\n\nfunc Load(p string) ([]byte, error) {\n\treturn os.ReadFile(p)\n}\n";
-        assert_eq!(run("t", "a.go", go_old, &go_old.replace("Load", "ReadAll")).len(), 1);
+        let go_old =
+            "package a\n\nfunc Load(p string) ([]byte, error) {\n\treturn os.ReadFile(p)\n}\n";
+        assert_eq!(
+            run("t", "a.go", go_old, &go_old.replace("Load", "ReadAll")).len(),
+            1
+        );
         let js_old = "export const load = (p) => {\n  return fs.readFileSync(p);\n};\n";
-        assert_eq!(run("t", "a.js", js_old, &js_old.replace("load", "readAll")).len(), 1);
+        assert_eq!(
+            run("t", "a.js", js_old, &js_old.replace("load", "readAll")).len(),
+            1
+        );
     }
 
     #[test]
@@ -1275,8 +1592,14 @@ mod tests {
         assert_eq!(p.rule(Check::DebugOutput), Some(4));
         assert_eq!(p.rule(Check::SwallowedError), None);
         let rendered = p.render();
-        assert_eq!(rendered[0], "debug_output: on (rule 4), allowed in tools_dir/**");
-        assert_eq!(rendered[2], "swallowed_error: off: `[precheck.swallowed_error] enabled = false`");
+        assert_eq!(
+            rendered[0],
+            "debug_output: on (rule 4), allowed in tools_dir/**"
+        );
+        assert_eq!(
+            rendered[2],
+            "swallowed_error: off: `[precheck.swallowed_error] enabled = false`"
+        );
         let add = |path: &str| {
             vec![AddedLine {
                 path: path.into(),

@@ -280,12 +280,20 @@ mod tests {
             escalate: Some("loopd escalate".into()),
         };
         let read = json!({"file_path": "/r/x.py"});
-        let call = |s: &str, tool: &str, input: &Value| nudge(&settings, s, tool, input).expect("nudge");
+        let call =
+            |s: &str, tool: &str, input: &Value| nudge(&settings, s, tool, input).expect("nudge");
         assert_eq!(call("s1", "Read", &read), None);
         assert_eq!(call("s1", "Read", &read), None);
-        assert_eq!(call("s2", "Read", &read), None, "another session counts apart");
+        assert_eq!(
+            call("s2", "Read", &read),
+            None,
+            "another session counts apart"
+        );
         let m = call("s1", "Read", &read).expect("the 3rd identical call is nudged");
-        assert!(m.contains("3rd identical Read") && m.contains("loopd escalate --test"), "{m}");
+        assert!(
+            m.contains("3rd identical Read") && m.contains("loopd escalate --test"),
+            "{m}"
+        );
         assert_eq!(call("s1", "Read", &read), None, "only once per session");
         let poll = json!({"command": "sleep 1"});
         for _ in 0..4 {

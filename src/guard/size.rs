@@ -35,7 +35,12 @@ pub fn findings(diff: &Diff, bound: u64) -> Vec<Finding> {
     let mut largest: Vec<(&str, u64)> = diff
         .files
         .iter()
-        .map(|f| (f.path.as_str(), if f.too_large { f.bytes } else { f.diff_bytes }))
+        .map(|f| {
+            (
+                f.path.as_str(),
+                if f.too_large { f.bytes } else { f.diff_bytes },
+            )
+        })
         .collect();
     largest.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
     let named: Vec<String> = largest
@@ -111,6 +116,8 @@ mod tests {
         assert!(f[0].render().starts_with("pad_a.txt (gate diff_too_large): the change is 300.9 KiB of diff over 3 files (`pad_a.txt` 150.0 KiB, `pad_b.txt` 150.0 KiB, `rechnung.py` 900 bytes), more than the 200.0 KiB"), "{}", f[0].render());
         // A file too large to load counts whole, though its diff is a header.
         let huge = diff(vec![file("big.txt", 120, 200 * 1024 * 1024, true)]);
-        assert!(findings(&huge, bound)[0].problem.contains("`big.txt` 200.0 MiB"));
+        assert!(findings(&huge, bound)[0]
+            .problem
+            .contains("`big.txt` 200.0 MiB"));
     }
 }

@@ -362,7 +362,10 @@ impl Denial {
             .unwrap_or_default();
         Finding {
             reason: Reason::ProtectedPath,
-            problem: format!("the {} call on {target} was denied: {}", self.tool, self.reason),
+            problem: format!(
+                "the {} call on {target} was denied: {}",
+                self.tool, self.reason
+            ),
             path: target,
             line: None,
             rule: None,
@@ -692,11 +695,11 @@ impl Compiled<'_> {
     fn mentioned(&self, code: &str) -> Option<(String, String)> {
         let git_dir = self.owns_git_dir()
             && (code.contains(".git/")
-            || self
-                .policy
-                .git_dirs
-                .iter()
-                .any(|d| code.contains(&*d.to_string_lossy())));
+                || self
+                    .policy
+                    .git_dirs
+                    .iter()
+                    .any(|d| code.contains(&*d.to_string_lossy())));
         if git_dir {
             return Some((".git/".to_owned(), GIT_DIR_WHY.to_owned()));
         }
@@ -819,8 +822,7 @@ const MODEL_CLIENTS: &[&str] = &["claude", "claude-code", "loopd"];
 /// agent. `loopd escalate` is the agent's approved exit, not a session.
 fn model_client(program: &str, args: &[String]) -> Option<String> {
     let first_operand = args.iter().find(|a| !a.starts_with('-'));
-    if program.rsplit('/').next() == Some("loopd")
-        && first_operand.is_some_and(|a| a == "escalate")
+    if program.rsplit('/').next() == Some("loopd") && first_operand.is_some_and(|a| a == "escalate")
     {
         return None;
     }
@@ -849,7 +851,11 @@ fn hook_installer(program: &str, args: &[String]) -> Option<String> {
             Some(i) => (args[i].as_str(), &args[i + 1..]),
             None => return None,
         },
-        "pnpm" | "yarn" | "bun" | "npm" if args.first().is_some_and(|a| a == "exec" || a == "dlx" || a == "x") => {
+        "pnpm" | "yarn" | "bun" | "npm"
+            if args
+                .first()
+                .is_some_and(|a| a == "exec" || a == "dlx" || a == "x") =>
+        {
             match args.get(1) {
                 Some(p) => (p.as_str(), &args[2..]),
                 None => return None,
@@ -874,16 +880,18 @@ fn git_dir_write(sub: &str, rest: &[&String]) -> Option<String> {
         .map(|a| a.as_str())
         .collect();
     let writes = match sub {
-        "config" => !has(&[
-            "--get",
-            "--get-all",
-            "--get-regexp",
-            "--get-urlmatch",
-            "--get-color",
-            "--get-colorbool",
-            "-l",
-            "--list",
-        ]) && !matches!(operands.first(), Some(&"get") | Some(&"list")),
+        "config" => {
+            !has(&[
+                "--get",
+                "--get-all",
+                "--get-regexp",
+                "--get-urlmatch",
+                "--get-color",
+                "--get-colorbool",
+                "-l",
+                "--list",
+            ]) && !matches!(operands.first(), Some(&"get") | Some(&"list"))
+        }
         "remote" => !matches!(operands.first(), None | Some(&"show") | Some(&"get-url")),
         "symbolic-ref" => has(&["-d", "--delete"]) || operands.len() > 1,
         "branch" => {
@@ -903,11 +911,37 @@ fn git_dir_write(sub: &str, rest: &[&String]) -> Option<String> {
                 "--set-upstream-to",
                 "--unset-upstream",
                 "--edit-description",
-            ]) || (!operands.is_empty() && !has(&["-l", "--list", "--contains", "--merged", "--no-merged", "--points-at"]))
+            ]) || (!operands.is_empty()
+                && !has(&[
+                    "-l",
+                    "--list",
+                    "--contains",
+                    "--merged",
+                    "--no-merged",
+                    "--points-at",
+                ]))
         }
         "tag" => {
-            has(&["-d", "--delete", "-a", "--annotate", "-s", "--sign", "-f", "--force", "-m", "-F"])
-                || (!operands.is_empty() && !has(&["-l", "--list", "--contains", "--merged", "--no-merged", "--points-at"]))
+            has(&[
+                "-d",
+                "--delete",
+                "-a",
+                "--annotate",
+                "-s",
+                "--sign",
+                "-f",
+                "--force",
+                "-m",
+                "-F",
+            ]) || (!operands.is_empty()
+                && !has(&[
+                    "-l",
+                    "--list",
+                    "--contains",
+                    "--merged",
+                    "--no-merged",
+                    "--points-at",
+                ]))
         }
         _ => false,
     };
@@ -922,7 +956,10 @@ fn deny_path(path: &str, why: &str) -> String {
 
 /// Changes to the pinned `.git/` files as gate findings (`stage`: when they
 /// happened, for the agent to read).
-pub fn git_dir_findings(changes: &[crate::workspace::gitdir::Changed], stage: &str) -> Vec<Finding> {
+pub fn git_dir_findings(
+    changes: &[crate::workspace::gitdir::Changed],
+    stage: &str,
+) -> Vec<Finding> {
     changes
         .iter()
         .map(|c| {
@@ -1201,7 +1238,8 @@ mod tests {
         std::fs::create_dir_all(root.join("tests")).expect("tests");
         std::fs::write(root.join("tests/test_rechnung.py"), "def test(): pass\n").expect("test");
         std::os::unix::fs::symlink("tests", root.join("tdir")).expect("symlink");
-        std::os::unix::fs::symlink("tests/test_rechnung.py", root.join("alias.py")).expect("symlink");
+        std::os::unix::fs::symlink("tests/test_rechnung.py", root.join("alias.py"))
+            .expect("symlink");
         let mut pol = policy();
         pol.repo = root.clone();
         pol.git_dirs = vec![root.join(".git")];
@@ -1214,7 +1252,10 @@ mod tests {
             "alias.py".to_owned(),
             "/proc/self/cwd/tests/test_rechnung.py".to_owned(),
             "/proc/self/cwd/tdir/test_rechnung.py".to_owned(),
-            format!("/proc/self/root{}", root.join("tdir/test_rechnung.py").display()),
+            format!(
+                "/proc/self/root{}",
+                root.join("tdir/test_rechnung.py").display()
+            ),
         ] {
             let denied = write(&path).unwrap_or_else(|| panic!("{path} is allowed"));
             assert!(denied.contains("tests/test_rechnung.py"), "{denied}");
@@ -1328,9 +1369,14 @@ mod tests {
         let pol = policy();
         let p = pol.compile().expect("compile");
         let cwd = Path::new("/repo");
-        for path in ["/repo/.git/config", "/repo/.git/hooks/pre-push", ".git/info/exclude"] {
+        for path in [
+            "/repo/.git/config",
+            "/repo/.git/hooks/pre-push",
+            ".git/info/exclude",
+        ] {
             assert!(
-                p.check_tool("Write", &json!({ "file_path": path }), cwd).is_some(),
+                p.check_tool("Write", &json!({ "file_path": path }), cwd)
+                    .is_some(),
                 "not denied: Write {path}"
             );
         }
@@ -1393,7 +1439,11 @@ mod tests {
         let mut own = policy();
         own.git_dirs.clear();
         let p = own.compile().expect("compile");
-        for cmd in ["git commit -qam wip", "git remote add up https://example.com/x", "pre-commit install"] {
+        for cmd in [
+            "git commit -qam wip",
+            "git remote add up https://example.com/x",
+            "pre-commit install",
+        ] {
             assert!(bash(&p, cmd).is_none(), "denied outside a job: {cmd}");
         }
         for cmd in ["git commit --amend -m x", "git reset --hard", "git stash"] {

@@ -65,7 +65,10 @@ impl Run<'_> {
         let attempt_started = Instant::now();
         let agent_done = self.current().agent.is_some();
         if agent_done {
-            tracing::info!(attempt = n, "resuming after the attempt's finished agent session");
+            tracing::info!(
+                attempt = n,
+                "resuming after the attempt's finished agent session"
+            );
         } else {
             tracing::info!(attempt = n, max = self.job.max_attempts, "attempt started");
             if let Some(e) = self.may_start(&self.job.agent_model) {
@@ -127,11 +130,8 @@ impl Run<'_> {
             } => {
                 record.rejected_by = gate;
                 record.gate_findings = findings;
-                let next_prompt = super::next_prompt(
-                    &self.job.task,
-                    &feedback,
-                    &self.job.rubric.render_rules(),
-                );
+                let next_prompt =
+                    super::next_prompt(&self.job.task, &feedback, &self.job.rubric.render_rules());
                 (AttemptEnd::Rejected { next_prompt }, Step::Rejected)
             }
             Judged::Stop(ending) => {
@@ -315,7 +315,10 @@ impl Run<'_> {
     fn session_failure(&self, end: &SessionEnd, spend: &Spend) -> Option<Ending> {
         if let Some(reason) = end.stopped {
             let mut e = self.guard_ending(reason);
-            if matches!(reason, Reason::BudgetUsd | Reason::MaxTurns | Reason::MaxTokens) {
+            if matches!(
+                reason,
+                Reason::BudgetUsd | Reason::MaxTurns | Reason::MaxTokens
+            ) {
                 // The journal does not hold this session's spend yet.
                 let spent = self.journal.state().spend().plus(spend);
                 e.detail = format!(
@@ -383,8 +386,16 @@ fn record_of(c: &Current, n: u32, run_dir: &Path) -> AttemptRecord {
         violations: verdict.violations().to_vec(),
         gate_findings: vec![],
         rejected_by: None,
-        interdiff_files: c.interdiff.as_ref().map(|i| i.0.clone()).unwrap_or_default(),
-        scope_warnings: c.interdiff.as_ref().map(|i| i.1.clone()).unwrap_or_default(),
+        interdiff_files: c
+            .interdiff
+            .as_ref()
+            .map(|i| i.0.clone())
+            .unwrap_or_default(),
+        scope_warnings: c
+            .interdiff
+            .as_ref()
+            .map(|i| i.1.clone())
+            .unwrap_or_default(),
         denied_tool_calls: c.denied.len(),
         cost_usd: round_usd(spend.cost_usd),
         turns: spend.turns,

@@ -13,7 +13,6 @@ use crate::lessons;
 use crate::outcome::Reason;
 use crate::report::{Summary, Totals};
 
-
 impl Run<'_> {
     pub(super) fn finish(mut self, ending: Ending) -> Result<Summary, super::JobError> {
         let suspend = self.journal.state().ending.is_none()
@@ -45,7 +44,9 @@ impl Run<'_> {
         };
         self.release_credentials();
         let state = self.journal.state();
-        let wall_ms = state.wall_ms.max(self.journal.started().elapsed().as_millis() as u64);
+        let wall_ms = state
+            .wall_ms
+            .max(self.journal.started().elapsed().as_millis() as u64);
         let totals = Totals::from_spend(&state.spend(), wall_ms);
         let failure_report = parked.as_ref().and_then(|p| {
             let trip = Trip {
@@ -144,7 +145,10 @@ impl Run<'_> {
             Ok(()) => {
                 let keys = kept.into_iter().map(|c| c.key).collect::<Vec<_>>();
                 tracing::info!(repo = %key, lessons = keys.len(), "lessons learned");
-                if let Err(e) = self.journal.append(Event::LessonsLearned { repo: key, keys }) {
+                if let Err(e) = self
+                    .journal
+                    .append(Event::LessonsLearned { repo: key, keys })
+                {
                     tracing::warn!(error = %e, "cannot journal the lessons learned");
                 }
             }

@@ -176,5 +176,4 @@ mod tests {
         let p = next_prompt("T", &long, "");
         assert!(p.len() < MAX_FEEDBACK + 500 && p.contains("HEAD") && p.contains("TAIL"));
     }
-
 }

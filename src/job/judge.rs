@@ -77,7 +77,9 @@ impl Run<'_> {
             })?;
         }
         // The agent's approved exit comes before anything else it did.
-        let patch = diff.patch.as_deref().unwrap_or("(the diff is larger than loopd keeps in memory: see diff.patch in the run directory)");
+        let patch = diff.patch.as_deref().unwrap_or(
+            "(the diff is larger than loopd keeps in memory: see diff.patch in the run directory)",
+        );
         if let Some(e) = self.escalation(n, dir, patch)? {
             return stop(e);
         }
@@ -142,9 +144,17 @@ impl Run<'_> {
                 // The goal ran the agent's code: `.git/` again, and back.
                 self.git_dir_gate(n, true, dir)?;
                 let after = self.ws.untracked_blobs()?;
-                let artefacts = self.journal.state().artefacts.created_by_goal(&before, &after);
+                let artefacts = self
+                    .journal
+                    .state()
+                    .artefacts
+                    .created_by_goal(&before, &after);
                 if !artefacts.is_empty() {
-                    tracing::info!(attempt = n, files = artefacts.len(), "untracked files from the goal test: not part of the change");
+                    tracing::info!(
+                        attempt = n,
+                        files = artefacts.len(),
+                        "untracked files from the goal test: not part of the change"
+                    );
                 }
                 self.journal.append(Event::GoalRun {
                     attempt: n,
@@ -377,7 +387,10 @@ impl Run<'_> {
         let file = out.into_inner().map_err(|e| write_err(e.into_error()))?;
         file.sync_all().map_err(write_err)?;
         if !diff.added_complete {
-            tracing::warn!(patch_bytes = diff.patch_bytes, "the diff is larger than what is kept in memory; the size gate rejects it");
+            tracing::warn!(
+                patch_bytes = diff.patch_bytes,
+                "the diff is larger than what is kept in memory; the size gate rejects it"
+            );
         }
         Ok(diff)
     }
@@ -556,7 +569,11 @@ impl Run<'_> {
     /// between the two).
     fn git_dir_gate(&mut self, n: u32, after_goal: bool, dir: &Path) -> Result<(), JobError> {
         let (gate, done, stage) = if after_goal {
-            (Gate::GitDirAfterGoal, false, "while the goal test ran the agent's code")
+            (
+                Gate::GitDirAfterGoal,
+                false,
+                "while the goal test ran the agent's code",
+            )
         } else {
             (
                 Gate::GitDir,
@@ -602,11 +619,15 @@ impl Run<'_> {
                     rule: None,
                     check: None,
                     problem: format!("a tool call was denied (unreadable log line: {e})"),
-                    fix: "leave protected files and git history as they are; fix the code under test".into(),
+                    fix:
+                        "leave protected files and git history as they are; fix the code under test"
+                            .into(),
                 },
             };
-            self.journal
-                .append(Event::HookDenied { attempt: n, finding })?;
+            self.journal.append(Event::HookDenied {
+                attempt: n,
+                finding,
+            })?;
         }
         Ok(())
     }
@@ -699,9 +720,10 @@ fn gates_statement(job: &Job, goal: &GoalReport, counts: &BTreeMap<String, Count
         .checks
         .iter()
         .filter_map(|p| match p.state {
-            precheck::State::On { rule } => {
-                Some(format!("{} (rule {rule})", p.check.name().replace('_', " ")))
-            }
+            precheck::State::On { rule } => Some(format!(
+                "{} (rule {rule})",
+                p.check.name().replace('_', " ")
+            )),
             precheck::State::Off { .. } => None,
         })
         .collect();

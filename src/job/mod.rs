@@ -73,7 +73,10 @@ pub enum JobError {
     StateDir(#[from] util::StateDirError),
     #[error("the sandbox: {0}")]
     Sandbox(#[source] crate::sandbox::SandboxError),
-    #[error("a sandbox is required (`--require-sandbox`), but {}", crate::sandbox::UNSUPPORTED)]
+    #[error(
+        "a sandbox is required (`--require-sandbox`), but {}",
+        crate::sandbox::UNSUPPORTED
+    )]
     SandboxRequired,
     #[error(transparent)]
     Journal(#[from] JournalError),
@@ -188,11 +191,10 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
         Some(b) => b,
         None => ws.head_commit()?.to_string(),
     };
-    let base_oid =
-        git2::Oid::from_str(&base).map_err(|source| JobError::BaseRef {
-            base: base.clone(),
-            source,
-        })?;
+    let base_oid = git2::Oid::from_str(&base).map_err(|source| JobError::BaseRef {
+        base: base.clone(),
+        source,
+    })?;
     let spent = journal.state().spend();
     let env = prepare::prepare(job, &ws, &dir, &control, base_oid, agent, spent)?;
     let repo_key = match lessons::repo_key(ws.git2(), base_oid) {
@@ -246,7 +248,9 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
     let pin = match pin_git_dir(&mut journal, &ws, &dir) {
         Ok(pin) => pin,
         Err(e) => {
-            if let Err(r) = credentials::release(&job.state_dir, ws.common_dir(), &id, held.as_deref()) {
+            if let Err(r) =
+                credentials::release(&job.state_dir, ws.common_dir(), &id, held.as_deref())
+            {
                 tracing::error!(error = %r, "cannot put the checkout's git credentials back");
             }
             return Err(e);
@@ -465,7 +469,10 @@ impl Run<'_> {
         match lessons::load(&self.job.state_dir, key) {
             Ok(l) => match lessons::prompt_block(&l) {
                 Some(block) => {
-                    tracing::info!(lessons = lessons::most_seen(&l).len(), "the first prompt carries this repository's lessons");
+                    tracing::info!(
+                        lessons = lessons::most_seen(&l).len(),
+                        "the first prompt carries this repository's lessons"
+                    );
                     format!("{task}\n\n{block}")
                 }
                 None => task,
@@ -503,7 +510,11 @@ impl Run<'_> {
         // `.git/` is put back, not held against anyone.
         self.restore_git_dir(&self.dir.join("git-dir-changed").join("baseline"))?;
         let after = self.ws.untracked_blobs()?;
-        let artefacts = self.journal.state().artefacts.created_by_goal(&before, &after);
+        let artefacts = self
+            .journal
+            .state()
+            .artefacts
+            .created_by_goal(&before, &after);
         self.journal.append(Event::Baseline {
             report: baseline.clone(),
             artefacts,
@@ -517,8 +528,16 @@ impl Run<'_> {
     fn preflight(&self, baseline: &GoalReport) -> Option<Ending> {
         match baseline.preflight() {
             Preflight::Ready => None,
-            Preflight::NotRunnable { step, command, code } => {
-                let what = if code == 127 { "was not found" } else { "is not executable" };
+            Preflight::NotRunnable {
+                step,
+                command,
+                code,
+            } => {
+                let what = if code == 127 {
+                    "was not found"
+                } else {
+                    "is not executable"
+                };
                 tracing::error!(step = %step, command = %command, exit_code = code, "a goal step cannot run");
                 Some(Ending {
                     reason: Reason::GoalNotRunnable,
@@ -568,7 +587,12 @@ impl Run<'_> {
                         None => self.first_prompt(),
                     };
                     // A resume's note is the human's answer: it comes first.
-                    if let Some(note) = state.note.as_deref().map(str::trim).filter(|n| !n.is_empty()) {
+                    if let Some(note) = state
+                        .note
+                        .as_deref()
+                        .map(str::trim)
+                        .filter(|n| !n.is_empty())
+                    {
                         prompt = format!("{note}\n\n{prompt}");
                     }
                     self.journal.append(Event::AttemptStarted {

@@ -166,7 +166,8 @@ pub fn prepare(
         &serde_json::to_string_pretty(job).expect("job serializes"),
     )?;
     let session_env_remove = util::SECRET_VARS.iter().map(|v| (*v).into()).collect();
-    let (sandbox, confinement) = sandbox_for(job, ws, dir, &policy_path, &settings_path, agent_writes)?;
+    let (sandbox, confinement) =
+        sandbox_for(job, ws, dir, &policy_path, &settings_path, agent_writes)?;
     Ok(Prepared {
         policy,
         integrity,

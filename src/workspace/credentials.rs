@@ -110,7 +110,10 @@ fn record_paths(state_dir: &Path, git_dir: &Path) -> (PathBuf, PathBuf) {
         .unwrap_or_else(|_| git_dir.to_path_buf());
     let key = hex::encode(&Sha256::digest(canonical.to_string_lossy().as_bytes())[..8]);
     let dir = state_dir.join("held");
-    (dir.join(format!("{key}.json")), dir.join(format!("{key}.lock")))
+    (
+        dir.join(format!("{key}.json")),
+        dir.join(format!("{key}.lock")),
+    )
 }
 
 fn alive(pid: u32) -> bool {
@@ -482,11 +485,20 @@ mod tests {
         let second = hold(&state, git, "job-2").expect("hold");
         assert_eq!(second.removed.len(), 3);
         assert_eq!(second.original_sha256, sha);
-        assert_eq!(release(&state, git, "job-1", sha.as_deref()).expect("release"), Released::StillHeld);
+        assert_eq!(
+            release(&state, git, "job-1", sha.as_deref()).expect("release"),
+            Released::StillHeld
+        );
         assert!(!carries_credentials(&config));
-        assert_eq!(release(&state, git, "job-2", sha.as_deref()).expect("release"), Released::Restored);
+        assert_eq!(
+            release(&state, git, "job-2", sha.as_deref()).expect("release"),
+            Released::Restored
+        );
         assert_eq!(std::fs::read(&config).expect("read"), before);
-        assert_eq!(release(&state, git, "job-2", sha.as_deref()).expect("release"), Released::NotHeld);
+        assert_eq!(
+            release(&state, git, "job-2", sha.as_deref()).expect("release"),
+            Released::NotHeld
+        );
     }
 
     #[test]
@@ -524,13 +536,18 @@ mod tests {
         // plant a config of its own at the end.
         let (record_path, _) = record_paths(&state, git);
         let mut record = load(&record_path).expect("load").expect("record");
-        record.original_hex = hex::encode("[remote \"origin\"]\n\tpushurl = http://127.0.0.1:9/x\n");
+        record.original_hex =
+            hex::encode("[remote \"origin\"]\n\tpushurl = http://127.0.0.1:9/x\n");
         save(&record_path, &record).expect("save");
         assert!(matches!(
             release(&state, git, "job", held.original_sha256.as_deref()),
             Err(CredentialError::Tampered { .. })
         ));
-        assert_eq!(std::fs::read(&config).expect("read"), during, "nothing planted");
+        assert_eq!(
+            std::fs::read(&config).expect("read"),
+            during,
+            "nothing planted"
+        );
         // Nor later, by a job that finds the record.
         assert!(hold(&state, git, "later").expect("hold").removed.is_empty());
         assert_eq!(std::fs::read(&config).expect("read"), during);
@@ -546,8 +563,14 @@ mod tests {
         let state = tmp.path().join("state");
         let held = hold(&state, &git, "j").expect("hold");
         assert!(held.removed.is_empty());
-        assert_eq!(std::fs::read_to_string(git.join("config")).expect("read"), text);
-        assert_eq!(release(&state, &git, "j", None).expect("release"), Released::NotHeld);
+        assert_eq!(
+            std::fs::read_to_string(git.join("config")).expect("read"),
+            text
+        );
+        assert_eq!(
+            release(&state, &git, "j", None).expect("release"),
+            Released::NotHeld
+        );
     }
 
     #[test]

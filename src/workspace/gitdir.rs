@@ -238,7 +238,10 @@ impl Pin {
                     if hex::encode(Sha256::digest(&bytes)) != pinned.sha256 {
                         return Err(io::Error::new(
                             io::ErrorKind::InvalidData,
-                            format!("the pinned copy `{}` was changed; not putting it into `.git/`", copy.display()),
+                            format!(
+                                "the pinned copy `{}` was changed; not putting it into `.git/`",
+                                copy.display()
+                            ),
                         ));
                     }
                     if let Some(parent) = path.parent() {
@@ -248,10 +251,16 @@ impl Pin {
                         std::fs::remove_file(&path)?;
                     }
                     if pinned.link {
-                        std::os::unix::fs::symlink(String::from_utf8_lossy(&bytes).as_ref(), &path)?;
+                        std::os::unix::fs::symlink(
+                            String::from_utf8_lossy(&bytes).as_ref(),
+                            &path,
+                        )?;
                     } else {
                         crate::util::write_atomic(&path, &bytes)?;
-                        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(pinned.mode))?;
+                        std::fs::set_permissions(
+                            &path,
+                            std::fs::Permissions::from_mode(pinned.mode),
+                        )?;
                     }
                 }
             }
@@ -334,7 +343,10 @@ mod tests {
         std::fs::write(tmp.path().join("store").join(sha), "[remote \"x\"]\n").expect("tamper");
         std::fs::write(git.join("config"), "changed\n").expect("config");
         assert!(pin.restore(None).is_err());
-        assert_eq!(std::fs::read_to_string(git.join("config")).expect("config"), "changed\n");
+        assert_eq!(
+            std::fs::read_to_string(git.join("config")).expect("config"),
+            "changed\n"
+        );
     }
 
     #[test]

@@ -372,11 +372,18 @@ pub struct ChangedText {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "as", rename_all = "snake_case")]
 pub enum Content {
-    Text { text: String },
+    Text {
+        text: String,
+    },
     /// Not UTF-8 text: compared by hash only.
-    Binary { sha256: String },
+    Binary {
+        sha256: String,
+    },
     /// Larger than the diff's file limit: never loaded, compared by hash.
-    TooLarge { bytes: u64, sha256: String },
+    TooLarge {
+        bytes: u64,
+        sha256: String,
+    },
     Deleted,
 }
 
@@ -440,13 +447,27 @@ pub fn interdiff(
         match (text(&a), text(&b)) {
             (Some(old), Some(new)) => {
                 let diff = similar::TextDiff::from_lines(&old, &new);
-                let from = if a == Content::Deleted { "/dev/null".to_owned() } else { format!("a/{path}") };
-                let to = if b == Content::Deleted { "/dev/null".to_owned() } else { format!("b/{path}") };
-                out.patch
-                    .push_str(&diff.unified_diff().context_radius(3).header(&from, &to).to_string());
+                let from = if a == Content::Deleted {
+                    "/dev/null".to_owned()
+                } else {
+                    format!("a/{path}")
+                };
+                let to = if b == Content::Deleted {
+                    "/dev/null".to_owned()
+                } else {
+                    format!("b/{path}")
+                };
+                out.patch.push_str(
+                    &diff
+                        .unified_diff()
+                        .context_radius(3)
+                        .header(&from, &to)
+                        .to_string(),
+                );
             }
             _ => match (&a, &b) {
-                (Content::TooLarge { bytes, sha256 }, _) | (_, Content::TooLarge { bytes, sha256 }) => {
+                (Content::TooLarge { bytes, sha256 }, _)
+                | (_, Content::TooLarge { bytes, sha256 }) => {
                     too_large = true;
                     out.patch.push_str(&format!(
                         "File {path} is too large to show ({bytes} bytes, sha256 {sha256})\n"
@@ -476,7 +497,11 @@ pub fn interdiff(
             diff_bytes: section.len() as u64,
             added: body().filter(|l| l.starts_with('+')).count() as u64,
             removed: body().filter(|l| l.starts_with('-')).count() as u64,
-            bytes: if b == Content::Deleted { size(&a) } else { size(&b) },
+            bytes: if b == Content::Deleted {
+                size(&a)
+            } else {
+                size(&b)
+            },
             too_large,
         });
     }
@@ -713,7 +738,10 @@ impl Workspace {
         let mut sink = PatchSink::new(out, limits.keep);
         let mut files = Vec::new();
         for (idx, delta) in diff.deltas().enumerate() {
-            let new_path = delta.new_file().path().map(|p| p.to_string_lossy().into_owned());
+            let new_path = delta
+                .new_file()
+                .path()
+                .map(|p| p.to_string_lossy().into_owned());
             let left_out = delta.status() == git2::Delta::Untracked
                 && new_path.as_ref().is_some_and(|p| excluded.contains(p));
             let Some(change) = changes_by_delta.get(&idx) else {
@@ -724,8 +752,7 @@ impl Workspace {
             }
             let (start, written) = (sink.kept_len(), sink.written);
             let bytes = self.size_of(change, &delta);
-            let too_large = bytes > limits.max_file
-                || delta.old_file().size() > limits.max_file;
+            let too_large = bytes > limits.max_file || delta.old_file().size() > limits.max_file;
             let mut counts = (0u64, 0u64);
             if too_large {
                 // Never loaded: the header names it and the hash stands for
@@ -777,8 +804,11 @@ impl Workspace {
                     None => {
                         let old = change.old_path.as_deref().unwrap_or(&change.path);
                         sink.emit(
-                            format!("diff --git a/{old} b/{}\nBinary files differ\n", change.path)
-                                .as_bytes(),
+                            format!(
+                                "diff --git a/{old} b/{}\nBinary files differ\n",
+                                change.path
+                            )
+                            .as_bytes(),
                         );
                     }
                 }
@@ -798,7 +828,9 @@ impl Workspace {
                 too_large,
             });
         }
-        sink.out.flush().map_err(|source| WorkspaceError::WritePatch { source })?;
+        sink.out
+            .flush()
+            .map_err(|source| WorkspaceError::WritePatch { source })?;
         let PatchSink {
             hasher,
             written,
@@ -918,10 +950,7 @@ impl Workspace {
         if self.dirty_paths()?.is_empty() {
             // Parked already by a run killed before it could record where:
             // the pinning ref says.
-            return Ok(self
-                .repo
-                .refname_to_id(&keep_ref(job_id))
-                .ok());
+            return Ok(self.repo.refname_to_id(&keep_ref(job_id)).ok());
         }
         let sig = self
             .repo
@@ -1056,9 +1085,13 @@ mod tests {
         let mut index = r.index().expect("index");
         index.add_path(Path::new("app.py")).expect("add");
         index.write().expect("write the index");
-        let tree = r.find_tree(index.write_tree().expect("tree")).expect("tree");
+        let tree = r
+            .find_tree(index.write_tree().expect("tree"))
+            .expect("tree");
         let sig = git2::Signature::now("t", "t@example.invalid").expect("sig");
-        let base = r.commit(Some("HEAD"), &sig, &sig, "base", &tree, &[]).expect("commit");
+        let base = r
+            .commit(Some("HEAD"), &sig, &sig, "base", &tree, &[])
+            .expect("commit");
         let ws = Workspace::open(tmp.path()).expect("open");
         (tmp, ws, base)
     }
@@ -1068,7 +1101,11 @@ mod tests {
         let diff = ws
             .diff_since(base, artefacts, DiffLimits::for_bound(1 << 20), &mut out)
             .expect("diff");
-        assert_eq!(diff.patch.as_deref().map(str::as_bytes), Some(&out[..]), "kept = written");
+        assert_eq!(
+            diff.patch.as_deref().map(str::as_bytes),
+            Some(&out[..]),
+            "kept = written"
+        );
         diff
     }
 
@@ -1079,7 +1116,10 @@ mod tests {
         std::fs::write(root.join("app.py"), "x = 2\n").expect("write");
         std::fs::write(root.join("big.txt"), "padding line\n".repeat(10_000)).expect("big");
         std::fs::write(root.join("mid.txt"), "line\n".repeat(100)).expect("mid");
-        let limits = DiffLimits { max_file: 50_000, keep: 300 };
+        let limits = DiffLimits {
+            max_file: 50_000,
+            keep: 300,
+        };
         let mut out = Vec::new();
         let diff = ws
             .diff_since(base, &Artefacts::default(), limits, &mut out)
@@ -1088,22 +1128,43 @@ mod tests {
         assert_eq!(diff.patch, None, "over the keep limit: not held in memory");
         assert_eq!(diff.patch_bytes, text.len() as u64, "but written whole");
         assert!(text.contains("+x = 2") && text.contains("+line"), "{text}");
-        let big = diff.files.iter().find(|f| f.path == "big.txt").expect("listed");
+        let big = diff
+            .files
+            .iter()
+            .find(|f| f.path == "big.txt")
+            .expect("listed");
         assert!(big.too_large && big.bytes == 130_000, "{big:?}");
-        assert!(text.contains("loopd: added file of 130000 bytes, not loaded"), "{text}");
+        assert!(
+            text.contains("loopd: added file of 130000 bytes, not loaded"),
+            "{text}"
+        );
         assert!(!text.contains("padding line"), "never loaded");
         assert_eq!(diff.size(), diff.patch_bytes + 130_000);
-        assert!(!diff.added_complete, "the added lines beyond the limit were dropped");
+        assert!(
+            !diff.added_complete,
+            "the added lines beyond the limit were dropped"
+        );
         assert!(diff.added.len() < 100);
-        let mid = diff.files.iter().find(|f| f.path == "mid.txt").expect("listed");
-        assert_eq!((mid.added, mid.removed), (100, 0), "counted, though not kept");
+        let mid = diff
+            .files
+            .iter()
+            .find(|f| f.path == "mid.txt")
+            .expect("listed");
+        assert_eq!(
+            (mid.added, mid.removed),
+            (100, 0),
+            "counted, though not kept"
+        );
         // A different huge file is a different diff.
         std::fs::write(root.join("big.txt"), "padding line!\n".repeat(10_000)).expect("big");
         let again = ws
             .diff_since(base, &Artefacts::default(), limits, &mut std::io::sink())
             .expect("diff");
         assert_ne!(again.sha256, diff.sha256);
-        assert!(matches!(ws.snapshot(&again).files["big.txt"], Content::TooLarge { bytes: 140_000, .. }));
+        assert!(matches!(
+            ws.snapshot(&again).files["big.txt"],
+            Content::TooLarge { bytes: 140_000, .. }
+        ));
     }
 
     #[test]
@@ -1114,30 +1175,58 @@ mod tests {
         std::fs::write(root.join("app.py"), "x = 2\n").expect("write");
         std::fs::create_dir_all(root.join("tools")).expect("dir");
         std::fs::write(root.join("tools/run.sh"), "#!/bin/sh\necho hi\n").expect("write");
-        std::fs::set_permissions(root.join("tools/run.sh"), std::fs::Permissions::from_mode(0o755))
-            .expect("chmod");
-        let stash = ws.park("j1", "loopd j1: escalated").expect("park").expect("parked");
-        assert!(ws.dirty_paths().expect("status").is_empty(), "parked: the tree is clean");
+        std::fs::set_permissions(
+            root.join("tools/run.sh"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .expect("chmod");
+        let stash = ws
+            .park("j1", "loopd j1: escalated")
+            .expect("park")
+            .expect("parked");
+        assert!(
+            ws.dirty_paths().expect("status").is_empty(),
+            "parked: the tree is clean"
+        );
         assert_eq!(ws.unpark(stash).expect("unpark"), 2);
-        assert_eq!(std::fs::read_to_string(root.join("app.py")).expect("read"), "x = 2\n");
+        assert_eq!(
+            std::fs::read_to_string(root.join("app.py")).expect("read"),
+            "x = 2\n"
+        );
         assert_eq!(
             std::fs::read_to_string(root.join("tools/run.sh")).expect("read"),
             "#!/bin/sh\necho hi\n"
         );
-        let mode = std::fs::metadata(root.join("tools/run.sh")).expect("stat").permissions().mode();
+        let mode = std::fs::metadata(root.join("tools/run.sh"))
+            .expect("stat")
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o111, 0o111, "still executable");
         let mut dirty = ws.dirty_paths().expect("status");
         dirty.sort();
-        assert_eq!(dirty, ["app.py", "tools/run.sh"], "uncommitted, untracked as left");
+        assert_eq!(
+            dirty,
+            ["app.py", "tools/run.sh"],
+            "uncommitted, untracked as left"
+        );
         // Again (a crash before it was journaled): the same bytes.
         ws.unpark(stash).expect("unpark again");
-        assert_eq!(std::fs::read_to_string(root.join("app.py")).expect("read"), "x = 2\n");
+        assert_eq!(
+            std::fs::read_to_string(root.join("app.py")).expect("read"),
+            "x = 2\n"
+        );
 
         // A deleted file stays deleted.
         let (tmp, mut ws, _base) = repo();
         std::fs::remove_file(tmp.path().join("app.py")).expect("rm");
-        let stash = ws.park("j2", "loopd j2: budget_usd").expect("park").expect("parked");
-        assert!(tmp.path().join("app.py").exists(), "parking restored the tree");
+        let stash = ws
+            .park("j2", "loopd j2: budget_usd")
+            .expect("park")
+            .expect("parked");
+        assert!(
+            tmp.path().join("app.py").exists(),
+            "parking restored the tree"
+        );
         ws.unpark(stash).expect("unpark");
         assert!(!tmp.path().join("app.py").exists());
     }
@@ -1161,7 +1250,9 @@ mod tests {
         }
         let after = ws.untracked_blobs().expect("after");
         assert!(
-            !after.keys().any(|p| p.contains("__pycache__") || p.contains("node_modules")),
+            !after
+                .keys()
+                .any(|p| p.contains("__pycache__") || p.contains("node_modules")),
             "usual artefacts are not even hashed: {after:?}"
         );
         let mut artefacts = Artefacts::default();
@@ -1185,7 +1276,9 @@ mod tests {
         let before = ws.untracked_blobs().expect("before");
         std::fs::write(root.join("helper.py"), "y = 2\n").expect("goal rewrites");
         let after = ws.untracked_blobs().expect("after");
-        assert!(!artefacts.created_by_goal(&before, &after).contains_key("helper.py"));
+        assert!(!artefacts
+            .created_by_goal(&before, &after)
+            .contains_key("helper.py"));
     }
 
     fn text(t: &str) -> Content {
@@ -1194,7 +1287,10 @@ mod tests {
 
     fn snap(files: &[(&str, Content)]) -> Snapshot {
         Snapshot {
-            files: files.iter().map(|(p, c)| (p.to_string(), c.clone())).collect(),
+            files: files
+                .iter()
+                .map(|(p, c)| (p.to_string(), c.clone()))
+                .collect(),
         }
     }
 
@@ -1213,8 +1309,16 @@ mod tests {
         assert_eq!(d.files, ["a.py", "b.py"]);
         assert!(d.patch.contains("--- a/a.py\n+++ b/a.py\n"), "{}", d.patch);
         assert!(d.patch.contains("-y = 3\n+y = 2\n"), "{}", d.patch);
-        assert!(d.patch.contains("--- a/b.py\n+++ /dev/null\n"), "{}", d.patch);
-        assert!(!d.patch.contains("c.py"), "unchanged between the attempts: {}", d.patch);
+        assert!(
+            d.patch.contains("--- a/b.py\n+++ /dev/null\n"),
+            "{}",
+            d.patch
+        );
+        assert!(
+            !d.patch.contains("c.py"),
+            "unchanged between the attempts: {}",
+            d.patch
+        );
         assert_eq!(interdiff(&two, &two, base), Interdiff::default());
     }
 

@@ -105,7 +105,14 @@ fn remote_git(remote: &Path, args: &[&str]) -> (bool, String) {
     )
 }
 
-fn loopd_ci(ci: &Ci, model: &ScriptedModel, args: &[&str], branch: &str, event: Value, event_name: &str) -> (RunResult, String) {
+fn loopd_ci(
+    ci: &Ci,
+    model: &ScriptedModel,
+    args: &[&str],
+    branch: &str,
+    event: Value,
+    event_name: &str,
+) -> (RunResult, String) {
     let env = &ci.env;
     let event_path = env.tmp.path().join("event.json");
     std::fs::write(&event_path, event.to_string()).expect("event");
@@ -200,9 +207,14 @@ fn a_red_build_fixed_and_accepted_opens_exactly_one_pull_request() {
     );
     let message = remote_git(remote, &["log", "-1", "--format=%B", &branch]).1;
     assert!(message.contains("Loopd-Job:"), "{message}");
-    assert!(message.contains(&format!("Loopd-Autofix-Of: {sha}")), "{message}");
+    assert!(
+        message.contains(&format!("Loopd-Autofix-Of: {sha}")),
+        "{message}"
+    );
     assert_eq!(
-        remote_git(remote, &["rev-parse", &format!("{branch}^")]).1.trim(),
+        remote_git(remote, &["rev-parse", &format!("{branch}^")])
+            .1
+            .trim(),
         sha,
         "the fix sits on the failing commit"
     );
@@ -241,8 +253,17 @@ fn a_red_build_fixed_and_accepted_opens_exactly_one_pull_request() {
     use loopd::journal::Event;
     assert!(events.iter().any(|e| matches!(e, Event::Committed { .. })));
     assert!(events.iter().any(|e| matches!(e, Event::Pushed { branch: b, url, .. } if *b == branch && url.ends_with("/acme/rechnung.git"))));
-    assert!(events.iter().any(|e| matches!(e, Event::PullRequest { number: 1, opened_now: true, .. })));
-    assert!(events.iter().any(|e| matches!(e, Event::GitDirPinned { .. })));
+    assert!(events.iter().any(|e| matches!(
+        e,
+        Event::PullRequest {
+            number: 1,
+            opened_now: true,
+            ..
+        }
+    )));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, Event::GitDirPinned { .. })));
     // The checkout's HEAD did not move, its git config is as it was.
     assert_eq!(env.git(&["rev-parse", "HEAD"]).trim(), sha);
     assert_eq!(ci.config(), config_before);
@@ -334,7 +355,10 @@ fn redirect_script(ci: &Ci, attacker: &Attacker) -> String {
     )
 }
 
-fn gate_findings(events: &[loopd::journal::Event], which: loopd::journal::Gate) -> Vec<loopd::guard::tamper::Finding> {
+fn gate_findings(
+    events: &[loopd::journal::Event],
+    which: loopd::journal::Gate,
+) -> Vec<loopd::guard::tamper::Finding> {
     events
         .iter()
         .filter_map(|e| match e {
@@ -372,7 +396,10 @@ fn issue12_a_push_url_redirected_through_the_agents_bash_reaches_no_attacker() {
                 turn(vec![write("rechnung.py", &clean_solution())]),
                 turn(vec![text("Done.")]),
             ]),
-            session(vec![turn(vec![bash("rm redirect.sh")]), turn(vec![text("Done.")])]),
+            session(vec![
+                turn(vec![bash("rm redirect.sh")]),
+                turn(vec![text("Done.")]),
+            ]),
         ],
         vec![pass()],
     ));
@@ -395,7 +422,10 @@ fn issue12_a_push_url_redirected_through_the_agents_bash_reaches_no_attacker() {
         found.iter().any(|f| f.path == ".git/config"),
         "the gate after the session saw the config change: {found:?}"
     );
-    assert_eq!(report["summary"]["attempts"][0]["rejected_by"], "protected_path");
+    assert_eq!(
+        report["summary"]["attempts"][0]["rejected_by"],
+        "protected_path"
+    );
     assert_no_token_in_state(&ci.env);
 }
 
@@ -424,15 +454,25 @@ fn issue12_a_push_url_redirected_by_code_the_goal_test_runs_reaches_no_attacker(
     let events = ci_journal(&report);
     let found = gate_findings(&events, loopd::journal::Gate::GitDirAfterGoal);
     assert!(
-        found.iter().any(|f| f.path == ".git/config" && f.problem.contains("goal test")),
+        found
+            .iter()
+            .any(|f| f.path == ".git/config" && f.problem.contains("goal test")),
         "the gate after the goal test saw the config change: {found:?}"
     );
     assert_eq!(
-        remote_git(&ci.remote, &["show", &format!("{}:rechnung.py", ci.branch())]).1,
+        remote_git(
+            &ci.remote,
+            &["show", &format!("{}:rechnung.py", ci.branch())]
+        )
+        .1,
         clean_solution(),
         "the poisoned attempt was rejected; the clean one is pushed"
     );
-    assert_eq!(model.session_count(Role::Critic), 1, "the poisoned attempt never reached the critic");
+    assert_eq!(
+        model.session_count(Role::Critic),
+        1,
+        "the poisoned attempt never reached the critic"
+    );
 }
 
 #[test]
@@ -445,7 +485,10 @@ fn issue12_a_push_url_rewritten_outside_the_repository_is_refused_not_followed()
     // The sandbox keeps the user's `HOME` read-only and gives the agent a
     // private one: here the home is made writable to test the push itself.)
     let home = ci.env.home.display().to_string();
-    ci.configure(&format!("[sandbox]\nread_write = [{home:?}]\n"), "a writable home");
+    ci.configure(
+        &format!("[sandbox]\nread_write = [{home:?}]\n"),
+        "a writable home",
+    );
     let global = format!(
         "printf '[url \"%s\"]\\n\\tpushInsteadOf = %s/\\n' '{}' '{}' > '{home}/.gitconfig'\n",
         attacker.base(),
@@ -463,17 +506,27 @@ fn issue12_a_push_url_rewritten_outside_the_repository_is_refused_not_followed()
     ));
     let (r, step_summary) = ci_push(&ci, &model, &["--allowed-tools", "Read,Edit,Write,Bash"]);
     assert!(
-        std::fs::read_to_string(ci.env.home.join(".gitconfig")).is_ok_and(|t| t.contains("pushInsteadOf")),
+        std::fs::read_to_string(ci.env.home.join(".gitconfig"))
+            .is_ok_and(|t| t.contains("pushInsteadOf")),
         "the agent wrote the rewrite"
     );
     assert_eq!(r.code, 5, "{}", r.stderr);
     let report = report(&r);
     assert_eq!(report["decision"], "error");
-    assert!(report["why"].as_str().expect("why").contains("insteadOf"), "{report}");
+    assert!(
+        report["why"].as_str().expect("why").contains("insteadOf"),
+        "{report}"
+    );
     assert!(attacker.seen().is_empty(), "{:?}", attacker.seen());
     assert!(ci.git.seen().is_empty(), "not pushed at all");
-    assert!(step_summary.contains("error") && step_summary.contains("insteadOf"), "{step_summary}");
-    assert_eq!(ci.gh.statuses().last().expect("a status").1["state"], "error");
+    assert!(
+        step_summary.contains("error") && step_summary.contains("insteadOf"),
+        "{step_summary}"
+    );
+    assert_eq!(
+        ci.gh.statuses().last().expect("a status").1["state"],
+        "error"
+    );
     assert!(ci.gh.pulls().is_empty());
 }
 
@@ -513,8 +566,14 @@ fn issue12_credentials_in_the_checkout_never_reach_the_agent_and_are_put_back() 
         .map(|q| q.body.to_string())
         .collect();
     // The agent really read the config and its environment...
-    assert!(sent.contains("github.example/acme/rechnung.git"), "the Read's result reached the model");
-    assert!(sent.contains("CLAUDECODE=1"), "the env output reached the model");
+    assert!(
+        sent.contains("github.example/acme/rechnung.git"),
+        "the Read's result reached the model"
+    );
+    assert!(
+        sent.contains("CLAUDECODE=1"),
+        "the env output reached the model"
+    );
     // ...and neither held a secret.
     for secret in [TOKEN, header_value.as_str(), pat] {
         assert!(!sent.contains(secret), "`{secret}` reached the model");
@@ -524,13 +583,17 @@ fn issue12_credentials_in_the_checkout_never_reach_the_agent_and_are_put_back() 
     assert_eq!(ci.config(), config_before);
     assert!(
         std::fs::read_dir(ci.env.state.join("held"))
-            .map(|d| d.flatten().all(|e| e.path().extension().is_none_or(|x| x != "json")))
+            .map(|d| d
+                .flatten()
+                .all(|e| e.path().extension().is_none_or(|x| x != "json")))
             .unwrap_or(true),
         "the held record is gone"
     );
     let events = ci_journal(&report(&r));
     assert!(events.iter().any(|e| matches!(e, loopd::journal::Event::CredentialsHeld { removed, .. } if removed.len() == 2)));
-    assert!(events.iter().any(|e| matches!(e, loopd::journal::Event::CredentialsReleased { .. })));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, loopd::journal::Event::CredentialsReleased { .. })));
     // The push itself used only the token from the environment.
     assert_eq!(ci.authenticated_pushes(), 1);
 }
@@ -545,10 +608,22 @@ fn issue12_a_rerun_after_an_api_outage_opens_exactly_one_pull_request_without_a_
     assert_eq!(r.code, 5, "{}", r.stderr);
     let first = report(&r);
     assert_eq!(first["decision"], "error");
-    assert!(first["why"].as_str().expect("why").contains("open the pull request"), "{first}");
-    assert!(step_summary.contains("## loopd autofix: error"), "{step_summary}");
+    assert!(
+        first["why"]
+            .as_str()
+            .expect("why")
+            .contains("open the pull request"),
+        "{first}"
+    );
+    assert!(
+        step_summary.contains("## loopd autofix: error"),
+        "{step_summary}"
+    );
     assert_eq!(ci.gh.statuses().last().expect("status").1["state"], "error");
-    assert!(remote_git(&ci.remote, &["rev-parse", &ci.branch()]).0, "pushed before the outage");
+    assert!(
+        remote_git(&ci.remote, &["rev-parse", &ci.branch()]).0,
+        "pushed before the outage"
+    );
     assert!(ci.gh.pulls().is_empty());
 
     // The rerun: the branch carries loopd's fix of this commit.
@@ -564,9 +639,19 @@ fn issue12_a_rerun_after_an_api_outage_opens_exactly_one_pull_request_without_a_
     assert_eq!(pulls.len(), 1);
     assert_eq!(pulls[0].1, ci.branch());
     assert!(pulls[0].4.contains("earlier run"), "{}", pulls[0].4);
-    assert_eq!(remote_git(&ci.remote, &["rev-parse", &ci.branch()]).1, tip, "not pushed again");
-    assert!(step_summary.contains("pull request opened"), "{step_summary}");
-    assert_eq!(ci.gh.statuses().last().expect("status").1["state"], "success");
+    assert_eq!(
+        remote_git(&ci.remote, &["rev-parse", &ci.branch()]).1,
+        tip,
+        "not pushed again"
+    );
+    assert!(
+        step_summary.contains("pull request opened"),
+        "{step_summary}"
+    );
+    assert_eq!(
+        ci.gh.statuses().last().expect("status").1["state"],
+        "success"
+    );
 
     // And once more: it exists.
     let (r, _) = ci_push(&ci, &rerun_model, &[]);
@@ -596,10 +681,23 @@ fn issue12_a_pull_request_created_behind_a_502_is_success_not_an_error() {
         .filter(|q| q.method == "POST" && q.path.ends_with("/pulls"))
         .count();
     assert_eq!(posts, 2, "the 502, then the 422");
-    assert_eq!(ci.gh.statuses().last().expect("status").1["state"], "success");
-    assert!(step_summary.contains("pull request exists"), "{step_summary}");
+    assert_eq!(
+        ci.gh.statuses().last().expect("status").1["state"],
+        "success"
+    );
+    assert!(
+        step_summary.contains("pull request exists"),
+        "{step_summary}"
+    );
     let events = ci_journal(&report);
-    assert!(events.iter().any(|e| matches!(e, loopd::journal::Event::PullRequest { number: 1, opened_now: false, .. })));
+    assert!(events.iter().any(|e| matches!(
+        e,
+        loopd::journal::Event::PullRequest {
+            number: 1,
+            opened_now: false,
+            ..
+        }
+    )));
 }
 
 #[test]
@@ -617,11 +715,19 @@ fn issue12_a_branch_with_someone_elses_commit_is_never_pushed_over() {
     assert_eq!(r.code, 5, "{}", r.stderr);
     let report = report(&r);
     assert_eq!(report["decision"], "error");
-    assert!(report["why"].as_str().expect("why").contains("did not make"), "{report}");
+    assert!(
+        report["why"]
+            .as_str()
+            .expect("why")
+            .contains("did not make"),
+        "{report}"
+    );
     assert!(step_summary.contains("did not make"), "{step_summary}");
     assert!(model.requests().is_empty(), "refused before any spend");
     assert_eq!(
-        remote_git(&ci.remote, &["rev-parse", &ci.branch()]).1.trim(),
+        remote_git(&ci.remote, &["rev-parse", &ci.branch()])
+            .1
+            .trim(),
         ci.sha,
         "the branch is untouched"
     );
@@ -642,16 +748,30 @@ fn issue12_goal_and_build_artefacts_are_not_part_of_the_fix() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     let report = report(&r);
     assert_eq!(report["decision"], "pull_request_opened", "{report}");
-    assert_eq!(pushed_files(&ci), "rechnung.py\n", "only the agent's change is committed");
+    assert_eq!(
+        pushed_files(&ci),
+        "rechnung.py\n",
+        "only the agent's change is committed"
+    );
     // The goal steps really left their files in the checkout...
     for left in ["__pycache__", ".pytest_cache", "build-stamp.txt"] {
         assert!(ci.env.repo.join(left).exists(), "{left} was not even made");
     }
     // ...and the critic never saw them.
     let run_dir = PathBuf::from(report["summary"]["run_dir"].as_str().expect("run_dir"));
-    let critic_input = std::fs::read_to_string(run_dir.join("attempt-1/critic-input.txt")).expect("critic input");
-    for artefact in ["__pycache__", ".pyc", ".pytest_cache", ".ruff_cache", "b/build-stamp.txt"] {
-        assert!(!critic_input.contains(artefact), "the critic saw {artefact}");
+    let critic_input =
+        std::fs::read_to_string(run_dir.join("attempt-1/critic-input.txt")).expect("critic input");
+    for artefact in [
+        "__pycache__",
+        ".pyc",
+        ".pytest_cache",
+        ".ruff_cache",
+        "b/build-stamp.txt",
+    ] {
+        assert!(
+            !critic_input.contains(artefact),
+            "the critic saw {artefact}"
+        );
     }
     assert!(critic_input.contains("b/rechnung.py"));
     // The journal says which files the goal made.

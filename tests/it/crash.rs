@@ -32,7 +32,12 @@ fn fail_then_pass() -> Scenario {
 }
 
 /// A daemon started with extra environment, killed or not by a crash point.
-fn daemon_with(env: &TestEnv, model: &ScriptedModel, jobs: usize, vars: &[(&str, &str)]) -> std::process::Child {
+fn daemon_with(
+    env: &TestEnv,
+    model: &ScriptedModel,
+    jobs: usize,
+    vars: &[(&str, &str)],
+) -> std::process::Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -68,14 +73,18 @@ fn outcome(env: &TestEnv, ids: &[String]) -> Outcome {
         // Generous: a walk restarts the daemon mid-job, and on a loaded
         // machine a job's four real CLI sessions take a while.
         let s = wait_for_within(env, id, "a final state", Duration::from_secs(400), |s| {
-            !matches!(s["state"].as_str(), Some("queued" | "running" | "interrupted"))
+            !matches!(
+                s["state"].as_str(),
+                Some("queued" | "running" | "interrupted")
+            )
         });
         let sum: Value = serde_json::from_str(
             &std::fs::read_to_string(s["summary"].as_str().expect("summary path"))
                 .expect("summary"),
         )
         .expect("json");
-        o.states.push(s["state"].as_str().expect("state").to_owned());
+        o.states
+            .push(s["state"].as_str().expect("state").to_owned());
         // Billed once: what the finished sessions cost equals the crash-free
         // run's; the totals add only what interrupted sessions spent.
         let run_dir = env.state.join("runs").join(id);
@@ -89,7 +98,10 @@ fn outcome(env: &TestEnv, ids: &[String]) -> Outcome {
         o.cost_usd.push((usd * 1e9).round() / 1e9);
         o.tokens.push((tin, tout));
         let total = sum["totals"]["cost_usd"].as_f64().expect("cost");
-        assert!(total + 1e-9 >= usd, "the totals hold at least the finished sessions' spend");
+        assert!(
+            total + 1e-9 >= usd,
+            "the totals hold at least the finished sessions' spend"
+        );
         o.attempts
             .push(sum["attempts"].as_array().expect("attempts").len());
     }
@@ -138,7 +150,11 @@ fn walk(plan: Plan, crash: Option<&str>) -> (Outcome, Vec<String>) {
     });
     let model = ScriptedModel::start_per_dir_picking(fail_then_pass(), pick);
     let head = env.git(&["rev-parse", "HEAD"]);
-    let args: &[&str] = if plan.parked { &["--max-attempts", "1"] } else { &[] };
+    let args: &[&str] = if plan.parked {
+        &["--max-attempts", "1"]
+    } else {
+        &[]
+    };
     let ids: Vec<String> = (0..jobs).map(|_| submit(&env, args)).collect();
     let trace = env.tmp.path().join("crash-trace.txt");
     let trace_s = trace.to_string_lossy().into_owned();
@@ -151,11 +167,18 @@ fn walk(plan: Plan, crash: Option<&str>) -> (Outcome, Vec<String>) {
             if let Some(s) = first.try_wait().expect("try_wait") {
                 break s;
             }
-            assert!(Instant::now() < until, "the daemon never reached crash point {point}");
+            assert!(
+                Instant::now() < until,
+                "the daemon never reached crash point {point}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         };
         use std::os::unix::process::ExitStatusExt;
-        assert_eq!(status.signal(), Some(9), "killed at {point}, not {status:?}");
+        assert_eq!(
+            status.signal(),
+            Some(9),
+            "killed at {point}, not {status:?}"
+        );
         vars.retain(|(k, _)| *k != "LOOPD_CRASH_AT");
     }
     let mut daemon = daemon_with(&env, &model, jobs, &vars);
@@ -175,14 +198,29 @@ fn walk(plan: Plan, crash: Option<&str>) -> (Outcome, Vec<String>) {
             match e {
                 Event::SessionStarted { .. } => started += 1,
                 Event::SessionFinished(f) => {
-                    *finished.entry((f.attempt, format!("{:?}", f.role))).or_insert(0) += 1
+                    *finished
+                        .entry((f.attempt, format!("{:?}", f.role)))
+                        .or_insert(0) += 1
                 }
                 _ => {}
             }
         }
-        assert_eq!(finished.len(), plan.sessions(), "agent and critic sessions finished ({crash:?}): {finished:?}");
-        assert!(finished.values().all(|&n| n == 1), "a finished session ran twice at {crash:?}: {finished:?}\n{}", log());
-        let wt = env.state.join("worktrees").join(id).to_string_lossy().into_owned();
+        assert_eq!(
+            finished.len(),
+            plan.sessions(),
+            "agent and critic sessions finished ({crash:?}): {finished:?}"
+        );
+        assert!(
+            finished.values().all(|&n| n == 1),
+            "a finished session ran twice at {crash:?}: {finished:?}\n{}",
+            log()
+        );
+        let wt = env
+            .state
+            .join("worktrees")
+            .join(id)
+            .to_string_lossy()
+            .into_owned();
         let seen: usize = [Role::Agent, Role::Critic]
             .iter()
             .flat_map(|r| model.session_counts_per_dir(*r))
@@ -195,15 +233,30 @@ fn walk(plan: Plan, crash: Option<&str>) -> (Outcome, Vec<String>) {
             log()
         );
         if jobs == 1 {
-            assert_eq!(seen, plan.sessions(), "one job alone: no session is ever in flight at a crash point");
+            assert_eq!(
+                seen,
+                plan.sessions(),
+                "one job alone: no session is ever in flight at a crash point"
+            );
         }
     }
-    assert!(model.unscripted().is_empty(), "unscripted requests at {crash:?}");
+    assert!(
+        model.unscripted().is_empty(),
+        "unscripted requests at {crash:?}"
+    );
     // No job left non-final: the restarted daemon empties `running/` (a
     // state.json can be final before its spool file moves, so wait for it).
     let until = Instant::now() + Duration::from_secs(30);
-    while std::fs::read_dir(env.state.join("spool/running")).expect("running").count() > 0 {
-        assert!(Instant::now() < until, "a job stayed in running/ at {crash:?}\n{}", log());
+    while std::fs::read_dir(env.state.join("spool/running"))
+        .expect("running")
+        .count()
+        > 0
+    {
+        assert!(
+            Instant::now() < until,
+            "a job stayed in running/ at {crash:?}\n{}",
+            log()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     for id in &ids {
@@ -224,7 +277,10 @@ fn walk(plan: Plan, crash: Option<&str>) -> (Outcome, Vec<String>) {
     // The user's checkout is untouched.
     assert_eq!(env.git(&["rev-parse", "HEAD"]), head);
     assert_eq!(env.git(&["status", "--porcelain"]), "");
-    assert_eq!(env.read_repo("rechnung.py"), fixture("rechnung/repo/rechnung.py"));
+    assert_eq!(
+        env.read_repo("rechnung.py"),
+        fixture("rechnung/repo/rechnung.py")
+    );
     let _ = daemon.kill();
     let _ = daemon.wait();
     let points = std::fs::read_to_string(&trace).unwrap_or_default();
@@ -236,7 +292,11 @@ fn walk(plan: Plan, crash: Option<&str>) -> (Outcome, Vec<String>) {
 fn walk_every_point(plan: Plan) {
     let jobs = plan.jobs;
     let (reference, points) = walk(plan, None);
-    let (state, attempts) = if plan.parked { ("exhausted", 1) } else { ("accepted", 2) };
+    let (state, attempts) = if plan.parked {
+        ("exhausted", 1)
+    } else {
+        ("accepted", 2)
+    };
     assert!(reference.states.iter().all(|s| s == state), "{reference:?}");
     assert_eq!(reference.attempts, vec![attempts; jobs]);
     // Only the first-process points: a restart passes `resumed` and more.
@@ -247,12 +307,30 @@ fn walk_every_point(plan: Plan) {
         "too few crash points were reached — is the `failpoints` feature on? {points:?}"
     );
     let required: &[&str] = if plan.parked {
-        &["journal:session_finished#1", "journal:job_ended#1", "park:stashed#1", "journal:parked#1", "journal:finalized#1", "worker:state_saved#1"]
+        &[
+            "journal:session_finished#1",
+            "journal:job_ended#1",
+            "park:stashed#1",
+            "journal:parked#1",
+            "journal:finalized#1",
+            "worker:state_saved#1",
+        ]
     } else {
-        &["journal:session_finished#1", "journal:attempt_ended#1", "journal:job_ended#1", "journal:committed#1", "journal:finalized#1", "worker:committed#1", "worker:state_saved#1"]
+        &[
+            "journal:session_finished#1",
+            "journal:attempt_ended#1",
+            "journal:job_ended#1",
+            "journal:committed#1",
+            "journal:finalized#1",
+            "worker:committed#1",
+            "worker:state_saved#1",
+        ]
     };
     for name in required {
-        assert!(points.iter().any(|p| p == *name), "{name} not reached: {points:?}");
+        assert!(
+            points.iter().any(|p| p == *name),
+            "{name} not reached: {points:?}"
+        );
     }
     // To re-walk one point while debugging: LOOPD_CRASH_ONLY=point#k.
     if let Ok(only) = std::env::var("LOOPD_CRASH_ONLY") {

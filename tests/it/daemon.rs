@@ -320,7 +320,12 @@ fn a_job_whose_repository_holds_the_state_dir_is_refused() {
         .expect("daemon");
     let until = Instant::now() + Duration::from_secs(60);
     let s = loop {
-        let r = finish(loopd().args(["status", &id, "--json"]).output().expect("status"));
+        let r = finish(
+            loopd()
+                .args(["status", &id, "--json"])
+                .output()
+                .expect("status"),
+        );
         let s: Value = serde_json::from_str(r.stdout.trim()).expect("json");
         if s["state"] == "error" {
             break s;
@@ -331,7 +336,9 @@ fn a_job_whose_repository_holds_the_state_dir_is_refused() {
     send_signal(daemon.id(), 15);
     let _ = daemon.wait();
     assert!(
-        s["detail"].as_str().is_some_and(|d| d.contains("is inside the repository")),
+        s["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("is inside the repository")),
         "{s}"
     );
 }

@@ -53,8 +53,11 @@ fn survivors(marker: &str) -> Vec<String> {
 /// Write `[guard] nudge = false` into the fixture's `loopd.toml`.
 fn without_nudge(env: &TestEnv) {
     let cfg = env.read_repo("loopd.toml");
-    std::fs::write(env.repo.join("loopd.toml"), format!("{cfg}\n[guard]\nnudge = false\n"))
-        .expect("cfg");
+    std::fs::write(
+        env.repo.join("loopd.toml"),
+        format!("{cfg}\n[guard]\nnudge = false\n"),
+    )
+    .expect("cfg");
     env.git(&["commit", "-qam", "no nudge"]);
 }
 
@@ -96,13 +99,20 @@ fn the_same_read_repeated_is_nudged_then_stuck() {
     assert_eq!(s["reason"], "stuck_repeat");
     assert_eq!(s["attempts"][0]["stopped"], "stuck_repeat");
     let calls = agent_tool_calls(&s);
-    assert_eq!(calls.len(), 4, "stopped at the 4th identical call: {calls:?}");
+    assert_eq!(
+        calls.len(),
+        4,
+        "stopped at the 4th identical call: {calls:?}"
+    );
     assert!(calls.iter().all(|c| c.args_sha256 == calls[0].args_sha256));
     // Denied by the hook (the stream reports it as an error tool result).
     assert_ne!(calls[2].outcome, "ok", "{calls:?}");
     assert_eq!(nudged_events(&s).len(), 1);
     let fourth = model.session(Role::Agent, 0)[3].body.to_string();
-    assert!(fourth.contains(NUDGE) && fourth.contains("escalate --test"), "{fourth}");
+    assert!(
+        fourth.contains(NUDGE) && fourth.contains("escalate --test"),
+        "{fourth}"
+    );
     assert_eq!(model.session_count(Role::Critic), 0);
 
     // `[guard] nudge = false`: the hard stop at the 3rd.
@@ -114,7 +124,11 @@ fn the_same_read_repeated_is_nudged_then_stuck() {
     let s = r.summary();
     assert_eq!(s["reason"], "stuck_repeat");
     let calls = agent_tool_calls(&s);
-    assert_eq!(calls.len(), 3, "stopped at the 3rd identical call: {calls:?}");
+    assert_eq!(
+        calls.len(),
+        3,
+        "stopped at the 3rd identical call: {calls:?}"
+    );
     assert!(nudged_events(&s).is_empty());
 }
 

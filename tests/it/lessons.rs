@@ -70,7 +70,9 @@ fn the_second_job_is_told_what_the_first_had_to_fix() {
         "{lesson}"
     );
     // Nothing of it is in the repository.
-    assert!(!env.git(&["status", "--porcelain", "--ignored"]).contains("lesson"));
+    assert!(!env
+        .git(&["status", "--porcelain", "--ignored"])
+        .contains("lesson"));
 
     // The same repository again, from a clean tree.
     env.git(&["checkout", "--", "."]);
@@ -98,7 +100,11 @@ fn the_second_job_is_told_what_the_first_had_to_fix() {
     let r = env.exec(&["lessons"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let id = lesson["id"].as_str().expect("id");
-    assert!(r.stdout.contains(id) && r.stdout.contains(DEBUG_LESSON), "{}", r.stdout);
+    assert!(
+        r.stdout.contains(id) && r.stdout.contains(DEBUG_LESSON),
+        "{}",
+        r.stdout
+    );
     let r = env.exec(&["lessons", "forget", id]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(lessons_json(&env)["lessons"], serde_json::json!([]));
@@ -128,6 +134,9 @@ fn a_lesson_that_would_touch_the_tests_is_refused_by_the_audit() {
     });
     let (text, why) = refused.expect("the audit refused the lesson");
     assert!(text.contains("edit tests/test_rechnung.py"), "{text}");
-    assert!(why.contains("tests/test_rechnung.py") && why.contains("protected"), "{why}");
+    assert!(
+        why.contains("tests/test_rechnung.py") && why.contains("protected"),
+        "{why}"
+    );
     assert_eq!(lessons_json(&env)["lessons"], serde_json::json!([]));
 }

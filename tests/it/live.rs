@@ -68,7 +68,10 @@ fn run_prints_each_tool_call_and_phase_as_it_happens_and_tail_follows_it() {
         if write_line {
             // Printed when the call returned, not when the session ended.
             let finished = finished_sessions_in(&run_dir(&env));
-            assert_eq!(finished, 0, "the Write line came only after the session ended");
+            assert_eq!(
+                finished, 0,
+                "the Write line came only after the session ended"
+            );
             assert!(
                 model.session(Role::Agent, 0).len() < 4,
                 "the session's last turn has not been answered yet"
@@ -99,13 +102,23 @@ fn run_prints_each_tool_call_and_phase_as_it_happens_and_tail_follows_it() {
 
     // `tail` followed the job to its end by itself, and printed the lines
     // `run` printed, in the same order.
-    let followed = tail.expect("tail started").wait_with_output().expect("tail");
+    let followed = tail
+        .expect("tail started")
+        .wait_with_output()
+        .expect("tail");
     assert!(followed.status.success());
     let followed = String::from_utf8_lossy(&followed.stdout).into_owned();
-    let id = run_dir(&env).file_name().expect("id").to_string_lossy().into_owned();
+    let id = run_dir(&env)
+        .file_name()
+        .expect("id")
+        .to_string_lossy()
+        .into_owned();
     let once = env.exec(&["tail", &id, "--once"]);
     assert_eq!(once.code, 0, "{}", once.stderr);
-    assert_eq!(followed, once.stdout, "following and reading afterwards agree");
+    assert_eq!(
+        followed, once.stdout,
+        "following and reading afterwards agree"
+    );
     let mut rest = stderr.as_str();
     for line in once.stdout.lines() {
         let at = rest
@@ -148,7 +161,11 @@ fn tail_names_a_job_it_does_not_know() {
     let env = TestEnv::new();
     let r = env.exec(&["tail", "no-such-job"]);
     assert_eq!(r.code, 2, "{}", r.stderr);
-    assert_contains_all(&r.stderr, &["no journal for job `no-such-job`", "hint:"], "the error");
+    assert_contains_all(
+        &r.stderr,
+        &["no journal for job `no-such-job`", "hint:"],
+        "the error",
+    );
 }
 
 #[test]
@@ -168,7 +185,11 @@ fn a_foreground_job_killed_mid_run_shows_as_interrupted_not_running() {
             break;
         }
     }
-    let id = run_dir(&env).file_name().expect("id").to_string_lossy().into_owned();
+    let id = run_dir(&env)
+        .file_name()
+        .expect("id")
+        .to_string_lossy()
+        .into_owned();
     let running = env.exec(&["status", &id, "--json"]);
     let v: serde_json::Value = serde_json::from_str(&running.stdout).expect("json");
     assert_eq!(v["state"], "running", "{v}");
@@ -177,5 +198,8 @@ fn a_foreground_job_killed_mid_run_shows_as_interrupted_not_running() {
     let after = env.exec(&["status", &id, "--json"]);
     let v: serde_json::Value = serde_json::from_str(&after.stdout).expect("json");
     assert_eq!(v["state"], "interrupted", "{v}");
-    assert!(v["detail"].as_str().is_some_and(|d| d.contains("is gone")), "{v}");
+    assert!(
+        v["detail"].as_str().is_some_and(|d| d.contains("is gone")),
+        "{v}"
+    );
 }

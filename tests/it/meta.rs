@@ -253,7 +253,9 @@ fn the_man_page_is_roff_and_lists_the_subcommands() {
 #[test]
 fn every_top_level_field_of_the_readmes_sample_has_its_flag() {
     let readme = std::fs::read_to_string(manifest_dir().join("README.md")).expect("README");
-    let start = readme.find("```toml\ntask = ").expect("the README's sample loopd.toml");
+    let start = readme
+        .find("```toml\ntask = ")
+        .expect("the README's sample loopd.toml");
     let sample = &readme[start + 8..];
     let sample = &sample[..sample.find("```").expect("end of the sample")];
     let help = String::from_utf8_lossy(&loopd(&["run", "--help"]).stdout).into_owned();
@@ -269,7 +271,10 @@ fn every_top_level_field_of_the_readmes_sample_has_its_flag() {
     assert!(fields.len() >= 10, "the sample's fields: {fields:?}");
     for field in &fields {
         let flag = format!("--{}", field.replace('_', "-"));
-        assert!(help.contains(&flag), "`{field}` has no `{flag}` in `loopd run --help`");
+        assert!(
+            help.contains(&flag),
+            "`{field}` has no `{flag}` in `loopd run --help`"
+        );
     }
     for table in ["guard", "protect", "ci", "approval", "notify"] {
         assert!(

@@ -17,7 +17,10 @@ use crate::support::*;
 pub fn agent_applies(variant: &str) -> SessionScript {
     let script = manifest_dir().join("fixtures/rechnung/variants.py");
     session(vec![
-        turn(vec![bash(&format!("python3 {} {variant}", script.display()))]),
+        turn(vec![bash(&format!(
+            "python3 {} {variant}",
+            script.display()
+        ))]),
         turn(vec![text("Done.")]),
     ])
 }
@@ -43,12 +46,21 @@ fn defect_then_honest(variant: &str) -> (TestEnv, ScriptedModel, Value) {
 /// under `rule` (of gate `gate`), without the critic; attempt 2's prompt
 /// carries the finding; the honest fix is accepted with one critic session
 /// in all. Returns the summary.
-fn rejected_without_the_critic(variant: &str, reason: &str, gate: &str, at: &str, rule: u32) -> Value {
+fn rejected_without_the_critic(
+    variant: &str,
+    reason: &str,
+    gate: &str,
+    at: &str,
+    rule: u32,
+) -> Value {
     let (env, model, s) = defect_then_honest(variant);
     let a = s["attempts"].as_array().expect("attempts");
     assert_eq!(a.len(), 2, "{variant}: {s}");
     assert_eq!(a[0]["rejected_by"], reason, "{variant}: {}", a[0]);
-    assert_eq!(a[0]["critic"], "skipped", "{variant}: no critic for attempt 1");
+    assert_eq!(
+        a[0]["critic"], "skipped",
+        "{variant}: no critic for attempt 1"
+    );
     let head = format!("{at} (rule {rule}, gate {gate}): ");
     let finding = a[0]["gate_findings"]
         .as_array()
@@ -56,16 +68,29 @@ fn rejected_without_the_critic(variant: &str, reason: &str, gate: &str, at: &str
         .iter()
         .filter_map(Value::as_str)
         .find(|f| f.starts_with(&head))
-        .unwrap_or_else(|| panic!("{variant}: no finding starts with {head}: {}", a[0]["gate_findings"]));
+        .unwrap_or_else(|| {
+            panic!(
+                "{variant}: no finding starts with {head}: {}",
+                a[0]["gate_findings"]
+            )
+        });
     assert_eq!(
         model.session_count(Role::Critic),
         1,
         "{variant}: the critic was asked only about the honest fix"
     );
     let prompt2 = model.session(Role::Agent, 1)[0].prompt();
-    assert!(prompt2.contains(finding), "{variant}: attempt 2's prompt:\n{prompt2}");
+    assert!(
+        prompt2.contains(finding),
+        "{variant}: attempt 2's prompt:\n{prompt2}"
+    );
     // The honest fix passed every gate, the pre-critic included.
-    assert_eq!(a[1]["gate_findings"], serde_json::json!([]), "{variant}: {}", a[1]);
+    assert_eq!(
+        a[1]["gate_findings"],
+        serde_json::json!([]),
+        "{variant}: {}",
+        a[1]
+    );
     assert_eq!(a[1]["critic"], "PASS");
     assert_eq!(s["outcome"], "accepted");
     assert_eq!(env.read_repo("rechnung.py"), clean_solution());
@@ -107,7 +132,13 @@ fn defect_4_a_commented_out_old_function() {
 
 #[test]
 fn defect_5_a_swallowed_error() {
-    rejected_without_the_critic("swallowed_error", "precheck", "precheck", "rechnung.py:20", 3);
+    rejected_without_the_critic(
+        "swallowed_error",
+        "precheck",
+        "precheck",
+        "rechnung.py:20",
+        3,
+    );
 }
 
 #[test]
@@ -130,7 +161,10 @@ fn defect_6_every_function_renamed() {
         ]
     );
     let first = s["attempts"][0]["gate_findings"][0].to_string();
-    assert!(first.contains("`line_total` was renamed to `position_total`"), "{first}");
+    assert!(
+        first.contains("`line_total` was renamed to `position_total`"),
+        "{first}"
+    );
 }
 
 /// A rubric with the default rules and the pre-critic turned off, outside
@@ -139,7 +173,10 @@ pub fn rubric_without_precheck(env: &TestEnv) -> std::path::PathBuf {
     let path = env.tmp.path().join("rubric-no-precheck.toml");
     std::fs::write(
         &path,
-        format!("{}\n[precheck]\nenabled = false\n", fixture("../rubrics/default.toml")),
+        format!(
+            "{}\n[precheck]\nenabled = false\n",
+            fixture("../rubrics/default.toml")
+        ),
     )
     .expect("write the rubric");
     path
@@ -151,7 +188,12 @@ fn without_the_pre_critic_the_critic_pays_for_the_same_finding() {
     let model = ScriptedModel::start(scenario(
         vec![agent_applies("debug_print"), agent_applies("honest")],
         vec![
-            fail(2, "rechnung.py", "a debug print in gross_total", "remove it"),
+            fail(
+                2,
+                "rechnung.py",
+                "a debug print in gross_total",
+                "remove it",
+            ),
             pass(),
         ],
     ));
@@ -193,7 +235,8 @@ fn check_prints_which_checks_are_on() {
     let rubric_arg = rubric.to_str().expect("utf-8 path");
     let r = env.exec(&["check", "--rubric", rubric_arg]);
     assert!(
-        r.stdout.contains("  debug_output: off: `[precheck] enabled = false`"),
+        r.stdout
+            .contains("  debug_output: off: `[precheck] enabled = false`"),
         "{}",
         r.stdout
     );
@@ -201,7 +244,10 @@ fn check_prints_which_checks_are_on() {
     // by `check` and by `run` (with a hint, before anything is touched).
     std::fs::write(
         &rubric,
-        format!("{}\n[precheck.debug_output]\nrule = 9\n", fixture("../rubrics/default.toml")),
+        format!(
+            "{}\n[precheck.debug_output]\nrule = 9\n",
+            fixture("../rubrics/default.toml")
+        ),
     )
     .expect("write");
     for command in ["check", "run"] {
@@ -213,7 +259,10 @@ fn check_prints_which_checks_are_on() {
             r.stderr
         );
     }
-    assert!(env.exec(&["run", "--rubric", rubric_arg]).stderr.contains("hint:"));
+    assert!(env
+        .exec(&["run", "--rubric", rubric_arg])
+        .stderr
+        .contains("hint:"));
     assert!(!env.state.join("runs").exists(), "nothing was started");
 }
 
@@ -232,7 +281,12 @@ fn the_second_critic_sees_the_previous_findings_the_interdiff_and_the_scope() {
     let model = ScriptedModel::start(scenario(
         vec![agent_writes(&scope_creep_solution()), attempt2],
         vec![
-            fail(4, "rechnung.py", "average_line was not asked for", "remove average_line"),
+            fail(
+                4,
+                "rechnung.py",
+                "average_line was not asked for",
+                "remove average_line",
+            ),
             pass(),
         ],
     ));
@@ -240,7 +294,10 @@ fn the_second_critic_sees_the_previous_findings_the_interdiff_and_the_scope() {
     assert_eq!(r.code, 0, "{}", r.stderr);
     let s = r.summary();
     let first = model.session(Role::Critic, 0)[0].prompt();
-    assert!(!first.contains("Since the previous review"), "attempt 1 has nothing before it");
+    assert!(
+        !first.contains("Since the previous review"),
+        "attempt 1 has nothing before it"
+    );
     let second = model.session(Role::Critic, 1)[0].prompt();
     assert_contains_all(
         &second,
@@ -258,11 +315,21 @@ fn the_second_critic_sees_the_previous_findings_the_interdiff_and_the_scope() {
     // The previous findings and the interdiff come before the whole diff.
     assert!(second.find("# Since the previous review") < second.find("# The change since"));
     let a2 = &s["attempts"][1];
-    assert_eq!(a2["interdiff_files"], serde_json::json!(["rechnung.py", "report_rounding.py"]));
-    assert_eq!(a2["scope_warnings"], serde_json::json!(["report_rounding.py"]));
+    assert_eq!(
+        a2["interdiff_files"],
+        serde_json::json!(["rechnung.py", "report_rounding.py"])
+    );
+    assert_eq!(
+        a2["scope_warnings"],
+        serde_json::json!(["report_rounding.py"])
+    );
     assert!(journal(&s).iter().any(|e| matches!(
         e,
-        loopd::journal::Event::InterdiffTaken { attempt: 2, from: 1, .. }
+        loopd::journal::Event::InterdiffTaken {
+            attempt: 2,
+            from: 1,
+            ..
+        }
     )));
     // `loopd report` shows the interdiff under its attempt.
     let job = s["job_id"].as_str().expect("job id");
@@ -290,7 +357,12 @@ fn a_byte_identical_diff_never_reaches_the_critic_twice() {
             agent_writes(&scope_creep_solution()),
             agent_writes(&scope_creep_solution()),
         ],
-        vec![fail(4, "rechnung.py", "average_line was not asked for", "remove it")],
+        vec![fail(
+            4,
+            "rechnung.py",
+            "average_line was not asked for",
+            "remove it",
+        )],
     ));
     let r = env.run(&model, &[]);
     assert_eq!(r.code, 3, "{}", r.stderr);

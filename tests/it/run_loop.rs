@@ -415,11 +415,19 @@ fn unsafe_state_dirs_are_refused_with_exit_five() {
                 .expect("loopd"),
         );
         assert_eq!(r.code, 5, "{cmd} {}: {}", state.display(), r.stderr);
-        assert!(r.stderr.contains(needle) && r.stderr.contains("hint:"), "{}", r.stderr);
+        assert!(
+            r.stderr.contains(needle) && r.stderr.contains("hint:"),
+            "{}",
+            r.stderr
+        );
     };
     // Inside the repository: the breaker would stash loopd's own files.
     refused(&env.repo.join(".loopd"), "run", "is inside the repository");
-    assert_eq!(env.git(&["status", "--porcelain"]), "", "nothing created in the repository");
+    assert_eq!(
+        env.git(&["status", "--porcelain"]),
+        "",
+        "nothing created in the repository"
+    );
 
     // World- or group-writable: the state dir, or a directory under it.
     let open = env.tmp.path().join("open-state");
@@ -429,9 +437,13 @@ fn unsafe_state_dirs_are_refused_with_exit_five() {
     refused(&open, "daemon", "is world-writable (mode 777)");
     std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o700)).expect("chmod");
     std::fs::create_dir_all(open.join("runs")).expect("runs");
-    std::fs::set_permissions(open.join("runs"), std::fs::Permissions::from_mode(0o770)).expect("chmod");
-    refused(&open, "run", "runs` (in the state dir) is group-writable (mode 770)");
-
+    std::fs::set_permissions(open.join("runs"), std::fs::Permissions::from_mode(0o770))
+        .expect("chmod");
+    refused(
+        &open,
+        "run",
+        "runs` (in the state dir) is group-writable (mode 770)",
+    );
 }
 
 #[test]
@@ -440,13 +452,18 @@ fn check_shows_the_sandbox_and_refuses_a_relative_sandbox_path() {
     let r = env.exec(&["check", "--require-sandbox"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(
-        r.stdout.contains("sandbox:       Landlock for the agent, the critic and the goal steps (required)"),
+        r.stdout.contains(
+            "sandbox:       Landlock for the agent, the critic and the goal steps (required)"
+        ),
         "{}",
         r.stdout
     );
     let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
-    std::fs::write(env.repo.join("loopd.toml"), format!("{cfg}\n[sandbox]\nread_write = [\"cache\"]\n"))
-        .expect("cfg");
+    std::fs::write(
+        env.repo.join("loopd.toml"),
+        format!("{cfg}\n[sandbox]\nread_write = [\"cache\"]\n"),
+    )
+    .expect("cfg");
     let r = env.exec(&["check"]);
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(
@@ -460,14 +477,24 @@ fn check_shows_the_sandbox_and_refuses_a_relative_sandbox_path() {
 fn a_job_without_the_sandbox_says_so_loudly() {
     let env = TestEnv::new();
     let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
-    std::fs::write(env.repo.join("loopd.toml"), format!("{cfg}\n[sandbox]\nenabled = false\n"))
-        .expect("cfg");
+    std::fs::write(
+        env.repo.join("loopd.toml"),
+        format!("{cfg}\n[sandbox]\nenabled = false\n"),
+    )
+    .expect("cfg");
     env.git(&["commit", "-qam", "no sandbox"]);
-    let model = ScriptedModel::start(scenario(vec![agent_writes(&clean_solution())], vec![pass()]));
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
     let r = env.run(&model, &["--max-attempts", "1"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(r.summary()["sandbox"], "off");
-    assert!(r.stderr.contains("NO SANDBOX: `[sandbox] enabled = false`"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("NO SANDBOX: `[sandbox] enabled = false`"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]
@@ -527,7 +554,10 @@ fn preflight_a_goal_that_cannot_run_or_has_nothing_to_fix_spends_nothing() {
     let r = env.run(&model, &["--goal", "true", "--allow-green"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(r.summary()["outcome"], "accepted");
-    assert!(!model.requests().is_empty(), "a rubric-only job runs the loop");
+    assert!(
+        !model.requests().is_empty(),
+        "a rubric-only job runs the loop"
+    );
 }
 
 #[test]
@@ -535,11 +565,19 @@ fn check_preflight_reports_what_run_would_find() {
     let env = TestEnv::new();
     let r = env.exec(&["check", "--goal", "ruf check ."]);
     assert_eq!(r.code, 0, "without --preflight nothing runs: {}", r.stderr);
-    assert_contains_all(&r.stderr, &["`ruf` was not found", "--preflight"], "check's warning");
+    assert_contains_all(
+        &r.stderr,
+        &["`ruf` was not found", "--preflight"],
+        "check's warning",
+    );
 
     let r = env.exec(&["check", "--preflight", "--goal", "ruf check ."]);
     assert_eq!(r.code, 2, "{}\n{}", r.stdout, r.stderr);
-    assert!(r.stdout.contains("preflight:") && r.stdout.contains("cannot run"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("preflight:") && r.stdout.contains("cannot run"),
+        "{}",
+        r.stdout
+    );
     let r = env.exec(&["check", "--preflight", "--goal", "true"]);
     assert_eq!(r.code, 7, "{}\n{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("nothing to fix"), "{}", r.stdout);
@@ -549,5 +587,9 @@ fn check_preflight_reports_what_run_would_find() {
     let r = env.exec(&["check", "--preflight"]);
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("preflight:     ready"), "{}", r.stdout);
-    assert_eq!(env.git(&["status", "--porcelain"]), "", "check leaves the tree as it was");
+    assert_eq!(
+        env.git(&["status", "--porcelain"]),
+        "",
+        "check leaves the tree as it was"
+    );
 }

@@ -12,7 +12,9 @@ const LOOPD: &str = env!("CARGO_BIN_EXE_loopd");
 
 /// The agent's Bash call of `loopd escalate`.
 fn escalate(test: &str, reason: &str) -> model::Block {
-    bash(&format!("{LOOPD} escalate --test {test} --reason \"{reason}\""))
+    bash(&format!(
+        "{LOOPD} escalate --test {test} --reason \"{reason}\""
+    ))
 }
 
 use crate::support::model;
@@ -90,11 +92,17 @@ fn an_impossible_task_is_escalated_not_forced() {
     assert_eq!(e["claim"], claim);
     assert!(
         // The baseline's: the sum test passes there, test_line_total fails.
-        e["goal_output"].as_str().expect("goal output").contains("4 failed, 3 passed"),
+        e["goal_output"]
+            .as_str()
+            .expect("goal output")
+            .contains("4 failed, 3 passed"),
         "{e}"
     );
     assert!(
-        e["diff"].as_str().expect("diff").contains("+    return quantity * unit_price"),
+        e["diff"]
+            .as_str()
+            .expect("diff")
+            .contains("+    return quantity * unit_price"),
         "{e}"
     );
     // No further model call: no critic, no second attempt; and the first
@@ -103,7 +111,10 @@ fn an_impossible_task_is_escalated_not_forced() {
     assert_eq!(model.session_count(Role::Critic), 0);
     assert!(model.unscripted().is_empty(), "{:?}", model.unscripted());
     let prompt = std::fs::read_to_string(run_dir(&s).join("attempt-1/prompt.txt")).expect("prompt");
-    assert!(prompt.contains(&format!("`{LOOPD} escalate --test <test id>")), "{prompt}");
+    assert!(
+        prompt.contains(&format!("`{LOOPD} escalate --test <test id>")),
+        "{prompt}"
+    );
     // Never accepted: the work is parked like any other ending.
     let stash = s["stash_commit"].as_str().expect("parked");
     assert_eq!(env.git(&["status", "--porcelain"]), "");
@@ -133,7 +144,12 @@ fn an_impossible_task_is_escalated_not_forced() {
     assert_eq!(report.code, 0, "{}", report.stderr);
     assert_contains_all(
         &report.stdout,
-        &["The agent escalated (attempt 1)", test_id, claim, "loopd resume"],
+        &[
+            "The agent escalated (attempt 1)",
+            test_id,
+            claim,
+            "loopd resume",
+        ],
         "the report",
     );
     let status = env.exec(&["status", id, "--json"]);
@@ -154,7 +170,10 @@ fn turned_off_there_is_no_way_out() {
     env.git(&["commit", "-qam", "no escalation"]);
     let model = ScriptedModel::start(scenario(
         vec![session(vec![
-            turn(vec![escalate("tests/test_rechnung.py::test_net_total", "I would rather not")]),
+            turn(vec![escalate(
+                "tests/test_rechnung.py::test_net_total",
+                "I would rather not",
+            )]),
             turn(vec![read("rechnung.py")]),
             turn(vec![write("rechnung.py", &clean_solution())]),
             turn(vec![text("Done.")]),
@@ -166,7 +185,10 @@ fn turned_off_there_is_no_way_out() {
     let s = r.summary();
     assert_eq!(s["reason"], "accepted");
     let calls = agent_tool_calls(&s);
-    assert_ne!(calls[0].outcome, "ok", "the command was not allowed: {calls:?}");
+    assert_ne!(
+        calls[0].outcome, "ok",
+        "the command was not allowed: {calls:?}"
+    );
     let prompt = std::fs::read_to_string(run_dir(&s).join("attempt-1/prompt.txt")).expect("prompt");
     assert!(!prompt.contains("escalate"), "{prompt}");
 }
@@ -199,7 +221,9 @@ fn a_note_answers_an_escalation_and_the_job_resumes_on_its_work() {
     let id = first["job_id"].as_str().expect("id").to_owned();
     let st = env.exec(&["status"]);
     assert!(
-        st.stdout.contains(&id) && st.stdout.contains("needs_human") && st.stdout.contains("(foreground)"),
+        st.stdout.contains(&id)
+            && st.stdout.contains("needs_human")
+            && st.stdout.contains("(foreground)"),
         "{}",
         st.stdout
     );
@@ -221,7 +245,10 @@ fn a_note_answers_an_escalation_and_the_job_resumes_on_its_work() {
     assert!(model.session(Role::Agent, 1)[0].prompt().contains(note));
     // The parked work was back before the agent read the file.
     let read_result = model.session(Role::Agent, 1)[1].body.to_string();
-    assert!(read_result.contains("quantity * unit_price"), "{read_result}");
+    assert!(
+        read_result.contains("quantity * unit_price"),
+        "{read_result}"
+    );
     assert_eq!(env.read_repo("rechnung.py"), clean_solution());
     // The same journal: one start, the escalation, the reopening, the restore.
     let events = journal(&s);
@@ -280,7 +307,10 @@ fn a_job_stopped_by_its_budget_resumes_with_a_raised_budget() {
     let close = |x: f64, y: f64| (x - y).abs() < 1e-9;
     let total = |s: &Value| s["totals"]["cost_usd"].as_f64().expect("cost");
     assert!(
-        close(total(&after), total(&before) + a[1]["cost_usd"].as_f64().expect("cost")),
+        close(
+            total(&after),
+            total(&before) + a[1]["cost_usd"].as_f64().expect("cost")
+        ),
         "{} != {} + {}",
         total(&after),
         total(&before),
@@ -335,13 +365,19 @@ fn a_daemon_job_that_escalated_is_queued_again_with_the_note() {
     let st = wait_for(&env, &id, "accepted", |s| s["state"] == "accepted");
     assert_eq!(st["attempt"], 2, "{st}");
     let commit = st["commit_accepted"].as_str().expect("committed");
-    assert_eq!(env.git(&["show", &format!("{commit}:rechnung.py")]), clean_solution());
+    assert_eq!(
+        env.git(&["show", &format!("{commit}:rechnung.py")]),
+        clean_solution()
+    );
     let run_dir = env.state.join("runs").join(&id);
     let prompt = std::fs::read_to_string(run_dir.join("attempt-2/prompt.txt")).expect("prompt");
     assert!(prompt.starts_with(&format!("{note}\n\n")), "{prompt}");
     // The parked work was back in the new worktree before the agent read it.
     let read_result = model.session(Role::Agent, 1)[1].body.to_string();
-    assert!(read_result.contains("quantity * unit_price"), "{read_result}");
+    assert!(
+        read_result.contains("quantity * unit_price"),
+        "{read_result}"
+    );
     assert_eq!(model.session_count(Role::Agent), 2);
     assert_eq!(model.session_count(Role::Critic), 1);
     d.signal(15);
@@ -385,5 +421,8 @@ fn a_late_attempt_that_detects_the_test_runner_is_rejected_with_file_and_line() 
     // The critic of the late attempt was asked for extra care; one critic call in all.
     assert_eq!(model.session_count(Role::Critic), 1);
     let critic = model.session(Role::Critic, 0)[0].prompt();
-    assert!(critic.contains("This is attempt 4: special-casing of tests"), "{critic}");
+    assert!(
+        critic.contains("This is attempt 4: special-casing of tests"),
+        "{critic}"
+    );
 }

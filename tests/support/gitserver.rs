@@ -69,7 +69,10 @@ pub fn base64(bytes: &[u8]) -> String {
 
 /// The `Authorization` value of a push with `token`, as GitHub expects it.
 pub fn basic(token: &str) -> String {
-    format!("Basic {}", base64(format!("x-access-token:{token}").as_bytes()))
+    format!(
+        "Basic {}",
+        base64(format!("x-access-token:{token}").as_bytes())
+    )
 }
 
 pub struct GitServer {
@@ -121,7 +124,13 @@ impl GitServer {
 }
 
 /// Run `git http-backend` for one request (CGI).
-async fn cgi(root: &PathBuf, method: &Method, uri: &Uri, headers: &HeaderMap, body: Bytes) -> Response {
+async fn cgi(
+    root: &PathBuf,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Response {
     use tokio::io::AsyncWriteExt;
     let header = |name: &str| {
         headers
@@ -170,10 +179,16 @@ async fn cgi(root: &PathBuf, method: &Method, uri: &Uri, headers: &HeaderMap, bo
     };
     let mut response = Response::new(axum::body::Body::from(text[end + sep..].to_vec()));
     for line in String::from_utf8_lossy(&text[..end]).lines() {
-        let Some((k, v)) = line.split_once(':') else { continue };
+        let Some((k, v)) = line.split_once(':') else {
+            continue;
+        };
         let v = v.trim();
         if k.eq_ignore_ascii_case("status") {
-            let code = v.split(' ').next().and_then(|c| c.parse().ok()).unwrap_or(500);
+            let code = v
+                .split(' ')
+                .next()
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(500);
             *response.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
         } else if let (Ok(name), Ok(value)) = (
             axum::http::HeaderName::from_bytes(k.trim().as_bytes()),
@@ -197,15 +212,14 @@ impl Attacker {
     pub fn start() -> Attacker {
         let seen_log = Arc::new(Mutex::new(Vec::new()));
         let log = seen_log.clone();
-        let app = axum::Router::new().fallback(
-            move |method: Method, uri: Uri, headers: HeaderMap| {
+        let app =
+            axum::Router::new().fallback(move |method: Method, uri: Uri, headers: HeaderMap| {
                 let log = log.clone();
                 async move {
                     log.lock().expect("log").push(seen(&method, &uri, &headers));
                     challenge()
                 }
-            },
-        );
+            });
         let (addr, stop) = super::model::serve(app, 0);
         Attacker {
             addr,

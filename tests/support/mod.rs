@@ -369,7 +369,10 @@ pub fn scope_creep_then_clean(rule: i64, problem: &str, fix: &str) -> Scenario {
 /// Every needle is in `text`, or the test fails naming the first missing.
 pub fn assert_contains_all(text: &str, needles: &[&str], what: &str) {
     for needle in needles {
-        assert!(text.contains(needle), "missing {needle:?} in {what}:\n{text}");
+        assert!(
+            text.contains(needle),
+            "missing {needle:?} in {what}:\n{text}"
+        );
     }
 }
 

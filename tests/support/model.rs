@@ -436,7 +436,14 @@ async fn handle(
             Some(&(_, index, instead)) => (index, instead),
             None => {
                 *st.started.entry(role).or_insert(0) += 1;
-                let key = (if st.per_dir { cwd.clone() } else { String::new() }, role);
+                let key = (
+                    if st.per_dir {
+                        cwd.clone()
+                    } else {
+                        String::new()
+                    },
+                    role,
+                );
                 let picked = st.pick.as_ref().and_then(|p| p(role, &body));
                 let counter = st.started_in.entry(key).or_insert(0);
                 let index = picked.unwrap_or(*counter);
