@@ -583,54 +583,44 @@ fn debug_output(added: &[AddedLine], files: &[ChangedText]) -> Vec<Finding> {
         // Output in library code (not a test, not an entry point) is a
         // leftover whatever it says; elsewhere only debug-ish output is.
         let library = !is_test(&a.path) && !is_entry_point(&a.path, text);
-        let hit = match lang {
-            Lang::Python => {
-                if re(&PY_BREAK, r"\bbreakpoint\(\s*\)|\bimport\s+(pdb|ipdb|pudb)\b|\b(pdb|ipdb|pudb)\.set_trace\(")
-                    .is_match(&a.text)
-                {
-                    Some("a debugger hook")
-                } else if re(&PY_PRINT, r"^\s*(pprint\.)?p?print\(").is_match(&a.text)
-                    && (library || debugish(&a.text))
-                {
-                    Some("a print")
-                } else {
-                    None
-                }
-            }
-            Lang::Rust => {
-                if re(&RS_DBG, r"\bdbg!\s*\(").is_match(&a.text) {
-                    Some("a `dbg!`")
-                } else if re(&RS_PRINT, r"^\s*e?print(ln)?!\s*\(").is_match(&a.text)
-                    && (library || debugish(&a.text))
-                {
-                    Some("a print")
-                } else {
-                    None
-                }
-            }
-            Lang::Js => {
-                if re(&JS_DEBUGGER, r"^\s*debugger\s*;?\s*$").is_match(&a.text) {
-                    Some("a `debugger` statement")
-                } else if re(&JS_CONSOLE, r"\bconsole\.(log|debug|trace|dir)\s*\(")
-                    .is_match(&a.text)
-                    && (library || debugish(&a.text))
-                {
-                    Some("a console print")
-                } else {
-                    None
-                }
-            }
-            Lang::Go => {
-                if re(&GO_BUILTIN, r"^\s*print(ln)?\s*\(").is_match(&a.text) {
-                    Some("a builtin print")
-                } else if re(&GO_FMT, r"\bfmt\.Print(ln|f)?\s*\(").is_match(&a.text)
-                    && (library || debugish(&a.text))
-                {
-                    Some("a print")
-                } else {
-                    None
-                }
-            }
+        // Per language: what is debug output whatever it says (a debugger
+        // hook), and a print that is when in library code or debug-ish.
+        let (always, print) = match lang {
+            Lang::Python => (
+                (
+                    re(
+                        &PY_BREAK,
+                        r"\bbreakpoint\(\s*\)|\bimport\s+(pdb|ipdb|pudb)\b|\b(pdb|ipdb|pudb)\.set_trace\(",
+                    ),
+                    "a debugger hook",
+                ),
+                (re(&PY_PRINT, r"^\s*(pprint\.)?p?print\("), "a print"),
+            ),
+            Lang::Rust => (
+                (re(&RS_DBG, r"\bdbg!\s*\("), "a `dbg!`"),
+                (re(&RS_PRINT, r"^\s*e?print(ln)?!\s*\("), "a print"),
+            ),
+            Lang::Js => (
+                (
+                    re(&JS_DEBUGGER, r"^\s*debugger\s*;?\s*$"),
+                    "a `debugger` statement",
+                ),
+                (
+                    re(&JS_CONSOLE, r"\bconsole\.(log|debug|trace|dir)\s*\("),
+                    "a console print",
+                ),
+            ),
+            Lang::Go => (
+                (re(&GO_BUILTIN, r"^\s*print(ln)?\s*\("), "a builtin print"),
+                (re(&GO_FMT, r"\bfmt\.Print(ln|f)?\s*\("), "a print"),
+            ),
+        };
+        let hit = if always.0.is_match(&a.text) {
+            Some(always.1)
+        } else if print.0.is_match(&a.text) && (library || debugish(&a.text)) {
+            Some(print.1)
+        } else {
+            None
         };
         if let Some(what) = hit {
             out.push(finding(

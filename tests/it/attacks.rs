@@ -677,43 +677,19 @@ fn env_with_a_submodule(extra_config: &str) -> TestEnv {
         "def test_lib():\n    assert 1 + 1 == 2\n",
     )
     .expect("lib test");
-    let git = |dir: &std::path::Path, args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .env_clear()
-            .env("PATH", tools_path())
-            .env("HOME", &env.home)
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-            .output()
-            .expect("git");
-        assert!(
-            out.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    git(&lib, &["init", "-q", "-b", "main"]);
-    git(&lib, &["add", "-A"]);
-    git(&lib, &["commit", "-qm", "lib"]);
+    env.git_in(&lib, &["init", "-q", "-b", "main"]);
+    env.git_in(&lib, &["add", "-A"]);
+    env.git_in(&lib, &["commit", "-qm", "lib"]);
     let lib = lib.to_string_lossy().into_owned();
-    git(
-        &env.repo,
-        &[
-            "-c",
-            "protocol.file.allow=always",
-            "submodule",
-            "add",
-            "-q",
-            &lib,
-            "vendor",
-        ],
-    );
+    env.git(&[
+        "-c",
+        "protocol.file.allow=always",
+        "submodule",
+        "add",
+        "-q",
+        &lib,
+        "vendor",
+    ]);
     if !extra_config.is_empty() {
         let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
         std::fs::write(

@@ -31,30 +31,46 @@ fn run_dir(env: &TestEnv) -> std::path::PathBuf {
         .path()
 }
 
-#[test]
-fn run_prints_each_tool_call_and_phase_as_it_happens_and_tail_follows_it() {
-    let env = TestEnv::new();
-    let model = slow_clean_fix();
+/// The job's id: the name of its run directory.
+fn job_id(env: &TestEnv) -> String {
+    run_dir(env)
+        .file_name()
+        .expect("id")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// `loopd run` against `model`, its stderr read line by line as it comes.
+fn spawn_run(
+    env: &TestEnv,
+    model: &ScriptedModel,
+) -> (
+    std::process::Child,
+    std::io::Lines<BufReader<std::process::ChildStderr>>,
+) {
     let mut child = env
-        .loopd(Some(&model))
+        .loopd(Some(model))
         .arg("run")
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
         .expect("loopd run");
     let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
+    (child, BufReader::new(stderr).lines())
+}
+
+#[test]
+fn run_prints_each_tool_call_and_phase_as_it_happens_and_tail_follows_it() {
+    let env = TestEnv::new();
+    let model = slow_clean_fix();
+    let (mut child, mut lines) = spawn_run(&env, &model);
     let mut seen = Vec::new();
     let mut tail = None;
     for line in lines.by_ref() {
         let line = line.expect("a line");
         if line.contains("agent session started") && tail.is_none() {
             // Follow the job from another process while it runs.
-            let id = run_dir(&env)
-                .file_name()
-                .expect("id")
-                .to_string_lossy()
-                .into_owned();
+            let id = job_id(&env);
             tail = Some(
                 env.loopd(None)
                     .args(["tail", &id])
@@ -108,11 +124,7 @@ fn run_prints_each_tool_call_and_phase_as_it_happens_and_tail_follows_it() {
         .expect("tail");
     assert!(followed.status.success());
     let followed = String::from_utf8_lossy(&followed.stdout).into_owned();
-    let id = run_dir(&env)
-        .file_name()
-        .expect("id")
-        .to_string_lossy()
-        .into_owned();
+    let id = job_id(&env);
     let once = env.exec(&["tail", &id, "--once"]);
     assert_eq!(once.code, 0, "{}", once.stderr);
     assert_eq!(
@@ -172,24 +184,13 @@ fn tail_names_a_job_it_does_not_know() {
 fn a_foreground_job_killed_mid_run_shows_as_interrupted_not_running() {
     let env = TestEnv::new();
     let model = slow_clean_fix();
-    let mut child = env
-        .loopd(Some(&model))
-        .arg("run")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("loopd run");
-    let stderr = child.stderr.take().expect("stderr");
-    for line in BufReader::new(stderr).lines() {
+    let (mut child, lines) = spawn_run(&env, &model);
+    for line in lines {
         if line.expect("a line").contains("agent Write") {
             break;
         }
     }
-    let id = run_dir(&env)
-        .file_name()
-        .expect("id")
-        .to_string_lossy()
-        .into_owned();
+    let id = job_id(&env);
     let running = env.exec(&["status", &id, "--json"]);
     let v: serde_json::Value = serde_json::from_str(&running.stdout).expect("json");
     assert_eq!(v["state"], "running", "{v}");

@@ -117,9 +117,14 @@ impl TestEnv {
 
     /// Git in the fixture repo, isolated from any user config.
     pub fn git(&self, args: &[&str]) -> String {
+        self.git_in(&self.repo, args)
+    }
+
+    /// Git in `dir` (another repository of the test), isolated the same way.
+    pub fn git_in(&self, dir: &Path, args: &[&str]) -> String {
         let out = Command::new("git")
             .args(args)
-            .current_dir(&self.repo)
+            .current_dir(dir)
             .env_clear()
             .env("PATH", tools_path())
             .env("HOME", &self.home)
