@@ -44,13 +44,7 @@ fn assert_nowhere(env: &TestEnv, model: &ScriptedModel, secret: &str) {
         !all_bodies(model).contains(secret),
         "the secret reached a model request body"
     );
-    for (path, bytes) in env.state_files() {
-        assert!(
-            !String::from_utf8_lossy(&bytes).contains(secret),
-            "the secret leaked into {}",
-            path.display()
-        );
-    }
+    env.assert_no_secret_in_state(&[secret]);
 }
 
 /// (a) The agent's Bash tries every route to a credential: its

@@ -92,13 +92,7 @@ fn agent_command_line_and_session_settings() {
         .chain(critic.iter())
         .all(|r| r.api_key.as_deref() == Some(API_KEY)));
     // ...and was never written anywhere under the state dir.
-    for (path, bytes) in env.state_files() {
-        assert!(
-            !String::from_utf8_lossy(&bytes).contains(API_KEY),
-            "the key leaked into {}",
-            path.display()
-        );
-    }
+    env.assert_no_secret_in_state(&[API_KEY]);
 }
 
 #[test]

@@ -174,6 +174,16 @@ impl TestEnv {
         finish(cmd.output().expect("run loopd"))
     }
 
+    /// None of `secrets` is in any file under the state dir.
+    pub fn assert_no_secret_in_state(&self, secrets: &[&str]) {
+        for (path, bytes) in self.state_files() {
+            let text = String::from_utf8_lossy(&bytes);
+            for s in secrets {
+                assert!(!text.contains(s), "`{s}` leaked into {}", path.display());
+            }
+        }
+    }
+
     /// Every file under the state dir, with its content.
     pub fn state_files(&self) -> Vec<(PathBuf, Vec<u8>)> {
         fn walk(dir: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>) {
