@@ -242,6 +242,7 @@ struct SandboxFile {
     require: Option<bool>,
     read: Option<Vec<PathBuf>>,
     read_write: Option<Vec<PathBuf>>,
+    network: Option<String>,
 }
 
 /// `[sandbox]` in `loopd.toml`: the Landlock sandbox of the agent, the
@@ -257,6 +258,8 @@ pub struct SandboxSettings {
     pub read: Vec<PathBuf>,
     /// More paths they may write (e.g. a shared build cache).
     pub read_write: Vec<PathBuf>,
+    /// `open` (default) or `gateway-only`.
+    pub network: crate::sandbox::Network,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -814,7 +817,25 @@ impl Job {
             require: flags.require_sandbox || file.sandbox.require.unwrap_or(false),
             read: extra(file.sandbox.read, "read")?,
             read_write: extra(file.sandbox.read_write, "read_write")?,
+            network: match file.sandbox.network.as_deref() {
+                None | Some("open") => crate::sandbox::Network::Open,
+                Some("gateway-only") => crate::sandbox::Network::GatewayOnly,
+                Some(other) => {
+                    return Err(o.invalid(
+                        "sandbox.network",
+                        "`open` or `gateway-only`",
+                        format!("`{other}`"),
+                    ))
+                }
+            },
         };
+        if !sandbox.enabled && sandbox.network == crate::sandbox::Network::GatewayOnly {
+            return Err(o.invalid(
+                "sandbox.network",
+                "`open` when `enabled = false` (only the sandbox can confine the network)",
+                "`gateway-only`",
+            ));
+        }
         for (i, p) in protect.paths.iter().enumerate() {
             if p.trim().is_empty() || globset::Glob::new(p).is_err() {
                 return Err(o.invalid(

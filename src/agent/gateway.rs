@@ -296,6 +296,11 @@ impl Gateway {
         })
     }
 
+    /// The loopback port it listens on (the one `gateway-only` lets through).
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
     /// What sessions get as `ANTHROPIC_BASE_URL`.
     pub fn base_url(&self) -> String {
         format!("http://{}", self.addr)

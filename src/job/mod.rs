@@ -73,11 +73,9 @@ pub enum JobError {
     StateDir(#[from] util::StateDirError),
     #[error("the sandbox: {0}")]
     Sandbox(#[source] crate::sandbox::SandboxError),
-    #[error(
-        "a sandbox is required (`--require-sandbox`), but {}",
-        crate::sandbox::UNSUPPORTED
-    )]
-    SandboxRequired,
+    /// What asked for the sandbox, which the kernel cannot give.
+    #[error("a sandbox is required ({0}), but {unsupported}", unsupported = crate::sandbox::UNSUPPORTED)]
+    SandboxRequired(&'static str),
     #[error(transparent)]
     Journal(#[from] JournalError),
     #[error(transparent)]

@@ -166,8 +166,15 @@ pub fn prepare(
         &serde_json::to_string_pretty(job).expect("job serializes"),
     )?;
     let session_env_remove = util::SECRET_VARS.iter().map(|v| (*v).into()).collect();
-    let (sandbox, confinement) =
-        sandbox_for(job, ws, dir, &policy_path, &settings_path, agent_writes)?;
+    let (sandbox, confinement) = sandbox_for(
+        job,
+        ws,
+        dir,
+        &policy_path,
+        &settings_path,
+        agent_writes,
+        gateway.port(),
+    )?;
     Ok(Prepared {
         policy,
         integrity,
@@ -190,6 +197,7 @@ fn sandbox_for(
     policy_path: &Path,
     settings_path: &Path,
     agent_writes: Vec<PathBuf>,
+    gateway_port: u16,
 ) -> Result<(Option<Sandbox>, sandbox::Confinement), JobError> {
     use sandbox::Confinement;
     if !job.sandbox.enabled {
@@ -227,13 +235,20 @@ fn sandbox_for(
         write_files: vec![denials],
         home: Some(dir.join("sandbox").join("home")),
         tmp: Some(dir.join("sandbox").join("tmp")),
+        network: job.sandbox.network,
+        gateway_port,
     };
     match Sandbox::build(&spec).map_err(JobError::Sandbox)? {
         Some(s) => {
-            tracing::info!("the agent, the critic and the goal steps run in a Landlock sandbox");
+            tracing::info!(network = ?job.sandbox.network, "the agent, the critic and the goal steps run in a Landlock sandbox");
             Ok((Some(s), Confinement::Landlock))
         }
-        None if job.sandbox.require => Err(JobError::SandboxRequired),
+        None if job.sandbox.require => Err(JobError::SandboxRequired(
+            "`--require-sandbox` or `[sandbox] require`",
+        )),
+        None if job.sandbox.network == sandbox::Network::GatewayOnly => Err(
+            JobError::SandboxRequired("`[sandbox] network = \"gateway-only\"`"),
+        ),
         None => {
             tracing::warn!("NO SANDBOX: {}; the agent can read and write whatever this user can (pass `--require-sandbox` to refuse)", sandbox::UNSUPPORTED);
             Ok((None, Confinement::Unsupported))

@@ -19,5 +19,6 @@ mod meta;
 mod precheck;
 mod report_html;
 mod run_loop;
+mod sandbox;
 mod systemd;
 mod way_out;

@@ -1,0 +1,201 @@
+//! The sandbox's network policy and the kernels without Landlock, against
+//! the real CLI. (The filesystem attacks are in `attacks.rs`.)
+
+use crate::support::model::{Role, ScriptedModel};
+use crate::support::*;
+
+const FULL_BASH: &str = "Read,Edit,Write,Bash";
+
+/// Add `[sandbox]` lines to the fixture's `loopd.toml` and a goal step that
+/// runs `probe` first; commit.
+fn env_with(sandbox: &str, probe: Option<(&str, &str)>) -> TestEnv {
+    let env = TestEnv::new();
+    let mut cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
+    if let Some((file, script)) = probe {
+        std::fs::write(env.repo.join(file), script).expect("probe");
+        cfg = cfg.replacen(
+            "[[goal]]",
+            &format!("[[goal]]\nname = \"probe\"\nrun = \"python3 {file}\"\n\n[[goal]]"),
+            1,
+        );
+    }
+    std::fs::write(
+        env.repo.join("loopd.toml"),
+        format!("{cfg}\n[sandbox]\n{sandbox}\n"),
+    )
+    .expect("cfg");
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "sandbox settings for the test"]);
+    env
+}
+
+/// Tries every way out it knows and prints `NET <what> allowed|denied`.
+fn net_probe(port: u16) -> String {
+    format!(
+        r#"import os
+import socket
+import urllib.parse
+
+
+def attempt(name, action):
+    try:
+        action()
+        print("NET", name, "allowed")
+    except OSError as e:
+        print("NET", name, "denied", e.errno)
+
+
+base = os.environ.get("ANTHROPIC_BASE_URL")
+if base:
+    gateway = urllib.parse.urlparse(base).port
+    attempt("gateway", lambda: socket.create_connection(("127.0.0.1", gateway)).close())
+attempt("other", lambda: socket.create_connection(("127.0.0.1", {port})).close())
+attempt("other6", lambda: socket.create_connection(("::1", {port})).close())
+attempt("bind", lambda: socket.socket().bind(("127.0.0.1", 0)))
+attempt("udp", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("127.0.0.1", {port})))
+"#
+    )
+}
+
+/// The probe's verdicts (`other denied 13`, ...) wherever they are printed.
+fn probe_lines(out: &str) -> Vec<String> {
+    out.split("NET ")
+        .skip(1)
+        .map(|rest| {
+            // Each word up to the first character that is not part of it
+            // (the request body's JSON follows the last one).
+            let words: Vec<&str> = rest
+                .split_whitespace()
+                .take(3)
+                .map(|w| {
+                    w.split(|c: char| !c.is_ascii_alphanumeric())
+                        .next()
+                        .unwrap_or("")
+                })
+                .collect();
+            let n = if words.get(1) == Some(&"denied") {
+                3
+            } else {
+                2
+            };
+            words[..n.min(words.len())].join(" ")
+        })
+        .collect()
+}
+
+#[test]
+fn gateway_only_lets_the_sessions_reach_the_model_and_nothing_else() {
+    // A listener the sandboxed processes must not reach (v4 and v6, same port).
+    let outside = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("listener");
+    outside.set_nonblocking(true).expect("nonblocking");
+    let port = outside.local_addr().expect("addr").port();
+    let outside6 = std::net::TcpListener::bind(("::1", port)).ok();
+    let env = env_with(
+        "network = \"gateway-only\"",
+        Some(("netprobe.py", &net_probe(port))),
+    );
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![
+            turn(vec![bash("python3 netprobe.py")]),
+            turn(vec![write("rechnung.py", &clean_solution())]),
+            turn(vec![text("Done.")]),
+        ])],
+        vec![pass()],
+    ));
+    let r = env.run(
+        &model,
+        &["--max-attempts", "1", "--allowed-tools", FULL_BASH],
+    );
+    // The agent and the critic worked through the gateway: accepted.
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["sandbox"], "landlock");
+    let run_dir = std::path::PathBuf::from(s["run_dir"].as_str().expect("run dir"));
+    let goal_probe = std::fs::read_to_string(run_dir.join("baseline.txt")).expect("baseline");
+    let agent_probe = model.session(Role::Agent, 0)[1].body.to_string();
+    let agent_probe = agent_probe.replace("\\n", "\n");
+    for (who, out) in [
+        ("the agent's Bash", &agent_probe),
+        ("the goal test", &goal_probe),
+    ] {
+        let lines = probe_lines(out);
+        let mut expected = vec!["other denied 13", "bind denied 13", "udp denied 13"];
+        if outside6.is_some() {
+            expected.push("other6 denied 13");
+        }
+        if who == "the agent's Bash" {
+            // Sessions get the gateway's URL; goal steps do not.
+            expected.push("gateway allowed");
+        }
+        for line in &expected {
+            assert!(
+                lines.iter().any(|l| l == line),
+                "{who}: `{line}` in {lines:?}"
+            );
+        }
+        assert!(
+            lines
+                .iter()
+                .all(|l| !l.contains("allowed") || l == "gateway allowed"),
+            "{who}: {lines:?}"
+        );
+    }
+    assert!(
+        matches!(outside.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "nothing reached the outside listener"
+    );
+}
+
+#[test]
+fn gateway_only_on_a_kernel_without_the_network_rules_is_refused() {
+    let env = env_with("network = \"gateway-only\"", None);
+    for (abi, says) in [("3", "Landlock ABI 4"), ("0", "gateway-only")] {
+        let model = ScriptedModel::start(scenario(
+            vec![agent_writes(&clean_solution())],
+            vec![pass()],
+        ));
+        let mut cmd = env.loopd(Some(&model));
+        cmd.env("LOOPD_TEST_LANDLOCK_ABI", abi)
+            .args(["run", "--json", "--max-attempts", "1"]);
+        let r = finish(cmd.output().expect("run loopd"));
+        assert_eq!(r.code, 5, "ABI {abi}: {}", r.stderr);
+        assert!(r.stderr.contains(says), "ABI {abi}: {}", r.stderr);
+        assert_eq!(model.session_count(Role::Agent), 0, "no agent ran");
+    }
+}
+
+#[test]
+fn without_landlock_loopd_says_so_and_require_sandbox_refuses() {
+    let env = TestEnv::new();
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
+    let mut cmd = env.loopd(Some(&model));
+    cmd.env("LOOPD_TEST_LANDLOCK_ABI", "0").args([
+        "run",
+        "--json",
+        "--max-attempts",
+        "1",
+        "--require-sandbox",
+    ]);
+    let r = finish(cmd.output().expect("run loopd"));
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    assert!(r.stderr.contains("a sandbox is required"), "{}", r.stderr);
+    assert!(r.stderr.contains("--require-sandbox"), "{}", r.stderr);
+    assert_eq!(model.session_count(Role::Agent), 0, "no agent ran");
+    assert_eq!(
+        env.git(&["status", "--porcelain"]),
+        "",
+        "the tree is untouched"
+    );
+
+    // Without `--require-sandbox` the job runs, unconfined, and says so.
+    let mut cmd = env.loopd(Some(&model));
+    cmd.env("LOOPD_TEST_LANDLOCK_ABI", "0")
+        .args(["run", "--json", "--max-attempts", "1"]);
+    let r = finish(cmd.output().expect("run loopd"));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stderr.contains("NO SANDBOX"), "{}", r.stderr);
+    assert_eq!(r.summary()["sandbox"], "unsupported");
+}
