@@ -609,6 +609,52 @@ fn descends_from(pid: Pid, ancestor: i32) -> bool {
     false
 }
 
+/// Why `pid` is a process a loopd job started; `None` when it is not.
+///
+/// Asked by the daemon of whoever submits a job. Contained means: it
+/// descends from this loopd (a child subreaper, so a double fork still
+/// does), it carries a containment token, or one of its ancestors runs the
+/// same program as this loopd (a foreground `loopd run` or `loopd ci`).
+/// Fails closed: a process that cannot be inspected counts as contained.
+pub fn why_contained(pid: i32) -> Option<String> {
+    let Some(p) = Pid::new(pid) else {
+        return Some(format!("no such process {pid}"));
+    };
+    let me = std::process::id() as i32;
+    if descends_from(p, me) {
+        return Some(format!(
+            "process {pid} descends from this loopd (pid {me}), which ran it for a job"
+        ));
+    }
+    match mark(p) {
+        Some(Mark::Token(_)) => {
+            return Some(format!("process {pid} carries a loopd containment token"))
+        }
+        None => return Some(format!("process {pid} cannot be inspected")),
+        Some(Mark::NoToken | Mark::Unknown) => {}
+    }
+    let comm = |p: i32| std::fs::read_to_string(format!("/proc/{p}/comm")).ok();
+    let mine = comm(me)?;
+    let mut cur = p;
+    for _ in 0..64 {
+        let Some(st) = stat(cur) else {
+            return Some(format!("process {pid}'s ancestry cannot be inspected"));
+        };
+        // Reached init (or the top): no loopd above it.
+        let parent = Pid::new(st.ppid).filter(|_| st.ppid > 1)?;
+        if comm(parent.get()).as_deref() == Some(mine.as_str()) {
+            return Some(format!(
+                "process {pid} runs under {} (pid {parent})",
+                mine.trim()
+            ));
+        }
+        cur = parent;
+    }
+    Some(format!(
+        "process {pid}'s ancestry is deeper than loopd looks"
+    ))
+}
+
 /// Every process (thread-group leader) `/proc` lists.
 fn all_pids() -> impl Iterator<Item = Pid> {
     std::fs::read_dir("/proc")
@@ -881,6 +927,32 @@ mod tests {
             processes_with_token(&token).is_empty(),
             "survivors: {:?}",
             processes_with_token(&token)
+        );
+    }
+
+    #[test]
+    fn a_submitter_that_loopd_started_is_contained_and_its_parent_is_not() {
+        // A child of this process (as a job's process is of the daemon),
+        // with an empty environment: contained by descent alone.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .env_clear()
+            .spawn()
+            .expect("sleep");
+        let why = why_contained(child.id() as i32);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            why.as_deref()
+                .is_some_and(|w| w.contains("descends from this loopd")),
+            "{why:?}"
+        );
+        // Whoever started the tests did not descend from them.
+        let parent = std::os::unix::process::parent_id() as i32;
+        assert_eq!(why_contained(parent), None);
+        assert!(
+            why_contained(i32::MAX).is_some(),
+            "a gone process fails closed"
         );
     }
 

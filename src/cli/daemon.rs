@@ -67,7 +67,16 @@ pub fn daemon(args: DaemonArgs) -> Result<ExitStatus, CliError> {
         grace: Duration::from_secs(5),
     };
     let rt = crate::cli::runtime()?;
-    rt.block_on(daemon::serve(opts, rx))
-        .map_err(|e| CliError::new(ExitStatus::Environment, e))?;
+    rt.block_on(daemon::serve(opts, rx)).map_err(|e| {
+        let hint = match &e {
+            daemon::DaemonError::Intake(i) => Some(i.hint()),
+            _ => None,
+        };
+        let err = CliError::new(ExitStatus::Environment, e);
+        match hint {
+            Some(h) => err.hint(h),
+            None => err,
+        }
+    })?;
     Ok(ExitStatus::Success)
 }

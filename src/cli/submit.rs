@@ -9,6 +9,9 @@ use crate::workspace::Workspace;
 
 /// Queue a job for the daemon; works while the daemon is down.
 ///
+/// A running daemon takes the job over its socket and refuses it when it
+/// comes from a process one of loopd's jobs started (exit 5).
+///
 /// Example: `loopd submit -C ~/src/app --ref main --task "Make the tests pass"`
 ///
 /// The job runs in a worktree of its own on a branch `loopd/<job-id>` made
@@ -59,14 +62,15 @@ pub fn submit(args: SubmitArgs) -> Result<ExitStatus, CliError> {
         goal: job.goal.iter().map(|s| s.run.clone()).collect(),
         submitted_at: crate::util::now_rfc3339(),
     };
-    spool
-        .submit(&spec)
-        .map_err(|e| CliError::new(ExitStatus::Environment, e))?;
+    let delivered = crate::daemon::intake::submit(&spool, &spec).map_err(|e| {
+        let hint = e.hint();
+        CliError::new(ExitStatus::Environment, e).hint(hint)
+    })?;
     if args.json {
         crate::cli::out!("{}", serde_json::json!({"job_id": spec.job_id}));
     } else {
         crate::cli::out!("{}", spec.job_id);
     }
-    tracing::info!(job_id = %spec.job_id, commit = %spec.commit, "job queued");
+    tracing::info!(job_id = %spec.job_id, commit = %spec.commit, ?delivered, "job queued");
     Ok(ExitStatus::Success)
 }

@@ -1,8 +1,10 @@
 //! `loopd daemon`: a durable job queue, one worktree per job, under systemd.
 //!
 //! # Theory of operation
-//! Jobs arrive as files in `spool/incoming/` ([`spool`]); `loopd submit`
-//! writes them atomically whether or not the daemon runs. The daemon learns
+//! Jobs arrive as files in `spool/incoming/` ([`spool`]): `loopd submit`
+//! hands them to the running daemon over its socket, which checks who
+//! submits ([`intake`]: never a process one of its jobs started), or writes
+//! them atomically while no daemon runs. The daemon learns
 //! of new files through inotify (the callback only `try_send`s a wake-up; it
 //! never blocks), and at start it scans the spool for whatever arrived while
 //! it was down. An idle daemon has no timers: nothing wakes it but a file or
@@ -27,6 +29,7 @@
 //! grace period.
 
 pub mod approval;
+pub mod intake;
 pub mod spool;
 pub mod state;
 pub mod systemd;
@@ -70,6 +73,8 @@ pub struct Options {
 pub enum DaemonError {
     #[error(transparent)]
     Spool(#[from] spool::SpoolError),
+    #[error(transparent)]
+    Intake(#[from] intake::IntakeError),
     #[error("cannot watch `{}`: {message}", path.display())]
     Watch { path: PathBuf, message: String },
 }
@@ -85,6 +90,11 @@ pub async fn serve(
 ) -> Result<(), DaemonError> {
     let spool = Spool::new(&opts.state_dir);
     spool.ensure()?;
+    // The front door: from here on, a job file that does not come through
+    // it is refused.
+    let intake = intake::Intake::open(&spool)?;
+    let admitted = intake.admitted.clone();
+    let _intake = AbortOnDrop(tokio::spawn(intake.serve(spool.clone())));
     let ctx = Arc::new(worker::Context {
         state_dir: opts.state_dir.clone(),
         spool: spool.clone(),
@@ -130,7 +140,7 @@ pub async fn serve(
         if level == Shutdown::Run {
             handle_cancels(&spool, &opts.state_dir, &running);
             while running.len() < opts.jobs.max(1) {
-                let Some((file, spec)) = next_job(&spool, &mut resume) else {
+                let Some((file, spec)) = next_job(&spool, &admitted, &mut resume) else {
                     break;
                 };
                 let (stop_tx, stop_rx) = watch::channel(None);
@@ -247,8 +257,25 @@ pub fn repair(spool: &Spool, state_dir: &std::path::Path) {
     }
 }
 
-/// The next job to start: a resumable one first, then the oldest incoming.
-fn next_job(spool: &Spool, resume: &mut VecDeque<PathBuf>) -> Option<(PathBuf, spool::JobSpec)> {
+/// Stops a task when the daemon stops.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Why a job file that did not come through the intake is refused.
+const NOT_ADMITTED: &str = "written into spool/incoming/ while the daemon ran, not handed over by `loopd submit`: refused (a job's own code may not queue jobs); if you wrote it, queue it with `loopd submit`";
+
+/// The next job to start: a resumable one first, then the oldest incoming
+/// that came through the intake.
+fn next_job(
+    spool: &Spool,
+    admitted: &intake::Admitted,
+    resume: &mut VecDeque<PathBuf>,
+) -> Option<(PathBuf, spool::JobSpec)> {
     while let Some(file) = resume.pop_front() {
         match spool.read(&file) {
             Ok(spec) => return Some((file, spec)),
@@ -259,6 +286,14 @@ fn next_job(spool: &Spool, resume: &mut VecDeque<PathBuf>) -> Option<(PathBuf, s
         let claimed = spool
             .dir("running")
             .join(file.file_name().expect("a job file has a name"));
+        let id = file
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !admitted.contains(&id) {
+            spool.reject(&file, NOT_ADMITTED);
+            continue;
+        }
         // Check before claiming: a file we refuse is moved aside from where it is.
         if let Err(why) = spool.read(&file) {
             spool.reject(&file, &why);

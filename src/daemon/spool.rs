@@ -6,6 +6,7 @@
 //! <state>/spool/done/<id>.json       finished (any final state, cancelled included)
 //! <state>/spool/rejected/<name>      unreadable or refused, with <name>.error beside it
 //! <state>/spool/cancel/<id>          a request to cancel a running job
+//! <state>/spool/submit.sock           the running daemon's intake (see [`super::intake`])
 //! ```
 //!
 //! A job file names a repository, a pinned commit and the run flags — never
@@ -102,8 +103,13 @@ impl Spool {
 
     /// Write a job into `incoming/` atomically (temp file + rename).
     pub fn submit(&self, spec: &JobSpec) -> Result<PathBuf, SpoolError> {
-        let path = self.dir("incoming").join(format!("{}.json", spec.job_id));
-        let tmp = self.dir("incoming").join(format!(".{}.tmp", spec.job_id));
+        self.submit_to(spec, "incoming")
+    }
+
+    /// Write a job file into one of the spool's directories atomically.
+    pub fn submit_to(&self, spec: &JobSpec, dir: &str) -> Result<PathBuf, SpoolError> {
+        let path = self.dir(dir).join(format!("{}.json", spec.job_id));
+        let tmp = self.dir(dir).join(format!(".{}.tmp", spec.job_id));
         let text = serde_json::to_string_pretty(spec).expect("a job spec serializes");
         let write = || -> std::io::Result<()> {
             use std::io::Write;
@@ -163,11 +169,19 @@ impl Spool {
             tracing::error!(file = %from.display(), error = %e, "cannot move a rejected job file aside");
             return;
         }
+        self.explain(&to, why);
+        tracing::error!(file = %to.display(), why, "job file rejected");
+    }
+
+    /// Say why a file in `rejected/` is there: `<name>.error` beside it.
+    pub fn explain(&self, rejected: &Path, why: &str) {
+        let name = rejected.file_name().expect("a job file has a name");
         let err = self
             .dir("rejected")
             .join(format!("{}.error", name.to_string_lossy()));
-        let _ = std::fs::write(&err, format!("{why}\n"));
-        tracing::error!(file = %to.display(), why, "job file rejected");
+        if let Err(e) = std::fs::write(&err, format!("{why}\n")) {
+            tracing::error!(file = %err.display(), error = %e, "cannot say why a job file was rejected");
+        }
     }
 
     /// Read and check a job file: owned by us, in a private directory,

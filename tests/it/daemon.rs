@@ -370,3 +370,200 @@ fn status_of_queued_jobs_shows_their_goal_steps() {
         & 0o777;
     assert_eq!(mode, 0o700);
 }
+
+/// A script that tries to queue a job from inside a job: `loopd submit`
+/// as it is, then with a scrubbed environment from a double fork (`env -i
+/// setsid -f`), then — when it can — by writing a job file straight into
+/// the spool. Prints one `QUEUE <how> <exit> <stderr's last line>` each.
+fn queue_script(env: &TestEnv, job_file: &std::path::Path) -> String {
+    let loopd = env!("CARGO_BIN_EXE_loopd");
+    let state = env.state.display();
+    format!(
+        r#"import os
+import shutil
+import subprocess
+import time
+
+LOOPD = "{loopd}"
+STATE = "{state}"
+
+
+def last(text):
+    return " | ".join(x for x in text.strip().splitlines() if x.strip())
+
+
+e = dict(os.environ, LOOPD_STATE_DIR=STATE)
+r = subprocess.run([LOOPD, "submit", "--json"], env=e, capture_output=True, text=True)
+print("QUEUE plain", r.returncode, last(r.stderr))
+out = os.path.join(os.environ.get("TMPDIR", "/tmp"), "q2.txt")
+subprocess.run(
+    ["env", "-i", "PATH=" + os.environ["PATH"], "LOOPD_STATE_DIR=" + STATE,
+     "setsid", "-f", "sh", "-c", LOOPD + " submit --json >" + out + ".part 2>&1; echo $? >>" + out + ".part; mv " + out + ".part " + out]
+)
+for _ in range(400):
+    if os.path.exists(out):
+        break
+    time.sleep(0.05)
+text = "never finished\n?"
+if os.path.exists(out):
+    with open(out) as f:
+        text = f.read()
+    os.remove(out)
+lines = text.strip().splitlines()
+print("QUEUE orphan", lines[-1], last("\n".join(lines[:-1])))
+try:
+    shutil.copy("{job_file}", os.path.join(STATE, "spool", "incoming", "20990101-000000-f00d00.json"))
+    print("QUEUE file written")
+except OSError as err:
+    print("QUEUE file denied", err.errno)
+"#,
+        job_file = job_file.display(),
+    )
+}
+
+#[test]
+fn a_job_cannot_queue_another_job() {
+    // From the agent's Bash (through a script the hook cannot read) and
+    // from the goal test, with the sandbox on and with it off.
+    for sandbox in ["", "[sandbox]\nenabled = false\n"] {
+        let env = TestEnv::new();
+        // A well-formed job file for the direct write, made outside the job.
+        let job_file = env.tmp.path().join("f00d.json");
+        let mut spec: Value = serde_json::from_str(
+            &std::fs::read_to_string(
+                env.state
+                    .join("spool/incoming")
+                    .join(format!("{}.json", submit(&env, &[]))),
+            )
+            .expect("job file"),
+        )
+        .expect("json");
+        for f in std::fs::read_dir(env.state.join("spool/incoming")).expect("incoming") {
+            std::fs::remove_file(f.expect("entry").path()).expect("unqueue");
+        }
+        spec["job_id"] = "20990101-000000-f00d00".into();
+        spec["flags"]["max_attempts"] = 50.into();
+        std::fs::write(&job_file, spec.to_string()).expect("job file");
+        std::fs::write(env.repo.join("queue.py"), queue_script(&env, &job_file)).expect("script");
+        let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
+        std::fs::write(
+            env.repo.join("loopd.toml"),
+            format!(
+                "{}\n{sandbox}",
+                cfg.replacen(
+                    "[[goal]]",
+                    "[[goal]]\nname = \"queue\"\nrun = \"python3 queue.py\"\n\n[[goal]]",
+                    1,
+                )
+            ),
+        )
+        .expect("cfg");
+        env.git(&["add", "-A"]);
+        env.git(&["commit", "-qm", "a goal step that queues jobs"]);
+        let model = ScriptedModel::start(scenario(
+            vec![session(vec![
+                turn(vec![bash("python3 queue.py")]),
+                turn(vec![write("rechnung.py", &clean_solution())]),
+                turn(vec![text("Done.")]),
+            ])],
+            vec![pass()],
+        ));
+        let daemon = Daemon::start(&env, &model, 1);
+        let id = submit(&env, &["--allowed-tools", "Read,Edit,Write,Bash"]);
+        let s = final_state(&env, &id);
+        assert_eq!(s["state"], "accepted", "{sandbox}: {s}");
+        let baseline =
+            std::fs::read_to_string(env.state.join("runs").join(&id).join("baseline.txt"))
+                .expect("baseline");
+        let agent = model.session(Role::Agent, 0)[1]
+            .body
+            .to_string()
+            .replace("\\n", "\n");
+        for (who, out) in [("the goal test", &baseline), ("the agent's Bash", &agent)] {
+            for how in ["plain", "orphan"] {
+                let line = out
+                    .split(&format!("QUEUE {how} "))
+                    .nth(1)
+                    .unwrap_or_else(|| panic!("{sandbox}{who}: no `{how}` line in {out}"));
+                assert!(line.starts_with('5'), "{sandbox}{who} {how}: {line}");
+                assert!(
+                    line.contains("submitted from inside a loopd job"),
+                    "{sandbox}{who} {how}: {line}"
+                );
+            }
+            let wrote = out.contains("QUEUE file written");
+            assert_eq!(wrote, !sandbox.is_empty(), "{sandbox}{who}: {out}");
+        }
+        // Only the job we queued ever ran; what the job tried is kept,
+        // with the reason beside it.
+        assert_eq!(model.session_count(Role::Agent), 1);
+        let done: Vec<_> = std::fs::read_dir(env.state.join("spool/done"))
+            .expect("done")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(done, vec![std::ffi::OsString::from(format!("{id}.json"))]);
+        let rejected = env.state.join("spool/rejected");
+        let reasons: Vec<String> = std::fs::read_dir(&rejected)
+            .expect("rejected")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.extension().is_some_and(|x| x == "error"))
+            .map(|p| std::fs::read_to_string(p).expect("reason"))
+            .collect();
+        // Two tries each from the goal test at the baseline, the agent and
+        // the goal test after the attempt; the direct write once per goal
+        // run when unsandboxed (the same file name: kept once).
+        assert_eq!(
+            reasons
+                .iter()
+                .filter(|r| r.contains("inside a loopd job"))
+                .count(),
+            6,
+            "{sandbox}: {reasons:?}"
+        );
+        let direct = reasons
+            .iter()
+            .filter(|r| r.contains("not handed over by `loopd submit`"))
+            .count();
+        assert_eq!(
+            direct,
+            usize::from(!sandbox.is_empty()),
+            "{sandbox}: {reasons:?}"
+        );
+        daemon.signal(15);
+        assert_eq!(daemon.wait(Duration::from_secs(20)), 0);
+    }
+}
+
+#[test]
+fn a_second_daemon_on_the_same_state_dir_is_refused() {
+    let env = TestEnv::new();
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
+    let first = Daemon::start(&env, &model, 1);
+    // Once the first listens, it holds the spool.
+    let until = Instant::now() + Duration::from_secs(30);
+    while !env.state.join("spool/submit.sock").exists() {
+        assert!(Instant::now() < until, "the daemon never listened");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let r = finish(
+        env.loopd(Some(&model))
+            .args(["daemon", "--jobs", "1"])
+            .output()
+            .expect("second daemon"),
+    );
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("another loopd daemon already serves"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("hint:"), "{}", r.stderr);
+    // The first still takes jobs.
+    let id = submit(&env, &[]);
+    assert_eq!(final_state(&env, &id)["state"], "accepted");
+    first.signal(15);
+    assert_eq!(first.wait(Duration::from_secs(20)), 0);
+}
