@@ -149,8 +149,14 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
     let sb = &job.sandbox;
     out.push_str(&if sb.enabled {
         format!(
-            "sandbox:       Landlock for the agent, the critic and the goal steps{}{}\n",
+            "sandbox:       Landlock for the agent, the critic and the goal steps{}{}{}\n",
             if sb.require { " (required)" } else { "" },
+            match sb.network {
+                crate::sandbox::Network::Open => "",
+                crate::sandbox::Network::GatewayOnly => {
+                    "; network: TCP to loopd's gateway only"
+                }
+            },
             if sb.read_write.is_empty() {
                 String::new()
             } else {

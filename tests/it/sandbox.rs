@@ -199,3 +199,31 @@ fn without_landlock_loopd_says_so_and_require_sandbox_refuses() {
     assert!(r.stderr.contains("NO SANDBOX"), "{}", r.stderr);
     assert_eq!(r.summary()["sandbox"], "unsupported");
 }
+
+#[test]
+fn check_shows_the_network_policy_and_names_a_bad_value() {
+    let env = env_with("network = \"gateway-only\"", None);
+    let r = env.exec(&["check"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stdout.contains("network: TCP to loopd's gateway only"),
+        "{}",
+        r.stdout
+    );
+    for (sandbox, says) in [
+        ("network = \"closed\"", "`open` or `gateway-only`"),
+        (
+            "enabled = false\nnetwork = \"gateway-only\"",
+            "only the sandbox can confine the network",
+        ),
+    ] {
+        let env = env_with(sandbox, None);
+        let r = env.exec(&["check"]);
+        assert_eq!(r.code, 2, "{sandbox}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("sandbox.network") && r.stderr.contains(says),
+            "{sandbox}: {}",
+            r.stderr
+        );
+    }
+}
