@@ -220,6 +220,10 @@ pub enum Event {
     Parked {
         stash_commit: Option<String>,
         error: Option<String>,
+        /// Inside submodules (absent from journals written before loopd
+        /// parked them).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        submodules: Vec<crate::workspace::SubmoduleParked>,
     },
     /// The accepted change, committed on the job's branch (daemon) or on
     /// `loopd/autofix/<sha>` (`loopd ci`).
@@ -677,7 +681,8 @@ pub struct Replay {
     pub ending: Option<Ending>,
     /// Suspended and not resumed since.
     pub suspended: bool,
-    pub parked: Option<(Option<String>, Option<String>)>,
+    /// Where the breaker parked the work, once it did.
+    pub parked: Option<crate::breaker::Parked>,
     pub committed: Option<String>,
     /// The pinned `.git/` files, once pinned.
     pub git_dir_pin: Option<BTreeMap<String, Pinned>>,
@@ -945,7 +950,14 @@ impl Replay {
             Event::Parked {
                 stash_commit,
                 error,
-            } => self.parked = Some((stash_commit.clone(), error.clone())),
+                submodules,
+            } => {
+                self.parked = Some(crate::breaker::Parked {
+                    stash_commit: stash_commit.clone(),
+                    error: error.clone(),
+                    submodules: submodules.clone(),
+                })
+            }
             Event::Committed { commit } => self.committed = Some(commit.clone()),
             Event::Pushed { branch, commit, .. } => {
                 self.pushed = Some((branch.clone(), commit.clone()))
@@ -998,7 +1010,7 @@ impl Replay {
                 .clone()
                 .filter(|_| ending.reason == Reason::Escalated),
             totals: Totals::from_spend(&self.spend(), wall_ms.max(self.wall_ms)),
-            stash_commit: self.parked.as_ref().and_then(|p| p.0.clone()),
+            stash_commit: self.parked.as_ref().and_then(|p| p.stash_commit.clone()),
             failure_report,
             sandbox: self.sandbox,
             run_dir: run_dir.to_path_buf(),
@@ -1393,6 +1405,7 @@ mod tests {
             Event::Parked {
                 stash_commit: Some("s1".into()),
                 error: None,
+                submodules: vec![],
             },
             Event::Finalized {
                 state: Status::Stopped,
@@ -1527,6 +1540,12 @@ mod tests {
             Event::Parked {
                 stash_commit: Some("abc".into()),
                 error: None,
+                submodules: vec![crate::workspace::SubmoduleParked {
+                    path: "vendor".into(),
+                    stash_commit: Some("def".into()),
+                    moved_head: None,
+                    error: None,
+                }],
             },
             Event::Finalized {
                 state: Status::AwaitingApproval,
@@ -1599,5 +1618,19 @@ mod tests {
             assert_eq!(back, e, "{text}");
             assert!(text.contains(&format!("\"event\":\"{}\"", e.event.kind())));
         }
+    }
+
+    #[test]
+    fn a_parked_line_written_before_submodules_were_parked_still_reads() {
+        let line = r#"{"ts":"t","ms":1,"event":"parked","stash_commit":"abc","error":null}"#;
+        let (entries, _) = parse(&format!("{line}\n"));
+        assert_eq!(
+            entries.iter().map(|e| &e.event).collect::<Vec<_>>(),
+            [&Event::Parked {
+                stash_commit: Some("abc".into()),
+                error: None,
+                submodules: vec![],
+            }]
+        );
     }
 }

@@ -736,6 +736,49 @@ fn attack_21_weaken_a_test_inside_a_submodule() {
         "vendor (rule 1, gate protected_path): `vendor` is a submodule",
     );
     assert_eq!(model.session_count(Role::Critic), 0);
+    // Parked inside the submodule too (a git stash never looks there):
+    // both trees clean, the submodule's stash named and pinned, and
+    // applying it brings the weakened test back.
+    assert_eq!(
+        env.git(&["status", "--porcelain", "--ignored=no"]),
+        "",
+        "the work is parked, the tree clean"
+    );
+    let vendor = env.repo.join("vendor");
+    assert_eq!(env.git_in(&vendor, &["status", "--porcelain"]), "");
+    assert_eq!(
+        env.read_repo("vendor/tests/test_lib.py"),
+        "def test_lib():\n    assert 1 + 1 == 2\n"
+    );
+    let failure: Value = serde_json::from_str(
+        &std::fs::read_to_string(s["failure_report"].as_str().expect("report")).expect("read"),
+    )
+    .expect("failure.json");
+    assert_eq!(
+        failure["submodule_stashes"][0]["path"], "vendor",
+        "{failure}"
+    );
+    let stash = failure["submodule_stashes"][0]["stash_commit"]
+        .as_str()
+        .expect("the submodule's stash commit")
+        .to_owned();
+    let restore = failure["restore"].as_str().expect("restore");
+    assert!(
+        restore.contains(&format!("git -C {} stash apply {stash}", vendor.display())),
+        "{restore}"
+    );
+    let pin = format!("refs/loopd/stash/{}", s["job_id"].as_str().expect("job id"));
+    assert_eq!(
+        env.git_in(&vendor, &["rev-parse", &pin]),
+        format!("{stash}\n"),
+        "pinned in the submodule's own repository"
+    );
+    env.git_in(&vendor, &["stash", "apply", &stash]);
+    assert_eq!(
+        env.read_repo("vendor/tests/test_lib.py"),
+        "def test_lib():\n    assert True\n",
+        "the parked change comes back"
+    );
 
     // The same change with `[protect] allow_submodules = true` is judged
     // like any other, and accepted.
