@@ -113,6 +113,9 @@ pub enum Gate {
     GitDir,
     /// `.git/` against its pin, after the goal test ran the agent's code.
     GitDirAfterGoal,
+    /// Protected paths and skip markers again, on the tree the goal test
+    /// left: the goal ran the agent's code, which the hook never sees.
+    DiffAfterGoal,
     /// The pre-critic on the added lines of a green attempt, before the
     /// critic ([`crate::guard::precheck`]).
     Precheck,
@@ -542,6 +545,7 @@ pub struct Current {
     /// `.git/` against its pin, after the agent session / after the goal.
     pub git_dir_gate: Option<Vec<Finding>>,
     pub git_dir_after_goal: Option<Vec<Finding>>,
+    pub diff_after_goal: Option<Vec<Finding>>,
     pub goal: Option<GoalReport>,
     pub test_count_gate: Option<Vec<Finding>>,
     pub precheck_gate: Option<Vec<Finding>>,
@@ -559,6 +563,7 @@ impl Current {
             Gate::Precheck => self.precheck_gate.as_ref(),
             Gate::GitDir => self.git_dir_gate.as_ref(),
             Gate::GitDirAfterGoal => self.git_dir_after_goal.as_ref(),
+            Gate::DiffAfterGoal => self.diff_after_goal.as_ref(),
         }
     }
 
@@ -569,6 +574,7 @@ impl Current {
             &self.git_dir_gate,
             &self.diff_gate,
             &self.git_dir_after_goal,
+            &self.diff_after_goal,
             &self.test_count_gate,
             &self.precheck_gate,
         ];
@@ -909,6 +915,7 @@ impl Replay {
                             .git_dir_after_goal
                             .get_or_insert_with(Vec::new)
                             .extend(findings.iter().cloned()),
+                        Gate::DiffAfterGoal => c.diff_after_goal = Some(findings.clone()),
                         Gate::Precheck => c.precheck_gate = Some(findings.clone()),
                     }
                 }

@@ -250,6 +250,7 @@ fn gate_name(gate: Gate) -> &'static str {
         Gate::Precheck => "pre-critic",
         Gate::GitDir => ".git/ check",
         Gate::GitDirAfterGoal => ".git/ check after the goal test",
+        Gate::DiffAfterGoal => "diff gate after the goal test",
     }
 }
 
