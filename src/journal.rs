@@ -113,6 +113,9 @@ pub enum Gate {
     GitDir,
     /// `.git/` against its pin, after the goal test ran the agent's code.
     GitDirAfterGoal,
+    /// Protected paths and skip markers again, on the tree the goal test
+    /// left: the goal ran the agent's code, which the hook never sees.
+    DiffAfterGoal,
     /// The pre-critic on the added lines of a green attempt, before the
     /// critic ([`crate::guard::precheck`]).
     Precheck,
@@ -220,6 +223,10 @@ pub enum Event {
     Parked {
         stash_commit: Option<String>,
         error: Option<String>,
+        /// Inside submodules (absent from journals written before loopd
+        /// parked them).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        submodules: Vec<crate::workspace::SubmoduleParked>,
     },
     /// The accepted change, committed on the job's branch (daemon) or on
     /// `loopd/autofix/<sha>` (`loopd ci`).
@@ -538,6 +545,7 @@ pub struct Current {
     /// `.git/` against its pin, after the agent session / after the goal.
     pub git_dir_gate: Option<Vec<Finding>>,
     pub git_dir_after_goal: Option<Vec<Finding>>,
+    pub diff_after_goal: Option<Vec<Finding>>,
     pub goal: Option<GoalReport>,
     pub test_count_gate: Option<Vec<Finding>>,
     pub precheck_gate: Option<Vec<Finding>>,
@@ -555,6 +563,7 @@ impl Current {
             Gate::Precheck => self.precheck_gate.as_ref(),
             Gate::GitDir => self.git_dir_gate.as_ref(),
             Gate::GitDirAfterGoal => self.git_dir_after_goal.as_ref(),
+            Gate::DiffAfterGoal => self.diff_after_goal.as_ref(),
         }
     }
 
@@ -565,6 +574,7 @@ impl Current {
             &self.git_dir_gate,
             &self.diff_gate,
             &self.git_dir_after_goal,
+            &self.diff_after_goal,
             &self.test_count_gate,
             &self.precheck_gate,
         ];
@@ -677,7 +687,8 @@ pub struct Replay {
     pub ending: Option<Ending>,
     /// Suspended and not resumed since.
     pub suspended: bool,
-    pub parked: Option<(Option<String>, Option<String>)>,
+    /// Where the breaker parked the work, once it did.
+    pub parked: Option<crate::breaker::Parked>,
     pub committed: Option<String>,
     /// The pinned `.git/` files, once pinned.
     pub git_dir_pin: Option<BTreeMap<String, Pinned>>,
@@ -904,6 +915,7 @@ impl Replay {
                             .git_dir_after_goal
                             .get_or_insert_with(Vec::new)
                             .extend(findings.iter().cloned()),
+                        Gate::DiffAfterGoal => c.diff_after_goal = Some(findings.clone()),
                         Gate::Precheck => c.precheck_gate = Some(findings.clone()),
                     }
                 }
@@ -945,7 +957,14 @@ impl Replay {
             Event::Parked {
                 stash_commit,
                 error,
-            } => self.parked = Some((stash_commit.clone(), error.clone())),
+                submodules,
+            } => {
+                self.parked = Some(crate::breaker::Parked {
+                    stash_commit: stash_commit.clone(),
+                    error: error.clone(),
+                    submodules: submodules.clone(),
+                })
+            }
             Event::Committed { commit } => self.committed = Some(commit.clone()),
             Event::Pushed { branch, commit, .. } => {
                 self.pushed = Some((branch.clone(), commit.clone()))
@@ -998,7 +1017,7 @@ impl Replay {
                 .clone()
                 .filter(|_| ending.reason == Reason::Escalated),
             totals: Totals::from_spend(&self.spend(), wall_ms.max(self.wall_ms)),
-            stash_commit: self.parked.as_ref().and_then(|p| p.0.clone()),
+            stash_commit: self.parked.as_ref().and_then(|p| p.stash_commit.clone()),
             failure_report,
             sandbox: self.sandbox,
             run_dir: run_dir.to_path_buf(),
@@ -1393,6 +1412,7 @@ mod tests {
             Event::Parked {
                 stash_commit: Some("s1".into()),
                 error: None,
+                submodules: vec![],
             },
             Event::Finalized {
                 state: Status::Stopped,
@@ -1527,6 +1547,12 @@ mod tests {
             Event::Parked {
                 stash_commit: Some("abc".into()),
                 error: None,
+                submodules: vec![crate::workspace::SubmoduleParked {
+                    path: "vendor".into(),
+                    stash_commit: Some("def".into()),
+                    moved_head: None,
+                    error: None,
+                }],
             },
             Event::Finalized {
                 state: Status::AwaitingApproval,
@@ -1599,5 +1625,19 @@ mod tests {
             assert_eq!(back, e, "{text}");
             assert!(text.contains(&format!("\"event\":\"{}\"", e.event.kind())));
         }
+    }
+
+    #[test]
+    fn a_parked_line_written_before_submodules_were_parked_still_reads() {
+        let line = r#"{"ts":"t","ms":1,"event":"parked","stash_commit":"abc","error":null}"#;
+        let (entries, _) = parse(&format!("{line}\n"));
+        assert_eq!(
+            entries.iter().map(|e| &e.event).collect::<Vec<_>>(),
+            [&Event::Parked {
+                stash_commit: Some("abc".into()),
+                error: None,
+                submodules: vec![],
+            }]
+        );
     }
 }

@@ -143,13 +143,36 @@ impl Progress {
             }
             Event::Suspended => "job suspended; it resumes from its journal".to_owned(),
             Event::Parked {
-                stash_commit: Some(c),
-                ..
-            } => format!("work parked: `git stash apply {c}` brings it back"),
-            Event::Parked {
-                stash_commit: None,
-                error: Some(e),
-            } => format!("parking the work FAILED: {e}"),
+                stash_commit,
+                error,
+                submodules,
+            } => {
+                let mut parts = Vec::new();
+                match (stash_commit, error) {
+                    (Some(c), _) => {
+                        parts.push(format!("work parked: `git stash apply {c}` brings it back"))
+                    }
+                    (None, Some(e)) => parts.push(format!("parking the work FAILED: {e}")),
+                    (None, None) => {}
+                }
+                for sub in submodules {
+                    match (&sub.stash_commit, &sub.error) {
+                        (_, Some(e)) => parts.push(format!(
+                            "parking the work inside `{}` FAILED: {e}",
+                            sub.path
+                        )),
+                        (Some(c), None) => parts.push(format!(
+                            "work inside `{0}` parked: `git -C {0} stash apply {c}` brings it back",
+                            sub.path
+                        )),
+                        (None, None) => {}
+                    }
+                }
+                if parts.is_empty() {
+                    return None;
+                }
+                parts.join("; ")
+            }
             Event::Committed { commit } => format!("committed {commit}"),
             Event::Pushed { branch, commit, .. } => format!("pushed {commit} to {branch}"),
             Event::PullRequest { url, opened_now, .. } => {
@@ -194,7 +217,6 @@ impl Progress {
             | Event::CredentialsHeld { .. }
             | Event::CredentialsReleased { .. }
             | Event::GitDirPinned { .. }
-            | Event::Parked { .. }
             | Event::LessonAudited { .. }
             | Event::LessonsLearned { .. } => return None,
         };
@@ -228,6 +250,7 @@ fn gate_name(gate: Gate) -> &'static str {
         Gate::Precheck => "pre-critic",
         Gate::GitDir => ".git/ check",
         Gate::GitDirAfterGoal => ".git/ check after the goal test",
+        Gate::DiffAfterGoal => "diff gate after the goal test",
     }
 }
 

@@ -135,7 +135,10 @@ pub struct FailureReport {
     pub repo: PathBuf,
     pub base_ref: String,
     pub stash_commit: Option<String>,
-    /// The one command that gets the work back.
+    /// The submodules' own stashes (a git stash never looks inside one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub submodule_stashes: Vec<crate::workspace::SubmoduleParked>,
+    /// The one command that gets the work back (every stash applied).
     pub restore: String,
     pub totals: Totals,
     pub attempts: usize,
@@ -180,6 +183,12 @@ pub fn work_back(
                 crate::util::shell_quote(&summary.repo.to_string_lossy())
             ),
         },
+        // Only inside submodules: parked all the same.
+        (None, Some(f)) if f.submodule_stashes.iter().any(|s| s.stash_commit.is_some()) => {
+            WorkBack::Parked {
+                restore: f.restore.clone(),
+            }
+        }
         (None, Some(f)) => WorkBack::NotParked {
             restore: f.restore.clone(),
         },

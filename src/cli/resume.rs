@@ -194,7 +194,7 @@ pub fn resume(args: ResumeArgs, progress: bool) -> Result<ExitStatus, CliError> 
         max_attempts: args.max_attempts.map(|_| job.max_attempts),
         timeout: args.timeout.clone(),
         note: args.note.clone().filter(|n| !n.trim().is_empty()),
-        restore: replay.parked.as_ref().and_then(|p| p.0.clone()),
+        restore: replay.parked.as_ref().and_then(|p| p.stash_commit.clone()),
     };
     let env_err = |e: journal::JournalError| CliError::new(ExitStatus::Environment, e);
 

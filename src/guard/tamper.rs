@@ -413,17 +413,7 @@ impl Finding {
 /// longest prefix that exists resolved through its symlinks (the rest
 /// appended as written).
 fn resolve(abs: &Path, cwd: &Path) -> PathBuf {
-    let mut path = abs.to_path_buf();
-    for link in ["/proc/self/cwd", "/proc/thread-self/cwd"] {
-        if let Ok(rest) = abs.strip_prefix(link) {
-            path = cwd.join(rest);
-        }
-    }
-    for link in ["/proc/self/root", "/proc/thread-self/root"] {
-        if let Ok(rest) = abs.strip_prefix(link) {
-            path = Path::new("/").join(rest);
-        }
-    }
+    let path = without_proc_self(abs, cwd);
     let mut existing = path.as_path();
     let mut rest = Vec::new();
     loop {
@@ -442,6 +432,22 @@ fn resolve(abs: &Path, cwd: &Path) -> PathBuf {
             _ => return normalize(&path),
         }
     }
+}
+
+/// `abs` with the `/proc` links to the writer's own cwd and root replaced
+/// (`cwd`: the session's; the hook's own would be wrong).
+fn without_proc_self(abs: &Path, cwd: &Path) -> PathBuf {
+    for link in ["/proc/self/cwd", "/proc/thread-self/cwd"] {
+        if let Ok(rest) = abs.strip_prefix(link) {
+            return cwd.join(rest);
+        }
+    }
+    for link in ["/proc/self/root", "/proc/thread-self/root"] {
+        if let Ok(rest) = abs.strip_prefix(link) {
+            return Path::new("/").join(rest);
+        }
+    }
+    abs.to_path_buf()
 }
 
 /// Normalize a path lexically (no filesystem access): drop `.`, fold `..`.
@@ -506,6 +512,33 @@ impl Compiled<'_> {
         });
         self.protected_abs(&abs).or_else(|| {
             let real = resolve(&abs, cwd);
+            (real != abs).then(|| self.protected_abs(&real)).flatten()
+        })
+    }
+
+    /// [`Compiled::protected_path`] for an operand that a command removes
+    /// itself (`rm` without `-r`, `unlink`): when its last component is a
+    /// symlink, the link is what goes, so only the directory it is in is
+    /// resolved (`ln -s tests tdir`, then `rm tdir`, removes the link, not
+    /// the tests). A trailing `/` or `/.` makes the kernel follow the link:
+    /// then it is resolved whole, like any other path.
+    fn protected_removal(&self, raw: &str, cwd: &Path) -> Option<(String, String)> {
+        let last = raw.rsplit('/').next().unwrap_or_default();
+        let p = Path::new(raw);
+        let abs = normalize(&if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            cwd.join(p)
+        });
+        let link = without_proc_self(&abs, cwd);
+        let is_link = !matches!(last, "" | "." | "..")
+            && std::fs::symlink_metadata(&link).is_ok_and(|m| m.file_type().is_symlink());
+        if !is_link {
+            return self.protected_path(raw, cwd);
+        }
+        self.protected_abs(&abs).or_else(|| {
+            let (dir, name) = (link.parent()?, link.file_name()?);
+            let real = resolve(dir, cwd).join(name);
             (real != abs).then(|| self.protected_abs(&real)).flatten()
         })
     }
@@ -617,6 +650,16 @@ impl Compiled<'_> {
                 || (program == "perl"
                     && args.iter().any(|a| a.starts_with("-") && a.contains('i')));
             if mutating {
+                // These remove the operand itself, never what a symlink
+                // there points to (`rm -r dir/` follows one: resolved).
+                let removes_itself = program == "unlink"
+                    || (program == "rm"
+                        && !args.iter().any(|a| {
+                            a == "--recursive"
+                                || (a.starts_with('-')
+                                    && !a.starts_with("--")
+                                    && a.contains(['r', 'R']))
+                        }));
                 let operands: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
                 // These read their sources and write only the last operand.
                 let targets = if matches!(program, "cp" | "install" | "rsync" | "ln") {
@@ -628,6 +671,8 @@ impl Compiled<'_> {
                     let a = a.strip_prefix("of=").unwrap_or(a);
                     let hit = if a.contains(['*', '?', '[']) {
                         self.protected_glob(a, cwd)
+                    } else if removes_itself {
+                        self.protected_removal(a, cwd)
                     } else {
                         self.protected_path(a, cwd)
                     };
@@ -1266,6 +1311,44 @@ mod tests {
         assert!(write("tdir_new/x.py").is_none());
         assert!(write("/proc/self/cwd/rechnung.py").is_none());
         assert!(shell("ln -s tests tdir2").is_none());
+    }
+
+    #[test]
+    fn removing_ones_own_symlink_removes_the_link_not_what_it_points_to() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let root = tmp.path().canonicalize().expect("canonical");
+        std::fs::create_dir_all(root.join("tests")).expect("tests");
+        std::fs::write(root.join("tests/test_rechnung.py"), "def test(): pass\n").expect("test");
+        std::os::unix::fs::symlink("tests", root.join("tdir")).expect("symlink");
+        std::os::unix::fs::symlink("tests/test_rechnung.py", root.join("alias.py"))
+            .expect("symlink");
+        let mut pol = policy();
+        pol.repo = root.clone();
+        pol.git_dirs = vec![root.join(".git")];
+        let p = pol.compile().expect("compile");
+        let shell = |cmd: &str| p.check_tool("Bash", &json!({ "command": cmd }), &root);
+        for (cmd, denied) in [
+            // The operand is the link itself: it goes, the tests stay.
+            ("rm tdir", false),
+            ("unlink tdir", false),
+            ("rm -f tdir", false),
+            ("rm -f -- alias.py", false),
+            ("rm /proc/self/cwd/tdir", false),
+            // Through the link, or with a `/` that makes the kernel follow
+            // it, or recursively: the tests.
+            ("rm tdir/test_rechnung.py", true),
+            ("unlink tdir/test_rechnung.py", true),
+            ("rm -rf tdir/", true),
+            ("rm tdir/", true),
+            ("rm -r tdir", true),
+            ("unlink tests/test_rechnung.py", true),
+            ("rm tests", true),
+            // Not a removal: writes through the link.
+            ("truncate -s 0 alias.py", true),
+        ] {
+            let got = shell(cmd);
+            assert_eq!(got.is_some(), denied, "{cmd}: {got:?}");
+        }
     }
 
     #[test]

@@ -158,16 +158,14 @@ impl Run<'_> {
 
     /// Park the work once; the journal says whether it was, and where.
     fn park(&mut self, ending: &Ending) -> Parked {
-        if let Some((stash_commit, error)) = self.journal.state().parked.clone() {
-            return Parked {
-                stash_commit,
-                error,
-            };
+        if let Some(parked) = self.journal.state().parked.clone() {
+            return parked;
         }
         let parked = breaker::park(&mut self.ws, &self.id, ending.reason);
         if let Err(e) = self.journal.append(Event::Parked {
             stash_commit: parked.stash_commit.clone(),
             error: parked.error.clone(),
+            submodules: parked.submodules.clone(),
         }) {
             tracing::error!(error = %e, stash_commit = parked.stash_commit.as_deref().unwrap_or("none"), "cannot journal where the work is parked");
         }

@@ -1,10 +1,11 @@
 //! Everything after the agent session, in order: `.git/` against its pin
 //! (then put back) → the diff and the progress guard → the interdiff with
 //! the previous attempt and the scope check → the hook's denials → the diff
-//! gate (protected paths, skip markers) → the goal test → `.git/` again (the
-//! goal ran the agent's code) → the test-count gate → the pre-critic → judge
-//! integrity → the critic → the decision. Each step's result is journaled; on a resume a step
-//! whose result the journal holds is not run again.
+//! gate (protected paths, skip markers) → the goal test → `.git/` and the
+//! diff gate again (the goal ran the agent's code) → the test-count gate →
+//! the pre-critic → judge integrity → the critic → the decision. Each
+//! step's result is journaled; on a resume a step whose result the journal
+//! holds is not run again.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -168,6 +169,25 @@ impl Run<'_> {
         let after_goal = current.git_dir_after_goal.clone().unwrap_or_default();
         if !after_goal.is_empty() {
             return Ok(self.reject_by_gates(n, after_goal, current.denied));
+        }
+        // The goal ran the agent's code, which the hook never sees (a new
+        // `conftest.py` runs before pytest collects the tests): the diff
+        // gate again, on the tree the goal left.
+        let after_goal = self.gate(n, Gate::DiffAfterGoal, |run| {
+            let diff = run.take_diff(&dir.join("diff-after-goal.patch"))?;
+            let mut findings = run
+                .env
+                .policy
+                .compile()
+                .map_err(JobError::Policy)?
+                .diff_findings(&diff, run.job.rubric.tests_rule());
+            for f in &mut findings {
+                f.problem = format!("{}, while the goal test ran this attempt's code", f.problem);
+            }
+            Ok(findings)
+        })?;
+        if let Some(rejected) = after_goal {
+            return Ok(rejected);
         }
         if let Some(e) = self.signalled() {
             return stop(e);

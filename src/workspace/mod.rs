@@ -945,37 +945,166 @@ impl Workspace {
     /// in a stash with `message`, and pin the stash commit under
     /// `refs/loopd/stash/<job_id>` so that dropping or clearing stashes, or
     /// garbage collection, cannot lose it. Returns `None` when there was
-    /// nothing to park. Afterwards the working tree is clean.
+    /// nothing to park. Afterwards the working tree is clean, but for its
+    /// submodules: a git stash never looks inside one (nor at a moved
+    /// submodule commit), so [`Workspace::park_submodules`] parks those.
     pub fn park(&mut self, job_id: &str, message: &str) -> Result<Option<Oid>, WorkspaceError> {
-        if self.dirty_paths()?.is_empty() {
-            // Parked already by a run killed before it could record where:
-            // the pinning ref says.
-            return Ok(self.repo.refname_to_id(&keep_ref(job_id)).ok());
-        }
-        let sig = self
-            .repo
-            .signature()
-            .or_else(|_| git2::Signature::now("loopd", "loopd@localhost"))
-            .map_err(self.git("make a signature"))?;
         let root = self.root.clone();
-        let stash = self
-            .repo
-            .stash_save2(
-                &sig,
-                Some(message),
-                Some(git2::StashFlags::INCLUDE_UNTRACKED),
-            )
-            .map_err(|source| WorkspaceError::Git {
-                operation: "stash push --include-untracked",
-                path: root,
-                source,
-            })?;
-        self.repo
-            .reference(&keep_ref(job_id), stash, true, message)
-            .map_err(self.git("pin the stash commit"))?;
-        crate::util::crash_point("park:stashed");
-        Ok(Some(stash))
+        let stash = park_in(&mut self.repo, &root, job_id, message)?;
+        if stash.is_some() {
+            crate::util::crash_point("park:stashed");
+        }
+        Ok(stash)
     }
+
+    /// Park what the agent left inside each checked-out submodule (nested
+    /// ones too), in a stash in the submodule's own repository pinned there
+    /// by `refs/loopd/stash/<job_id>`. A submodule whose commit the agent
+    /// moved is left checked out where it is (nothing here resets) and its
+    /// HEAD is pinned by `refs/loopd/head/<job_id>`, so that a later
+    /// `git submodule update` and gc cannot lose the agent's commits. A
+    /// submodule that cannot be parked is left as it is, its entry says why.
+    /// Idempotent, like [`Workspace::park`]: a clean submodule answers with
+    /// the refs an earlier run left.
+    pub fn park_submodules(
+        &self,
+        job_id: &str,
+        message: &str,
+    ) -> Result<Vec<SubmoduleParked>, WorkspaceError> {
+        let mut out = Vec::new();
+        park_submodules_of(&self.repo, &self.root, "", job_id, message, &mut out)
+            .map_err(self.git("list the submodules"))?;
+        Ok(out)
+    }
+}
+
+/// A submodule's share of the parked work (`failure.json`, the journal).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SubmoduleParked {
+    /// Where it is checked out, relative to the repository's root
+    /// (`vendor`, or `vendor/inner` for a nested one); `*` when the
+    /// submodules could not even be listed.
+    pub path: String,
+    /// The stash commit in the submodule's own repository, pinned there by
+    /// `refs/loopd/stash/<job-id>` (`None`: nothing to park inside it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stash_commit: Option<String>,
+    /// The submodule's HEAD, when the agent moved it off the commit the
+    /// repository records: left checked out, pinned by
+    /// `refs/loopd/head/<job-id>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved_head: Option<String>,
+    /// Why it could not be parked: its changes are still in its tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Whether `repo` holds anything a git stash would take: changed or
+/// untracked files, submodules left out, exactly as libgit2's stash sees
+/// them (asked to stash nothing, it fails).
+fn has_stashable_changes(repo: &Repository) -> Result<bool, git2::Error> {
+    let mut opts = StatusOptions::new();
+    opts.include_untracked(true)
+        .recurse_untracked_dirs(true)
+        .include_ignored(false)
+        .exclude_submodules(true);
+    Ok(!repo.statuses(Some(&mut opts))?.is_empty())
+}
+
+/// [`Workspace::park`] for any repository: the superproject or a submodule.
+fn park_in(
+    repo: &mut Repository,
+    root: &Path,
+    job_id: &str,
+    message: &str,
+) -> Result<Option<Oid>, WorkspaceError> {
+    let git = |operation: &'static str| {
+        move |source| WorkspaceError::Git {
+            operation,
+            path: root.to_path_buf(),
+            source,
+        }
+    };
+    if !has_stashable_changes(repo).map_err(git("status"))? {
+        // Parked already by a run killed before it could record where:
+        // the pinning ref says.
+        return Ok(repo.refname_to_id(&keep_ref(job_id)).ok());
+    }
+    let sig = repo
+        .signature()
+        .or_else(|_| git2::Signature::now("loopd", "loopd@localhost"))
+        .map_err(git("make a signature"))?;
+    let stash = repo
+        .stash_save2(
+            &sig,
+            Some(message),
+            Some(git2::StashFlags::INCLUDE_UNTRACKED),
+        )
+        .map_err(git("stash push --include-untracked"))?;
+    repo.reference(&keep_ref(job_id), stash, true, message)
+        .map_err(git("pin the stash commit"))?;
+    Ok(Some(stash))
+}
+
+/// Park the submodules of `repo` (checked out at `root`, which is `prefix`
+/// in the superproject), then theirs. Only listing them can fail here.
+fn park_submodules_of(
+    repo: &Repository,
+    root: &Path,
+    prefix: &str,
+    job_id: &str,
+    message: &str,
+    out: &mut Vec<SubmoduleParked>,
+) -> Result<(), git2::Error> {
+    for sm in repo.submodules()? {
+        let rel = sm.path().to_string_lossy().into_owned();
+        let path = if prefix.is_empty() {
+            rel
+        } else {
+            format!("{prefix}/{rel}")
+        };
+        // Not checked out (never initialised, or removed): nothing of the
+        // agent's can be inside.
+        let Ok(mut sub) = sm.open() else { continue };
+        let sub_root = root.join(sm.path());
+        let mut entry = SubmoduleParked {
+            path: path.clone(),
+            ..SubmoduleParked::default()
+        };
+        match park_in(&mut sub, &sub_root, job_id, message) {
+            Ok(stash) => {
+                if stash.is_some() {
+                    crate::util::crash_point("park:submodule-stashed");
+                }
+                entry.stash_commit = stash.map(|s| s.to_string());
+            }
+            Err(e) => entry.error = Some(e.to_string()),
+        }
+        let head = sub.head().ok().and_then(|h| h.target());
+        if let Some(head) = head.filter(|h| sm.head_id().is_some_and(|r| r != *h)) {
+            match sub.reference(&head_ref(job_id), head, true, message) {
+                Ok(_) => entry.moved_head = Some(head.to_string()),
+                Err(e) => {
+                    let pin = format!("cannot pin its moved HEAD {head}: {e}");
+                    entry.error = Some(match entry.error.take() {
+                        Some(first) => format!("{first}; {pin}"),
+                        None => pin,
+                    });
+                }
+            }
+        }
+        if entry.stash_commit.is_some() || entry.moved_head.is_some() || entry.error.is_some() {
+            out.push(entry);
+        }
+        if let Err(e) = park_submodules_of(&sub, &sub_root, &path, job_id, message, out) {
+            out.push(SubmoduleParked {
+                path,
+                error: Some(format!("cannot list its submodules: {e}")),
+                ..SubmoduleParked::default()
+            });
+        }
+    }
+    Ok(())
 }
 
 impl Workspace {
@@ -1072,6 +1201,11 @@ impl Workspace {
 /// The ref that keeps a parked job's stash commit alive.
 pub fn keep_ref(job_id: &str) -> String {
     format!("refs/loopd/stash/{job_id}")
+}
+
+/// The ref that keeps a submodule commit the agent moved to alive.
+pub fn head_ref(job_id: &str) -> String {
+    format!("refs/loopd/head/{job_id}")
 }
 
 #[cfg(test)]
@@ -1229,6 +1363,126 @@ mod tests {
         );
         ws.unpark(stash).expect("unpark");
         assert!(!tmp.path().join("app.py").exists());
+    }
+
+    /// Git on the command line (`submodule add` has no git2 counterpart),
+    /// kept from the user's config.
+    fn git_cli(dir: &Path, args: &[&str]) {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+            .output()
+            .expect("run git");
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    #[test]
+    fn parking_reaches_inside_submodules_and_pins_each_stash() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let lib = tmp.path().join("lib");
+        std::fs::create_dir_all(lib.join("tests")).expect("lib");
+        std::fs::write(lib.join("tests/test_lib.py"), "assert 1 + 1 == 2\n").expect("write");
+        git_cli(&lib, &["init", "-q", "-b", "main"]);
+        git_cli(&lib, &["add", "-A"]);
+        git_cli(&lib, &["commit", "-qm", "lib"]);
+        let sup = tmp.path().join("sup");
+        std::fs::create_dir_all(&sup).expect("sup");
+        std::fs::write(sup.join("app.py"), "x = 1\n").expect("write");
+        git_cli(&sup, &["init", "-q", "-b", "main"]);
+        let lib = lib.to_string_lossy().into_owned();
+        git_cli(
+            &sup,
+            &[
+                "-c",
+                "protocol.file.allow=always",
+                "submodule",
+                "add",
+                "-q",
+                &lib,
+                "vendor",
+            ],
+        );
+        git_cli(&sup, &["add", "-A"]);
+        git_cli(&sup, &["commit", "-qm", "base"]);
+        let vendor = sup.join("vendor");
+        std::fs::write(sup.join("app.py"), "x = 2\n").expect("write");
+        std::fs::write(vendor.join("tests/test_lib.py"), "assert True\n").expect("weaken");
+        std::fs::write(vendor.join("notes.txt"), "untracked\n").expect("untracked");
+
+        let mut ws = Workspace::open(&sup).expect("open");
+        ws.park("j1", "loopd j1: protected_path")
+            .expect("park")
+            .expect("parked");
+        assert_eq!(
+            ws.dirty_paths().expect("status"),
+            ["vendor"],
+            "a git stash never looks inside a submodule"
+        );
+        let subs = ws
+            .park_submodules("j1", "loopd j1: protected_path")
+            .expect("park the submodules");
+        assert_eq!(subs.len(), 1, "{subs:?}");
+        let stash = subs[0].stash_commit.clone().expect("parked inside");
+        assert_eq!(
+            (subs[0].path.as_str(), &subs[0].moved_head, &subs[0].error),
+            ("vendor", &None, &None)
+        );
+        assert!(ws.dirty_paths().expect("status").is_empty(), "all clean");
+        let inner = Repository::open(&vendor).expect("the submodule's repository");
+        assert_eq!(
+            inner
+                .refname_to_id(&keep_ref("j1"))
+                .expect("pinned")
+                .to_string(),
+            stash,
+            "pinned in the submodule's own repository"
+        );
+        assert_eq!(
+            ws.park_submodules("j1", "loopd j1: protected_path")
+                .expect("again"),
+            subs,
+            "a resumed run finds the stash it made"
+        );
+        git_cli(&vendor, &["stash", "apply", &stash]);
+        assert_eq!(
+            std::fs::read_to_string(vendor.join("tests/test_lib.py")).expect("read"),
+            "assert True\n"
+        );
+        assert!(vendor.join("notes.txt").is_file(), "untracked, parked too");
+
+        // A commit the agent made inside: no stash of the superproject
+        // records a moved submodule; it stays checked out, pinned.
+        git_cli(&vendor, &["add", "-A"]);
+        git_cli(&vendor, &["commit", "-qm", "the agent's commit"]);
+        let head = inner.head().expect("head").target().expect("oid");
+        assert_eq!(ws.park("j2", "loopd j2: budget_usd").expect("park"), None);
+        let subs = ws
+            .park_submodules("j2", "loopd j2: budget_usd")
+            .expect("park the submodules");
+        assert_eq!(
+            subs,
+            [SubmoduleParked {
+                path: "vendor".into(),
+                moved_head: Some(head.to_string()),
+                ..SubmoduleParked::default()
+            }]
+        );
+        assert_eq!(inner.refname_to_id(&head_ref("j2")).expect("pinned"), head);
+        assert_eq!(
+            inner.head().expect("head").target(),
+            Some(head),
+            "left where the agent moved it"
+        );
     }
 
     #[test]

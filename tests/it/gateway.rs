@@ -9,26 +9,6 @@ use serde_json::Value;
 use crate::support::model::{Role, ScriptedModel, Turn, Usage};
 use crate::support::*;
 
-/// A secret no other process on the machine holds (tests of other
-/// checkouts may be running with the shared test key).
-fn unique_secret(kind: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_nanos();
-    format!("sk-ant-{kind}-{}-{nanos}", std::process::id())
-}
-
-/// Every request body the upstream saw, as one text.
-fn all_bodies(model: &ScriptedModel) -> String {
-    model
-        .requests()
-        .iter()
-        .map(|r| r.body.to_string())
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 fn metered_calls(summary: &Value) -> Vec<loopd::agent::gateway::MeteredCall> {
     journal(summary)
         .into_iter()

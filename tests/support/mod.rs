@@ -391,6 +391,26 @@ pub fn assert_contains_all(text: &str, needles: &[&str], what: &str) {
     }
 }
 
+/// A secret no other process on the machine holds (tests of other
+/// checkouts may be running with the shared test key).
+pub fn unique_secret(kind: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos();
+    format!("sk-ant-{kind}-{}-{nanos}", std::process::id())
+}
+
+/// Every request body the upstream saw, as one text.
+pub fn all_bodies(model: &ScriptedModel) -> String {
+    model
+        .requests()
+        .iter()
+        .map(|r| r.body.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Send a signal to a child process of the test.
 pub fn send_signal(pid: u32, sig: i32) {
     extern "C" {
