@@ -217,9 +217,12 @@ pub fn resume(args: ResumeArgs, progress: bool) -> Result<ExitStatus, CliError> 
         state.detail = Some("resumed: queued again".into());
         state.reason = None;
         state.save(&state_dir);
-        spool
-            .submit(&spec)
-            .map_err(|e| CliError::new(ExitStatus::Environment, e))?;
+        // Through the intake, like `loopd submit`: a running daemon refuses
+        // a file that appears in its spool behind its back.
+        crate::daemon::intake::submit(&spool, &spec).map_err(|e| {
+            let hint = e.hint();
+            CliError::new(ExitStatus::Environment, e).hint(hint)
+        })?;
         if let Err(e) = std::fs::remove_file(&done) {
             tracing::warn!(file = %done.display(), error = %e, "cannot remove the old job file from done/");
         }
