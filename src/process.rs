@@ -611,41 +611,53 @@ fn descends_from(pid: Pid, ancestor: i32) -> bool {
 
 /// Why `pid` is a process a loopd job started; `None` when it is not.
 ///
-/// Asked by the daemon of whoever submits a job. Contained means: it
-/// descends from this loopd (a child subreaper, so a double fork still
-/// does), it carries a containment token, or one of its ancestors runs the
-/// same program as this loopd (a foreground `loopd run` or `loopd ci`).
+/// Asked by the daemon of whoever submits a job. Contained means: it, or
+/// one of its ancestors, carries a containment token (which names the
+/// job); it descends from this loopd (a child subreaper, so a double fork
+/// with a scrubbed environment still does); or one of its ancestors runs
+/// the same program as this loopd (a foreground `loopd run` or `loopd ci`).
 /// Fails closed: a process that cannot be inspected counts as contained.
 pub fn why_contained(pid: i32) -> Option<String> {
-    let Some(p) = Pid::new(pid) else {
+    let Some(peer) = Pid::new(pid) else {
         return Some(format!("no such process {pid}"));
     };
     let me = std::process::id() as i32;
-    if descends_from(p, me) {
-        return Some(format!(
-            "process {pid} descends from this loopd (pid {me}), which ran it for a job"
-        ));
-    }
-    match mark(p) {
-        Some(Mark::Token(_)) => {
-            return Some(format!("process {pid} carries a loopd containment token"))
-        }
-        None => return Some(format!("process {pid} cannot be inspected")),
-        Some(Mark::NoToken | Mark::Unknown) => {}
-    }
     let comm = |p: i32| std::fs::read_to_string(format!("/proc/{p}/comm")).ok();
-    let mine = comm(me)?;
-    let mut cur = p;
+    let mine = comm(me);
+    let mut cur = peer;
+    // A bound instead of trusting /proc to describe a tree while it changes.
     for _ in 0..64 {
+        match mark(cur) {
+            Some(Mark::Token(t)) => {
+                let job = t.split('/').next().unwrap_or_default();
+                let via = if cur == peer {
+                    String::new()
+                } else {
+                    format!(" runs under process {cur}, which")
+                };
+                return Some(format!(
+                    "process {pid}{via} carries the containment token of job {job}"
+                ));
+            }
+            // The submitter itself must be readable (ours); an ancestor
+            // need not be (a root-owned session leader).
+            None if cur == peer => return Some(format!("process {pid} cannot be inspected")),
+            _ => {}
+        }
         let Some(st) = stat(cur) else {
             return Some(format!("process {pid}'s ancestry cannot be inspected"));
         };
+        if st.ppid == me {
+            return Some(format!(
+                "process {pid} descends from this loopd (pid {me}), which ran it for a job"
+            ));
+        }
         // Reached init (or the top): no loopd above it.
         let parent = Pid::new(st.ppid).filter(|_| st.ppid > 1)?;
-        if comm(parent.get()).as_deref() == Some(mine.as_str()) {
+        if mine.is_some() && comm(parent.get()) == mine {
             return Some(format!(
                 "process {pid} runs under {} (pid {parent})",
-                mine.trim()
+                mine.as_deref().unwrap_or_default().trim()
             ));
         }
         cur = parent;

@@ -480,15 +480,22 @@ fn a_job_cannot_queue_another_job() {
             .to_string()
             .replace("\\n", "\n");
         for (who, out) in [("the goal test", &baseline), ("the agent's Bash", &agent)] {
-            for how in ["plain", "orphan"] {
+            // As it is, the token names the job; scrubbed and orphaned,
+            // the daemon (a subreaper) is still its ancestor.
+            let token = format!("carries the containment token of job {id}");
+            for (how, why) in [
+                ("plain", token.as_str()),
+                ("orphan", "descends from this loopd"),
+            ] {
                 let line = out
                     .split(&format!("QUEUE {how} "))
                     .nth(1)
                     .unwrap_or_else(|| panic!("{sandbox}{who}: no `{how}` line in {out}"));
+                let line = line.lines().next().unwrap_or_default();
                 assert!(line.starts_with('5'), "{sandbox}{who} {how}: {line}");
                 assert!(
-                    line.contains("submitted from inside a loopd job"),
-                    "{sandbox}{who} {how}: {line}"
+                    line.contains("submitted from inside a loopd job") && line.contains(why),
+                    "{sandbox}{who} {how}: `{why}` in {line}"
                 );
             }
             let wrote = out.contains("QUEUE file written");
