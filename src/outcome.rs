@@ -27,6 +27,9 @@ pub enum Reason {
     /// The change is larger than the bound the critic reads in full
     /// (`[guard] max_diff_kb`).
     DiffTooLarge,
+    /// The goal test changed the change (the agent's code, run by it,
+    /// rewrote a file): what would be committed is not what was judged.
+    GoalChangedTree,
     ConfigTampered,
     /// Preflight: a goal step's program could not be run at the baseline
     /// (exit 127 or 126). Exit 2, like any configuration error.
@@ -76,6 +79,7 @@ impl Reason {
             Reason::SkipMarker => "skip_marker",
             Reason::Precheck => "precheck",
             Reason::DiffTooLarge => "diff_too_large",
+            Reason::GoalChangedTree => "goal_changed_tree",
             Reason::ConfigTampered => "config_tampered",
             Reason::GoalNotRunnable => "goal_not_runnable",
             Reason::AlreadyGreen => "already_green",
@@ -307,6 +311,7 @@ mod tests {
             Reason::BudgetUsd,
             Reason::Precheck,
             Reason::DiffTooLarge,
+            Reason::GoalChangedTree,
         ] {
             assert_eq!(serde_json::to_value(r).expect("json"), r.as_str());
         }
@@ -316,6 +321,7 @@ mod tests {
         assert_eq!(ExitStatus::from(Reason::ConfigTampered).code(), 3);
         assert_eq!(ExitStatus::from(Reason::Precheck).code(), 3);
         assert_eq!(ExitStatus::from(Reason::DiffTooLarge).code(), 3);
+        assert_eq!(ExitStatus::from(Reason::GoalChangedTree).code(), 3);
         assert_eq!(ExitStatus::from(Reason::Signal).code(), 4);
         assert_eq!(ExitStatus::from(Reason::AgentError).code(), 5);
         assert_eq!(ExitStatus::from(Reason::GoalNotRunnable).code(), 2);

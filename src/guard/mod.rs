@@ -1,8 +1,8 @@
 //! The guards that watch a session as it streams: resource caps
 //! ([`caps`]), the progress guard ([`progress`]), the tamper gates that run
 //! at the tool call and on the diff after each attempt ([`tamper`],
-//! [`testcount`]), the size gate ([`size`]), and the pre-critic on the
-//! added lines ([`precheck`]).
+//! [`testcount`]), the size gate ([`size`]), the drift gate after the goal
+//! test ([`drift`]), and the pre-critic on the added lines ([`precheck`]).
 //!
 //! [`Watch`] is the observer a session runs under. On the hot path it does
 //! only what it must per event: account a model call when it completes,
@@ -10,6 +10,7 @@
 //! its [`Recorder`] (the job's journal).
 
 pub mod caps;
+pub mod drift;
 pub mod escalation;
 pub mod precheck;
 pub mod progress;

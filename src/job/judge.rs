@@ -172,18 +172,26 @@ impl Run<'_> {
         }
         // The goal ran the agent's code, which the hook never sees (a new
         // `conftest.py` runs before pytest collects the tests): the diff
-        // gate again, on the tree the goal left.
+        // gate again, on the tree the goal left, and the drift gate: the
+        // change must be what it was before the goal test.
         let after_goal = self.gate(n, Gate::DiffAfterGoal, |run| {
-            let diff = run.take_diff(&dir.join("diff-after-goal.patch"))?;
+            let after = run.take_diff(&dir.join("diff-after-goal.patch"))?;
             let mut findings = run
                 .env
                 .policy
                 .compile()
                 .map_err(JobError::Policy)?
-                .diff_findings(&diff, run.job.rubric.tests_rule());
+                .diff_findings(&after, run.job.rubric.tests_rule());
             for f in &mut findings {
                 f.problem = format!("{}, while the goal test ran this attempt's code", f.problem);
             }
+            // Whatever else it changed would be committed unjudged.
+            let named: Vec<String> = findings.iter().map(|f| f.path.clone()).collect();
+            findings.extend(
+                crate::guard::drift::findings(&diff, &after)
+                    .into_iter()
+                    .filter(|f| !named.contains(&f.path)),
+            );
             Ok(findings)
         })?;
         if let Some(rejected) = after_goal {

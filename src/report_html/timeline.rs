@@ -110,7 +110,7 @@ pub fn gate_label(gate: Gate) -> &'static str {
         Gate::TestCount => "test count",
         Gate::GitDir => "`.git/` unchanged",
         Gate::GitDirAfterGoal => "`.git/` unchanged after the goal test",
-        Gate::DiffAfterGoal => "diff gate after the goal test (protected paths, skip markers)",
+        Gate::DiffAfterGoal => "diff gate after the goal test (protected paths, skip markers, what the goal test changed)",
         Gate::Precheck => "pre-critic",
     }
 }
