@@ -213,8 +213,14 @@ impl Intake {
             listener,
         } = self;
         loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of descriptors, most likely: wait instead of spinning.
+                    tracing::warn!(error = %e, "cannot accept a submission");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
             };
             let (spool, admitted) = (spool.clone(), admitted.clone());
             tokio::spawn(async move {
