@@ -65,6 +65,8 @@ pub enum IntakeError {
     Refused(String),
     #[error("the daemon gave no usable answer ({0})")]
     Protocol(String),
+    #[error(transparent)]
+    Spool(#[from] super::spool::SpoolError),
 }
 
 impl IntakeError {
@@ -321,9 +323,7 @@ pub fn submit(spool: &Spool, spec: &JobSpec) -> Result<Delivered, IntakeError> {
     if let Some(d) = hand_over(&path, spec)? {
         return Ok(d);
     }
-    spool
-        .submit(spec)
-        .map_err(|e| IntakeError::Protocol(e.to_string()))?;
+    spool.submit(spec)?;
     Ok(Delivered::Spool)
 }
 
@@ -346,7 +346,6 @@ fn hand_over(path: &Path, spec: &JobSpec) -> Result<Option<Delivered>, IntakeErr
             })
         }
     };
-    let io = IntakeError::io(path);
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .map_err(IntakeError::io(path))?;
@@ -358,7 +357,7 @@ fn hand_over(path: &Path, spec: &JobSpec) -> Result<Option<Delivered>, IntakeErr
     let mut line = String::new();
     std::io::BufReader::new(&stream)
         .read_line(&mut line)
-        .map_err(io)?;
+        .map_err(IntakeError::io(path))?;
     match serde_json::from_str::<Reply>(&line) {
         Ok(Reply::Queued) => Ok(Some(Delivered::Daemon)),
         Ok(Reply::Refused(why)) => Err(IntakeError::Refused(why)),
