@@ -1276,8 +1276,9 @@ mod tests {
         p.check_tool("Bash", &json!({ "command": cmd }), Path::new("/repo"))
     }
 
-    #[test]
-    fn writes_through_a_symlink_or_proc_self_cwd_are_denied() {
+    /// A repository with `tests/test_rechnung.py`, a link `tdir` to
+    /// `tests/` and a link `alias.py` to the test file, and its policy.
+    fn linked_repo() -> (tempfile::TempDir, std::path::PathBuf, Policy) {
         let tmp = tempfile::tempdir().expect("tmp");
         let root = tmp.path().canonicalize().expect("canonical");
         std::fs::create_dir_all(root.join("tests")).expect("tests");
@@ -1288,6 +1289,12 @@ mod tests {
         let mut pol = policy();
         pol.repo = root.clone();
         pol.git_dirs = vec![root.join(".git")];
+        (tmp, root, pol)
+    }
+
+    #[test]
+    fn writes_through_a_symlink_or_proc_self_cwd_are_denied() {
+        let (_tmp, root, pol) = linked_repo();
         let p = pol.compile().expect("compile");
         let write = |path: &str| p.check_tool("Write", &json!({ "file_path": path }), &root);
         let shell = |cmd: &str| p.check_tool("Bash", &json!({ "command": cmd }), &root);
@@ -1315,16 +1322,7 @@ mod tests {
 
     #[test]
     fn removing_ones_own_symlink_removes_the_link_not_what_it_points_to() {
-        let tmp = tempfile::tempdir().expect("tmp");
-        let root = tmp.path().canonicalize().expect("canonical");
-        std::fs::create_dir_all(root.join("tests")).expect("tests");
-        std::fs::write(root.join("tests/test_rechnung.py"), "def test(): pass\n").expect("test");
-        std::os::unix::fs::symlink("tests", root.join("tdir")).expect("symlink");
-        std::os::unix::fs::symlink("tests/test_rechnung.py", root.join("alias.py"))
-            .expect("symlink");
-        let mut pol = policy();
-        pol.repo = root.clone();
-        pol.git_dirs = vec![root.join(".git")];
+        let (_tmp, root, pol) = linked_repo();
         let p = pol.compile().expect("compile");
         let shell = |cmd: &str| p.check_tool("Bash", &json!({ "command": cmd }), &root);
         for (cmd, denied) in [

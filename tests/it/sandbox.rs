@@ -4,8 +4,6 @@
 use crate::support::model::{Role, ScriptedModel};
 use crate::support::*;
 
-const FULL_BASH: &str = "Read,Edit,Write,Bash";
-
 /// Add `[sandbox]` lines to the fixture's `loopd.toml` and a goal step that
 /// runs `probe` first; commit.
 fn env_with(sandbox: &str, probe: Option<(&str, &str)>) -> TestEnv {
@@ -94,17 +92,12 @@ fn gateway_only_lets_the_sessions_reach_the_model_and_nothing_else() {
         "network = \"gateway-only\"",
         Some(("netprobe.py", &net_probe(port))),
     );
-    let model = ScriptedModel::start(scenario(
-        vec![session(vec![
+    let (model, r) = run_one_session(
+        &env,
+        vec![
             turn(vec![bash("python3 netprobe.py")]),
             turn(vec![write("rechnung.py", &clean_solution())]),
-            turn(vec![text("Done.")]),
-        ])],
-        vec![pass()],
-    ));
-    let r = env.run(
-        &model,
-        &["--max-attempts", "1", "--allowed-tools", FULL_BASH],
+        ],
     );
     // The agent and the critic worked through the gateway: accepted.
     assert_eq!(r.code, 0, "{}", r.stderr);

@@ -25,6 +25,10 @@ use serde_json::{json, Value};
 
 pub const API_KEY: &str = "sk-ant-test-4f1d9c0e-never-print-me";
 
+/// `--allowed-tools` for the worst case a lead can configure: full Bash,
+/// so the CLI's own permission rules stop nothing before loopd does.
+pub const FULL_BASH: &str = "Read,Edit,Write,Bash";
+
 pub fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -322,6 +326,18 @@ pub fn write(rel: &str, content: &str) -> Block {
 
 pub fn bash(command: &str) -> Block {
     tool("Bash", json!({"command": command, "description": "run"}))
+}
+
+/// One agent session — `turns`, then "Done." — a critic that says PASS,
+/// and `loopd run --json --max-attempts 1 --allowed-tools FULL_BASH`.
+pub fn run_one_session(env: &TestEnv, mut turns: Vec<Turn>) -> (ScriptedModel, RunResult) {
+    turns.push(turn(vec![text("Done.")]));
+    let model = ScriptedModel::start(scenario(vec![session(turns)], vec![pass()]));
+    let r = env.run(
+        &model,
+        &["--max-attempts", "1", "--allowed-tools", FULL_BASH],
+    );
+    (model, r)
 }
 
 /// An agent session that rewrites `rechnung.py` with `content`.
