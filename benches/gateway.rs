@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::response::Response;
-use loopd::agent::gateway::{Access, Credential, Gateway};
-use loopd::agent::Price;
+use std::sync::Arc;
+
+use loopd::agent::gateway::{Access, Config, Credential, Gateway, Limits, NoChannel, Spend, Tag};
+use loopd::agent::{AgentCli, ClaudeCode, Role};
 
 /// A small answer: what a tool-use turn looks like on the wire.
 fn small_answer() -> Vec<Bytes> {
@@ -69,8 +71,8 @@ fn sse(chunks: Vec<Bytes>) -> Response {
 async fn upstream() -> String {
     let small = small_answer();
     let big = big_answer();
-    let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
-        let chunks = if uri.query().is_some_and(|q| q.contains("big")) {
+    let app = axum::Router::new().fallback(move |body: String| {
+        let chunks = if body.contains("go big") {
             big.clone()
         } else {
             small.clone()
@@ -87,17 +89,18 @@ async fn upstream() -> String {
     format!("http://{addr}")
 }
 
-const BODY: &str = r#"{"model":"claude-haiku-5-5","max_tokens":1024,"stream":true,"messages":[{"role":"user","content":"go"}]}"#;
+const SMALL: &str = r#"{"model":"claude-haiku-5-5","max_tokens":1024,"stream":true,"messages":[{"role":"user","content":"go"}]}"#;
+const BIG: &str = r#"{"model":"claude-haiku-5-5","max_tokens":1024,"stream":true,"messages":[{"role":"user","content":"go big"}]}"#;
 
 /// One request, the whole answer read; returns its duration and size.
-async fn call(client: &reqwest::Client, base: &str, token: &str, query: &str) -> (Duration, usize) {
+async fn call(client: &reqwest::Client, base: &str, token: &str, size: &str) -> (Duration, usize) {
     let t = Instant::now();
     let mut resp = client
-        .post(format!("{base}/v1/messages?{query}"))
+        .post(format!("{base}/v1/messages?beta=true"))
         .header("x-api-key", token)
         .header("anthropic-version", "2023-06-01")
         .header("content-type", "application/json")
-        .body(BODY)
+        .body(if size == "big" { BIG } else { SMALL })
         .send()
         .await
         .expect("send");
@@ -126,17 +129,24 @@ fn main() {
         .expect("runtime");
     rt.block_on(async {
         let base = upstream().await;
-        let mut gateway = Gateway::start(
-            Access {
+        let mut gateway = Gateway::start(Config {
+            access: Access {
                 credential: Credential::ApiKey("sk-bench".into()),
                 upstream: base.clone(),
             },
-            Price::for_model,
-            Box::new(|_, _| Ok(())),
-        )
+            wire: ClaudeCode.wire(),
+            limits: Limits::NONE,
+            before: Spend::default(),
+            channel: Arc::new(NoChannel),
+            listener: None,
+        })
         .expect("gateway");
         let via = gateway.base_url();
-        let token = gateway.session_token().to_owned();
+        let token = gateway.open_session(Tag {
+            role: Role::Agent,
+            attempt: 1,
+            session: 0,
+        });
         let client = reqwest::Client::builder()
             .tcp_nodelay(true)
             .build()
@@ -155,8 +165,9 @@ fn main() {
             gated.push(call(&client, &via, &token, "small").await.0);
         }
         let (d, g) = (median(direct), median(gated));
-        let metered = gateway.metered();
-        while gateway.calls().try_recv().is_ok() {}
+        gateway.settle(Duration::from_secs(5)).await;
+        let metered = gateway.spent();
+        while gateway.events().try_recv().is_ok() {}
         println!("requests:            {requests} small streamed answers each way");
         println!("median direct:       {:>8.1} µs", d.as_secs_f64() * 1e6);
         println!("median via gateway:  {:>8.1} µs", g.as_secs_f64() * 1e6);
@@ -164,7 +175,7 @@ fn main() {
             "added per request:   {:>8.1} µs (target < 1000 µs)",
             (g.as_secs_f64() - d.as_secs_f64()) * 1e6
         );
-        assert!(metered.calls >= requests as u64, "every call was metered");
+        assert!(metered.turns >= requests as u64, "every call was metered");
 
         let rounds = 20;
         let mut bytes = 0;
@@ -185,6 +196,6 @@ fn main() {
             mb / direct_s,
             mb / gated_s
         );
-        while gateway.calls().try_recv().is_ok() {}
+        while gateway.events().try_recv().is_ok() {}
     });
 }

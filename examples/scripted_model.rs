@@ -1,7 +1,9 @@
 //! Run the scripted model on its own, for the demo or for poking at the CLI:
 //! `cargo run --example scripted_model -- SCENARIO.toml [PORT]`.
 //! Prints `http://127.0.0.1:PORT` on stdout, then serves until killed, and
-//! writes every request it saw as JSON lines to `$SCRIPTED_MODEL_LOG` if set.
+//! writes every request it saw as JSON lines to `$SCRIPTED_MODEL_LOG` if set,
+//! and every request that reached it on the wire at all (any method and
+//! path, with the credential it carried) to `$SCRIPTED_MODEL_WIRE_LOG`.
 
 #[path = "../tests/support/model.rs"]
 #[allow(dead_code)]
@@ -22,22 +24,30 @@ fn main() {
     println!("{}", server.base_url());
     std::io::stdout().flush().expect("flush stdout");
     let log = std::env::var_os("SCRIPTED_MODEL_LOG");
-    let mut written = 0;
+    let wire_log = std::env::var_os("SCRIPTED_MODEL_WIRE_LOG");
+    let (mut written, mut wire_written) = (0, 0);
     loop {
         std::thread::sleep(std::time::Duration::from_millis(200));
         if let Some(path) = &log {
-            let requests = server.requests();
-            if requests.len() > written {
-                let mut f = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)
-                    .expect("open log");
-                for r in &requests[written..] {
-                    writeln!(f, "{}", serde_json::to_string(r).expect("json")).expect("write log");
-                }
-                written = requests.len();
-            }
+            written = append(path, &server.requests(), written);
+        }
+        if let Some(path) = &wire_log {
+            wire_written = append(path, &server.wire(), wire_written);
         }
     }
+}
+
+/// Append the items after the first `written` as JSON lines; the new count.
+fn append<T: serde::Serialize>(path: &std::ffi::OsStr, items: &[T], written: usize) -> usize {
+    if items.len() > written {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .expect("open log");
+        for r in &items[written..] {
+            writeln!(f, "{}", serde_json::to_string(r).expect("json")).expect("write log");
+        }
+    }
+    items.len()
 }

@@ -8,4 +8,4 @@ cd "$(dirname "$0")/.."
 scripts/install-test-tools.sh >/dev/null
 cargo build --locked --examples
 # `failpoints` compiles in the named crash points the crash walks kill at.
-cargo test --locked --features failpoints --lib --test it
+cargo test --locked --features failpoints --lib --test it --test fuzz

@@ -253,13 +253,15 @@ pub struct SandboxSettings {
     pub enabled: bool,
     /// Refuse to run when the kernel cannot sandbox (`--require-sandbox`).
     pub require: bool,
-    /// More paths the sandboxed processes may read (only needed inside the
-    /// state dir: everything else is readable).
+    /// More paths the sandboxed processes may read (a toolchain loopd
+    /// does not find on `PATH`, a data set the tests read).
     pub read: Vec<PathBuf>,
     /// More paths they may write (e.g. a shared build cache).
     pub read_write: Vec<PathBuf>,
-    /// `open` (default) or `gateway-only`.
-    pub network: crate::sandbox::Network,
+    /// `gateway-only` or `open`; `None` (not set): `gateway-only` where
+    /// the system can give the job a private network namespace, `open`
+    /// (said loudly) where it cannot.
+    pub network: Option<crate::sandbox::Network>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -818,8 +820,9 @@ impl Job {
             read: extra(file.sandbox.read, "read")?,
             read_write: extra(file.sandbox.read_write, "read_write")?,
             network: match file.sandbox.network.as_deref() {
-                None | Some("open") => crate::sandbox::Network::Open,
-                Some("gateway-only") => crate::sandbox::Network::GatewayOnly,
+                None => None,
+                Some("open") => Some(crate::sandbox::Network::Open),
+                Some("gateway-only") => Some(crate::sandbox::Network::GatewayOnly),
                 Some(other) => {
                     return Err(o.invalid(
                         "sandbox.network",
@@ -829,7 +832,7 @@ impl Job {
                 }
             },
         };
-        if !sandbox.enabled && sandbox.network == crate::sandbox::Network::GatewayOnly {
+        if !sandbox.enabled && sandbox.network == Some(crate::sandbox::Network::GatewayOnly) {
             return Err(o.invalid(
                 "sandbox.network",
                 "`open` when `enabled = false` (only the sandbox can confine the network)",

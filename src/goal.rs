@@ -282,7 +282,7 @@ async fn run_step(
         cmd.env_remove(k);
     }
     if let Some(sandbox) = limits.sandbox {
-        sandbox.apply(&mut cmd);
+        sandbox.apply(&mut cmd, dir);
     }
     let mut child = Contained::spawn(cmd, token).map_err(spawn_err)?;
     // The write ends moved into `cmd`, which `spawn` consumed and dropped:

@@ -178,15 +178,34 @@ pub enum Event {
     /// The hook denied a repeated call with a nudge; a further repeat stops.
     Nudged(Nudge),
     SessionFinished(SessionFinished),
-    /// One line of the hook's denials log, read after the agent session.
+    /// A tool call the hook denied (journals of loopd before the gateway
+    /// carried the hook's questions: read from its denials log).
     HookDenied {
         attempt: u32,
         finding: Finding,
     },
-    /// The state of the tree after the agent session (`diff.patch`).
+    /// A tool call the job's policy denied when the hook asked (through
+    /// the gateway: nothing of the job's processes can erase it).
+    ToolDenied(crate::agent::gateway::channel::Denial),
+    /// A request the gateway refused: not an endpoint it forwards, a body
+    /// it cannot meter, no valid session token.
+    GatewayRefused(crate::agent::gateway::channel::Refused),
+    /// The agent ran `loopd escalate` (received by the gateway); the judge
+    /// turns it into `escalated` once every gate has run.
+    EscalationRequested {
+        attempt: u32,
+        session: u32,
+        test: String,
+        reason: String,
+    },
+    /// The state of the tree after the agent session (`diff.patch`), and
+    /// the tree object of the change as the judges take it (what a commit
+    /// of this attempt holds; `None` when the change is too large to load).
     DiffTaken {
         attempt: u32,
         sha256: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tree: Option<String>,
     },
     /// A gate ran; an empty list means it passed.
     GateChecked {
@@ -293,6 +312,10 @@ pub enum Event {
     /// and resume: the kernel may differ after a reboot).
     Confined {
         sandbox: crate::sandbox::Confinement,
+        /// The network its processes get (journals of loopd before the
+        /// private network namespace have none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        network: Option<crate::sandbox::Network>,
     },
 }
 
@@ -316,6 +339,9 @@ impl Event {
             Event::Nudged(_) => "nudged",
             Event::SessionFinished(_) => "session_finished",
             Event::HookDenied { .. } => "hook_denied",
+            Event::ToolDenied(_) => "tool_denied",
+            Event::GatewayRefused(_) => "gateway_refused",
+            Event::EscalationRequested { .. } => "escalation_requested",
             Event::DiffTaken { .. } => "diff_taken",
             Event::GateChecked { .. } => "gate_checked",
             Event::GoalRun { .. } => "goal_run",
@@ -341,7 +367,10 @@ impl Event {
     fn durable(&self) -> bool {
         !matches!(
             self,
-            Event::ModelCall(_) | Event::MeteredCall(_) | Event::ToolCall(_)
+            Event::ModelCall(_)
+                | Event::MeteredCall(_)
+                | Event::ToolCall(_)
+                | Event::GatewayRefused(_)
         )
     }
 }
@@ -525,6 +554,18 @@ impl Recorder for Journal {
             Record::ToolCall(c) => Event::ToolCall(c),
             Record::Nudged(n) => Event::Nudged(n),
             Record::Metered(c) => Event::MeteredCall(c),
+            Record::Refused(r) => Event::GatewayRefused(r),
+            Record::Denied(d) => Event::ToolDenied(d),
+            Record::Escalated {
+                attempt,
+                session,
+                request,
+            } => Event::EscalationRequested {
+                attempt,
+                session,
+                test: request.test,
+                reason: request.reason,
+            },
         };
         if let Err(e) = self.append(event) {
             tracing::warn!(error = %e, "cannot journal a model or tool call");
@@ -552,6 +593,10 @@ pub struct Current {
     /// The interdiff's files and the scope check's unnamed files.
     pub interdiff: Option<(Vec<String>, Vec<String>)>,
     pub critic: Option<SessionFinished>,
+    /// The agent's escalation (test, reason), as the gateway received it.
+    pub escalation_request: Option<(String, String)>,
+    /// The judged tree (see [`Event::DiffTaken`]).
+    pub tree: Option<String>,
 }
 
 impl Current {
@@ -656,6 +701,8 @@ pub struct Replay {
     pub job_id: Option<String>,
     /// How the job's processes are confined (the latest start's word).
     pub sandbox: Option<crate::sandbox::Confinement>,
+    /// The network they get (the latest start's word).
+    pub network: Option<crate::sandbox::Network>,
     /// When the job started (the first entry's time).
     pub started_at: Option<String>,
     pub repo: Option<PathBuf>,
@@ -681,8 +728,8 @@ pub struct Replay {
     /// a call metered after its session finished is billed on its own.
     metered: std::collections::BTreeMap<u32, Spend>,
     pub diffs: DiffHistory,
-    /// Lines of the hook's denials log already journaled.
-    pub denials: usize,
+    /// Requests the gateway refused (journaled ones).
+    pub gateway_refused: usize,
     pub wall_ms: u64,
     pub ending: Option<Ending>,
     /// Suspended and not resumed since.
@@ -690,6 +737,9 @@ pub struct Replay {
     /// Where the breaker parked the work, once it did.
     pub parked: Option<crate::breaker::Parked>,
     pub committed: Option<String>,
+    /// The tree of the accepted attempt's change, as the judges took it:
+    /// what loopd commits (never the working tree as it is later).
+    pub accepted_tree: Option<String>,
     /// The pinned `.git/` files, once pinned.
     pub git_dir_pin: Option<BTreeMap<String, Pinned>>,
     /// Credentials are held out of the checkout and not released yet.
@@ -733,6 +783,17 @@ impl Replay {
         self.unfinished.iter().fold(self.spent, |acc, (n, est)| {
             acc.plus(&self.metered.get(n).map_or(*est, |m| m.max(est)))
         })
+    }
+
+    /// Total spend without the unfinished session `n` (whose own reading
+    /// the caller holds).
+    pub fn spend_without(&self, n: u32) -> Spend {
+        self.unfinished
+            .iter()
+            .filter(|(s, _)| **s != n)
+            .fold(self.spent, |acc, (s, est)| {
+                acc.plus(&self.metered.get(s).map_or(*est, |m| m.max(est)))
+            })
     }
 
     /// The metered calls of session `n` so far, while it is unfinished.
@@ -806,7 +867,10 @@ impl Replay {
         self.entries += 1;
         if !matches!(
             entry.event,
-            Event::ModelCall(_) | Event::MeteredCall(_) | Event::ToolCall(_)
+            Event::ModelCall(_)
+                | Event::MeteredCall(_)
+                | Event::ToolCall(_)
+                | Event::GatewayRefused(_)
         ) {
             self.recent.push_back(entry.clone());
             if self.recent.len() > LAST_EVENTS {
@@ -830,7 +894,10 @@ impl Replay {
                 self.started_at = Some(entry.ts.clone());
             }
             Event::Resumed { .. } => self.suspended = false,
-            Event::Confined { sandbox } => self.sandbox = Some(*sandbox),
+            Event::Confined { sandbox, network } => {
+                self.sandbox = Some(*sandbox);
+                self.network = *network;
+            }
             Event::CredentialsHeld { .. } => self.credentials_held = true,
             Event::CredentialsReleased { .. } => self.credentials_held = false,
             Event::GitDirPinned { files } => self.git_dir_pin = Some(files.clone()),
@@ -885,15 +952,43 @@ impl Replay {
                 }
             }
             Event::HookDenied { attempt, finding } => {
-                self.denials += 1;
                 if let Some(c) = current(self, *attempt) {
                     c.denied.push(finding.clone());
                 }
             }
-            Event::DiffTaken { attempt, sha256 } => {
+            Event::ToolDenied(d) => {
+                let root = self
+                    .repo
+                    .as_ref()
+                    .map(|r| format!("{}/", r.display()))
+                    .unwrap_or_default();
+                if let Some(c) = current(self, d.attempt) {
+                    c.denied.push(crate::guard::tamper::denial_finding(
+                        &d.tool, &d.input, &d.reason, &root,
+                    ));
+                }
+            }
+            Event::GatewayRefused(_) => self.gateway_refused += 1,
+            Event::EscalationRequested {
+                attempt,
+                test,
+                reason,
+                ..
+            } => {
+                if let Some(c) = current(self, *attempt) {
+                    c.escalation_request
+                        .get_or_insert((test.clone(), reason.clone()));
+                }
+            }
+            Event::DiffTaken {
+                attempt,
+                sha256,
+                tree,
+            } => {
                 let verdict = self.diffs.observe(sha256);
                 if let Some(c) = current(self, *attempt) {
                     c.diff = Some((sha256.clone(), verdict));
+                    c.tree = tree.clone();
                 }
             }
             Event::GateChecked {
@@ -943,8 +1038,10 @@ impl Replay {
             }
             Event::AttemptEnded { record, end } => {
                 let ended = self.current.take_if(|c| c.attempt == record.n);
-                if let (AttemptEnd::Rejected { .. }, Some(c)) = (end, ended) {
-                    self.rejections.push(c.rejection());
+                match (end, ended) {
+                    (AttemptEnd::Rejected { .. }, Some(c)) => self.rejections.push(c.rejection()),
+                    (AttemptEnd::Accepted, Some(c)) => self.accepted_tree = c.tree,
+                    _ => {}
                 }
                 self.attempts.push(record.clone());
                 self.last_end = Some(end.clone());
@@ -1020,6 +1117,7 @@ impl Replay {
             stash_commit: self.parked.as_ref().and_then(|p| p.stash_commit.clone()),
             failure_report,
             sandbox: self.sandbox,
+            network: self.network,
             run_dir: run_dir.to_path_buf(),
             started_at: self.started_at.clone().unwrap_or_default(),
             finished_at: crate::util::now_rfc3339(),
@@ -1198,6 +1296,8 @@ mod tests {
             cost_usd: usd,
             latency_ms: 1,
             wall_ms: 2,
+            settled: Default::default(),
+            clamped_max_tokens: None,
         })
     }
 
@@ -1309,6 +1409,7 @@ mod tests {
         ev.extend([
             finished(1, Role::Agent, 0, 0.5),
             Event::DiffTaken {
+                tree: None,
                 attempt: 1,
                 sha256: "d1".into(),
             },

@@ -423,9 +423,7 @@ mod tests {
             patterns: vec![("**/pytest.ini".into(), "test-runner configuration".into())],
             outside: BTreeMap::new(),
             skip_markers: SKIP_MARKERS.iter().map(|s| s.to_string()).collect(),
-            denials_log: None,
             git_dirs: vec![],
-            nudge: None,
             allow_submodules: false,
         }
     }

@@ -71,6 +71,19 @@ impl Progress {
             Event::HookDenied { attempt, finding } => {
                 format!("attempt {attempt}: the hook denied a call: {}", finding.problem)
             }
+            Event::ToolDenied(d) => format!(
+                "attempt {}: the hook denied a {} call: {}",
+                d.attempt,
+                d.tool,
+                first_line(&d.reason)
+            ),
+            Event::GatewayRefused(r) => format!(
+                "attempt {}: the gateway refused {} {}: {}",
+                r.attempt, r.method, r.target, r.why
+            ),
+            Event::EscalationRequested { attempt, test, .. } => {
+                format!("attempt {attempt}: the agent asked to escalate `{test}`")
+            }
             Event::GateChecked {
                 attempt,
                 gate,
@@ -183,10 +196,16 @@ impl Progress {
                 }
             }
             Event::Finalized { state } => format!("final state: {}", state.as_str()),
-            Event::Confined { sandbox } => match sandbox {
-                crate::sandbox::Confinement::Landlock => {
-                    "sandbox: the agent, the critic and the goal steps run under Landlock".to_owned()
-                }
+            Event::Confined { sandbox, network } => match sandbox {
+                crate::sandbox::Confinement::Landlock => format!(
+                    "sandbox: the agent, the critic and the goal steps run under Landlock; network: {}",
+                    match network {
+                        Some(crate::sandbox::Network::GatewayOnly) => {
+                            "the gateway only (a private network namespace)"
+                        }
+                        _ => "OPEN (whatever this user can reach)",
+                    }
+                ),
                 crate::sandbox::Confinement::Unsupported => {
                     "NO SANDBOX: this kernel has no Landlock".to_owned()
                 }

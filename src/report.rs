@@ -103,6 +103,9 @@ pub struct Summary {
     /// `landlock`, `unsupported` or `off`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<crate::sandbox::Confinement>,
+    /// The network the job's processes got (`gateway-only` or `open`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::sandbox::Network>,
     pub run_dir: PathBuf,
     pub started_at: String,
     pub finished_at: String,

@@ -257,6 +257,49 @@ pub fn read_text(path: &Path) -> std::io::Result<String> {
     })
 }
 
+/// Open a file that a job's process could have written (the worktree, a
+/// config in the repository): the last component is never followed if it
+/// is a link, the open never blocks (a FIFO), and anything but a regular
+/// file is refused. Every read loopd makes of an agent-writable place goes
+/// through here or [`read_untrusted`].
+pub fn open_untrusted(path: &Path) -> std::io::Result<(std::fs::File, std::fs::Metadata)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("`{}` is not a regular file", path.display()),
+        ));
+    }
+    Ok((file, meta))
+}
+
+/// Read a file a job's process could have written ([`open_untrusted`]), at
+/// most `max` bytes: a larger one is an error, not a partial read.
+pub fn read_untrusted(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let (file, meta) = open_untrusted(path)?;
+    let too_large = || {
+        std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("`{}` is larger than {max} bytes", path.display()),
+        )
+    };
+    if meta.len() > max {
+        return Err(too_large());
+    }
+    let mut out = Vec::with_capacity(meta.len() as usize);
+    file.take(max + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > max {
+        return Err(too_large());
+    }
+    Ok(out)
+}
+
 /// Quote for a POSIX shell: single quotes, with embedded ones escaped.
 pub fn shell_quote(s: &str) -> String {
     if !s.is_empty()

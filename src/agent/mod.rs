@@ -11,9 +11,26 @@ pub mod gateway;
 pub mod session;
 
 use std::ffi::OsString;
-use std::path::Path;
 
 pub use claude::ClaudeCode;
+
+/// Which kind of session this is; the guards count both, the ledger tells
+/// them apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    Agent,
+    Critic,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Agent => "agent",
+            Role::Critic => "critic",
+        }
+    }
+}
 
 /// Spending limits passed to the CLI as a second line of defence.
 #[derive(Debug, Clone, Copy)]
@@ -24,7 +41,7 @@ pub struct CliLimits {
 
 /// Everything specific to one agent CLI.
 pub trait AgentCli: Send + Sync {
-    /// The content of the sessions' settings file: the pre-tool-use hook
+    /// The sessions' settings (passed inline): the pre-tool-use hook
     /// command. No credential: sessions talk to the metering gateway
     /// ([`gateway`]) with a session token.
     fn settings(&self, hook_command: Option<&str>) -> String;
@@ -33,7 +50,7 @@ pub trait AgentCli: Send + Sync {
         &self,
         model: &str,
         allowed_tools: &[String],
-        settings: &Path,
+        settings: &str,
         limits: CliLimits,
         prompt: &str,
     ) -> Vec<OsString>;
@@ -43,7 +60,7 @@ pub trait AgentCli: Send + Sync {
         &self,
         model: &str,
         schema: &str,
-        settings: &Path,
+        settings: &str,
         limits: CliLimits,
         instruction: &str,
     ) -> Vec<OsString>;
@@ -52,6 +69,12 @@ pub trait AgentCli: Send + Sync {
     fn session_env(&self, gateway_url: &str, session_token: &str) -> Vec<(OsString, OsString)>;
     /// The price table for live estimates: model name → price.
     fn prices(&self) -> fn(&str) -> Price;
+    /// About how large the CLI's first request of a session is, before
+    /// loopd's own input (its system prompt and tool definitions): what
+    /// "budget before cost" reserves for a session's first call.
+    fn first_request_bytes(&self, role: Role) -> u64;
+    /// The CLI's protocol on the wire, as the gateway forwards and meters it.
+    fn wire(&self) -> std::sync::Arc<dyn gateway::Wire>;
 }
 
 /// Prices in USD per million tokens: the gateway prices every call it
@@ -66,6 +89,14 @@ impl Price {
     /// The Claude Code price table (the default agent's).
     pub fn for_model(model: &str) -> Price {
         claude::price(model)
+    }
+
+    /// The dearer of two prices, input and output each.
+    pub fn max(self, other: Price) -> Price {
+        Price {
+            input: self.input.max(other.input),
+            output: self.output.max(other.output),
+        }
     }
 
     /// Cache writes cost 1.25× input, cache reads 0.1× input.

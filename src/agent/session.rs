@@ -10,27 +10,11 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use super::events::{self, Event, ResultEvent};
-use super::gateway::MeteredCall;
+use super::gateway::GatewayEvent;
 use crate::outcome::Reason;
 use crate::process::{self, Contained};
 
-/// Which kind of session this is; the guards count both, the ledger tells
-/// them apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    Agent,
-    Critic,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Agent => "agent",
-            Role::Critic => "critic",
-        }
-    }
-}
+pub use super::Role;
 
 /// Everything needed to start one session.
 #[derive(Debug, Clone)]
@@ -68,9 +52,11 @@ pub type Verdict = Option<Reason>;
 pub trait Observer {
     fn on_event(&mut self, event: &Event, at: Instant) -> Verdict;
 
-    /// A call the metering gateway finished while the session runs (its
-    /// own, or a nested `claude -p`'s that never shows in its stream).
-    fn on_metered(&mut self, _call: MeteredCall) -> Verdict {
+    /// What the job's gateway reported while the session runs: a call it
+    /// metered (the session's own, or a nested `claude -p`'s that never
+    /// shows in its stream), a refused request, a hook denial, an
+    /// escalation.
+    fn on_gateway(&mut self, _event: GatewayEvent) -> Verdict {
         None
     }
 }
@@ -161,13 +147,13 @@ fn keep_tail(buf: &mut String, max: usize) {
 }
 
 /// Run one session to its end. `stop` carries requests from signal
-/// handlers; `metered`, the gateway's calls, handed to the observer as they
-/// end.
+/// handlers; `gateway`, what the job's gateway reports, handed to the
+/// observer as it happens.
 pub async fn run(
     spec: &SessionSpec,
     observer: &mut (dyn Observer + Send),
     stop: &mut tokio::sync::watch::Receiver<Option<StopRequest>>,
-    mut metered: Option<&mut tokio::sync::mpsc::UnboundedReceiver<MeteredCall>>,
+    mut gateway: Option<&mut tokio::sync::mpsc::UnboundedReceiver<GatewayEvent>>,
 ) -> Result<SessionEnd, SessionError> {
     let started = Instant::now();
     let token = process::new_token(&spec.scope, spec.role.as_str());
@@ -188,7 +174,7 @@ pub async fn run(
         cmd.env(k, v);
     }
     if let Some(sandbox) = &spec.sandbox {
-        sandbox.apply(&mut cmd);
+        sandbox.apply(&mut cmd, &spec.cwd);
     }
     let mut child = Contained::spawn(cmd, token).map_err(|source| SessionError::Spawn {
         bin: spec.bin.clone(),
@@ -269,8 +255,8 @@ pub async fn run(
                     Err(e) => tracing::warn!(error = %e, line = %line.chars().take(200).collect::<String>(), "unparsable stream line"),
                 }
             }
-            Some(call) = next_metered(&mut metered) => {
-                if let Some(reason) = observer.on_metered(call) {
+            Some(event) = next_event(&mut gateway) => {
+                if let Some(reason) = observer.on_gateway(event) {
                     stopped = Some(reason);
                     break;
                 }
@@ -328,10 +314,10 @@ pub async fn run(
     })
 }
 
-/// The gateway's next metered call; never resolves without a gateway.
-async fn next_metered(
-    rx: &mut Option<&mut tokio::sync::mpsc::UnboundedReceiver<MeteredCall>>,
-) -> Option<MeteredCall> {
+/// The gateway's next event; never resolves without a gateway.
+async fn next_event(
+    rx: &mut Option<&mut tokio::sync::mpsc::UnboundedReceiver<GatewayEvent>>,
+) -> Option<GatewayEvent> {
     match rx {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,

@@ -321,8 +321,26 @@ async fn outward(
     let commit = match journal.state().committed.clone() {
         Some(c) => c,
         None => {
-            let c = super::commit_to_branch(ws.root(), base, &diff, &out.branch, &message)
-                .map_err(CiError::Commit)?;
+            // What is committed is the tree the judges judged, and the
+            // change the risk policy just read must be that tree.
+            let judged = journal
+                .state()
+                .accepted_tree
+                .as_deref()
+                .and_then(|t| git2::Oid::from_str(t).ok())
+                .ok_or_else(|| {
+                    CiError::Commit(git2::Error::from_str(
+                        "the journal holds no judged tree of the accepted attempt",
+                    ))
+                })?;
+            if ws.judged_tree(base, &diff)? != Some(judged) {
+                return Err(CiError::Commit(git2::Error::from_str(
+                    "the working tree is no longer the change the judges accepted; nothing is pushed",
+                )));
+            }
+            let c = ws
+                .commit_tree(base, judged, &out.branch, &message)?
+                .to_string();
             journal.append(Event::Committed { commit: c.clone() })?;
             c
         }

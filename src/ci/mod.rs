@@ -25,7 +25,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::report::Summary;
-use crate::workspace::{ChangeKind, Diff, Workspace};
+use crate::workspace::Workspace;
 
 /// The trailer every loopd commit carries (no recursion on loopd's commits).
 pub const TRAILER: &str = "Loopd-Job:";
@@ -66,78 +66,6 @@ pub fn is_loopd_work(branch: &str, ws: &Workspace) -> Option<String> {
         return Some(format!("commit {} was made by loopd", head.id()));
     }
     None
-}
-
-/// Commit the change `diff` describes (BASE_REF to the working tree,
-/// artefacts left out) as one commit on top of `base`, *without moving HEAD
-/// or touching the checkout or its index*, and point `refs/heads/<branch>`
-/// at it.
-pub fn commit_to_branch(
-    repo: &Path,
-    base: git2::Oid,
-    diff: &Diff,
-    branch: &str,
-    message: &str,
-) -> Result<String, git2::Error> {
-    let r = git2::Repository::open(repo)?;
-    let io = |e: std::io::Error| git2::Error::from_str(&e.to_string());
-    // A private index, so the checkout's own index stays as it was.
-    let mut index = git2::Index::new()?;
-    let parent = r.find_commit(base)?;
-    index.read_tree(&parent.tree()?)?;
-    let root = r
-        .workdir()
-        .ok_or_else(|| git2::Error::from_str("bare repository"))?
-        .to_path_buf();
-    for change in &diff.changes {
-        if let Some(old) = &change.old_path {
-            index.remove_path(Path::new(old))?;
-        }
-        if change.status == ChangeKind::Deleted {
-            index.remove_path(Path::new(&change.path))?;
-            continue;
-        }
-        let full = root.join(&change.path);
-        let meta = std::fs::symlink_metadata(&full).map_err(io)?;
-        let content = if meta.file_type().is_symlink() {
-            std::fs::read_link(&full).map(|t| t.to_string_lossy().into_owned().into_bytes())
-        } else {
-            std::fs::read(&full)
-        }
-        .map_err(io)?;
-        let oid = r.blob(&content)?;
-        let mode = {
-            use std::os::unix::fs::PermissionsExt;
-            if meta.file_type().is_symlink() {
-                0o120000
-            } else if meta.permissions().mode() & 0o111 != 0 {
-                0o100755
-            } else {
-                0o100644
-            }
-        };
-        index.add(&git2::IndexEntry {
-            ctime: git2::IndexTime::new(0, 0),
-            mtime: git2::IndexTime::new(0, 0),
-            dev: 0,
-            ino: 0,
-            mode,
-            uid: 0,
-            gid: 0,
-            file_size: content.len() as u32,
-            id: oid,
-            flags: 0,
-            flags_extended: 0,
-            path: change.path.as_bytes().to_vec(),
-        })?;
-    }
-    let tree = r.find_tree(index.write_tree_to(&r)?)?;
-    let sig = r
-        .signature()
-        .or_else(|_| git2::Signature::now("loopd", "loopd@localhost"))?;
-    let oid = r.commit(None, &sig, &sig, message, &tree, &[&parent])?;
-    r.reference(&format!("refs/heads/{branch}"), oid, true, "loopd autofix")?;
-    Ok(oid.to_string())
 }
 
 /// The pull request's body: what was wrong, what changed, the verdict, the cost.

@@ -152,10 +152,11 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
             "sandbox:       Landlock for the agent, the critic and the goal steps{}{}{}\n",
             if sb.require { " (required)" } else { "" },
             match sb.network {
-                crate::sandbox::Network::Open => "",
-                crate::sandbox::Network::GatewayOnly => {
-                    "; network: TCP to loopd's gateway only"
+                Some(crate::sandbox::Network::Open) => "; network: open",
+                Some(crate::sandbox::Network::GatewayOnly) => {
+                    "; network: the gateway only (required)"
                 }
+                None => "; network: the gateway only where the system allows a private network namespace, else open",
             },
             if sb.read_write.is_empty() {
                 String::new()
@@ -173,6 +174,42 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
     } else {
         "sandbox:       OFF ([sandbox] enabled = false)\n".to_owned()
     });
+    if sb.enabled {
+        let exe = std::env::current_exe().unwrap_or_else(|_| "loopd".into());
+        let mut agent_job = job.clone();
+        if let Some(bin) = find_on_path(&job.agent_bin) {
+            agent_job.agent_bin = bin;
+        }
+        let plan = crate::job::sandbox_plan(&agent_job, &ws, &exe);
+        out.push_str("the sandbox may read (and run):\n");
+        out.push_str(&format!(
+            "  the system: {} (but {})\n",
+            crate::sandbox::SOFTWARE
+                .iter()
+                .chain(crate::sandbox::SYSTEM_STATE)
+                .filter(|p| std::path::Path::new(p).exists())
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", "),
+            crate::sandbox::ETC_SECRETS
+                .iter()
+                .filter(|p| std::path::Path::new(p).exists())
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        for (p, why) in plan.read.iter().filter(|(_, why)| why != "the system") {
+            out.push_str(&format!("  {}  ({why})\n", p.display()));
+        }
+        out.push_str("the sandbox may write:\n");
+        for (p, why) in &plan.read_write {
+            out.push_str(&format!("  {}  ({why})\n", p.display()));
+        }
+        out.push_str(&format!(
+            "  a private HOME and TMPDIR under the run directory; the devices {}\n",
+            crate::sandbox::DEVICES.join(", ")
+        ));
+    }
     if !job.protect.paths.is_empty() {
         out.push_str(&format!(
             "also protected: {}\n",

@@ -1,9 +1,7 @@
 //! `loopd escalate`: the agent's approved exit, run from its Bash tool.
 
-use std::path::PathBuf;
-
+use crate::agent::gateway::channel::{self, EscalationRequest};
 use crate::cli::CliError;
-use crate::guard::escalation::{self, Request};
 use crate::outcome::ExitStatus;
 
 /// Hand the task to a human instead of forcing it: the job ends after this
@@ -24,9 +22,9 @@ pub struct EscalateArgs {
 }
 
 pub fn escalate(args: EscalateArgs) -> Result<ExitStatus, CliError> {
-    let (Some(path), Some(job_id)) = (
-        std::env::var_os(escalation::PATH_VAR).map(PathBuf::from),
-        std::env::var(escalation::JOB_VAR).ok(),
+    let (Ok(gateway), Ok(token)) = (
+        std::env::var(channel::GATEWAY_VAR),
+        std::env::var(channel::TOKEN_VAR),
     ) else {
         return Err(CliError::new(
             ExitStatus::Usage,
@@ -34,30 +32,47 @@ pub fn escalate(args: EscalateArgs) -> Result<ExitStatus, CliError> {
         )
         .hint("the agent of a loopd job runs `loopd escalate`; `[guard] escalation = false` turns it off for a repository"));
     };
-    if args.test.trim().is_empty() || args.reason.trim().is_empty() {
-        return Err(CliError::new(
-            ExitStatus::Usage,
-            "an escalation needs a test (`--test ID`) and a reason (`--reason TEXT`)",
-        ));
-    }
-    let req = Request {
-        job_id,
+    let req = EscalationRequest {
         test: args.test.trim().to_owned(),
         reason: args.reason.trim().to_owned(),
-        ts: crate::util::now_rfc3339(),
     };
-    let written = escalation::write(&path, &req).map_err(|e| {
+    req.check().map_err(|why| {
         CliError::new(
-            ExitStatus::Environment,
-            format!("cannot write the escalation `{}`: {e}", path.display()),
+            ExitStatus::Usage,
+            format!("{why} (`--test ID`, `--reason TEXT`)"),
         )
     })?;
+    let body = serde_json::to_vec(&req).expect("an escalation serializes");
+    let (status, answer) = channel::post(
+        &gateway,
+        &token,
+        "/loopd/v1/escalate",
+        &body,
+        std::time::Duration::from_secs(30),
+    )
+    .map_err(|e| CliError::new(ExitStatus::Environment, format!("cannot escalate: {e}")))?;
+    if status != 200 {
+        return Err(CliError::new(
+            ExitStatus::Environment,
+            format!(
+                "loopd refused the escalation (HTTP {status}): {}",
+                String::from_utf8_lossy(&answer)
+                    .chars()
+                    .take(500)
+                    .collect::<String>()
+            ),
+        ));
+    }
+    let written = serde_json::from_slice::<serde_json::Value>(&answer)
+        .ok()
+        .and_then(|v| v["written"].as_bool())
+        .unwrap_or(false);
     crate::cli::out!(
         "{}",
         if written {
-            "Escalated to a human. The job ends after this session without further attempts; stop here and change nothing else."
+            "Escalated to a human. The job ends now without further attempts; stop here and change nothing else."
         } else {
-            "Already escalated in this attempt. Stop here and change nothing else."
+            "Already escalated in this session. Stop here and change nothing else."
         }
     );
     Ok(ExitStatus::Success)

@@ -2,26 +2,24 @@
 //! tool calls which would change a protected path, rewrite git history, or
 //! write the repository's git directory (config, remotes, hooks, refs).
 //!
-//! Inside a loopd job the policy arrives through the file named by
-//! `LOOPD_POLICY` (set in the hook's command line in the per-session
-//! settings, not in the prompt). Used on its own (see `hooks/`), it builds
-//! the policy from the repository at the hook's `cwd`: the tests at `HEAD`,
-//! `loopd.toml`'s `[protect]` table, the rubric. A denial is answered the
-//! way the CLI documents (`permissionDecision: "deny"` with a reason the
-//! agent can act on) and appended to the policy's denials log.
-//!
-//! Inside a job the hook sees every tool call, and also delivers the nudge
-//! before a `stuck_repeat` stop: the first call of a session that repeats
-//! `stuck_repeat` times is denied with what to do instead
-//! ([`crate::guard::progress::nudge`]); that denial is not a tamper finding.
+//! Inside a loopd job the hook decides nothing itself: it forwards the event
+//! to the job's gateway (`LOOPD_GATEWAY`, with the session's token) and
+//! prints loopd's answer. The policy, the nudge counts and the denials live
+//! in loopd's memory and journal, where no process of the job can reach
+//! them; a gateway that cannot be reached means the call is denied. Used on
+//! its own (see `hooks/`), it builds the policy from the repository at the
+//! hook's `cwd`: the tests at `HEAD`, `loopd.toml`'s `[protect]` table, the
+//! rubric. A denial is answered the way the CLI documents
+//! (`permissionDecision: "deny"` with a reason the agent can act on).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+use crate::agent::gateway::channel::{self, HookDecision};
 use crate::cli::CliError;
-use crate::guard::tamper::{Denial, Policy, POLICY_VAR};
+use crate::guard::tamper::Policy;
 use crate::outcome::ExitStatus;
 use crate::workspace::Workspace;
 
@@ -60,12 +58,22 @@ fn policy_for_repo(cwd: &Path) -> Result<Policy, String> {
 pub fn hook(args: HookArgs) -> Result<ExitStatus, CliError> {
     let HookEvent::PreToolUse = args.event;
     let mut input = String::new();
-    std::io::stdin().read_to_string(&mut input).map_err(|e| {
-        CliError::new(
-            ExitStatus::Usage,
-            format!("cannot read the hook input: {e}"),
-        )
-    })?;
+    std::io::stdin()
+        .take(channel::MAX_HOOK_BYTES as u64 + 1)
+        .read_to_string(&mut input)
+        .map_err(|e| {
+            CliError::new(
+                ExitStatus::Usage,
+                format!("cannot read the hook input: {e}"),
+            )
+        })?;
+    if let (Ok(gateway), Ok(token)) = (
+        std::env::var(channel::GATEWAY_VAR),
+        std::env::var(channel::TOKEN_VAR),
+    ) {
+        ask_loopd(&gateway, &token, &input);
+        return Ok(ExitStatus::Success);
+    }
     let event: Value = serde_json::from_str(&input).map_err(|e| {
         CliError::new(
             ExitStatus::Usage,
@@ -79,65 +87,55 @@ pub fn hook(args: HookArgs) -> Result<ExitStatus, CliError> {
         .map(PathBuf::from)
         .or_else(|| std::env::current_dir().ok())
         .unwrap_or_else(|| PathBuf::from("."));
-    let mutating = matches!(
+    if !matches!(
         tool,
         "Write" | "Edit" | "MultiEdit" | "NotebookEdit" | "Bash"
-    );
-    let job_policy = std::env::var_os(POLICY_VAR)
-        .map(|path| Policy::load(Path::new(&path)).map_err(|e| e.to_string()));
-    // Inside a job, any tool: the first call that repeats `stuck_repeat`
-    // times in the session is denied with a nudge instead of a stop. Not a
-    // tamper denial: it goes to no denials log.
-    if let Some(settings) = job_policy
-        .as_ref()
-        .and_then(|p| p.as_ref().ok())
-        .and_then(|p| p.nudge.as_ref())
-    {
-        let session = event["session_id"].as_str().unwrap_or("unknown");
-        match crate::guard::progress::nudge(settings, session, tool, tool_input) {
-            Ok(Some(message)) => {
-                crate::cli::out!("{}", deny(&message));
-                return Ok(ExitStatus::Success);
-            }
-            Ok(None) => {}
-            Err(e) => tracing::warn!(error = %e, "cannot count the session's tool calls; no nudge"),
-        }
-    }
-    if !mutating {
+    ) {
         return Ok(ExitStatus::Success);
     }
-    let policy = match job_policy {
-        Some(p) => p,
-        None => policy_for_repo(&cwd),
-    };
-    let compiled = policy
-        .as_ref()
-        .map_err(Clone::clone)
-        .and_then(|p| p.compile().map_err(|e| e.to_string()));
-    let decision = match compiled {
-        Ok(compiled) => compiled.check_tool(tool, tool_input, &cwd),
+    let decision = match policy_for_repo(&cwd) {
+        Ok(policy) => match policy.compile() {
+            Ok(compiled) => compiled.check_tool(tool, tool_input, &cwd),
+            Err(e) => Some(format!("loopd: the protection policy could not be compiled ({e}); refusing file changes until it can")),
+        },
         Err(e) => Some(format!("loopd: the protection policy could not be read ({e}); refusing file changes until it can")),
     };
     if let Some(reason) = decision {
-        if let Some(log) = policy.as_ref().ok().and_then(|p| p.denials_log.as_ref()) {
-            use std::io::Write;
-            let entry = Denial {
-                ts: crate::util::now_rfc3339(),
-                tool: tool.to_owned(),
-                tool_use_id: event["tool_use_id"].as_str().map(str::to_owned),
-                input: tool_input.clone(),
-                reason: reason.clone(),
-            };
-            let entry = serde_json::to_string(&entry).expect("a denial serializes");
-            if let Ok(mut f) = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(log)
-            {
-                let _ = writeln!(f, "{entry}");
-            }
-        }
         crate::cli::out!("{}", deny(&reason));
     }
     Ok(ExitStatus::Success)
+}
+
+/// Inside a job: loopd decides (through the gateway); the answer is printed
+/// in the CLI's hook protocol. Anything but a clear "allow" denies.
+fn ask_loopd(gateway: &str, token: &str, input: &str) {
+    let answer = channel::post(
+        gateway,
+        token,
+        "/loopd/v1/hook/pre-tool-use",
+        input.as_bytes(),
+        std::time::Duration::from_secs(60),
+    );
+    let decision = match answer {
+        Ok((200, body)) => serde_json::from_slice::<HookDecision>(&body).unwrap_or_else(|e| {
+            HookDecision::Deny {
+                reason: format!("loopd: the gateway's answer is unreadable ({e}); refusing the call"),
+            }
+        }),
+        Ok((status, body)) => HookDecision::Deny {
+            reason: format!(
+                "loopd: the gateway refused the hook's question (HTTP {status}: {}); refusing the call",
+                String::from_utf8_lossy(&body).chars().take(300).collect::<String>()
+            ),
+        },
+        Err(e) => HookDecision::Deny {
+            reason: format!("loopd: {e}; refusing the call"),
+        },
+    };
+    match decision {
+        HookDecision::Allow => {}
+        HookDecision::Nudge { reason } | HookDecision::Deny { reason } => {
+            crate::cli::out!("{}", deny(&reason))
+        }
+    }
 }

@@ -81,9 +81,13 @@ fn check_room(replay: &Replay, job: &Job) -> Result<(), CliError> {
         caps: job.caps.clone(),
         price: crate::agent::Price::for_model,
     };
+    let first = crate::agent::AgentCli::first_request_bytes(
+        &crate::agent::ClaudeCode,
+        crate::agent::Role::Agent,
+    );
     let over = budget
         .exceeded(&spent)
-        .or_else(|| budget.can_start(&spent, &job.agent_model).err());
+        .or_else(|| budget.can_start(&spent, &job.agent_model, first).err());
     if let Some(reason) = over {
         let flag = match reason {
             Reason::MaxTurns => "--max-turns",

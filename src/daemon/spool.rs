@@ -209,27 +209,39 @@ impl Spool {
                 dir_mode & 0o7777
             ));
         }
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
-        let spec: JobSpec = serde_json::from_str(text.trim_start_matches('\u{feff}'))
-            .map_err(|e| format!("not a valid job file: {e}"))?;
+        // Opened as a file another process could have swapped in since the
+        // check above: never a FIFO, never a link, never unbounded.
+        let bytes = crate::util::read_untrusted(path, MAX_JOB_FILE)
+            .map_err(|e| format!("cannot read: {e}"))?;
         let stem = path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        if spec.job_id != stem || !valid_id(&spec.job_id) {
-            return Err(format!(
-                "job id `{}` does not match the file name `{stem}`",
-                spec.job_id
-            ));
-        }
-        if !spec.repo.is_absolute() {
-            return Err(format!(
-                "repo `{}` is not an absolute path",
-                spec.repo.display()
-            ));
-        }
-        Ok(spec)
+        parse_job(&String::from_utf8_lossy(&bytes), &stem)
     }
+}
+
+/// The largest job file read.
+pub const MAX_JOB_FILE: u64 = 1 << 20;
+
+/// A job file's text, checked: well-formed (a BOM is tolerated), its id
+/// the file's name (`stem`), its repository an absolute path.
+pub fn parse_job(text: &str, stem: &str) -> Result<JobSpec, String> {
+    let spec: JobSpec = serde_json::from_str(text.trim_start_matches('\u{feff}'))
+        .map_err(|e| format!("not a valid job file: {e}"))?;
+    if spec.job_id != stem || !valid_id(&spec.job_id) {
+        return Err(format!(
+            "job id `{}` does not match the file name `{stem}`",
+            spec.job_id
+        ));
+    }
+    if !spec.repo.is_absolute() {
+        return Err(format!(
+            "repo `{}` is not an absolute path",
+            spec.repo.display()
+        ));
+    }
+    Ok(spec)
 }
 
 /// Job ids are what `new_job_id` makes: digits, dashes, hex.

@@ -1,12 +1,16 @@
-//! One queued job, run to its end in a git worktree of its own.
+//! One queued job, run to its end in a repository of its own.
 //!
-//! The worktree lives under the state dir on a branch `loopd/<job-id>` made
-//! from the pinned commit, so the user's own working tree is never touched
-//! and two jobs on one repository run side by side. On acceptance the change
-//! is committed on that branch; on any other ending the circuit breaker has
-//! parked the work; either way the worktree is removed and the branch stays.
-//! A job suspended by a shutdown keeps its worktree and resumes from its
-//! journal.
+//! The job's git directory (`gitdirs/<id>`) and working tree
+//! (`worktrees/<id>`) live under the state dir; its objects are borrowed
+//! from the user's repository, which the job's processes can read but never
+//! write ([`crate::workspace`]'s job checkouts). loopd makes the branch
+//! `loopd/<job-id>` at the pinned commit in the user's repository at the
+//! start, so the user's own working tree is never touched and two jobs on
+//! one repository run side by side. On acceptance loopd commits the judged
+//! tree and brings the commit home onto that branch; on any other ending the
+//! circuit breaker has parked the work (brought home too); either way the
+//! job's repository is removed and the branch stays. A job suspended by a
+//! shutdown keeps its repository and resumes from its journal.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,18 +41,29 @@ fn worktree_path(state_dir: &Path, id: &str) -> PathBuf {
     state_dir.join("worktrees").join(id)
 }
 
-/// Worktree bookkeeping (`.git/worktrees/`) is not safe against concurrent
-/// writers — two jobs starting at once on one repository raced creating it —
-/// so adding and removing worktrees is serialized.
+fn git_dir_path(state_dir: &Path, id: &str) -> PathBuf {
+    state_dir.join("gitdirs").join(id)
+}
+
+/// Branches are created in the user's repository by several jobs at once:
+/// serialized, as is a job repository's creation.
 static WORKTREE_ADMIN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Create the job's worktree on `loopd/<id>` at the pinned commit, or reuse
-/// the one a suspended run left.
-pub fn prepare_worktree(spec: &JobSpec, state_dir: &Path) -> Result<PathBuf, String> {
+/// Make the job's repository (its branch `loopd/<id>` at the pinned commit,
+/// in the user's repository and its own), or reopen the one a suspended
+/// run left. A job started by an older loopd in a `git worktree` goes on
+/// in it.
+pub fn prepare_worktree(spec: &JobSpec, state_dir: &Path) -> Result<Workspace, String> {
     let _admin = WORKTREE_ADMIN.lock().unwrap_or_else(|e| e.into_inner());
     let path = worktree_path(state_dir, &spec.job_id);
-    if path.join(".git").exists() {
-        return Ok(path);
+    let git_dir = git_dir_path(state_dir, &spec.job_id);
+    if !git_dir.exists() && path.join(".git").is_file() && path.join(".git").exists() {
+        if let Ok(ws) = Workspace::open(&path) {
+            if ws.common_dir().starts_with(&spec.repo) {
+                tracing::info!(job_id = %spec.job_id, "resuming in the git worktree an older loopd made");
+                return Ok(ws);
+            }
+        }
     }
     let repo = Repository::open(&spec.repo)
         .map_err(|e| format!("cannot open the repository `{}`: {e}", spec.repo.display()))?;
@@ -62,61 +77,38 @@ pub fn prepare_worktree(spec: &JobSpec, state_dir: &Path) -> Result<PathBuf, Str
         )
     })?;
     let name = branch_name(&spec.job_id);
-    let branch = match repo.find_branch(&name, git2::BranchType::Local) {
-        Ok(b) => b,
-        Err(_) => repo
-            .branch(&name, &commit, false)
-            .map_err(|e| format!("cannot create branch `{name}`: {e}"))?,
-    };
-    // A registration whose directory is gone (a crash mid-removal) is stale.
-    if let Ok(wt) = repo.find_worktree(&spec.job_id) {
-        let _ = wt.prune(Some(
-            git2::WorktreePruneOptions::new()
-                .valid(true)
-                .working_tree(true),
-        ));
+    if repo.find_branch(&name, git2::BranchType::Local).is_err() {
+        repo.branch(&name, &commit, false)
+            .map_err(|e| format!("cannot create branch `{name}`: {e}"))?;
     }
-    crate::util::private_dir(path.parent().expect("worktrees/<id> has a parent"))
-        .map_err(|e| format!("cannot create the worktrees dir: {e}"))?;
-    let mut opts = git2::WorktreeAddOptions::new();
-    opts.reference(Some(branch.get()));
-    repo.worktree(&spec.job_id, &path, Some(&opts))
-        .map_err(|e| format!("cannot add a worktree for `{name}`: {e}"))?;
-    Ok(path)
+    for dir in [path.parent(), git_dir.parent()].into_iter().flatten() {
+        crate::util::private_dir(dir)
+            .map_err(|e| format!("cannot create `{}`: {e}", dir.display()))?;
+    }
+    Workspace::job_checkout(&spec.repo, oid, &name, &git_dir, &path)
+        .map_err(|e| format!("cannot make the job's repository: {e}"))
 }
 
-/// Commit everything in the worktree on its branch; returns the commit id.
-/// A commit this job already made (a kill before it was journaled) is
-/// found by its message and reused.
-fn commit_accepted(worktree: &Path, id: &str, message: &str) -> Result<String, git2::Error> {
-    let repo = Repository::open(worktree)?;
-    let head = repo.head()?.peel_to_commit()?;
-    if head
-        .message()
-        .is_some_and(|m| m.contains(&format!("Accepted by loopd job {id} ")))
-    {
-        return Ok(head.id().to_string());
+/// Reopen a job's repository after the job ran (to commit what it judged).
+fn reopen(spec: &JobSpec, state_dir: &Path) -> Result<Workspace, String> {
+    let git_dir = git_dir_path(state_dir, &spec.job_id);
+    if git_dir.exists() {
+        Workspace::open_job(&git_dir, &spec.repo)
+    } else {
+        Workspace::open(&worktree_path(state_dir, &spec.job_id))
     }
-    let mut index = repo.index()?;
-    index.add_all(["*"], git2::IndexAddOption::DEFAULT, None)?;
-    index.update_all(["*"], None)?;
-    index.write()?;
-    let tree = repo.find_tree(index.write_tree()?)?;
-    let parent = repo.head()?.peel_to_commit()?;
-    let sig = repo
-        .signature()
-        .or_else(|_| git2::Signature::now("loopd", "loopd@localhost"))?;
-    let oid = repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &[&parent])?;
-    Ok(oid.to_string())
+    .map_err(|e| e.to_string())
 }
 
-/// Remove the worktree directory and its registration; the branch stays.
+/// Remove the job's repository (and the registration of an older loopd's
+/// worktree); the branch stays.
 pub fn remove_worktree(repo: &Path, state_dir: &Path, id: &str) {
     let _admin = WORKTREE_ADMIN.lock().unwrap_or_else(|e| e.into_inner());
-    let path = worktree_path(state_dir, id);
-    if let Err(e) = std::fs::remove_dir_all(&path) {
-        if e.kind() != std::io::ErrorKind::NotFound {
-            tracing::warn!(path = %path.display(), error = %e, "cannot remove the worktree");
+    for path in [worktree_path(state_dir, id), git_dir_path(state_dir, id)] {
+        if let Err(e) = std::fs::remove_dir_all(&path) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(path = %path.display(), error = %e, "cannot remove the job's repository");
+            }
         }
     }
     if let Ok(r) = Repository::open(repo) {
@@ -194,7 +186,7 @@ pub async fn run(
             fail(&mut state, why);
             None
         }
-        Ok(wt) => match prepare_job(&spec, &wt, &ctx) {
+        Ok(ws) => match prepare_job(&spec, ws, &ctx) {
             Err(why) => {
                 fail(&mut state, why);
                 None
@@ -208,7 +200,7 @@ pub async fn run(
                     progress: false,
                 };
                 match job::run(&job, ws, control).await {
-                    Ok(summary) => Some((summary, job, wt)),
+                    Ok(summary) => Some((summary, job)),
                     Err(e) => {
                         fail(&mut state, e.to_string());
                         None
@@ -220,7 +212,7 @@ pub async fn run(
 
     let mut notify = Vec::new();
     let mut escalation = None;
-    if let Some((summary, job, wt)) = outcome {
+    if let Some((summary, job)) = outcome {
         state.fill_from(&summary);
         escalation = summary.escalation.clone();
         if state.state == Status::Interrupted && !cancelled() {
@@ -234,7 +226,7 @@ pub async fn run(
             state.state = Status::Cancelled;
         }
         if state.state == Status::Accepted {
-            match commit_once(&run_dir, &wt, &summary, &job).await {
+            match commit_once(&run_dir, &spec, &ctx.state_dir, &summary, &job).await {
                 Ok(c) => {
                     state.commit_accepted = Some(c);
                     if job.approval.required {
@@ -284,11 +276,14 @@ pub async fn run(
     state.state
 }
 
-/// Commit the accepted change once: the journal (or, after a kill between
+/// Commit the accepted change once — the tree the judges judged, never
+/// what the working tree holds now — and bring it home onto the job's
+/// branch in the user's repository. The journal (or, after a kill between
 /// the commit and its record, the branch itself) says whether it was.
 async fn commit_once(
     run_dir: &Path,
-    wt: &Path,
+    spec: &JobSpec,
+    state_dir: &Path,
     summary: &Summary,
     job: &Job,
 ) -> Result<String, String> {
@@ -296,12 +291,37 @@ async fn commit_once(
     if let Some(c) = journal.state().committed.clone() {
         return Ok(c);
     }
+    let tree = journal
+        .state()
+        .accepted_tree
+        .clone()
+        .ok_or("accepted, but the journal holds no judged tree to commit")?;
     let message = commit_message(summary, job);
-    let (wt, id) = (wt.to_path_buf(), summary.job_id.clone());
-    let commit = tokio::task::spawn_blocking(move || commit_accepted(&wt, &id, &message))
-        .await
-        .map_err(|e| format!("accepted, but the commit task failed: {e}"))?
-        .map_err(|e| format!("accepted, but the commit on the job's branch failed: {e}"))?;
+    let (spec, state_dir, base) = (
+        spec.clone(),
+        state_dir.to_path_buf(),
+        summary.base_ref.clone(),
+    );
+    let commit = tokio::task::spawn_blocking(move || -> Result<String, String> {
+        let ws = reopen(&spec, &state_dir)?;
+        let oid = |s: &str| Oid::from_str(s).map_err(|e| format!("`{s}` is not an object id: {e}"));
+        let (base, tree) = (oid(&base)?, oid(&tree)?);
+        let branch = branch_name(&spec.job_id);
+        let commit = ws
+            .commit_tree(base, tree, &branch, &message)
+            .map_err(|e| e.to_string())?;
+        ws.bring_home(
+            commit,
+            &format!("refs/heads/{branch}"),
+            Some(base),
+            "loopd: the accepted change",
+        )
+        .map_err(|e| e.to_string())?;
+        Ok(commit.to_string())
+    })
+    .await
+    .map_err(|e| format!("accepted, but the commit task failed: {e}"))?
+    .map_err(|e| format!("accepted, but the commit on the job's branch failed: {e}"))?;
     crate::util::crash_point("worker:committed");
     journal
         .append(Event::Committed {
@@ -335,9 +355,14 @@ pub async fn notify_end(
     }
 }
 
-fn prepare_job(spec: &JobSpec, worktree: &Path, ctx: &Context) -> Result<(Workspace, Job), String> {
-    let ws = Workspace::open(worktree).map_err(|e| e.to_string())?;
-    let flags = JobFlags::for_daemon(worktree, ctx.agent_bin.clone(), &ctx.state_dir, &spec.flags);
+fn prepare_job(spec: &JobSpec, ws: Workspace, ctx: &Context) -> Result<(Workspace, Job), String> {
+    let worktree = ws.root().to_path_buf();
+    let flags = JobFlags::for_daemon(
+        &worktree,
+        ctx.agent_bin.clone(),
+        &ctx.state_dir,
+        &spec.flags,
+    );
     let mut job = Job::resolve(&flags, ws.root()).map_err(|e| e.to_string())?;
     job.agent_bin = find_on_path(&job.agent_bin)
         .ok_or_else(|| format!("the agent CLI `{}` was not found", job.agent_bin.display()))?;

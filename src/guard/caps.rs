@@ -5,10 +5,9 @@
 
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::agent::events::Usage;
-use crate::agent::gateway::{Metered, MeteredCall};
 use crate::agent::Price;
 use crate::outcome::Reason;
 
@@ -26,75 +25,7 @@ pub struct Caps {
     pub idle_timeout: Duration,
 }
 
-/// What has been spent.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct Spend {
-    pub cost_usd: f64,
-    pub turns: u64,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-}
-
-impl Spend {
-    pub fn tokens(&self) -> u64 {
-        self.input_tokens + self.output_tokens
-    }
-
-    pub fn add(&mut self, other: &Spend) {
-        self.cost_usd += other.cost_usd;
-        self.turns += other.turns;
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-    }
-
-    pub fn plus(&self, other: &Spend) -> Spend {
-        let mut s = *self;
-        s.add(other);
-        s
-    }
-
-    /// The larger of two readings of the same spend, field by field (the
-    /// stream's estimate and the gateway's meter of one session).
-    pub fn max(&self, other: &Spend) -> Spend {
-        Spend {
-            cost_usd: self.cost_usd.max(other.cost_usd),
-            turns: self.turns.max(other.turns),
-            input_tokens: self.input_tokens.max(other.input_tokens),
-            output_tokens: self.output_tokens.max(other.output_tokens),
-        }
-    }
-
-    /// One metered call: a turn, its tokens (cache reads and writes count as
-    /// input) and its price.
-    pub fn of_call(call: &MeteredCall) -> Spend {
-        let usage = call.usage();
-        Spend {
-            cost_usd: call.cost_usd,
-            turns: 1,
-            input_tokens: usage.all_input(),
-            output_tokens: usage.output_tokens,
-        }
-    }
-
-    /// What a gateway metered since it started.
-    pub fn of_metered(m: &Metered) -> Spend {
-        Spend {
-            cost_usd: m.cost_usd,
-            turns: m.calls,
-            input_tokens: m.input_tokens,
-            output_tokens: m.output_tokens,
-        }
-    }
-}
-
-/// The smallest model call a session can make: its first request carries at
-/// least the system prompt. Used to refuse a session the budget cannot cover.
-pub const MIN_CALL: Usage = Usage {
-    input_tokens: 1_000,
-    output_tokens: 100,
-    cache_creation_input_tokens: 0,
-    cache_read_input_tokens: 0,
-};
+pub use crate::agent::gateway::Spend;
 
 /// The caps of a job, checked against spend, with the agent's price table
 /// for estimates.
@@ -121,13 +52,16 @@ impl Budget {
     }
 
     /// Budget before cost: may a session on `model` start, given `spent`?
-    pub fn can_start(&self, spent: &Spend, model: &str) -> Result<(), Reason> {
-        let min = Spend {
-            cost_usd: (self.price)(model).cost(&MIN_CALL),
-            turns: 1,
-            input_tokens: MIN_CALL.input_tokens,
-            output_tokens: MIN_CALL.output_tokens,
+    /// Only when the gateway could let its first call through: a request of
+    /// `request_bytes` reserved at its worst case (every input token a cache
+    /// write) with the smallest output bound the gateway grants.
+    pub fn can_start(&self, spent: &Spend, model: &str, request_bytes: u64) -> Result<(), Reason> {
+        let first = Usage {
+            cache_creation_input_tokens: request_bytes + crate::agent::claude::wire::INPUT_MARGIN,
+            output_tokens: crate::agent::gateway::spend::MIN_GRANT,
+            ..Usage::default()
         };
+        let min = Spend::of_usage(&first, (self.price)(model));
         let after = spent.plus(&min);
         if after.cost_usd > self.caps.budget_usd {
             return Err(Reason::BudgetUsd);
@@ -176,10 +110,16 @@ mod tests {
             cost_usd: 0.0095,
             ..Spend::default()
         };
-        // One minimal sonnet call costs 0.003: it would cross the cap.
-        assert_eq!(b.can_start(&spent, "sonnet"), Err(Reason::BudgetUsd));
-        // One minimal haiku call costs 0.00015: it fits.
-        assert_eq!(b.can_start(&spent, "haiku"), Ok(()));
+        // A first call of 1 KB on sonnet reserves 5120 * 2.5e-6 + 1024 * 1e-5
+        // = 0.0231: it would cross the cap.
+        assert_eq!(
+            b.can_start(&Spend::default(), "sonnet", 1_024),
+            Err(Reason::BudgetUsd)
+        );
+        // On haiku: 5120 * 1.25e-7 + 1024 * 5e-7 = 0.00115: it fits, at
+        // first; not with 0.0095 spent.
+        assert_eq!(b.can_start(&Spend::default(), "haiku", 1_024), Ok(()));
+        assert_eq!(b.can_start(&spent, "haiku", 1_024), Err(Reason::BudgetUsd));
         assert_eq!(b.exceeded(&spent), None);
         assert_eq!(
             b.exceeded(&Spend {
@@ -206,7 +146,7 @@ mod tests {
             }),
             Some(Reason::MaxTurns)
         );
-        assert_eq!(b.can_start(&three, "haiku"), Err(Reason::MaxTurns));
+        assert_eq!(b.can_start(&three, "haiku", 0), Err(Reason::MaxTurns));
         assert_eq!(
             b.exceeded(&Spend {
                 input_tokens: 4_000,
@@ -221,7 +161,8 @@ mod tests {
                     input_tokens: 4_000,
                     ..Spend::default()
                 },
-                "haiku"
+                "haiku",
+                0
             ),
             Err(Reason::MaxTokens)
         );

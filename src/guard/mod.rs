@@ -26,7 +26,8 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::events::{ApiEvent, AssistantBlock, Event, Usage};
-use crate::agent::gateway::MeteredCall;
+use crate::agent::gateway::channel::{Denial, EscalationRequest, Refused};
+use crate::agent::gateway::{GatewayEvent, MeteredCall};
 use crate::agent::session::{Observer, Role, Verdict};
 use crate::outcome::Reason;
 use caps::{Budget, Spend};
@@ -178,6 +179,16 @@ pub enum Record {
     Nudged(Nudge),
     /// A call the metering gateway saw on the wire (the authority).
     Metered(MeteredCall),
+    /// A request the gateway refused.
+    Refused(Refused),
+    /// A tool call the hook asked about and the job's policy denied.
+    Denied(Denial),
+    /// The agent escalated (through the gateway).
+    Escalated {
+        attempt: u32,
+        session: u32,
+        request: EscalationRequest,
+    },
 }
 
 /// Where a [`Watch`] sends its records. The hot path: an implementation must
@@ -232,9 +243,6 @@ pub struct Watch<'a> {
     call: Option<Call>,
     tools: HashMap<String, PendingTool>,
     pub tool_calls: u64,
-    /// The session's escalation file and job id: a verified escalation
-    /// stops the session at the tool result that reports it.
-    escalation: Option<(std::path::PathBuf, String)>,
     /// The hook has nudged this session once: the next repeat stops it.
     nudged: bool,
 }
@@ -261,15 +269,8 @@ impl<'a> Watch<'a> {
             call: None,
             tools: HashMap::new(),
             tool_calls: 0,
-            escalation: None,
             nudged: false,
         }
-    }
-
-    /// Stop the session once `loopd escalate` has written `file` for `job_id`.
-    pub fn with_escalation(mut self, file: std::path::PathBuf, job_id: String) -> Self {
-        self.escalation = Some((file, job_id));
-        self
     }
 
     /// Charge the in-flight call with its usage so far; returns a cap it broke.
@@ -350,14 +351,39 @@ impl<'a> Watch<'a> {
 }
 
 impl Observer for Watch<'_> {
-    fn on_metered(&mut self, call: MeteredCall) -> Verdict {
-        self.metered.add(&Spend::of_call(&call));
-        self.recorder.record(Record::Metered(call));
-        let verdict = self.over_cap();
-        if let Some(reason) = verdict {
-            tracing::warn!(%reason, "the metered spend reached a cap");
+    fn on_gateway(&mut self, event: GatewayEvent) -> Verdict {
+        match event {
+            GatewayEvent::Metered(call) => {
+                self.metered.add(&Spend::of_call(&call));
+                self.recorder.record(Record::Metered(call));
+                let verdict = self.over_cap();
+                if let Some(reason) = verdict {
+                    tracing::warn!(%reason, "the metered spend reached a cap");
+                }
+                verdict
+            }
+            GatewayEvent::Refused(r) => {
+                self.recorder.record(Record::Refused(r));
+                None
+            }
+            GatewayEvent::Denied(d) => {
+                if let Some(t) = d.tool_use_id.as_ref().and_then(|id| self.tools.get_mut(id)) {
+                    t.denied = true;
+                }
+                self.recorder.record(Record::Denied(d));
+                None
+            }
+            GatewayEvent::Escalated(request) if self.role == Role::Agent => {
+                tracing::warn!(test = %request.test, "the agent escalated; stopping its session");
+                self.recorder.record(Record::Escalated {
+                    attempt: self.attempt,
+                    session: self.session,
+                    request,
+                });
+                Some(Reason::Escalated)
+            }
+            GatewayEvent::Escalated(_) => None,
         }
-        verdict
     }
 
     fn on_event(&mut self, event: &Event, at: Instant) -> Verdict {
@@ -432,18 +458,8 @@ impl Observer for Watch<'_> {
                 verdict
             }
             Event::User(u) => {
-                let mut results = false;
                 for (id, is_error) in u.tool_results() {
                     self.tool_done(id, is_error, at);
-                    results = true;
-                }
-                let escalated = results
-                    && self.escalation.as_ref().is_some_and(|(file, job)| {
-                        matches!(escalation::read(file, job), Some(Ok(_)))
-                    });
-                if escalated {
-                    tracing::warn!("the agent escalated; stopping its session");
-                    return Some(Reason::Escalated);
                 }
                 None
             }

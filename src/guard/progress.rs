@@ -100,89 +100,82 @@ impl RepeatDetector {
     }
 }
 
-/// What the hook needs for the nudge, carried in the job's policy file.
+/// The nudge's settings: the stop's window and repeat count, the polling
+/// exemptions, and the escalation command to suggest.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct NudgeSettings {
     pub window: usize,
     pub repeat: usize,
     pub poll_patterns: Vec<String>,
-    /// The job-private directory of the per-session counts.
-    pub dir: std::path::PathBuf,
     /// The escalation command, when the agent has that exit.
     #[serde(default)]
     pub escalate: Option<String>,
 }
 
-/// One session's recent calls, as the hook keeps them.
-#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+/// One session's recent calls, as the hook's questions showed them.
+#[derive(Debug, Default)]
 struct SessionCalls {
     recent: VecDeque<String>,
     nudged: bool,
 }
 
-/// The hook's side of the nudge: count this call among the session's recent
-/// calls (a file per session, locked while it is read and written — the
-/// CLI may run hooks of one response side by side) and return the message
-/// to deny it with when it is the first call of the session that repeats
-/// `repeat` times within `window`. The session's [`crate::guard::Watch`]
-/// counts the same calls and lets exactly that one through; a further
+/// The nudge before a `stuck_repeat` stop, decided in loopd from the
+/// hook's questions (which reach it through the gateway): the first call of
+/// a session that repeats `repeat` times within `window` is denied with
+/// what to do instead. The session's [`crate::guard::Watch`] counts the same
+/// calls from the stream and lets exactly that one through; a further
 /// repeat stops the session with `stuck_repeat`. Polling calls are exempt,
-/// as they are from the stop.
-pub fn nudge(
-    settings: &NudgeSettings,
-    session_id: &str,
-    tool: &str,
-    input: &Value,
-) -> std::io::Result<Option<String>> {
-    use std::io::{Read, Seek, Write};
-    use std::os::unix::io::AsRawFd;
-    if is_polling(tool, input, &settings.poll_patterns) {
-        return Ok(None);
+/// as they are from the stop. Kept in memory: nothing a job's process can
+/// write holds a count.
+#[derive(Debug)]
+pub struct Nudger {
+    settings: NudgeSettings,
+    /// By the CLI's session id (bounded: a session is one of a job's few).
+    sessions: std::collections::HashMap<String, SessionCalls>,
+}
+
+/// The most sessions whose calls are kept (the oldest are forgotten).
+const MAX_NUDGE_SESSIONS: usize = 64;
+
+impl Nudger {
+    pub fn new(settings: NudgeSettings) -> Nudger {
+        Nudger {
+            settings,
+            sessions: std::collections::HashMap::new(),
+        }
     }
-    let name: String = session_id
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
-        .take(64)
-        .collect();
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(settings.dir.join(format!("{name}.json")))?;
-    // SAFETY: flock on a descriptor we own; released when `file` closes.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(std::io::Error::last_os_error());
+
+    /// Count this call; the nudge to deny it with, when it is the one.
+    pub fn observe(&mut self, session_id: &str, tool: &str, input: &Value) -> Option<String> {
+        let s = &self.settings;
+        if is_polling(tool, input, &s.poll_patterns) {
+            return None;
+        }
+        if !self.sessions.contains_key(session_id) && self.sessions.len() >= MAX_NUDGE_SESSIONS {
+            self.sessions.clear();
+        }
+        let calls = self.sessions.entry(session_id.to_owned()).or_default();
+        let mut detector = RepeatDetector {
+            window: s.window,
+            repeat: s.repeat,
+            recent: std::mem::take(&mut calls.recent),
+        };
+        let repeated = detector.observe(&call_hash(tool, input)).is_some();
+        calls.recent = detector.recent;
+        (repeated && !calls.nudged).then(|| {
+            calls.nudged = true;
+            let escalate = s
+                .escalate
+                .as_ref()
+                .map(|c| format!(", or — if the task cannot be done honestly — run `{c} --test <test id> --reason \"...\"`"))
+                .unwrap_or_default();
+            format!(
+                "loopd: this is the {} identical {tool} call among your last {} tool calls; repeating it will not change its result. Read the error or output it gave, then try a different approach{escalate}. Repeating this call once more ends the session (stuck_repeat).",
+                ordinal(s.repeat),
+                s.window
+            )
+        })
     }
-    let mut text = String::new();
-    file.read_to_string(&mut text)?;
-    let mut calls: SessionCalls = serde_json::from_str(&text).unwrap_or_default();
-    let mut detector = RepeatDetector {
-        window: settings.window,
-        repeat: settings.repeat,
-        recent: std::mem::take(&mut calls.recent),
-    };
-    let hash = call_hash(tool, input);
-    let repeated = detector.observe(&hash).is_some();
-    calls.recent = detector.recent;
-    let message = (repeated && !calls.nudged).then(|| {
-        calls.nudged = true;
-        let escalate = settings
-            .escalate
-            .as_ref()
-            .map(|c| format!(", or — if the task cannot be done honestly — run `{c} --test <test id> --reason \"...\"`"))
-            .unwrap_or_default();
-        format!(
-            "loopd: this is the {} identical {tool} call among your last {} tool calls; repeating it will not change its result. Read the error or output it gave, then try a different approach{escalate}. Repeating this call once more ends the session (stuck_repeat).",
-            ordinal(settings.repeat),
-            settings.window
-        )
-    });
-    let text = serde_json::to_string(&calls).expect("the session's calls serialize");
-    file.set_len(0)?;
-    file.rewind()?;
-    file.write_all(text.as_bytes())?;
-    Ok(message)
 }
 
 fn ordinal(n: usize) -> String {
@@ -271,17 +264,14 @@ mod tests {
 
     #[test]
     fn the_hook_nudges_once_per_session_and_never_for_polling() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let settings = NudgeSettings {
+        let mut nudger = Nudger::new(NudgeSettings {
             window: 5,
             repeat: 3,
             poll_patterns: vec!["sleep".into()],
-            dir: dir.path().to_path_buf(),
             escalate: Some("loopd escalate".into()),
-        };
+        });
         let read = json!({"file_path": "/r/x.py"});
-        let call =
-            |s: &str, tool: &str, input: &Value| nudge(&settings, s, tool, input).expect("nudge");
+        let mut call = |s: &str, tool: &str, input: &Value| nudger.observe(s, tool, input);
         assert_eq!(call("s1", "Read", &read), None);
         assert_eq!(call("s1", "Read", &read), None);
         assert_eq!(

@@ -163,18 +163,12 @@ pub struct Policy {
     /// Absolute paths outside the repository (config, rubric), with why.
     pub outside: BTreeMap<PathBuf, String>,
     pub skip_markers: Vec<String>,
-    /// Where the hook appends what it denied (loopd reads it after a session).
-    pub denials_log: Option<PathBuf>,
     /// Inside a loopd job: the checkout's git directories (its own and the
     /// common one, which a worktree shares). Nothing under them may be
     /// written, and git may not write refs, config or hooks. Empty for the
     /// standalone hook in your own sessions.
     #[serde(default)]
     pub git_dirs: Vec<PathBuf>,
-    /// Inside a loopd job: the nudge before a `stuck_repeat` stop (the
-    /// hook counts each session's calls; see [`super::progress::nudge`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub nudge: Option<super::progress::NudgeSettings>,
     /// `[protect] allow_submodules`.
     #[serde(default)]
     pub allow_submodules: bool,
@@ -284,21 +278,8 @@ impl Policy {
             patterns,
             outside,
             skip_markers,
-            denials_log: None,
             git_dirs: vec![],
-            nudge: None,
             allow_submodules: protect.allow_submodules,
-        })
-    }
-
-    pub fn load(path: &Path) -> Result<Policy, PolicyError> {
-        let text = std::fs::read_to_string(path).map_err(|e| PolicyError::Read {
-            path: path.into(),
-            message: e.to_string(),
-        })?;
-        serde_json::from_str(&text).map_err(|e| PolicyError::Read {
-            path: path.into(),
-            message: e.to_string(),
         })
     }
 
@@ -328,51 +309,28 @@ pub struct Compiled<'a> {
     markers: Vec<Regex>,
 }
 
-/// The variable that names the job's policy file in the hook's command line.
-pub const POLICY_VAR: &str = "LOOPD_POLICY";
-
-/// One line of the hook's denials log: written by `loopd hook pre-tool-use`,
-/// read by the job after the agent session.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Denial {
-    pub ts: String,
-    pub tool: String,
-    #[serde(default)]
-    pub tool_use_id: Option<String>,
-    /// The tool's input, as the CLI sent it (its shape is the tool's).
-    pub input: serde_json::Value,
-    pub reason: String,
-}
-
-impl Denial {
-    /// The denial as a gate finding; paths relative to `root` (with its
-    /// trailing slash).
-    pub fn finding(&self, root: &str) -> Finding {
-        let target = self
-            .input
-            .get("file_path")
-            .and_then(|p| p.as_str())
-            .map(|p| p.strip_prefix(root).unwrap_or(p).to_owned())
-            .or_else(|| {
-                self.input
-                    .get("command")
-                    .and_then(|c| c.as_str())
-                    .map(|c| format!("`{}`", c.chars().take(120).collect::<String>()))
-            })
-            .unwrap_or_default();
-        Finding {
-            reason: Reason::ProtectedPath,
-            problem: format!(
-                "the {} call on {target} was denied: {}",
-                self.tool, self.reason
-            ),
-            path: target,
-            line: None,
-            rule: None,
-            check: None,
-            fix: "leave protected files and git history as they are; fix the code under test"
-                .into(),
-        }
+/// A tool call the hook denied, as a gate finding; paths relative to
+/// `root` (with its trailing slash).
+pub fn denial_finding(tool: &str, input: &serde_json::Value, reason: &str, root: &str) -> Finding {
+    let target = input
+        .get("file_path")
+        .and_then(|p| p.as_str())
+        .map(|p| p.strip_prefix(root).unwrap_or(p).to_owned())
+        .or_else(|| {
+            input
+                .get("command")
+                .and_then(|c| c.as_str())
+                .map(|c| format!("`{}`", c.chars().take(120).collect::<String>()))
+        })
+        .unwrap_or_default();
+    Finding {
+        reason: Reason::ProtectedPath,
+        problem: format!("the {tool} call on {target} was denied: {reason}"),
+        path: target,
+        line: None,
+        rule: None,
+        check: None,
+        fix: "leave protected files and git history as they are; fix the code under test".into(),
     }
 }
 
@@ -1265,9 +1223,7 @@ mod tests {
             ],
             outside,
             skip_markers: SKIP_MARKERS.iter().map(|s| s.to_string()).collect(),
-            denials_log: None,
             git_dirs: vec![PathBuf::from("/repo/.git")],
-            nudge: None,
             allow_submodules: false,
         }
     }

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use super::{JobError, Run};
 use crate::agent::events::ResultEvent;
-use crate::agent::gateway::Tag;
+use crate::agent::gateway::{channel, GatewayEvent, Tag};
 use crate::agent::session::{self, Role, SessionEnd, SessionSpec};
 use crate::agent::CliLimits;
 use crate::critic::CriticVerdict;
@@ -71,7 +71,7 @@ impl Run<'_> {
             );
         } else {
             tracing::info!(attempt = n, max = self.job.max_attempts, "attempt started");
-            if let Some(e) = self.may_start(&self.job.agent_model) {
+            if let Some(e) = self.may_start(&self.job.agent_model, Role::Agent, prompt.len()) {
                 return self.end_attempt(n, Judged::Stop(e));
             }
             let mut tools = self.job.allowed_tools.clone();
@@ -81,7 +81,7 @@ impl Run<'_> {
             let args = self.agent.agent_args(
                 &self.job.agent_model,
                 &tools,
-                &self.env.settings_path,
+                &self.env.settings,
                 self.limits(),
                 prompt,
             );
@@ -148,10 +148,13 @@ impl Run<'_> {
         Ok(step)
     }
 
-    /// Refuse a session the budget cannot cover (budget before cost).
-    pub(super) fn may_start(&self, model: &str) -> Option<Ending> {
+    /// Refuse a session the budget cannot cover (budget before cost): its
+    /// first call — the CLI's own request, plus `input` bytes of ours —
+    /// could not get through the gateway.
+    pub(super) fn may_start(&self, model: &str, role: Role, input: usize) -> Option<Ending> {
         let spent = self.journal.state().spend();
-        self.budget.can_start(&spent, model).err().map(|reason| Ending {
+        let bytes = self.agent.first_request_bytes(role) + input as u64;
+        self.budget.can_start(&spent, model, bytes).err().map(|reason| Ending {
             reason,
             detail: format!("not starting another session on `{model}`: the remaining budget cannot cover even one call ({})", self.spend_line()),
         })
@@ -178,23 +181,25 @@ impl Run<'_> {
         attempt_started: Instant,
         verdict: Option<fn(Option<&ResultEvent>) -> CriticVerdict>,
     ) -> Result<SessionFinished, JobError> {
-        // The agent's approved exit: where `loopd escalate` writes, and for
-        // which job — in this session's environment only.
-        let escalation = (role == Role::Agent && self.job.guard.escalation)
-            .then(|| (escalation::file(dir), self.id.clone()));
         let deadline = self.deadline(attempt_started);
+        let number = self.journal.state().sessions;
         let gateway = self
             .env
             .gateway
             .as_mut()
             .expect("the gateway serves while the job runs");
-        let mut env_set = self
-            .agent
-            .session_env(&gateway.base_url(), gateway.session_token());
-        if let Some((file, id)) = &escalation {
-            env_set.push((escalation::PATH_VAR.into(), file.into()));
-            env_set.push((escalation::JOB_VAR.into(), id.into()));
-        }
+        // A refusal left from an earlier session is not this one's; the
+        // earlier session's token stops working now.
+        let _ = gateway.take_refusal();
+        let token = gateway.open_session(Tag {
+            role,
+            attempt,
+            session: number,
+        });
+        let mut env_set = self.agent.session_env(&gateway.base_url(), &token);
+        // The hook and `loopd escalate` reach loopd through the gateway.
+        env_set.push((channel::GATEWAY_VAR.into(), gateway.base_url().into()));
+        env_set.push((channel::TOKEN_VAR.into(), token.into()));
         let spec = SessionSpec {
             role,
             bin: self.job.agent_bin.clone(),
@@ -211,19 +216,11 @@ impl Run<'_> {
             scope: self.id.clone(),
             sandbox: self.env.sandbox.clone(),
         };
-        let number = self.journal.state().sessions;
         self.journal.append(Event::SessionStarted {
             attempt,
             role,
             session: number,
         })?;
-        // A refusal left from an earlier session is not this one's.
-        let _ = gateway.take_refusal();
-        gateway.set_tag(Tag {
-            role,
-            attempt,
-            session: number,
-        });
         let mut stop = self.stop.clone();
         let before = self.journal.state().spend();
         let (end, live, tool_calls) = {
@@ -234,20 +231,24 @@ impl Run<'_> {
                 &self.job.guard,
                 &mut self.journal,
             );
-            if let Some((file, id)) = escalation {
-                watch = watch.with_escalation(file, id);
-            }
-            let end = session::run(&spec, &mut watch, &mut stop, Some(gateway.calls())).await?;
+            let end = session::run(&spec, &mut watch, &mut stop, Some(gateway.events())).await?;
             watch.flush_pending();
             (end, watch.live, watch.tool_calls)
         };
-        // The session's last response may still be draining through the
-        // gateway; its metered call is journaled before the session's end.
+        // The session's processes are gone: its token goes too. Its last
+        // response may still be draining through the gateway; what the
+        // gateway saw is journaled before the session's end.
+        gateway.close_session();
         gateway.settle(SETTLE).await;
-        while let Ok(call) = gateway.calls().try_recv() {
-            self.journal.append(Event::MeteredCall(call))?;
+        let mut late = Vec::new();
+        while let Ok(event) = gateway.events().try_recv() {
+            late.push(event);
         }
         let refusal = gateway.take_refusal();
+        let refused = gateway.refused();
+        for event in late {
+            self.journal_gateway(role, attempt, number, event)?;
+        }
         // The gateway's meter is the authority on cost and tokens; the turns
         // are at least what the CLI or the stream counted.
         let metered = self.journal.state().metered_of(number);
@@ -278,8 +279,15 @@ impl Run<'_> {
                     detail: format!("the gateway refused a model call: {}", r.message),
                 })
             }
-            _ => self.session_failure(&end, &spend),
+            _ => self.session_failure(number, &end, &spend),
         };
+        if refused > 0 {
+            tracing::warn!(
+                role = role.as_str(),
+                refused,
+                "the gateway refused requests of this session"
+            );
+        }
         let finished = SessionFinished {
             attempt,
             role,
@@ -311,16 +319,41 @@ impl Run<'_> {
         Ok(finished)
     }
 
+    /// Journal what the gateway reported after a session's stream ended.
+    fn journal_gateway(
+        &mut self,
+        role: Role,
+        attempt: u32,
+        session: u32,
+        event: GatewayEvent,
+    ) -> Result<(), JobError> {
+        let event = match event {
+            GatewayEvent::Metered(call) => Event::MeteredCall(call),
+            GatewayEvent::Refused(r) => Event::GatewayRefused(r),
+            GatewayEvent::Denied(d) => Event::ToolDenied(d),
+            GatewayEvent::Escalated(r) if role == Role::Agent => Event::EscalationRequested {
+                attempt,
+                session,
+                test: r.test,
+                reason: r.reason,
+            },
+            GatewayEvent::Escalated(_) => return Ok(()),
+        };
+        self.journal.append(event)?;
+        Ok(())
+    }
+
     /// Map a session's end to the reason the job stops with, if it failed.
-    fn session_failure(&self, end: &SessionEnd, spend: &Spend) -> Option<Ending> {
+    fn session_failure(&self, number: u32, end: &SessionEnd, spend: &Spend) -> Option<Ending> {
         if let Some(reason) = end.stopped {
             let mut e = self.guard_ending(reason);
             if matches!(
                 reason,
                 Reason::BudgetUsd | Reason::MaxTurns | Reason::MaxTokens
             ) {
-                // The journal does not hold this session's spend yet.
-                let spent = self.journal.state().spend().plus(spend);
+                // The journal holds this session's calls so far as
+                // unfinished: counted once, as the session's own reading.
+                let spent = self.journal.state().spend_without(number).plus(spend);
                 e.detail = format!(
                     "the {reason} cap was reached: spent ${:.4} of ${}, {} of {} turns, {} of {} tokens",
                     spent.cost_usd,

@@ -17,10 +17,9 @@ use crate::agent::session::Role;
 use crate::config::Job;
 use crate::critic::{self, CriticInput, CriticVerdict, Previous, Shown};
 use crate::goal::{self, GoalReport, Mode};
-use crate::guard::escalation;
 use crate::guard::precheck::{self, Lang};
 use crate::guard::size;
-use crate::guard::tamper::{self, Denial, Finding};
+use crate::guard::tamper::{self, Finding};
 use crate::guard::testcount::{self, Counts};
 use crate::journal::{Ending, Event, Gate};
 use crate::outcome::{Escalation, Reason};
@@ -72,19 +71,37 @@ impl Run<'_> {
             &serde_json::to_string(&snapshot).expect("a snapshot serializes"),
         )?;
         if self.current().diff.is_none() {
+            // The tree the judges judge: what a commit of this attempt holds.
+            let tree = self.ws.judged_tree(self.base_oid, &diff)?;
             self.journal.append(Event::DiffTaken {
                 attempt: n,
                 sha256: diff.sha256.clone(),
+                tree: tree.map(|t| t.to_string()),
             })?;
         }
-        // The agent's approved exit comes before anything else it did.
+        // The deterministic gate on the diff; what `.git/` showed rejects
+        // with it.
+        self.check_gate(n, Gate::Diff, |run| {
+            let mut findings = run
+                .env
+                .policy
+                .compile()
+                .map_err(JobError::Policy)?
+                .diff_findings(&diff, run.job.rubric.tests_rule());
+            findings.extend(size::findings(&diff, run.job.guard.max_diff_bytes()));
+            Ok(findings)
+        })?;
+        let current = self.current();
+        let mut gate = current.git_dir_gate.clone().unwrap_or_default();
+        gate.extend(current.diff_gate.clone().unwrap_or_default());
+        // The agent's approved exit, once every gate on the change it left
+        // has run: tampering is not hidden by escalating after it.
         let patch = diff.patch.as_deref().unwrap_or(
             "(the diff is larger than loopd keeps in memory: see diff.patch in the run directory)",
         );
-        if let Some(e) = self.escalation(n, dir, patch)? {
+        if let Some(e) = self.escalation(n, &gate, patch)? {
             return stop(e);
         }
-        let current = self.current();
         if let Some(e) = current.agent.as_ref().and_then(|a| a.failure.clone()) {
             return stop(e);
         }
@@ -99,24 +116,6 @@ impl Run<'_> {
         // What changed since the previous attempt, for the critic and the
         // report.
         let interdiff = self.interdiff(n, &snapshot, dir)?;
-
-        // What the hook denied during the session: attempts at tampering.
-        self.journal_denials(n)?;
-        // The deterministic gate on the diff, before the goal test; what
-        // `.git/` showed rejects with it.
-        self.check_gate(n, Gate::Diff, |run| {
-            let mut findings = run
-                .env
-                .policy
-                .compile()
-                .map_err(JobError::Policy)?
-                .diff_findings(&diff, run.job.rubric.tests_rule());
-            findings.extend(size::findings(&diff, run.job.guard.max_diff_bytes()));
-            Ok(findings)
-        })?;
-        let current = self.current();
-        let mut gate = current.git_dir_gate.clone().unwrap_or_default();
-        gate.extend(current.diff_gate.clone().unwrap_or_default());
         if !gate.is_empty() {
             return Ok(self.reject_by_gates(n, gate, current.denied));
         }
@@ -317,9 +316,6 @@ impl Run<'_> {
         dir: &Path,
         attempt_started: Instant,
     ) -> Result<Result<CriticVerdict, Ending>, JobError> {
-        if let Some(e) = self.may_start(&self.job.critic_model) {
-            return Ok(Err(e));
-        }
         if let Some(e) = self.verify_integrity() {
             return Ok(Err(e));
         }
@@ -365,11 +361,14 @@ impl Run<'_> {
         }
         .render();
         self.write(&dir.join("critic-input.txt"), &input)?;
+        if let Some(e) = self.may_start(&self.job.critic_model, Role::Critic, input.len()) {
+            return Ok(Err(e));
+        }
         let schema = critic::verdict_schema().to_string();
         let args = self.agent.critic_args(
             &self.job.critic_model,
             &schema,
-            &self.env.settings_path,
+            &self.env.settings,
             self.limits(),
             critic::INSTRUCTION,
         );
@@ -485,10 +484,17 @@ impl Run<'_> {
         from > 0 && n >= from
     }
 
-    /// The agent's escalation in attempt `n`, as the job's ending: read from
-    /// its file and verified once, journaled with the latest goal output and
-    /// the diff it left; on a resume, read back from the journal.
-    fn escalation(&mut self, n: u32, dir: &Path, patch: &str) -> Result<Option<Ending>, JobError> {
+    /// The agent's escalation in attempt `n`, as the job's ending: what the
+    /// gateway received (journaled), once every gate on the change has run.
+    /// A tamper finding among `gate` ends the job with its own reason, not
+    /// resumable; otherwise the escalation is journaled with the latest goal
+    /// output and the diff the agent left.
+    fn escalation(
+        &mut self,
+        n: u32,
+        gate: &[Finding],
+        patch: &str,
+    ) -> Result<Option<Ending>, JobError> {
         if !self.job.guard.escalation {
             return Ok(None);
         }
@@ -500,33 +506,43 @@ impl Run<'_> {
             .filter(|e| e.attempt == n);
         let esc = match journaled {
             Some(e) => e,
-            None => match escalation::read(&escalation::file(dir), &self.id) {
-                None => return Ok(None),
-                Some(Err(why)) => {
-                    tracing::warn!(attempt = n, why = %why, "not an escalation of this job; ignored");
+            None => {
+                let Some((test, claim)) = self.current().escalation_request else {
                     return Ok(None);
+                };
+                if let Some(f) = gate
+                    .iter()
+                    .find(|f| matches!(f.reason, Reason::ProtectedPath | Reason::SkipMarker))
+                {
+                    tracing::error!(attempt = n, reason = %f.reason, path = %f.path, "the agent escalated after tampering; the tampering decides the ending");
+                    return Ok(Some(Ending {
+                        reason: f.reason,
+                        detail: format!(
+                            "the agent escalated at attempt {n} (`{}`), but its change tampers with what judges it: {}",
+                            test.trim(),
+                            f.render()
+                        ),
+                    }));
                 }
-                Some(Ok(req)) => {
-                    let goal_output = self
-                        .journal
-                        .state()
-                        .last_goal
-                        .as_ref()
-                        .map(|g| goal::head_and_tail(g.render().trim_end(), ESCALATION_GOAL))
-                        .unwrap_or_default();
-                    let e = Escalation {
-                        attempt: n,
-                        test: req.test.trim().to_owned(),
-                        claim: req.reason.trim().to_owned(),
-                        goal_output,
-                        diff: goal::head_and_tail(patch, ESCALATION_DIFF),
-                    };
-                    self.journal.append(Event::Escalated {
-                        escalation: e.clone(),
-                    })?;
-                    e
-                }
-            },
+                let goal_output = self
+                    .journal
+                    .state()
+                    .last_goal
+                    .as_ref()
+                    .map(|g| goal::head_and_tail(g.render().trim_end(), ESCALATION_GOAL))
+                    .unwrap_or_default();
+                let e = Escalation {
+                    attempt: n,
+                    test: test.trim().to_owned(),
+                    claim: claim.trim().to_owned(),
+                    goal_output,
+                    diff: goal::head_and_tail(patch, ESCALATION_DIFF),
+                };
+                self.journal.append(Event::Escalated {
+                    escalation: e.clone(),
+                })?;
+                e
+            }
         };
         tracing::warn!(attempt = n, test = %esc.test, claim = %esc.claim, "the agent escalated the task to a human");
         Ok(Some(Ending {
@@ -625,39 +641,6 @@ impl Run<'_> {
             })?;
         }
         self.restore_git_dir(&dir.join("git-dir-changed"))
-    }
-
-    /// Journal the hook's denials log lines not journaled yet.
-    fn journal_denials(&mut self, n: u32) -> Result<(), JobError> {
-        let Some(log) = self.env.policy.denials_log.clone() else {
-            return Ok(());
-        };
-        let Ok(text) = std::fs::read_to_string(&log) else {
-            return Ok(());
-        };
-        let seen = self.journal.state().denials;
-        let root = format!("{}/", self.ws.root().display());
-        for line in text.lines().skip(seen) {
-            let finding = match serde_json::from_str::<Denial>(line) {
-                Ok(d) => d.finding(&root),
-                Err(e) => Finding {
-                    reason: Reason::ProtectedPath,
-                    path: "?".into(),
-                    line: None,
-                    rule: None,
-                    check: None,
-                    problem: format!("a tool call was denied (unreadable log line: {e})"),
-                    fix:
-                        "leave protected files and git history as they are; fix the code under test"
-                            .into(),
-                },
-            };
-            self.journal.append(Event::HookDenied {
-                attempt: n,
-                finding,
-            })?;
-        }
-        Ok(())
     }
 
     /// The test-count gate for the steps of a green goal test.

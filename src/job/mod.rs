@@ -34,6 +34,7 @@
 //! git operations.
 
 mod attempt;
+mod channel;
 mod ending;
 mod feedback;
 mod judge;
@@ -45,6 +46,7 @@ use std::time::Instant;
 use tokio::sync::watch;
 
 pub use feedback::{decide, next_prompt, Feedback, MAX_FEEDBACK};
+pub use prepare::sandbox_plan;
 
 use crate::agent::session::{self, StopRequest};
 use crate::agent::{AgentCli, ClaudeCode};
@@ -239,6 +241,7 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
     }
     journal.append(Event::Confined {
         sandbox: env.confinement,
+        network: Some(env.network),
     })?;
     // Before any session: the credentials out of the checkout, then `.git/`
     // pinned as it is without them.

@@ -1,27 +1,32 @@
 //! Before the first attempt (and again on every resume, idempotently): the
-//! protection policy the hook enforces, the judges' checksums, the session
-//! settings file, and the metering gateway the sessions talk to.
+//! protection policy the hook's questions are decided by, the judges'
+//! checksums, the session settings, and the metering gateway the sessions
+//! talk to — the one channel out of the sandbox.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use super::channel::JobChannel;
 use super::{Control, JobError};
-use crate::agent::gateway::{Admit, Gateway, Refusal};
+use crate::agent::gateway::{self, Gateway, Limits};
 use crate::agent::AgentCli;
 use crate::config::Job;
-use crate::guard::caps::{Budget, Spend};
+use crate::guard::caps::Spend;
+use crate::guard::progress::{NudgeSettings, Nudger};
 use crate::guard::tamper::{self, Policy};
 use crate::rubric::RubricSource;
 use crate::sandbox::{self, Sandbox};
-use crate::util;
 use crate::workspace::Workspace;
 
 /// What every session and gate of the job needs, set up once.
 pub struct Prepared {
     pub policy: Policy,
     /// sha256 of the judges' inputs recorded at start: the config, the
-    /// rubric, the policy file.
+    /// rubric.
     pub integrity: Vec<(PathBuf, String)>,
-    pub settings_path: PathBuf,
+    /// The sessions' settings (the hook), passed inline on the command
+    /// line: nothing of the state dir needs to be readable by a session.
+    pub settings: String,
     /// Removed from every session's environment: credentials never reach
     /// the agent, its tools or its hooks (sessions get the gateway's
     /// session token instead).
@@ -33,28 +38,7 @@ pub struct Prepared {
     /// turned off).
     pub sandbox: Option<Sandbox>,
     pub confinement: sandbox::Confinement,
-}
-
-/// The gateway's admission: one more call may start when the job's spend
-/// (what the journal held when the gateway started, plus what it metered
-/// since) leaves room for a minimal call on the model (budget before cost).
-fn admission(budget: Budget, before: Spend) -> Admit {
-    Box::new(move |model, metered| {
-        let spent = before.plus(&Spend::of_metered(metered));
-        let model = if model.is_empty() { "unknown" } else { model };
-        budget.can_start(&spent, model).map_err(|reason| Refusal {
-            reason,
-            message: format!(
-                "the job's remaining budget cannot cover one more call on `{model}`: spent ${:.4} of ${}, {} of {} turns, {} of {} tokens",
-                spent.cost_usd,
-                budget.caps.budget_usd,
-                spent.turns,
-                budget.caps.max_turns,
-                spent.tokens(),
-                budget.caps.max_tokens
-            ),
-        })
-    })
+    pub network: sandbox::Network,
 }
 
 fn write(path: &Path, text: &str) -> Result<(), JobError> {
@@ -64,7 +48,7 @@ fn write(path: &Path, text: &str) -> Result<(), JobError> {
     })
 }
 
-/// Set up the job's policy, settings and key server in its run directory.
+/// Set up the job's policy, settings and gateway in its run directory.
 pub fn prepare(
     job: &Job,
     ws: &Workspace,
@@ -74,20 +58,6 @@ pub fn prepare(
     agent: &dyn AgentCli,
     spent: Spend,
 ) -> Result<Prepared, JobError> {
-    // The credential stays in this process: sessions reach the model only
-    // through the gateway, with a per-job session token.
-    let budget = Budget {
-        caps: job.caps.clone(),
-        price: agent.prices(),
-    };
-    let gateway = Gateway::start(
-        control.access.clone(),
-        agent.prices(),
-        admission(budget, spent),
-    )
-    .map_err(JobError::Gateway)?;
-    // The protection policy: written where the hook reads it, hashed with
-    // the other judges' inputs.
     let mut own_files: Vec<(PathBuf, &str)> = Vec::new();
     if let Some(c) = &job.config_file {
         own_files.push((
@@ -100,158 +70,229 @@ pub fn prepare(
     }
     let mut policy = Policy::build(ws.git2(), ws.root(), base_oid, &job.protect, &own_files)
         .map_err(JobError::Policy)?;
-    policy.denials_log = Some(dir.join("hook-denials.jsonl"));
     // Inside a job `.git/` is loopd's: the hook denies writing it.
     policy.git_dirs = ws.git_dirs();
-    // What the agent's processes write in the run directory, in
-    // directories of their own: the sandbox leaves these writable.
-    let mut agent_writes = Vec::new();
-    if job.guard.escalation {
-        let escalations = dir.join(crate::guard::escalation::DIR);
-        util::private_dir(&escalations).map_err(|source| JobError::RunDir {
-            path: escalations.clone(),
-            source,
-        })?;
-        agent_writes.push(escalations);
-    }
-    if job.guard.nudge {
-        let counts = dir.join("nudge");
-        util::private_dir(&counts).map_err(|source| JobError::RunDir {
-            path: counts.clone(),
-            source,
-        })?;
-        agent_writes.push(counts.clone());
-        policy.nudge = Some(crate::guard::progress::NudgeSettings {
+    policy.compile().map_err(JobError::Policy)?;
+    let nudger = job.guard.nudge.then(|| {
+        Nudger::new(NudgeSettings {
             window: job.guard.stuck_window,
             repeat: job.guard.stuck_repeat,
             poll_patterns: job.guard.poll_patterns.clone(),
-            dir: counts,
             escalate: job
                 .guard
                 .escalation
                 .then(|| crate::guard::escalation::command(&control.loopd_exe)),
-        });
-    }
-    let policy_path = dir.join("policy.json");
-    policy
-        .outside
-        .insert(policy_path.clone(), "loopd's protection policy".into());
-    write(
-        &policy_path,
-        &serde_json::to_string_pretty(&policy).expect("the policy serializes"),
-    )?;
+        })
+    });
+    // The judges' own inputs may lie in the agent's tree: read as any file
+    // an agent process could have written.
     let mut integrity = Vec::new();
-    for path in own_files
-        .iter()
-        .map(|(p, _)| p.clone())
-        .chain([policy_path.clone()])
-    {
-        let sha = tamper::file_sha256(&path).map_err(|source| JobError::Write {
+    for (path, _) in &own_files {
+        let sha = tamper::file_sha256(path).map_err(|source| JobError::Write {
             path: path.clone(),
             source,
         })?;
-        integrity.push((path, sha));
+        integrity.push((path.clone(), sha));
     }
+    write(
+        &dir.join("policy.json"),
+        &serde_json::to_string_pretty(&policy).expect("the policy serializes"),
+    )?;
     let hook_command = format!(
-        "{}={} {} hook pre-tool-use",
-        tamper::POLICY_VAR,
-        util::shell_quote(&policy_path.to_string_lossy()),
-        util::shell_quote(&control.loopd_exe.to_string_lossy())
+        "{} hook pre-tool-use",
+        crate::util::shell_quote(&control.loopd_exe.to_string_lossy())
     );
     let settings = agent.settings(Some(&hook_command));
-    let settings_path = dir.join("settings.json");
-    write(&settings_path, &settings)?;
     write(
         &dir.join("job.json"),
         &serde_json::to_string_pretty(job).expect("job serializes"),
     )?;
-    let session_env_remove = util::SECRET_VARS.iter().map(|v| (*v).into()).collect();
-    let (sandbox, confinement) = sandbox_for(
-        job,
-        ws,
-        dir,
-        &policy_path,
-        &settings_path,
-        agent_writes,
-        gateway.port(),
-    )?;
+    let session_env_remove = crate::util::SECRET_VARS
+        .iter()
+        .map(|v| (*v).into())
+        .collect();
+    let (sandbox, confinement, network, listener) = sandbox_for(job, ws, dir, control)?;
+    // The credential stays in this process: sessions reach the model only
+    // through the gateway, with a per-session token.
+    let channel = JobChannel::new(policy.clone(), ws.root(), nudger, job.guard.escalation);
+    let gateway = Gateway::start(gateway::Config {
+        access: control.access.clone(),
+        wire: agent.wire(),
+        limits: Limits {
+            budget_usd: job.caps.budget_usd,
+            max_turns: job.caps.max_turns,
+            max_tokens: job.caps.max_tokens,
+        },
+        before: spent,
+        channel: Arc::new(channel),
+        listener,
+    })
+    .map_err(JobError::Gateway)?;
     Ok(Prepared {
         policy,
         integrity,
-        settings_path,
+        settings,
         session_env_remove,
         gateway: Some(gateway),
         sandbox,
         confinement,
+        network,
     })
 }
 
-/// The job's sandbox: the state dir hidden but for the files the hook and
-/// the CLI read (the policy, the settings) and the hook's denials log; the
-/// worktree, its git directories and a private `HOME` and temp dir writable;
-/// plus what `[sandbox]` adds. Refused when required and unsupported.
+/// What a job's processes may read and write (`loopd check` prints it):
+/// the system, the toolchains of `PATH`, the agent CLI and loopd, the
+/// worktree (read-write), its git directories and the objects they borrow
+/// (read), and what `[sandbox]` adds. Never the real `HOME`, never the
+/// state dir.
+pub fn sandbox_plan(job: &Job, ws: &Workspace, loopd_exe: &Path) -> sandbox::Plan {
+    let mut plan = sandbox::Plan::default();
+    sandbox::system_plan(&mut plan);
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute())
+        .map(|h| h.canonicalize().unwrap_or(h));
+    let programs: Vec<PathBuf> = [job.agent_bin.clone(), loopd_exe.to_path_buf()]
+        .into_iter()
+        .filter(|p| p.is_absolute())
+        .collect();
+    sandbox::toolchains(
+        std::env::var_os("PATH").as_deref(),
+        home.as_deref(),
+        &programs,
+        |v| std::env::var(v).ok(),
+        &mut plan,
+    );
+    // loopd itself: the hook and `loopd escalate` run it.
+    plan.read(
+        loopd_exe
+            .canonicalize()
+            .unwrap_or_else(|_| loopd_exe.to_path_buf()),
+        "loopd (the hook, `loopd escalate`)",
+    );
+    for d in ws.git_dirs() {
+        plan.read(d, "the job's git directory");
+    }
+    for d in ws.borrowed_objects() {
+        plan.read(
+            d,
+            "the repository's objects the job's git directory borrows",
+        );
+    }
+    plan.read_write(ws.root().to_path_buf(), "the worktree");
+    for p in &job.sandbox.read {
+        plan.read(p.clone(), "[sandbox] read");
+    }
+    for p in &job.sandbox.read_write {
+        plan.read_write(p.clone(), "[sandbox] read_write");
+    }
+    plan
+}
+
+/// The job's own namespaces ([`sandbox::Namespaces`]): the worktree's git
+/// directories read-only, a private `/dev/shm`, and the network —
+/// `gateway-only` when asked for (refused where the system cannot give a
+/// job a network namespace) or, when `[sandbox] network` says nothing,
+/// wherever it can; `open` otherwise, said loudly.
+#[allow(clippy::type_complexity)]
+fn namespaces_for(
+    job: &Job,
+    ws: &Workspace,
+) -> Result<
+    (
+        sandbox::Network,
+        Option<(sandbox::Namespaces, Option<std::net::TcpListener>)>,
+    ),
+    JobError,
+> {
+    use sandbox::Network;
+    let want_network = job.sandbox.network != Some(Network::Open);
+    let mut read_only: Vec<PathBuf> = ws
+        .git_dirs()
+        .into_iter()
+        .filter(|d| d.starts_with(ws.root()))
+        .collect();
+    // A job repository's `.git` file points loopd's own git at nothing,
+    // but the agent's git commands read it.
+    read_only.push(ws.root().join(".git"));
+    let spec = sandbox::NsSpec {
+        read_only,
+        tmpfs: vec![PathBuf::from("/dev/shm")],
+        network: want_network,
+    };
+    match sandbox::Namespaces::create(&spec) {
+        Ok(ns) => Ok((
+            if want_network {
+                Network::GatewayOnly
+            } else {
+                Network::Open
+            },
+            Some(ns),
+        )),
+        Err(e) if job.sandbox.network == Some(Network::GatewayOnly) => Err(JobError::Sandbox(e)),
+        Err(e) => {
+            tracing::warn!(error = %e, "NETWORK OPEN: the system gives loopd no user namespace, so the job's processes can reach whatever this user can, write the repository's `.git/` (pinned and checked, not prevented) and share `/dev/shm` (set `[sandbox] network = \"gateway-only\"` to refuse to run without one)");
+            Ok((Network::Open, None))
+        }
+    }
+}
+
+/// The job's sandbox ([`sandbox_plan`]), its network, and the socket the
+/// gateway listens on (inside the job's network namespace, when it has
+/// one). Refused when required and unsupported.
+#[allow(clippy::type_complexity)]
 fn sandbox_for(
     job: &Job,
     ws: &Workspace,
     dir: &Path,
-    policy_path: &Path,
-    settings_path: &Path,
-    agent_writes: Vec<PathBuf>,
-    gateway_port: u16,
-) -> Result<(Option<Sandbox>, sandbox::Confinement), JobError> {
-    use sandbox::Confinement;
+    control: &Control,
+) -> Result<
+    (
+        Option<Sandbox>,
+        sandbox::Confinement,
+        sandbox::Network,
+        Option<std::net::TcpListener>,
+    ),
+    JobError,
+> {
+    use sandbox::{Confinement, Network};
     if !job.sandbox.enabled {
         tracing::warn!("the sandbox is off (`[sandbox] enabled = false`): the agent can read and write whatever this user can");
-        return Ok((None, Confinement::Off));
+        return Ok((None, Confinement::Off, Network::Open, None));
     }
-    let denials = dir.join("hook-denials.jsonl");
-    std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&denials)
-        .map_err(|source| JobError::Write {
-            path: denials.clone(),
-            source,
-        })?;
-    let mut read_write = vec![ws.root().to_path_buf()];
-    read_write.extend(ws.git_dirs());
-    read_write.extend(agent_writes);
-    read_write.extend(job.sandbox.read_write.iter().cloned());
-    let mut read = vec![policy_path.to_path_buf(), settings_path.to_path_buf()];
-    read.extend(job.sandbox.read.iter().cloned());
-    let mut hidden = vec![job.state_dir.clone()];
-    if let Some(home) = std::env::var_os("HOME").map(PathBuf::from) {
-        hidden.extend(
-            sandbox::CREDENTIALS_IN_HOME
-                .iter()
-                .map(|c| home.join(c))
-                .filter(|p| p.exists()),
-        );
-    }
-    let spec = sandbox::Spec {
-        hidden,
-        read_write,
-        read,
-        write_files: vec![denials],
-        home: Some(dir.join("sandbox").join("home")),
-        tmp: Some(dir.join("sandbox").join("tmp")),
-        network: job.sandbox.network,
-        gateway_port,
+    let plan = sandbox_plan(job, ws, &control.loopd_exe);
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let env = sandbox::toolchain_env(&plan, home.as_deref(), |v| std::env::var(v).ok());
+    let (network, ns) = namespaces_for(job, ws)?;
+    let (ns, listener) = match ns {
+        Some((n, l)) => (Some(Arc::new(n)), l),
+        None => (None, None),
     };
-    match Sandbox::build(&spec).map_err(JobError::Sandbox)? {
+    let built = Sandbox::build(
+        &plan,
+        &dir.join("sandbox").join("home"),
+        &dir.join("sandbox").join("tmp"),
+        env,
+        ns,
+    )
+    .map_err(JobError::Sandbox)?;
+    match built {
         Some(s) => {
-            tracing::info!(network = ?job.sandbox.network, "the agent, the critic and the goal steps run in a Landlock sandbox");
-            Ok((Some(s), Confinement::Landlock))
+            tracing::info!(
+                network = network.as_str(),
+                "the agent, the critic and the goal steps run in a Landlock sandbox"
+            );
+            Ok((Some(s), Confinement::Landlock, network, listener))
         }
         None if job.sandbox.require => Err(JobError::SandboxRequired(
             "`--require-sandbox` or `[sandbox] require`",
         )),
-        None if job.sandbox.network == sandbox::Network::GatewayOnly => Err(
+        None if job.sandbox.network == Some(Network::GatewayOnly) => Err(
             JobError::SandboxRequired("`[sandbox] network = \"gateway-only\"`"),
         ),
         None => {
             tracing::warn!("NO SANDBOX: {}; the agent can read and write whatever this user can (pass `--require-sandbox` to refuse)", sandbox::UNSUPPORTED);
-            Ok((None, Confinement::Unsupported))
+            Ok((None, Confinement::Unsupported, Network::Open, None))
         }
     }
 }

@@ -869,6 +869,7 @@ pub(crate) mod tests {
             },
             escalation: None,
             sandbox: None,
+            network: None,
             stash_commit: None,
             failure_report: None,
             run_dir: PathBuf::from("/state/runs/20261130-120000000-abcd"),

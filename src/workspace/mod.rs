@@ -19,6 +19,7 @@
 //! ([`gitdir`]), and credentials in its config are held out of the agent's
 //! reach ([`credentials`]).
 
+mod checkout;
 pub mod credentials;
 pub mod gitdir;
 
@@ -106,10 +107,11 @@ impl ChangeKind {
     }
 }
 
-/// sha256 of a file, read in chunks (never whole).
+/// sha256 of a file, read in chunks (never whole), opened as a file an
+/// agent process could have written.
 fn sha256_file(path: &Path) -> std::io::Result<String> {
     use std::io::Read;
-    let mut f = std::fs::File::open(path)?;
+    let (mut f, _) = crate::util::open_untrusted(path)?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -120,6 +122,28 @@ fn sha256_file(path: &Path) -> std::io::Result<String> {
         hasher.update(&buf[..n]);
     }
     Ok(hex::encode(hasher.finalize()))
+}
+
+/// The largest untracked file whose git blob id is taken (an artefact
+/// check); a larger one counts as the agent's change, and the size gate
+/// judges it.
+const MAX_HASHED: u64 = 256 << 20;
+
+/// The git blob id of a file in the working tree: a regular file read
+/// without following a link or blocking, or a link's target; `None` for
+/// anything else.
+fn blob_id(path: &Path) -> Option<Oid> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    let bytes = if meta.file_type().is_symlink() {
+        std::fs::read_link(path)
+            .ok()?
+            .to_string_lossy()
+            .into_owned()
+            .into_bytes()
+    } else {
+        crate::util::read_untrusted(path, MAX_HASHED).ok()?
+    };
+    Oid::hash_object(git2::ObjectType::Blob, &bytes).ok()
 }
 
 /// Where a diff's patch goes as it is produced: the writer (whole), the
@@ -229,8 +253,7 @@ impl Artefacts {
         let Some(recorded) = self.from_goal.get(rel) else {
             return false;
         };
-        Oid::hash_file(git2::ObjectType::Blob, root.join(rel))
-            .is_ok_and(|now| now.to_string() == *recorded)
+        blob_id(&root.join(rel)).is_some_and(|now| now.to_string() == *recorded)
     }
 
     /// The untracked files a goal run created or rewrote: in `after` and
@@ -512,6 +535,9 @@ pub fn interdiff(
 pub struct Workspace {
     repo: Repository,
     root: PathBuf,
+    /// A daemon job's repository: the user's repository it borrows objects
+    /// from and brings its results back to ([`checkout`]).
+    home: Option<PathBuf>,
 }
 
 impl Workspace {
@@ -520,6 +546,16 @@ impl Workspace {
         let repo = Repository::discover(path).map_err(|_| WorkspaceError::NotARepository {
             path: path.to_path_buf(),
         })?;
+        Workspace::of(repo, path, None)
+    }
+
+    /// A repository with its working tree (`path` names it in errors);
+    /// `home`: see [`Workspace::home`].
+    fn of(
+        repo: Repository,
+        path: &Path,
+        home: Option<PathBuf>,
+    ) -> Result<Workspace, WorkspaceError> {
         let root = repo
             .workdir()
             .ok_or_else(|| WorkspaceError::Bare {
@@ -527,7 +563,7 @@ impl Workspace {
             })?
             .to_path_buf();
         let root = root.canonicalize().unwrap_or(root);
-        Ok(Workspace { repo, root })
+        Ok(Workspace { repo, root, home })
     }
 
     pub fn root(&self) -> &Path {
@@ -637,7 +673,7 @@ impl Workspace {
             if globs.is_match(path) {
                 continue;
             }
-            if let Ok(oid) = Oid::hash_file(git2::ObjectType::Blob, self.root.join(path)) {
+            if let Some(oid) = blob_id(&self.root.join(path)) {
                 out.insert(path.to_owned(), oid.to_string());
             }
         }
@@ -882,9 +918,15 @@ impl Workspace {
 
     /// A path's content in the working tree; a file larger than `max_file`
     /// is hashed in chunks, never loaded.
+    /// A link is its target's path (as git stores it), never what it points
+    /// at; a special file (a FIFO, a device) is never opened.
     fn work_content(&self, path: &str, max_file: u64) -> Content {
         let full = self.root.join(path);
         match std::fs::symlink_metadata(&full) {
+            Ok(m) if m.file_type().is_symlink() => match std::fs::read_link(&full) {
+                Ok(target) => Content::of_bytes(target.to_string_lossy().as_bytes()),
+                Err(_) => Content::Deleted,
+            },
             Ok(m) if m.is_file() && m.len() > max_file => match sha256_file(&full) {
                 Ok(sha256) => Content::TooLarge {
                     bytes: m.len(),
@@ -892,10 +934,11 @@ impl Workspace {
                 },
                 Err(_) => Content::Deleted,
             },
-            _ => match std::fs::read(&full) {
+            Ok(m) if m.is_file() => match crate::util::read_untrusted(&full, max_file) {
                 Ok(bytes) => Content::of_bytes(&bytes),
                 Err(_) => Content::Deleted,
             },
+            _ => Content::Deleted,
         }
     }
 
@@ -951,8 +994,11 @@ impl Workspace {
     pub fn park(&mut self, job_id: &str, message: &str) -> Result<Option<Oid>, WorkspaceError> {
         let root = self.root.clone();
         let stash = park_in(&mut self.repo, &root, job_id, message)?;
-        if stash.is_some() {
+        if let Some(s) = stash {
             crate::util::crash_point("park:stashed");
+            // A daemon job's repository goes away with its worktree: the
+            // parked work goes to the user's repository first.
+            self.park_home(s, job_id, message)?;
         }
         Ok(stash)
     }

@@ -431,14 +431,7 @@ fn attack_19_rewrite_a_rubric_outside_the_repository() {
     ));
     let r = env.run(
         &model,
-        &[
-            "--max-attempts",
-            "1",
-            "--allowed-tools",
-            FULL_BASH,
-            "--rubric",
-            &rubric.to_string_lossy(),
-        ],
+        &one_attempt(&["--rubric", &rubric.to_string_lossy()]),
     );
     assert_eq!(r.code, 3, "{}", r.stderr);
     let s = r.summary();

@@ -105,6 +105,7 @@ fn remote_git(remote: &Path, args: &[&str]) -> (bool, String) {
     )
 }
 
+/// `loopd ci` as GitHub Actions runs it, with `vars` set besides.
 fn loopd_ci(
     ci: &Ci,
     model: &ScriptedModel,
@@ -112,6 +113,7 @@ fn loopd_ci(
     branch: &str,
     event: Value,
     event_name: &str,
+    vars: &[(&str, &str)],
 ) -> (RunResult, String) {
     let env = &ci.env;
     let event_path = env.tmp.path().join("event.json");
@@ -134,6 +136,7 @@ fn loopd_ci(
             .env("GITHUB_RUN_ID", "42")
             .env("GITHUB_TOKEN", TOKEN)
             .env("GITHUB_STEP_SUMMARY", &summary)
+            .envs(vars.iter().copied())
             .output()
             .expect("loopd ci"),
     );
@@ -142,7 +145,28 @@ fn loopd_ci(
 
 /// `loopd ci` on a push to `main`.
 fn ci_push(ci: &Ci, model: &ScriptedModel, args: &[&str]) -> (RunResult, String) {
-    loopd_ci(ci, model, args, "main", push_event(), "push")
+    loopd_ci(ci, model, args, "main", push_event(), "push", &[])
+}
+
+/// `loopd ci` on a push to `main` where the system gives loopd no user
+/// namespace: the worktree's `.git/` is then writable by the job's processes
+/// (Landlock cannot carve it out of the writable worktree), and the gates
+/// on `.git/` are what stop a redirected push. (With namespaces the write
+/// fails outright: `boundary::issue20_6b`.)
+fn ci_push_without_namespaces(
+    ci: &Ci,
+    model: &ScriptedModel,
+    args: &[&str],
+) -> (RunResult, String) {
+    loopd_ci(
+        ci,
+        model,
+        args,
+        "main",
+        push_event(),
+        "push",
+        &[("LOOPD_TEST_NO_USERNS", "1")],
+    )
 }
 
 fn push_event() -> Value {
@@ -302,6 +326,7 @@ fn nothing_runs_on_loopds_own_branches() {
         "loopd/autofix/0123456789ab",
         push_event(),
         "push",
+        &[],
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.contains("\"skipped\""));
@@ -328,7 +353,7 @@ fn an_event_from_a_fork_is_refused() {
         vec![pass()],
     ));
     let event = json!({"pull_request": {"head": {"repo": {"full_name": "mallory/rechnung"}}, "base": {"repo": {"full_name": "acme/rechnung"}}}});
-    let (r, summary) = loopd_ci(&ci, &model, &[], "feature", event, "pull_request");
+    let (r, summary) = loopd_ci(&ci, &model, &[], "feature", event, "pull_request", &[]);
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(summary.contains("fork"), "{summary}");
     assert!(model.requests().is_empty() && ci.gh.pulls().is_empty());
@@ -394,7 +419,8 @@ fn issue12_a_push_url_redirected_through_the_agents_bash_reaches_no_attacker() {
         ],
         vec![pass()],
     ));
-    let (r, _) = ci_push(&ci, &model, &["--allowed-tools", "Read,Edit,Write,Bash"]);
+    let (r, _) =
+        ci_push_without_namespaces(&ci, &model, &["--allowed-tools", "Read,Edit,Write,Bash"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let report = report(&r);
     assert_eq!(report["decision"], "pull_request_opened", "{report}");
@@ -405,7 +431,7 @@ fn issue12_a_push_url_redirected_through_the_agents_bash_reaches_no_attacker() {
     assert_eq!(ci.config(), config_before, "`.git/config` is as it was");
     let events = ci_journal(&report);
     assert!(
-        events.iter().any(|e| matches!(e, loopd::journal::Event::HookDenied { finding, .. } if finding.path.contains("git remote set-url"))),
+        events.iter().any(|e| matches!(e, loopd::journal::Event::ToolDenied(d) if d.input["command"].as_str().is_some_and(|c| c.contains("git remote set-url")))),
         "the hook denied `git remote set-url`"
     );
     let found = gate_findings(&events, loopd::journal::Gate::GitDir);
@@ -435,7 +461,7 @@ fn issue12_a_push_url_redirected_by_code_the_goal_test_runs_reaches_no_attacker(
         vec![agent_writes(&poisoned), agent_writes(&clean_solution())],
         vec![pass()],
     ));
-    let (r, _) = ci_push(&ci, &model, &[]);
+    let (r, _) = ci_push_without_namespaces(&ci, &model, &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let report = report(&r);
     assert_eq!(report["decision"], "pull_request_opened", "{report}");

@@ -296,10 +296,14 @@ fn a_diff_returning_to_an_earlier_state_means_the_judges_disagree() {
     assert_eq!(env.read_repo("rechnung.py"), x);
 }
 
+/// The cap is never crossed: each call's worst case is reserved before it
+/// goes upstream, and the call whose reservation does not fit beside what
+/// was spent is refused — the job stops with the budget reason, under the
+/// cap, before the script runs out.
 #[test]
-fn usage_crossing_the_usd_cap_stops_within_one_call() {
+fn usage_near_the_usd_cap_never_crosses_it() {
     let env = TestEnv::new();
-    // Each call: 20000 in / 2000 out on haiku = $0.003; the cap is $0.01.
+    // Each call: 20000 in / 2000 out on haiku = $0.003; the cap is $0.03.
     let call = |offset: u64| read_at(offset, 20_000, 2_000);
     let model = ScriptedModel::start(scenario(
         vec![session(
@@ -310,22 +314,23 @@ fn usage_crossing_the_usd_cap_stops_within_one_call() {
         )],
         vec![],
     ));
-    let r = env.run(&model, &["--budget-usd", "0.01"]);
+    let r = env.run(&model, &["--budget-usd", "0.03"]);
     assert_eq!(r.code, 3, "{}", r.stderr);
     let s = r.summary();
     assert_eq!(s["reason"], "budget_usd");
     let spent = s["totals"]["cost_usd"].as_f64().expect("cost");
+    assert!(spent >= 0.003 - 1e-9, "calls ran: {spent}");
+    assert!(spent <= 0.03 + 1e-12, "never above the cap: {spent}");
+    let calls = model.session(Role::Agent, 0).len();
     assert!(
-        spent >= 0.01 - 1e-9,
-        "stopped because the cap was reached: {spent}"
+        (1..9).contains(&calls),
+        "stopped before the script ran out: {calls}"
     );
+    let failure = finished_sessions(&s)[0].failure.clone().expect("failed");
     assert!(
-        spent <= 0.01 + 0.003 + 1e-9,
-        "overshoot bounded by one call: {spent}"
-    );
-    assert!(
-        model.session(Role::Agent, 0).len() <= 4,
-        "no call after the one that crossed"
+        failure.detail.contains("gateway refused"),
+        "{}",
+        failure.detail
     );
     assert_eq!(model.session_count(Role::Critic), 0);
 }
@@ -349,7 +354,7 @@ fn a_session_the_budget_cannot_cover_is_never_started() {
 #[test]
 fn turn_and_token_caps() {
     let env = TestEnv::new();
-    let call = |offset: u64| read_at(offset, 4_000, 100);
+    let call = |offset: u64| read_at(offset, 40_000, 100);
     let script = || {
         scenario(
             vec![session(
@@ -369,13 +374,16 @@ fn turn_and_token_caps() {
 
     let env = TestEnv::new();
     let model = ScriptedModel::start(script());
-    let r = env.run(&model, &["--max-tokens", "10000"]);
+    // Each call reserves its request's size in input tokens beside the
+    // 40,100 it is billed: the call that does not fit under the cap is
+    // refused, and the tokens never pass it.
+    let r = env.run(&model, &["--max-tokens", "250000"]);
     assert_eq!(r.code, 3, "{}", r.stderr);
     let s = r.summary();
     assert_eq!(s["reason"], "max_tokens");
     let tokens = s["totals"]["input_tokens"].as_u64().expect("in")
         + s["totals"]["output_tokens"].as_u64().expect("out");
-    assert!((10_000..=10_000 + 4_100).contains(&tokens), "{tokens}");
+    assert!((40_100..=250_000).contains(&tokens), "{tokens}");
 }
 
 #[test]

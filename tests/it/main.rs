@@ -6,6 +6,7 @@
 mod support;
 
 mod attacks;
+mod boundary;
 mod ci;
 mod crash;
 mod daemon;

@@ -25,10 +25,19 @@ pub fn agent_applies(variant: &str) -> SessionScript {
     ])
 }
 
+/// The fixture repository, with the variants' script readable from the
+/// job's sandbox (`[sandbox] read`: nothing outside the worktree is,
+/// unless granted).
+pub fn variants_env() -> TestEnv {
+    let env = TestEnv::new();
+    env.sandbox_reads(&[&manifest_dir().join("fixtures/rechnung")]);
+    env
+}
+
 /// Attempt 1 leaves `variant`, attempt 2 the honest fix; one critic
 /// session is scripted (PASS), for attempt 2 only.
 fn defect_then_honest(variant: &str) -> (TestEnv, ScriptedModel, Value) {
-    let env = TestEnv::new();
+    let env = variants_env();
     let model = ScriptedModel::start(scenario(
         vec![agent_applies(variant), agent_applies("honest")],
         vec![pass()],
@@ -184,7 +193,7 @@ pub fn rubric_without_precheck(env: &TestEnv) -> std::path::PathBuf {
 
 #[test]
 fn without_the_pre_critic_the_critic_pays_for_the_same_finding() {
-    let env = TestEnv::new();
+    let env = variants_env();
     let model = ScriptedModel::start(scenario(
         vec![agent_applies("debug_print"), agent_applies("honest")],
         vec![
@@ -218,7 +227,7 @@ fn without_the_pre_critic_the_critic_pays_for_the_same_finding() {
 
 #[test]
 fn check_prints_which_checks_are_on() {
-    let env = TestEnv::new();
+    let env = variants_env();
     let r = env.exec(&["check"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_contains_all(
@@ -268,7 +277,7 @@ fn check_prints_which_checks_are_on() {
 
 #[test]
 fn the_second_critic_sees_the_previous_findings_the_interdiff_and_the_scope() {
-    let env = TestEnv::new();
+    let env = variants_env();
     let helper = "\"\"\"Rounding for reports.\"\"\"\n\nREPORT_ROUNDING = \"ROUND_HALF_UP\"\n";
     let attempt2 = session(vec![
         turn(vec![read("rechnung.py")]),
@@ -351,7 +360,7 @@ fn the_second_critic_sees_the_previous_findings_the_interdiff_and_the_scope() {
 fn a_byte_identical_diff_never_reaches_the_critic_twice() {
     // Attempt 2 leaves exactly attempt 1's tree: the verdict on it is known,
     // so the job stops instead of asking again.
-    let env = TestEnv::new();
+    let env = variants_env();
     let model = ScriptedModel::start(scenario(
         vec![
             agent_writes(&scope_creep_solution()),

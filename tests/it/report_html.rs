@@ -266,6 +266,7 @@ fn the_html_report_is_written_only_where_it_may_be() {
         totals: loopd::report::Totals::default(),
         escalation: None,
         sandbox: None,
+        network: None,
         stash_commit: Some("c0ffee".into()),
         failure_report: None,
         run_dir: run_dir.clone(),

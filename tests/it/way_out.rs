@@ -271,12 +271,14 @@ fn a_note_answers_an_escalation_and_the_job_resumes_on_its_work() {
 #[test]
 fn a_job_stopped_by_its_budget_resumes_with_a_raised_budget() {
     let env = TestEnv::new();
-    // Each call: 20000 in / 2000 out on haiku = $0.003; the cap is $0.004.
+    // Each call: 60000 in / 2000 out on haiku = $0.007; the cap is $0.014:
+    // the first call fits beside its worst case, the second does not (the
+    // gateway refuses it), and a resume has no room either.
     let model = ScriptedModel::start(scenario(
         vec![
             session(
                 (1..=6)
-                    .map(|o| read_at(o, 20_000, 2_000))
+                    .map(|o| read_at(o, 60_000, 2_000))
                     .chain([turn(vec![text("Done.")])])
                     .collect(),
             ),
@@ -284,7 +286,7 @@ fn a_job_stopped_by_its_budget_resumes_with_a_raised_budget() {
         ],
         vec![pass()],
     ));
-    let r = env.run(&model, &["--budget-usd", "0.004"]);
+    let r = env.run(&model, &["--budget-usd", "0.014"]);
     assert_eq!(r.code, 3, "{}", r.stderr);
     let before = r.summary();
     assert_eq!(before["reason"], "budget_usd");

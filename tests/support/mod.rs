@@ -119,6 +119,22 @@ impl TestEnv {
         }
     }
 
+    /// Grant the job's sandbox reading `paths` (`[sandbox] read` in the
+    /// fixture's `loopd.toml`, committed).
+    pub fn sandbox_reads(&self, paths: &[&Path]) {
+        let cfg = std::fs::read_to_string(self.repo.join("loopd.toml")).expect("loopd.toml");
+        let list: Vec<String> = paths
+            .iter()
+            .map(|p| format!("{:?}", p.display().to_string()))
+            .collect();
+        std::fs::write(
+            self.repo.join("loopd.toml"),
+            format!("{cfg}\n[sandbox]\nread = [{}]\n", list.join(", ")),
+        )
+        .expect("loopd.toml");
+        self.git(&["commit", "-qam", "the sandbox may read the test's fixtures"]);
+    }
+
     /// Git in the fixture repo, isolated from any user config.
     pub fn git(&self, args: &[&str]) -> String {
         self.git_in(&self.repo, args)
@@ -150,7 +166,7 @@ impl TestEnv {
 
     /// `loopd` with a clean environment pointed at `model`.
     pub fn loopd(&self, model: Option<&ScriptedModel>) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_loopd"));
+        let mut cmd = Command::new(loopd_bin());
         cmd.env_clear()
             .env("PATH", tools_path())
             .env("HOME", &self.home)
@@ -211,6 +227,14 @@ impl TestEnv {
     pub fn read_repo(&self, rel: &str) -> String {
         std::fs::read_to_string(self.repo.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
     }
+}
+
+/// The `loopd` under test: this build's, or the one `LOOPD_TEST_BIN` names
+/// (to run an attack against an earlier release and see it succeed there).
+pub fn loopd_bin() -> PathBuf {
+    std::env::var_os("LOOPD_TEST_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_loopd")))
 }
 
 pub fn finish(out: Output) -> RunResult {
@@ -328,15 +352,20 @@ pub fn bash(command: &str) -> Block {
     tool("Bash", json!({"command": command, "description": "run"}))
 }
 
+/// `loopd run` arguments for one attempt with full Bash, then `extra`.
+pub fn one_attempt<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    ["--max-attempts", "1", "--allowed-tools", FULL_BASH]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect()
+}
+
 /// One agent session — `turns`, then "Done." — a critic that says PASS,
 /// and `loopd run --json --max-attempts 1 --allowed-tools FULL_BASH`.
 pub fn run_one_session(env: &TestEnv, mut turns: Vec<Turn>) -> (ScriptedModel, RunResult) {
     turns.push(turn(vec![text("Done.")]));
     let model = ScriptedModel::start(scenario(vec![session(turns)], vec![pass()]));
-    let r = env.run(
-        &model,
-        &["--max-attempts", "1", "--allowed-tools", FULL_BASH],
-    );
+    let r = env.run(&model, &one_attempt(&[]));
     (model, r)
 }
 

@@ -18,6 +18,18 @@
 //!
 //! A request that the script does not cover gets HTTP 400 `scenario exhausted`,
 //! so an unexpected extra call fails loudly instead of passing by accident.
+//!
+//! The wire log. Every request that reaches the server — any method, any
+//! path, as its raw target — is logged before anything else ([`Wire`]), so a
+//! test can prove that a request never reached the upstream at all.
+//!
+//! Burst calls. A `POST /v1/messages` whose first prompt starts with
+//! `LOOPD-BURST output=N stall_ms=M` is no session's: it is answered at once
+//! with content, then (after `M` ms) `min(N, max_tokens)` output tokens, and
+//! billed that whole output when it arrives, whether or not the client
+//! stays to read it — the upstream's own count of what a caller spent
+//! ([`ScriptedModel::bursts`]). Like the real API, it routes on the path as
+//! a server normalises it (`/v1/./messages` is `/v1/messages`).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -150,6 +162,24 @@ pub struct Recorded {
     pub body: Value,
 }
 
+/// A request as it arrived on the wire, before any routing.
+#[derive(Debug, Clone, Serialize)]
+pub struct Wire {
+    pub method: String,
+    /// The raw request target.
+    pub target: String,
+    /// The credential it carried (`x-api-key`, else a bearer token).
+    pub api_key: Option<String>,
+}
+
+/// A burst call as the upstream billed it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Burst {
+    pub model: String,
+    pub max_tokens: u64,
+    pub usage: Usage,
+}
+
 impl Recorded {
     /// The text of the first user message: the prompt the session was given
     /// (the CLI may add system-reminder blocks; they are included).
@@ -178,6 +208,8 @@ struct State {
     sessions: HashMap<String, (Role, usize, bool)>,
     started: HashMap<Role, usize>,
     log: Vec<Recorded>,
+    wire: Vec<Wire>,
+    bursts: Vec<Burst>,
     /// Play the scenario once per working directory (jobs side by side,
     /// each in its own worktree): sessions are counted per directory.
     per_dir: bool,
@@ -279,6 +311,16 @@ impl ScriptedModel {
             .unwrap_or(&0)
     }
 
+    /// Every request that reached the server, in arrival order.
+    pub fn wire(&self) -> Vec<Wire> {
+        self.state.lock().expect("model state").wire.clone()
+    }
+
+    /// The burst calls the upstream billed.
+    pub fn bursts(&self) -> Vec<Burst> {
+        self.state.lock().expect("model state").bursts.clone()
+    }
+
     /// Requests the script did not cover (they were answered with HTTP 400).
     pub fn unscripted(&self) -> Vec<Recorded> {
         self.requests()
@@ -373,16 +415,35 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let credential = headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| {
+            headers
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+                .map(str::to_owned)
+        });
+    state.lock().expect("model state").wire.push(Wire {
+        method: method.to_string(),
+        target: uri.to_string(),
+        api_key: credential.clone(),
+    });
     if method == Method::HEAD || method == Method::GET {
         return StatusCode::OK.into_response();
     }
-    if method != Method::POST || !uri.path().ends_with("/v1/messages") {
+    if method != Method::POST || normalised(uri.path()) != "/v1/messages" {
         return StatusCode::NOT_FOUND.into_response();
     }
     let body: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return (StatusCode::BAD_REQUEST, format!("bad json: {e}")).into_response(),
     };
+    if let Some(spec) = first_prompt(&body).strip_prefix("LOOPD-BURST") {
+        return burst(&state, &body, spec);
+    }
     let session_id = headers
         .get("x-claude-code-session-id")
         .and_then(|v| v.to_str().ok())
@@ -401,17 +462,7 @@ async fn handle(
         .map(|m| m.iter().filter(|m| m["role"] == "assistant").count())
         .unwrap_or(0);
     let model = body["model"].as_str().unwrap_or("unknown").to_owned();
-    let api_key = headers
-        .get("x-api-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .or_else(|| {
-            headers
-                .get("authorization")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .map(str::to_owned)
-        });
+    let api_key = credential;
     let header = |name: &str| {
         headers
             .get(name)
@@ -513,6 +564,72 @@ async fn handle(
     } else {
         json_response(message_id, model, blocks, turn.usage)
     }
+}
+
+/// A path as an HTTP server resolves it: dot segments, empty segments and
+/// a trailing slash gone.
+fn normalised(path: &str) -> String {
+    let mut out: Vec<&str> = Vec::new();
+    for seg in path.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => {
+                out.pop();
+            }
+            s => out.push(s),
+        }
+    }
+    format!("/{}", out.join("/"))
+}
+
+/// A burst call: billed `min(output, max_tokens)` output tokens on arrival,
+/// streamed as content, a stall, then the usage.
+fn burst(state: &Arc<Mutex<State>>, body: &Value, spec: &str) -> Response {
+    let arg = |name: &str| {
+        spec.split_whitespace()
+            .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let max_tokens = body["max_tokens"].as_u64().unwrap_or(0);
+    let model = body["model"].as_str().unwrap_or("unknown").to_owned();
+    let usage = Usage {
+        input_tokens: 100,
+        output_tokens: arg("output").min(max_tokens),
+        ..Usage::default()
+    };
+    state.lock().expect("model state").bursts.push(Burst {
+        model: model.clone(),
+        max_tokens,
+        usage,
+    });
+    let stall = arg("stall_ms");
+    let text = "x".repeat(2000);
+    sse_response(
+        format!(
+            "msg_burst_{}",
+            state.lock().expect("model state").bursts.len()
+        ),
+        model,
+        vec![Block::Text { text }],
+        usage,
+        0,
+    )
+    .map(|b| {
+        // The content first, the usage only after the stall.
+        let stream = b
+            .into_data_stream()
+            .enumerate()
+            .then(move |(i, chunk)| async move {
+                // Chunks: message_start, the (empty) stall marker, the block's
+                // start, delta and stop, then the delta with the usage.
+                if i == 5 && stall > 0 {
+                    tokio::time::sleep(Duration::from_millis(stall)).await;
+                }
+                chunk
+            });
+        Body::from_stream(stream)
+    })
 }
 
 fn short(id: &str) -> String {

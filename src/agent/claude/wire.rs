@@ -1,0 +1,675 @@
+//! The Anthropic Messages API as loopd's gateway speaks it: the endpoints it
+//! forwards, what a call asks for (read from its body before it goes
+//! upstream), its usage as the answer streams past, and the headers that
+//! reach upstream.
+//!
+//! Everything here reads bytes an agent process wrote (a request) or that
+//! pass on its behalf (a response); it is fuzzed (`tests/fuzz.rs`).
+
+use hyper::body::Bytes;
+use hyper::header::{HeaderMap, HeaderName, HeaderValue};
+use serde::de::IgnoredAny;
+use serde::Deserialize;
+
+use crate::agent::events::Usage;
+use crate::agent::gateway::spend::Ask;
+use crate::agent::gateway::target::{Endpoint, Kind};
+use crate::agent::gateway::{Credential, Meter, Reading, Wire, OAUTH_BETA};
+use crate::agent::Price;
+
+/// What the gateway forwards for Claude Code: model calls and token
+/// counting, with or without the CLI's `?beta=true`. Nothing else.
+pub const ENDPOINTS: &[Endpoint] = &[
+    Endpoint {
+        method: "POST",
+        path: "/v1/messages",
+        queries: &["", "beta=true"],
+        kind: Kind::Call,
+    },
+    Endpoint {
+        method: "POST",
+        path: "/v1/messages/count_tokens",
+        queries: &["", "beta=true"],
+        kind: Kind::Free,
+    },
+];
+
+/// Added to a request's size for the input tokens it does not show (the
+/// API's own tool-use system prompt).
+pub const INPUT_MARGIN: u64 = 4096;
+
+/// Tool types the model may call that run on the client (the CLI): every
+/// other `type` is a server tool that reaches the network from the
+/// provider's side and is billed outside the usage loopd meters.
+const CLIENT_TOOL_TYPES: &[&str] = &["custom", "bash_", "text_editor_", "computer_", "memory_"];
+
+/// Request headers passed upstream; every other header is dropped.
+const FORWARDED: &[&str] = &[
+    "content-type",
+    "accept",
+    "anthropic-version",
+    "anthropic-beta",
+    "user-agent",
+    "x-app",
+    "x-claude-code-session-id",
+];
+
+/// The Messages API.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Anthropic;
+
+#[derive(Deserialize)]
+struct CallBody {
+    model: String,
+    max_tokens: u64,
+    #[serde(default)]
+    tools: Vec<ToolHead>,
+    #[serde(default)]
+    mcp_servers: Option<IgnoredAny>,
+    #[serde(default)]
+    container: Option<IgnoredAny>,
+    #[serde(default)]
+    thinking: Option<Thinking>,
+}
+
+#[derive(Deserialize)]
+struct ToolHead {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Thinking {
+    #[serde(default)]
+    budget_tokens: Option<u64>,
+}
+
+impl Anthropic {
+    /// Read and check a `/v1/messages` body.
+    pub fn read_call(body: &[u8]) -> Result<(Ask, u64), String> {
+        let b: CallBody = serde_json::from_slice(body).map_err(|e| {
+            format!("the request body is not a Messages API request loopd can meter: {e}")
+        })?;
+        if b.mcp_servers.is_some() {
+            return Err("`mcp_servers` makes the provider connect to servers on the caller's behalf: refused".into());
+        }
+        if b.container.is_some() {
+            return Err("`container` runs code on the provider's side, billed outside the metered usage: refused".into());
+        }
+        if let Some(kind) = b.tools.iter().filter_map(|t| t.kind.as_deref()).find(|k| {
+            !CLIENT_TOOL_TYPES
+                .iter()
+                .any(|c| k == c || (c.ends_with('_') && k.starts_with(c)))
+        }) {
+            return Err(format!("the server tool `{kind}` reaches the network from the provider's side and is billed outside the metered usage: refused"));
+        }
+        if b.max_tokens == 0 {
+            return Err("`max_tokens` must be at least 1".into());
+        }
+        let thinking = b.thinking.and_then(|t| t.budget_tokens).unwrap_or(0);
+        Ok((
+            Ask {
+                model: b.model,
+                max_tokens: b.max_tokens,
+                input_bound: body.len() as u64 + INPUT_MARGIN,
+            },
+            thinking,
+        ))
+    }
+}
+
+impl Wire for Anthropic {
+    fn endpoints(&self) -> &'static [Endpoint] {
+        ENDPOINTS
+    }
+
+    fn ask(&self, body: &[u8]) -> Result<Ask, String> {
+        Anthropic::read_call(body).map(|(ask, _)| ask)
+    }
+
+    fn min_output(&self, body: &[u8]) -> u64 {
+        // Extended thinking needs `max_tokens` above its budget.
+        Anthropic::read_call(body).map_or(0, |(_, thinking)| thinking.saturating_add(1))
+    }
+
+    fn with_max_tokens(&self, body: &[u8], max_tokens: u64) -> Option<Vec<u8>> {
+        let span = top_level_value(body, "max_tokens")?;
+        let mut out = Vec::with_capacity(body.len());
+        out.extend_from_slice(&body[..span.start]);
+        out.extend_from_slice(max_tokens.to_string().as_bytes());
+        out.extend_from_slice(&body[span.end..]);
+        // Read back as upstream will: exactly this bound, or nothing.
+        match Anthropic::read_call(&out) {
+            Ok((ask, _)) if ask.max_tokens == max_tokens => Some(out),
+            _ => None,
+        }
+    }
+
+    fn meter(&self, streaming: bool, requested_model: &str) -> Box<dyn Meter + Send> {
+        Box::new(MessagesMeter::new(streaming, requested_model.to_owned()))
+    }
+
+    fn upstream_headers(&self, from: &HeaderMap, credential: &Credential) -> HeaderMap {
+        let mut out = HeaderMap::with_capacity(FORWARDED.len() + 2);
+        for (name, value) in from {
+            if FORWARDED.contains(&name.as_str()) || name.as_str().starts_with("x-stainless-") {
+                out.append(name.clone(), value.clone());
+            }
+        }
+        match credential {
+            Credential::ApiKey(k) => {
+                if let Ok(v) = HeaderValue::from_str(k) {
+                    out.insert(HeaderName::from_static("x-api-key"), v);
+                }
+            }
+            Credential::OAuth(t) => {
+                if let Ok(v) = HeaderValue::from_str(&format!("Bearer {t}")) {
+                    out.insert(hyper::header::AUTHORIZATION, v);
+                }
+                let mut beta = out
+                    .get_all("anthropic-beta")
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .flat_map(|v| v.split(','))
+                    .map(str::trim)
+                    .filter(|v| !v.is_empty())
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>();
+                if !beta.iter().any(|b| b == OAUTH_BETA) {
+                    beta.push(OAUTH_BETA.to_owned());
+                }
+                if let Ok(v) = HeaderValue::from_str(&beta.join(",")) {
+                    out.insert(HeaderName::from_static("anthropic-beta"), v);
+                }
+            }
+        }
+        out
+    }
+
+    fn error_body(&self, kind: &str, message: &str) -> Bytes {
+        let body =
+            serde_json::json!({"type": "error", "error": {"type": kind, "message": message}});
+        Bytes::from(body.to_string())
+    }
+
+    fn price(&self, model: &str) -> Price {
+        super::price(model)
+    }
+}
+
+/// Where a top-level key's value is in a JSON object, when the object is
+/// well-formed up to it and the key appears once. Keys are compared after
+/// decoding their escapes, as a JSON parser would.
+pub fn top_level_value(body: &[u8], key: &str) -> Option<std::ops::Range<usize>> {
+    let mut s = Scanner { b: body, i: 0 };
+    s.ws();
+    s.eat(b'{')?;
+    let mut found = None;
+    loop {
+        s.ws();
+        if s.peek()? == b'}' {
+            return found;
+        }
+        let k = s.string()?;
+        s.ws();
+        s.eat(b':')?;
+        s.ws();
+        let start = s.i;
+        s.value(0)?;
+        if k == key {
+            if found.is_some() {
+                return None;
+            }
+            found = Some(start..s.i);
+        }
+        s.ws();
+        match s.next()? {
+            b',' => continue,
+            b'}' => return found,
+            _ => return None,
+        }
+    }
+}
+
+struct Scanner<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+/// Deeper than any request a CLI sends; deeper input is not scanned.
+const MAX_DEPTH: usize = 256;
+
+impl Scanner<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    fn next(&mut self) -> Option<u8> {
+        let c = self.peek()?;
+        self.i += 1;
+        Some(c)
+    }
+
+    fn eat(&mut self, c: u8) -> Option<()> {
+        (self.next()? == c).then_some(())
+    }
+
+    fn ws(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.i += 1;
+        }
+    }
+
+    /// A string, decoded (escapes included); `None` when malformed.
+    fn string(&mut self) -> Option<String> {
+        self.eat(b'"')?;
+        let mut out: Vec<u16> = Vec::new();
+        let mut raw: Vec<u8> = Vec::new();
+        loop {
+            match self.next()? {
+                b'"' => break,
+                b'\\' => {
+                    let esc = self.next()?;
+                    let c = match esc {
+                        b'"' => '"',
+                        b'\\' => '\\',
+                        b'/' => '/',
+                        b'b' => '\u{8}',
+                        b'f' => '\u{c}',
+                        b'n' => '\n',
+                        b'r' => '\r',
+                        b't' => '\t',
+                        b'u' => {
+                            let hex = self.b.get(self.i..self.i + 4)?;
+                            let n = u16::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
+                            self.i += 4;
+                            flush(&mut raw, &mut out)?;
+                            out.push(n);
+                            continue;
+                        }
+                        _ => return None,
+                    };
+                    raw.extend_from_slice(c.to_string().as_bytes());
+                }
+                c if c < 0x20 => return None,
+                c => raw.push(c),
+            }
+        }
+        flush(&mut raw, &mut out)?;
+        String::from_utf16(&out).ok()
+    }
+
+    fn value(&mut self, depth: usize) -> Option<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        match self.peek()? {
+            b'"' => self.string().map(drop),
+            b'{' => {
+                self.i += 1;
+                self.ws();
+                if self.peek()? == b'}' {
+                    self.i += 1;
+                    return Some(());
+                }
+                loop {
+                    self.ws();
+                    self.string()?;
+                    self.ws();
+                    self.eat(b':')?;
+                    self.ws();
+                    self.value(depth + 1)?;
+                    self.ws();
+                    match self.next()? {
+                        b',' => continue,
+                        b'}' => return Some(()),
+                        _ => return None,
+                    }
+                }
+            }
+            b'[' => {
+                self.i += 1;
+                self.ws();
+                if self.peek()? == b']' {
+                    self.i += 1;
+                    return Some(());
+                }
+                loop {
+                    self.ws();
+                    self.value(depth + 1)?;
+                    self.ws();
+                    match self.next()? {
+                        b',' => continue,
+                        b']' => return Some(()),
+                        _ => return None,
+                    }
+                }
+            }
+            _ => {
+                // A number or a literal: up to the next delimiter.
+                let start = self.i;
+                while let Some(c) = self.peek() {
+                    if matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') {
+                        break;
+                    }
+                    self.i += 1;
+                }
+                (self.i > start).then_some(())
+            }
+        }
+    }
+}
+
+/// Move raw UTF-8 bytes into the UTF-16 buffer.
+fn flush(raw: &mut Vec<u8>, out: &mut Vec<u16>) -> Option<()> {
+    if !raw.is_empty() {
+        out.extend(std::str::from_utf8(raw).ok()?.encode_utf16());
+        raw.clear();
+    }
+    Some(())
+}
+
+/// Reads the usage of one Messages API response as it passes.
+pub struct MessagesMeter {
+    streaming: bool,
+    /// The SSE line being assembled (bounded: a longer line is not usage).
+    line: Vec<u8>,
+    line_overflow: bool,
+    /// The current SSE event's name (`event:` line).
+    event: Vec<u8>,
+    /// A non-streaming body, kept for its `usage`.
+    body: Vec<u8>,
+    body_overflow: bool,
+    model: String,
+    message_id: String,
+    usage: Usage,
+    started: bool,
+    complete: bool,
+}
+
+/// The longest SSE line and non-streamed body read for usage.
+const MAX_LINE: usize = 1 << 20;
+const MAX_BODY: usize = 16 << 20;
+
+impl MessagesMeter {
+    pub fn new(streaming: bool, requested_model: String) -> MessagesMeter {
+        MessagesMeter {
+            streaming,
+            line: Vec::new(),
+            line_overflow: false,
+            event: Vec::new(),
+            body: Vec::new(),
+            body_overflow: false,
+            model: requested_model,
+            message_id: String::new(),
+            usage: Usage::default(),
+            started: false,
+            complete: false,
+        }
+    }
+
+    fn on_line(&mut self, line: &[u8]) {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            self.event.clear();
+        } else if let Some(name) = line.strip_prefix(b"event:") {
+            self.event.clear();
+            self.event.extend_from_slice(name.trim_ascii());
+        } else if let Some(data) = line.strip_prefix(b"data:") {
+            // Only the events that carry usage are parsed: the content
+            // deltas (nearly all the bytes) pass untouched.
+            let wanted = match self.event.as_slice() {
+                b"message_start" | b"message_delta" | b"message_stop" => true,
+                b"" => {
+                    contains(data, b"\"message_start\"")
+                        || contains(data, b"\"message_delta\"")
+                        || contains(data, b"\"message_stop\"")
+                }
+                _ => false,
+            };
+            if wanted {
+                if let Ok(ev) = serde_json::from_slice::<SseData>(data.trim_ascii()) {
+                    self.on_event(ev);
+                }
+            }
+        }
+    }
+
+    fn on_event(&mut self, ev: SseData) {
+        match ev {
+            SseData::MessageStart { message } => {
+                if !message.model.is_empty() {
+                    self.model = message.model;
+                }
+                self.message_id = message.id;
+                self.started = true;
+                self.take_usage(&message.usage);
+            }
+            SseData::MessageDelta { usage } => {
+                if let Some(u) = usage {
+                    self.take_usage(&u);
+                    // The delta's usage is the response's final count.
+                    self.complete = self.started;
+                }
+            }
+            SseData::MessageStop {} => {}
+        }
+    }
+
+    /// Counts are cumulative across a response's events: keep the largest.
+    fn take_usage(&mut self, u: &Usage) {
+        self.usage.input_tokens = self.usage.input_tokens.max(u.input_tokens);
+        self.usage.output_tokens = self.usage.output_tokens.max(u.output_tokens);
+        self.usage.cache_creation_input_tokens = self
+            .usage
+            .cache_creation_input_tokens
+            .max(u.cache_creation_input_tokens);
+        self.usage.cache_read_input_tokens = self
+            .usage
+            .cache_read_input_tokens
+            .max(u.cache_read_input_tokens);
+    }
+}
+
+impl Meter for MessagesMeter {
+    fn feed(&mut self, chunk: &[u8]) {
+        if !self.streaming {
+            if self.body.len() + chunk.len() <= MAX_BODY {
+                self.body.extend_from_slice(chunk);
+            } else {
+                self.body_overflow = true;
+            }
+            return;
+        }
+        let mut rest = chunk;
+        while let Some(i) = rest.iter().position(|&b| b == b'\n') {
+            if self.line.is_empty() && !self.line_overflow {
+                self.on_line(&rest[..i]);
+            } else {
+                if !self.line_overflow {
+                    self.line.extend_from_slice(&rest[..i]);
+                    let line = std::mem::take(&mut self.line);
+                    self.on_line(&line);
+                }
+                self.line.clear();
+                self.line_overflow = false;
+            }
+            rest = &rest[i + 1..];
+        }
+        if self.line.len() + rest.len() > MAX_LINE {
+            self.line.clear();
+            self.line_overflow = true;
+        } else if !self.line_overflow {
+            self.line.extend_from_slice(rest);
+        }
+    }
+
+    fn reading(&self) -> Reading {
+        let mut model = self.model.clone();
+        let mut message_id = self.message_id.clone();
+        let mut usage = self.usage;
+        let mut started = self.started;
+        let mut complete = self.complete;
+        if !self.streaming && !self.body_overflow {
+            if let Ok(msg) = serde_json::from_slice::<WholeMessage>(&self.body) {
+                if !msg.model.is_empty() {
+                    model = msg.model;
+                }
+                message_id = msg.id;
+                if let Some(u) = msg.usage {
+                    usage = u;
+                    started = true;
+                    complete = true;
+                }
+            }
+        }
+        Reading {
+            model,
+            message_id,
+            usage,
+            started,
+            complete,
+        }
+    }
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The usage-carrying events, named as the API names them.
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[allow(clippy::enum_variant_names)]
+enum SseData {
+    MessageStart {
+        message: MessageHead,
+    },
+    MessageDelta {
+        #[serde(default)]
+        usage: Option<Usage>,
+    },
+    MessageStop {},
+}
+
+#[derive(Deserialize)]
+struct MessageHead {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    model: String,
+    #[serde(default)]
+    usage: Usage,
+}
+
+#[derive(Deserialize)]
+struct WholeMessage {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    model: String,
+    #[serde(default)]
+    usage: Option<Usage>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn max_tokens_is_rewritten_in_place_and_read_back() {
+        let body = br#"{"model":"claude-opus-5-5","max_tokens":128000,"stream":true,"messages":[{"role":"user","content":"max_tokens: 9"}]}"#;
+        let out = Anthropic.with_max_tokens(body, 4975).expect("rewritten");
+        let text = String::from_utf8(out).expect("utf8");
+        assert!(text.starts_with(r#"{"model":"claude-opus-5-5","max_tokens":4975,"stream":true"#));
+        assert!(text.ends_with(r#""content":"max_tokens: 9"}]}"#));
+        // An escaped key is the same key to a parser.
+        let escaped = br#"{"model":"m","max\u005ftokens":5000}"#;
+        let out = Anthropic.with_max_tokens(escaped, 10).expect("rewritten");
+        assert_eq!(out, br#"{"model":"m","max\u005ftokens":10}"#);
+        // Duplicates, or a nested key only: not rewritten (refused).
+        assert!(Anthropic
+            .with_max_tokens(br#"{"model":"m","max_tokens":1,"max_tokens":9}"#, 5)
+            .is_none());
+        assert!(Anthropic
+            .with_max_tokens(br#"{"model":"m","x":{"max_tokens":9}}"#, 5)
+            .is_none());
+    }
+
+    #[test]
+    fn server_tools_and_provider_side_features_are_refused() {
+        let ok = br#"{"model":"m","max_tokens":10,"tools":[{"name":"Bash","input_schema":{}},{"type":"custom","name":"x","input_schema":{}},{"type":"bash_20250124","name":"bash"}]}"#;
+        assert!(Anthropic.ask(ok).is_ok());
+        for body in [
+            br#"{"model":"m","max_tokens":10,"tools":[{"type":"web_search_20250305","name":"web_search"}]}"#.as_slice(),
+            br#"{"model":"m","max_tokens":10,"tools":[{"type":"web_fetch_20250910","name":"web_fetch"}]}"#,
+            br#"{"model":"m","max_tokens":10,"mcp_servers":[{"type":"url","url":"https://x"}]}"#,
+            br#"{"model":"m","max_tokens":10,"container":"c"}"#,
+            br#"{"model":"m"}"#,
+            br#"{"model":"m","max_tokens":1e5}"#,
+            br#"{"model":"m","max_tokens":10,"max_tokens":20}"#,
+        ] {
+            assert!(Anthropic.ask(body).is_err(), "{}", String::from_utf8_lossy(body));
+        }
+    }
+
+    fn read(stream: &str, cut: usize) -> Reading {
+        let mut m = MessagesMeter::new(true, "requested".into());
+        m.feed(&stream.as_bytes()[..cut]);
+        m.feed(&stream.as_bytes()[cut..]);
+        m.reading()
+    }
+
+    #[test]
+    fn the_meter_reads_usage_across_chunk_boundaries() {
+        let stream = concat!(
+            "event: message_start\r\n",
+            "data: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"model\":\"claude-haiku-5-5\",\"usage\":{\"input_tokens\":100,\"output_tokens\":1,\"cache_creation_input_tokens\":2000,\"cache_read_input_tokens\":30000}}}\r\n\r\n",
+            "event: content_block_delta\n",
+            "data: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"message_delta\"}}\n\n",
+            "event: message_delta\n",
+            "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":40}}\n\n",
+            "event: message_stop\n",
+            "data: {\"type\":\"message_stop\"}\n\n",
+        );
+        for cut in [0, 1, 7, 50, 123, stream.len() - 3, stream.len()] {
+            let r = read(stream, cut);
+            assert_eq!(r.model, "claude-haiku-5-5");
+            assert_eq!(r.message_id, "msg_1");
+            assert!(r.complete && r.started, "cut at {cut}");
+            assert_eq!(
+                (
+                    r.usage.input_tokens,
+                    r.usage.output_tokens,
+                    r.usage.cache_creation_input_tokens,
+                    r.usage.cache_read_input_tokens
+                ),
+                (100, 40, 2000, 30000),
+                "cut at {cut}"
+            );
+        }
+        // Cut before the delta: started, not complete.
+        let head = &stream[..stream.find("event: message_delta").expect("delta")];
+        let r = read(head, 10);
+        assert!(r.started && !r.complete);
+        assert_eq!(r.usage.output_tokens, 1);
+    }
+
+    #[test]
+    fn the_meter_reads_a_non_streaming_body() {
+        let mut m = MessagesMeter::new(false, "sonnet".into());
+        m.feed(br#"{"id":"msg_2","type":"message","model":"claude-sonnet-5-5","content":[],"#);
+        assert!(!m.reading().complete, "half a body is not a usage");
+        m.feed(br#""usage":{"input_tokens":7,"output_tokens":3}}"#);
+        let r = m.reading();
+        assert_eq!(
+            (
+                r.model.as_str(),
+                r.usage.input_tokens,
+                r.usage.output_tokens,
+                r.complete
+            ),
+            ("claude-sonnet-5-5", 7, 3, true)
+        );
+    }
+}

@@ -1,0 +1,367 @@
+//! A daemon job's own repository, the judged tree, and bringing results
+//! home.
+//!
+//! A `git worktree` shares the user's git directory: its HEAD, its refs and
+//! its config live there, and anything the agent can write in it moves the
+//! user's branches (an agent that pointed its worktree's HEAD at
+//! `refs/heads/release` got the accepted commit onto `release`). So a
+//! daemon job works in a repository of its own: a git directory under the
+//! state dir (read-only to the job's processes) whose objects borrow the
+//! user's through `objects/info/alternates` (read-only too), with the
+//! working tree elsewhere under the state dir, reached through a `.git`
+//! file. loopd alone writes the user's repository: the job's branch at
+//! submit, and at the end the judged commit (or the parked stash), copied
+//! object by object.
+//!
+//! What is committed is exactly what was judged: [`Workspace::judged_tree`]
+//! writes the tree of the change as the judges took it (from the same bytes,
+//! read as any file an agent process could have written), the journal
+//! records its id, and every commit loopd makes — the daemon's, `loopd
+//! ci`'s — is that tree, never what the working tree holds later.
+
+use std::path::{Path, PathBuf};
+
+use git2::{Oid, Repository};
+
+use super::{ChangeKind, Diff, Workspace, WorkspaceError};
+
+/// The largest file a judged tree takes (a larger change is rejected by
+/// the size gate long before).
+const MAX_BLOB: u64 = 1 << 30;
+
+impl Workspace {
+    /// Make a daemon job's repository: a git directory at `git_dir` whose
+    /// objects are borrowed from `user_repo`, the working tree at
+    /// `worktree` (with a `.git` file pointing back), the branch `branch` at
+    /// `commit`, checked out. Idempotent for a job that was suspended: an
+    /// existing one is opened as it is.
+    pub fn job_checkout(
+        user_repo: &Path,
+        commit: Oid,
+        branch: &str,
+        git_dir: &Path,
+        worktree: &Path,
+    ) -> Result<Workspace, WorkspaceError> {
+        let git = |operation: &'static str| {
+            move |source| WorkspaceError::Git {
+                operation,
+                path: git_dir.to_path_buf(),
+                source,
+            }
+        };
+        if git_dir.join("HEAD").exists() && worktree.exists() {
+            return Workspace::open_job(git_dir, user_repo);
+        }
+        let user = Repository::open(user_repo).map_err(|_| WorkspaceError::NotARepository {
+            path: user_repo.to_path_buf(),
+        })?;
+        let objects = user.commondir().join("objects");
+        let objects = objects.canonicalize().unwrap_or(objects);
+        let mut opts = git2::RepositoryInitOptions::new();
+        opts.bare(false)
+            .no_dotgit_dir(true)
+            .mkpath(true)
+            .workdir_path(worktree)
+            .external_template(false);
+        let repo =
+            Repository::init_opts(git_dir, &opts).map_err(git("init the job's repository"))?;
+        let info = git_dir.join("objects").join("info");
+        std::fs::create_dir_all(&info).map_err(|source| WorkspaceError::Io {
+            operation: "create objects/info",
+            path: info.clone(),
+            source,
+        })?;
+        crate::util::write_atomic(
+            &info.join("alternates"),
+            format!("{}\n", objects.display()).as_bytes(),
+        )
+        .map_err(|source| WorkspaceError::Io {
+            operation: "write objects/info/alternates",
+            path: info.clone(),
+            source,
+        })?;
+        // Reopen so the object database sees the alternates.
+        drop(repo);
+        let repo = Repository::open(git_dir).map_err(git("open the job's repository"))?;
+        let target = repo
+            .find_commit(commit)
+            .map_err(git("find the pinned commit"))?;
+        repo.branch(branch, &target, true)
+            .map_err(git("create the job's branch"))?;
+        repo.set_head(&format!("refs/heads/{branch}"))
+            .map_err(git("point HEAD at the job's branch"))?;
+        let mut co = git2::build::CheckoutBuilder::new();
+        co.force();
+        repo.checkout_head(Some(&mut co))
+            .map_err(git("check out the pinned commit"))?;
+        drop(target);
+        drop(repo);
+        Workspace::open_job(git_dir, user_repo)
+    }
+
+    /// Open a daemon job's repository by its git directory (never through
+    /// the `.git` file in the working tree, which the job's processes can
+    /// rewrite); `home` is the user's repository results go back to.
+    pub fn open_job(git_dir: &Path, home: &Path) -> Result<Workspace, WorkspaceError> {
+        let repo = Repository::open(git_dir).map_err(|_| WorkspaceError::NotARepository {
+            path: git_dir.to_path_buf(),
+        })?;
+        Workspace::of(repo, git_dir, Some(home.to_path_buf()))
+    }
+
+    /// The user's repository a job's repository borrows from and brings
+    /// its results back to (`None`: the job works in it directly).
+    pub fn home(&self) -> Option<&Path> {
+        self.home.as_deref()
+    }
+
+    /// Object directories this repository borrows (`alternates`): the
+    /// job's processes read them.
+    pub fn borrowed_objects(&self) -> Vec<PathBuf> {
+        let file = self.repo.commondir().join("objects/info/alternates");
+        let Ok(text) = crate::util::read_untrusted(&file, 64 << 10) else {
+            return vec![];
+        };
+        String::from_utf8_lossy(&text)
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with('/'))
+            .map(PathBuf::from)
+            .collect()
+    }
+
+    /// The tree of `base` with the change `diff` describes applied, from
+    /// the working tree's bytes as they are now (read without following a
+    /// link or blocking, regular files and links only), written to the
+    /// object database. `None` when the change holds a file too large to
+    /// load (the size gate rejects such a change).
+    pub fn judged_tree(&self, base: Oid, diff: &Diff) -> Result<Option<Oid>, WorkspaceError> {
+        if diff.files.iter().any(|f| f.too_large) {
+            return Ok(None);
+        }
+        let git = self.git("write the judged tree");
+        let parent = self
+            .repo
+            .find_commit(base)
+            .and_then(|c| c.tree())
+            .map_err(self.git("read BASE_REF"))?;
+        // A private index: the checkout's own stays as it was.
+        let mut index = git2::Index::new().map_err(&git)?;
+        index.read_tree(&parent).map_err(&git)?;
+        for change in &diff.changes {
+            if let Some(old) = &change.old_path {
+                index.remove_path(Path::new(old)).map_err(&git)?;
+            }
+            if change.status == ChangeKind::Deleted {
+                index.remove_path(Path::new(&change.path)).map_err(&git)?;
+                continue;
+            }
+            if change.submodule {
+                // The submodule's recorded commit, as the checkout has it.
+                let Some(id) = self
+                    .repo
+                    .find_submodule(&change.path)
+                    .ok()
+                    .and_then(|s| s.workdir_id().or(s.index_id()))
+                else {
+                    continue;
+                };
+                index
+                    .add(&entry(&change.path, id, 0o160000, 0))
+                    .map_err(&git)?;
+                continue;
+            }
+            let full = self.root.join(&change.path);
+            let meta =
+                std::fs::symlink_metadata(&full).map_err(|e| self.io("read a changed file", e))?;
+            let (content, mode) = if meta.file_type().is_symlink() {
+                let target =
+                    std::fs::read_link(&full).map_err(|e| self.io("read a changed link", e))?;
+                (target.to_string_lossy().into_owned().into_bytes(), 0o120000)
+            } else {
+                use std::os::unix::fs::PermissionsExt;
+                let bytes = crate::util::read_untrusted(&full, MAX_BLOB)
+                    .map_err(|e| self.io("read a changed file", e))?;
+                let exec = meta.permissions().mode() & 0o111 != 0;
+                (bytes, if exec { 0o100755 } else { 0o100644 })
+            };
+            let oid = self.repo.blob(&content).map_err(&git)?;
+            index
+                .add(&entry(&change.path, oid, mode, content.len() as u32))
+                .map_err(&git)?;
+        }
+        let tree = index.write_tree_to(&self.repo).map_err(&git)?;
+        Ok(Some(tree))
+    }
+
+    /// Commit `tree` on top of `base` and point `refs/heads/<branch>` at it
+    /// (forced: the branch is loopd's own), without touching the checkout,
+    /// its index or HEAD. A commit with the same tree, parent and message
+    /// already on the branch (a kill before it was journaled) is reused.
+    pub fn commit_tree(
+        &self,
+        base: Oid,
+        tree: Oid,
+        branch: &str,
+        message: &str,
+    ) -> Result<Oid, WorkspaceError> {
+        let git = self.git("commit the judged tree");
+        let refname = format!("refs/heads/{branch}");
+        if let Ok(tip) = self
+            .repo
+            .refname_to_id(&refname)
+            .and_then(|id| self.repo.find_commit(id))
+        {
+            if tip.tree_id() == tree
+                && tip.parent_id(0).ok() == Some(base)
+                && tip.message() == Some(message)
+            {
+                return Ok(tip.id());
+            }
+        }
+        let parent = self.repo.find_commit(base).map_err(&git)?;
+        let tree = self.repo.find_tree(tree).map_err(&git)?;
+        let sig = self
+            .repo
+            .signature()
+            .or_else(|_| git2::Signature::now("loopd", "loopd@localhost"))
+            .map_err(&git)?;
+        let oid = self
+            .repo
+            .commit(None, &sig, &sig, message, &tree, &[&parent])
+            .map_err(&git)?;
+        self.repo
+            .reference(&refname, oid, true, "loopd: the judged change")
+            .map_err(&git)?;
+        Ok(oid)
+    }
+
+    /// Copy `commit` and everything it reaches that the user's repository
+    /// lacks into it, then point `refname` there at it — only from `from`
+    /// (what loopd put there before, or nothing), never over someone
+    /// else's. A no-op for a job that works in the user's repository.
+    pub fn bring_home(
+        &self,
+        commit: Oid,
+        refname: &str,
+        from: Option<Oid>,
+        message: &str,
+    ) -> Result<(), WorkspaceError> {
+        let Some((home, dest)) = self.copy_home(commit)? else {
+            return Ok(());
+        };
+        let git = |operation| git_err(&home, operation);
+        match (dest.refname_to_id(refname).ok(), from) {
+            (Some(now), _) if now == commit => return Ok(()),
+            (Some(now), Some(expected)) if now != expected => {
+                return Err(WorkspaceError::Git {
+                    operation: "move the job's branch",
+                    path: home.clone(),
+                    source: git2::Error::from_str(&format!(
+                        "`{refname}` is at {now}, not at {expected} where loopd left it: someone else moved it; loopd does not overwrite it"
+                    )),
+                });
+            }
+            _ => {}
+        }
+        dest.reference(refname, commit, true, message)
+            .map_err(git("move the job's branch"))?;
+        Ok(())
+    }
+
+    /// A parked stash, brought home: its objects, the pinning ref, and an
+    /// entry in the user's stash list (as `git stash push` would add).
+    pub fn park_home(&self, stash: Oid, job_id: &str, message: &str) -> Result<(), WorkspaceError> {
+        let Some((home, dest)) = self.copy_home(stash)? else {
+            return Ok(());
+        };
+        let git = |operation| git_err(&home, operation);
+        let keep = super::keep_ref(job_id);
+        if dest.refname_to_id(&keep).ok() == Some(stash) {
+            return Ok(());
+        }
+        dest.reference(&keep, stash, true, message)
+            .map_err(git("pin the parked work"))?;
+        // The user's `git stash list` shows it, as with a stash made there.
+        dest.reference_ensure_log("refs/stash")
+            .map_err(git("keep the stash's log"))?;
+        dest.reference("refs/stash", stash, true, message)
+            .map_err(git("add to the stash list"))?;
+        Ok(())
+    }
+}
+
+impl Workspace {
+    /// The user's repository, with `commit` and everything it reaches in
+    /// it (`None` for a job that works in the user's repository itself).
+    fn copy_home(&self, commit: Oid) -> Result<Option<(PathBuf, Repository)>, WorkspaceError> {
+        let Some(home) = &self.home else {
+            return Ok(None);
+        };
+        let dest = Repository::open(home).map_err(git_err(home, "open the repository"))?;
+        copy_objects(&self.repo, &dest, commit).map_err(git_err(home, "copy the job's objects"))?;
+        Ok(Some((home.clone(), dest)))
+    }
+}
+
+/// A git error of `operation` in the repository at `path`.
+fn git_err<'a>(
+    path: &'a Path,
+    operation: &'static str,
+) -> impl Fn(git2::Error) -> WorkspaceError + 'a {
+    move |source| WorkspaceError::Git {
+        operation,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn entry(path: &str, id: Oid, mode: u32, size: u32) -> git2::IndexEntry {
+    git2::IndexEntry {
+        ctime: git2::IndexTime::new(0, 0),
+        mtime: git2::IndexTime::new(0, 0),
+        dev: 0,
+        ino: 0,
+        mode,
+        uid: 0,
+        gid: 0,
+        file_size: size,
+        id,
+        flags: 0,
+        flags_extended: 0,
+        path: path.as_bytes().to_vec(),
+    }
+}
+
+/// Copy the objects `commit` reaches that `dest` lacks, stopping at what it
+/// has (the base it borrowed from).
+fn copy_objects(src: &Repository, dest: &Repository, commit: Oid) -> Result<(), git2::Error> {
+    let (from, to) = (src.odb()?, dest.odb()?);
+    let mut todo = vec![commit];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(id) = todo.pop() {
+        if !seen.insert(id) || to.exists(id) {
+            continue;
+        }
+        let obj = from.read(id)?;
+        match obj.kind() {
+            git2::ObjectType::Commit => {
+                let c = src.find_commit(id)?;
+                todo.push(c.tree_id());
+                todo.extend(c.parent_ids());
+            }
+            git2::ObjectType::Tree => {
+                let t = src.find_tree(id)?;
+                for e in t.iter() {
+                    // A submodule's commit lives in its own repository.
+                    if e.kind() != Some(git2::ObjectType::Commit) {
+                        todo.push(e.id());
+                    }
+                }
+            }
+            _ => {}
+        }
+        to.write(obj.kind(), obj.data())?;
+    }
+    Ok(())
+}
