@@ -14,9 +14,15 @@ for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "fuzz" and m.get("executable"):
         print(m["executable"])')
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+failed=0
 for test in $("$bin" --list 2>/dev/null | sed -n 's/: test$//p'); do
   start=$(date +%s.%N)
-  peak=$( { LOOPD_FUZZ_CASES=$cases /usr/bin/time -f '%M' "$bin" --exact "$test" --test-threads 1 >/dev/null; } 2>&1 | tail -1 )
+  LOOPD_FUZZ_CASES=$cases /usr/bin/time -o "$out" -f '%x %M' "$bin" --exact "$test" --test-threads 1 >/dev/null 2>&1 || true
   end=$(date +%s.%N)
-  printf '%-72s %9d cases  %7.1f s  peak RSS %6d KiB\n' "$test" "$cases" "$(echo "$end - $start" | bc)" "$peak"
+  read -r status peak < <(tail -1 "$out")
+  if [ "$status" = 0 ]; then verdict=ok; else verdict="FAILED (exit $status)"; failed=1; fi
+  printf '%-72s %9d cases  %7.1f s  peak RSS %6d KiB  %s\n' "$test" "$cases" "$(echo "$end - $start" | bc)" "$peak" "$verdict"
 done
+exit $failed
