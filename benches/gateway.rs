@@ -11,12 +11,33 @@ use axum::body::{Body, Bytes};
 use axum::response::Response;
 use std::sync::Arc;
 
-use loopd::agent::gateway::{Access, Config, Credential, Gateway, Limits, NoChannel, Spend, Tag};
-use loopd::agent::{AgentCli, ClaudeCode, Role};
+use loopd::agent::gateway::{
+    Access, Config, Credential, Gateway, Limits, NoChannel, Spend, Tag, Vendor,
+};
+use loopd::agent::{Agent, Prices, Role};
 
-/// A small answer: what a tool-use turn looks like on the wire.
-fn small_answer() -> Vec<Bytes> {
-    let ev = |name: &str, data: &str| Bytes::from(format!("event: {name}\ndata: {data}\n\n"));
+/// One wire protocol as the bench drives it: the agent whose wire it is,
+/// the path called, the token's header, a small and a big request, and the
+/// upstream's answers.
+struct Proto {
+    agent: &'static dyn Agent,
+    path: &'static str,
+    auth: fn(&str) -> (&'static str, String),
+    small: &'static str,
+    big: &'static str,
+    answer: fn() -> Vec<Bytes>,
+    delta: fn(&str) -> Bytes,
+    /// How many leading chunks of `answer` come before the big answer's
+    /// text.
+    head: usize,
+}
+
+fn ev(name: &str, data: &str) -> Bytes {
+    Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
+}
+
+/// A small Anthropic answer: what a tool-use turn looks like on the wire.
+fn messages_answer() -> Vec<Bytes> {
     vec![
         ev(
             "message_start",
@@ -42,14 +63,63 @@ fn small_answer() -> Vec<Bytes> {
     ]
 }
 
+/// A small Responses answer: created, one message, completed with usage.
+fn responses_answer() -> Vec<Bytes> {
+    vec![
+        ev(
+            "response.created",
+            r#"{"type":"response.created","response":{"id":"resp_b","model":"gpt-5-codex"}}"#,
+        ),
+        ev(
+            "response.output_text.delta",
+            r#"{"type":"response.output_text.delta","delta":"Reading the file first."}"#,
+        ),
+        ev(
+            "response.output_item.done",
+            r#"{"type":"response.output_item.done","item":{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Reading the file first."}]}}"#,
+        ),
+        ev(
+            "response.completed",
+            r#"{"type":"response.completed","response":{"id":"resp_b","usage":{"input_tokens":10200,"input_tokens_details":{"cached_tokens":9000},"output_tokens":42,"total_tokens":10242}}}"#,
+        ),
+    ]
+}
+
+const PROTOS: &[Proto] = &[
+    Proto {
+        agent: &loopd::agent::ClaudeCode,
+        path: "/v1/messages?beta=true",
+        auth: |t| ("x-api-key", t.to_owned()),
+        small: r#"{"model":"claude-haiku-5-5","max_tokens":1024,"stream":true,"messages":[{"role":"user","content":"go"}]}"#,
+        big: r#"{"model":"claude-haiku-5-5","max_tokens":1024,"stream":true,"messages":[{"role":"user","content":"go big"}]}"#,
+        answer: messages_answer,
+        delta: |text| {
+            ev("content_block_delta", &format!("{{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{text}\"}}}}"))
+        },
+        head: 2,
+    },
+    Proto {
+        agent: &loopd::agent::codex::Codex,
+        path: "/v1/responses",
+        auth: |t| ("authorization", format!("Bearer {t}")),
+        small: r#"{"model":"gpt-5-codex","stream":true,"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"go"}]}],"tools":[]}"#,
+        big: r#"{"model":"gpt-5-codex","stream":true,"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"go big"}]}],"tools":[]}"#,
+        answer: responses_answer,
+        delta: |text| {
+            ev(
+                "response.output_text.delta",
+                &format!("{{\"type\":\"response.output_text.delta\",\"delta\":\"{text}\"}}"),
+            )
+        },
+        head: 1,
+    },
+];
+
 /// About 1 MB of text deltas between a start and a stop.
-fn big_answer() -> Vec<Bytes> {
-    let mut out = small_answer();
-    let tail = out.split_off(2);
-    let text = "x".repeat(1000);
-    let delta = Bytes::from(format!(
-        "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{text}\"}}}}\n\n"
-    ));
+fn big_answer(p: &Proto) -> Vec<Bytes> {
+    let mut out = (p.answer)();
+    let tail = out.split_off(p.head);
+    let delta = (p.delta)(&"x".repeat(1000));
     let mut size = 0;
     while size < 1 << 20 {
         size += delta.len();
@@ -69,13 +139,15 @@ fn sse(chunks: Vec<Bytes>) -> Response {
 }
 
 async fn upstream() -> String {
-    let small = small_answer();
-    let big = big_answer();
-    let app = axum::Router::new().fallback(move |body: String| {
+    let app = axum::Router::new().fallback(move |uri: axum::http::Uri, body: String| {
+        let p = PROTOS
+            .iter()
+            .find(|p| p.path.split('?').next() == Some(uri.path()))
+            .expect("a known path");
         let chunks = if body.contains("go big") {
-            big.clone()
+            big_answer(p)
         } else {
-            small.clone()
+            (p.answer)()
         };
         async move { sse(chunks) }
     });
@@ -89,18 +161,22 @@ async fn upstream() -> String {
     format!("http://{addr}")
 }
 
-const SMALL: &str = r#"{"model":"claude-haiku-5-5","max_tokens":1024,"stream":true,"messages":[{"role":"user","content":"go"}]}"#;
-const BIG: &str = r#"{"model":"claude-haiku-5-5","max_tokens":1024,"stream":true,"messages":[{"role":"user","content":"go big"}]}"#;
-
 /// One request, the whole answer read; returns its duration and size.
-async fn call(client: &reqwest::Client, base: &str, token: &str, size: &str) -> (Duration, usize) {
+async fn call(
+    client: &reqwest::Client,
+    p: &Proto,
+    base: &str,
+    token: &str,
+    big: bool,
+) -> (Duration, usize) {
     let t = Instant::now();
+    let (name, value) = (p.auth)(token);
     let mut resp = client
-        .post(format!("{base}/v1/messages?beta=true"))
-        .header("x-api-key", token)
+        .post(format!("{base}{}", p.path))
+        .header(name, value)
         .header("anthropic-version", "2023-06-01")
         .header("content-type", "application/json")
-        .body(if size == "big" { BIG } else { SMALL })
+        .body(if big { p.big } else { p.small })
         .send()
         .await
         .expect("send");
@@ -129,73 +205,91 @@ fn main() {
         .expect("runtime");
     rt.block_on(async {
         let base = upstream().await;
-        let mut gateway = Gateway::start(Config {
+        for p in PROTOS {
+            bench(p, &base, requests).await;
+        }
+    });
+}
+
+async fn bench(p: &Proto, base: &str, requests: usize) {
+    let mut gateway = Gateway::start(Config {
+        vendors: vec![Vendor {
+            name: p.agent.name(),
+            wire: p.agent.wire(),
             access: Access {
-                credential: Credential::ApiKey("sk-bench".into()),
-                upstream: base.clone(),
+                credential: match p.agent.name() {
+                    "claude" => Credential::ApiKey("sk-bench".into()),
+                    _ => Credential::Bearer("sk-bench".into()),
+                },
+                upstream: base.to_owned(),
             },
-            wire: ClaudeCode.wire(),
-            limits: Limits::NONE,
-            before: Spend::default(),
-            channel: Arc::new(NoChannel),
-            listener: None,
-        })
-        .expect("gateway");
-        let via = gateway.base_url();
-        let token = gateway.open_session(Tag {
+            prices: Prices::of_table(p.agent.prices()),
+        }],
+        limits: Limits::NONE,
+        before: Spend::default(),
+        channel: Arc::new(NoChannel),
+        listener: None,
+    })
+    .expect("gateway");
+    let via = gateway.base_url();
+    let token = gateway.open_session(
+        Tag {
             role: Role::Agent,
             attempt: 1,
             session: 0,
-        });
-        let client = reqwest::Client::builder()
-            .tcp_nodelay(true)
-            .build()
-            .expect("client");
+        },
+        0,
+    );
+    let client = reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .build()
+        .expect("client");
 
-        // Warm up both paths (connections, allocator).
-        for _ in 0..50 {
-            call(&client, &base, &token, "small").await;
-            call(&client, &via, &token, "small").await;
-        }
-        // Interleaved, so both see the same machine noise.
-        let mut direct = Vec::with_capacity(requests);
-        let mut gated = Vec::with_capacity(requests);
-        for _ in 0..requests {
-            direct.push(call(&client, &base, &token, "small").await.0);
-            gated.push(call(&client, &via, &token, "small").await.0);
-        }
-        let (d, g) = (median(direct), median(gated));
-        gateway.settle(Duration::from_secs(5)).await;
-        let metered = gateway.spent();
-        while gateway.events().try_recv().is_ok() {}
-        println!("requests:            {requests} small streamed answers each way");
-        println!("median direct:       {:>8.1} µs", d.as_secs_f64() * 1e6);
-        println!("median via gateway:  {:>8.1} µs", g.as_secs_f64() * 1e6);
-        println!(
-            "added per request:   {:>8.1} µs (target < 1000 µs)",
-            (g.as_secs_f64() - d.as_secs_f64()) * 1e6
-        );
-        assert!(metered.turns >= requests as u64, "every call was metered");
+    // Warm up both paths (connections, allocator).
+    for _ in 0..50 {
+        call(&client, p, base, &token, false).await;
+        call(&client, p, &via, &token, false).await;
+    }
+    // Interleaved, so both see the same machine noise.
+    let mut direct = Vec::with_capacity(requests);
+    let mut gated = Vec::with_capacity(requests);
+    for _ in 0..requests {
+        direct.push(call(&client, p, base, &token, false).await.0);
+        gated.push(call(&client, p, &via, &token, false).await.0);
+    }
+    let (d, g) = (median(direct), median(gated));
+    gateway.settle(Duration::from_secs(5)).await;
+    let metered = gateway.spent();
+    while gateway.events().try_recv().is_ok() {}
+    let name = p.agent.name();
+    println!("[{name}, {}]", p.path);
+    println!("requests:            {requests} small streamed answers each way");
+    println!("median direct:       {:>8.1} µs", d.as_secs_f64() * 1e6);
+    println!("median via gateway:  {:>8.1} µs", g.as_secs_f64() * 1e6);
+    println!(
+        "added per request:   {:>8.1} µs (target < 1000 µs)",
+        (g.as_secs_f64() - d.as_secs_f64()) * 1e6
+    );
+    assert!(metered.turns >= requests as u64, "every call was metered");
 
-        let rounds = 20;
-        let mut bytes = 0;
-        let t = Instant::now();
-        for _ in 0..rounds {
-            bytes += call(&client, &base, &token, "big").await.1;
-        }
-        let direct_s = t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        for _ in 0..rounds {
-            call(&client, &via, &token, "big").await;
-        }
-        let gated_s = t.elapsed().as_secs_f64();
-        let mb = bytes as f64 / (1 << 20) as f64;
-        println!(
-            "1 MB streamed ({} B) x {rounds}: direct {:>7.1} MB/s, via gateway {:>7.1} MB/s",
-            bytes / rounds,
-            mb / direct_s,
-            mb / gated_s
-        );
-        while gateway.events().try_recv().is_ok() {}
-    });
+    let rounds = 20;
+    let mut bytes = 0;
+    let t = Instant::now();
+    for _ in 0..rounds {
+        bytes += call(&client, p, base, &token, true).await.1;
+    }
+    let direct_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    for _ in 0..rounds {
+        call(&client, p, &via, &token, true).await;
+    }
+    let gated_s = t.elapsed().as_secs_f64();
+    let mb = bytes as f64 / (1 << 20) as f64;
+    println!(
+        "1 MB streamed ({} B) x {rounds}: direct {:>7.1} MB/s, via gateway {:>7.1} MB/s",
+        bytes / rounds,
+        mb / direct_s,
+        mb / gated_s
+    );
+    while gateway.events().try_recv().is_ok() {}
 }

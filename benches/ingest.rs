@@ -1,14 +1,15 @@
 //! Stream ingest: events per second through parsing, both guards (caps and
-//! progress) and the ledger, on a recorded stream of the real CLI repeated to
-//! ≥ 1 million events. Target: ≥ 500k events/s on one core.
+//! progress) and the ledger, on a recorded stream of each real agent CLI
+//! (Claude Code's stream-json, Codex's `exec --json`) repeated to ≥ 1
+//! million events. Target: ≥ 500k events/s on one core.
 //!
 //! `cargo bench --bench ingest [-- EVENTS]`
 
 use std::io::{BufWriter, Write};
 use std::time::{Duration, Instant};
 
-use loopd::agent::events::{self, Event};
 use loopd::agent::session::{Observer, Role};
+use loopd::agent::{Agent, Prices};
 use loopd::config::{Caps, GuardSettings};
 use loopd::guard::caps::Budget;
 use loopd::guard::Watch;
@@ -19,10 +20,23 @@ fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(1_000_000);
-    let recorded = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/fixtures/streams/agent-attempt.jsonl"
-    ))
+    for (agent, fixture) in [
+        (
+            &loopd::agent::ClaudeCode as &dyn Agent,
+            "agent-attempt.jsonl",
+        ),
+        (&loopd::agent::codex::Codex, "codex-agent-attempt.jsonl"),
+    ] {
+        ingest(agent, fixture, target);
+    }
+}
+
+fn ingest(agent: &dyn Agent, fixture: &str, target: usize) {
+    let recorded = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/streams")
+            .join(fixture),
+    )
     .expect("the recorded stream");
     let lines: Vec<&str> = recorded.lines().collect();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -40,7 +54,8 @@ fn main() {
                 let l = l
                     .replace("rechnung.py", &format!("rechnung_{rep}.py"))
                     .replace("msg_scripted_", &format!("msg_{rep}_"))
-                    .replace("toolu_scripted_", &format!("toolu_{rep}_"));
+                    .replace("toolu_scripted_", &format!("toolu_{rep}_"))
+                    .replace("\"item_", &format!("\"item_{rep}_"));
                 w.write_all(l.as_bytes()).expect("write");
                 w.write_all(b"\n").expect("write");
                 n += 1;
@@ -59,7 +74,6 @@ fn main() {
             attempt_timeout: Duration::from_secs(3600),
             idle_timeout: Duration::from_secs(3600),
         },
-        price: loopd::agent::Price::for_model,
     };
     let settings = GuardSettings::default();
     let text = std::fs::read_to_string(&input).expect("read input");
@@ -82,18 +96,24 @@ fn main() {
             let mut watch = Watch::new(
                 (Role::Agent, 1, 0),
                 &budget,
+                Prices::of_table(agent.prices()),
                 Default::default(),
                 &settings,
                 &mut ledger,
             );
+            let mut parser = agent.parser();
+            let mut events = Vec::new();
             for line in &lines {
                 if with_raw_log {
                     raw_log.write_all(line.as_bytes()).expect("raw");
                     raw_log.write_all(b"\n").expect("raw");
                 }
-                let event = events::parse_line(line).unwrap_or(Event::Unknown);
-                if watch.on_event(&event, Instant::now()).is_some() {
-                    stops += 1;
+                events.clear();
+                let _ = parser.line(line, &mut events);
+                for event in &events {
+                    if watch.on_event(event, Instant::now()).is_some() {
+                        stops += 1;
+                    }
                 }
             }
             raw_log.flush().expect("flush");
@@ -107,7 +127,8 @@ fn main() {
             "parse + guards + ledger"
         };
         println!(
-            "ingest [{what}]: {events} events, {:.1} MB (avg {} B/event) in {secs:.3} s = {:.0} events/s, {:.0} MB/s on one core; guard stops: {stops}",
+                        "ingest {} [{what}]: {events} events, {:.1} MB (avg {} B/event) in {secs:.3} s = {:.0} events/s, {:.0} MB/s on one core; guard stops: {stops}",
+            agent.name(),
             bytes as f64 / 1e6,
             bytes / events as u64,
             events as f64 / secs,

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use loopd::agent::events::Event;
 use loopd::agent::session::{self, Observer, Role, SessionSpec, Verdict};
+use loopd::agent::{Agent, ClaudeCode, Prices};
 use loopd::config::{Caps, GuardSettings};
 use loopd::guard::caps::Budget;
 use loopd::guard::Watch;
@@ -56,7 +57,6 @@ fn main() {
             attempt_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(60),
         },
-        price: loopd::agent::Price::for_model,
     };
     let settings = GuardSettings::default();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -88,6 +88,7 @@ fn main() {
             inner: Watch::new(
                 (Role::Agent, 1, 0),
                 &budget,
+                Prices::of_table(ClaudeCode.prices()),
                 Default::default(),
                 &settings,
                 &mut ledger,
@@ -95,7 +96,13 @@ fn main() {
             tripped: None,
         };
         let end = rt
-            .block_on(session::run(&spec, &mut obs, &mut rx, None))
+            .block_on(session::run(
+                &spec,
+                ClaudeCode.parser().as_mut(),
+                &mut obs,
+                &mut rx,
+                None,
+            ))
             .expect("session");
         let done = Instant::now();
         assert_eq!(end.stopped, Some(Reason::BudgetUsd), "the cap tripped");

@@ -6,11 +6,13 @@
 //! reported with the file, the field, what was expected and what was found —
 //! before anything in the repository is touched.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::agent::{Agent, Price};
 pub use crate::goal::GoalStep;
 pub use crate::guard::caps::Caps;
 use crate::guard::risk::RiskPolicy;
@@ -75,10 +77,17 @@ pub struct Overrides {
     /// Attempts before giving up [default: 5].
     #[arg(long, value_name = "N")]
     pub max_attempts: Option<i64>,
-    /// Model of the agent sessions [default: haiku].
+    /// The agent CLI that works on the task: `claude` or `codex` [default: claude].
+    #[arg(long, value_name = "NAME")]
+    pub agent: Option<String>,
+    /// The agent CLI of the critic sessions (another vendor's model is the
+    /// strongest "different model") [default: the agent's].
+    #[arg(long, value_name = "NAME")]
+    pub critic_agent: Option<String>,
+    /// Model of the agent sessions, in the agent's vendor's names [default: haiku for claude, gpt-5-codex for codex].
     #[arg(long, value_name = "MODEL")]
     pub agent_model: Option<String>,
-    /// Model of the critic sessions [default: sonnet].
+    /// Model of the critic sessions, in the critic's vendor's names [default: sonnet for claude, gpt-5 for codex].
     #[arg(long, value_name = "MODEL")]
     pub critic_model: Option<String>,
     /// Tools the agent may use, comma-separated [default: Read,Edit,Write,Glob,Grep plus `Bash(<step> *)` per goal step].
@@ -140,9 +149,13 @@ pub struct JobFlags {
     /// Repository to work on.
     #[arg(short = 'C', long = "repo", value_name = "DIR", default_value = ".")]
     pub repo: PathBuf,
-    /// The Claude Code CLI [default: `claude` on PATH].
+    /// The agent's CLI binary [default: the agent's program (`claude`, `codex`) on PATH].
     #[arg(long, value_name = "PATH", env = "LOOPD_AGENT_BIN")]
     pub agent_bin: Option<PathBuf>,
+    /// The critic's CLI binary [default: the agent's binary when the critic
+    /// is the same CLI, else its program on PATH].
+    #[arg(long, value_name = "PATH", env = "LOOPD_CRITIC_BIN")]
+    pub critic_bin: Option<PathBuf>,
     /// Where runs, reports and the queue live [default: `$XDG_STATE_HOME/loopd`].
     #[arg(long, value_name = "DIR", env = "LOOPD_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
@@ -159,16 +172,17 @@ impl std::ops::Deref for JobFlags {
 
 impl JobFlags {
     /// The flags of a queued job, run by the daemon in `repo` with its own
-    /// agent binary and state dir (a job file names neither).
+    /// agent binaries and state dir (a job file names none of them).
     pub fn for_daemon(
         repo: &Path,
-        agent_bin: Option<PathBuf>,
+        (agent_bin, critic_bin): (Option<PathBuf>, Option<PathBuf>),
         state_dir: &Path,
         over: &Overrides,
     ) -> JobFlags {
         JobFlags {
             repo: repo.to_path_buf(),
             agent_bin,
+            critic_bin,
             state_dir: Some(state_dir.to_path_buf()),
             over: over.clone(),
         }
@@ -183,6 +197,8 @@ struct ConfigFile {
     goal: Vec<GoalStepFile>,
     rubric: Option<PathBuf>,
     max_attempts: Option<i64>,
+    agent: Option<String>,
+    critic_agent: Option<String>,
     agent_model: Option<String>,
     critic_model: Option<String>,
     allowed_tools: Option<Vec<String>>,
@@ -205,6 +221,18 @@ struct ConfigFile {
     approval: ApprovalFile,
     #[serde(default)]
     notify: Vec<NotifyFile>,
+    /// `[prices."model-id"]`: per million tokens, over the agents' tables.
+    #[serde(default)]
+    prices: BTreeMap<String, PriceFile>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PriceFile {
+    input: Option<f64>,
+    output: Option<f64>,
+    cache_read: Option<f64>,
+    cache_write: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -341,10 +369,17 @@ pub struct Job {
     pub max_attempts: u32,
     /// Go on when the baseline is green (`--allow-green`).
     pub allow_green: bool,
+    /// The agent CLI of the agent sessions and of the critic's, by name
+    /// ([`crate::agent::by_name`]; checked here).
+    pub agent: String,
+    pub critic_agent: String,
     pub agent_model: String,
     pub critic_model: String,
     pub allowed_tools: Vec<String>,
     pub agent_bin: PathBuf,
+    pub critic_bin: PathBuf,
+    /// Prices per million tokens by model, over the agents' own tables.
+    pub prices: BTreeMap<String, Price>,
     pub state_dir: PathBuf,
     pub caps: Caps,
     pub guard: GuardSettings,
@@ -370,8 +405,8 @@ pub const DEFAULT_MAX_TOKENS: u64 = 5_000_000;
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3600);
 pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1200);
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
-pub const DEFAULT_AGENT_MODEL: &str = "haiku";
-pub const DEFAULT_CRITIC_MODEL: &str = "sonnet";
+pub const DEFAULT_AGENT: &str = "claude";
+
 pub const DEFAULT_TOOLS: [&str; 5] = ["Read", "Edit", "Write", "Glob", "Grep"];
 pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -529,6 +564,44 @@ pub fn default_allowed_tools(goal: &[GoalStep]) -> Vec<String> {
 }
 
 impl Job {
+    /// The agent CLI of the agent sessions and the critic's.
+    pub fn agents(&self) -> (&'static dyn Agent, &'static dyn Agent) {
+        let get = |name: &str| {
+            crate::agent::by_name(name).expect("a job's agents are checked when it is resolved")
+        };
+        (get(&self.agent), get(&self.critic_agent))
+    }
+
+    /// Find the agent's and the critic's binaries on `PATH` (a path with a
+    /// slash is taken as given): the error names the one missing, with how
+    /// to install it.
+    pub fn locate_clis(&mut self) -> Result<(), (String, String)> {
+        let (agent, critic) = self.agents();
+        for (bin, cli, flag) in [
+            (
+                &mut self.agent_bin,
+                agent,
+                "--agent-bin PATH` / set `LOOPD_AGENT_BIN",
+            ),
+            (
+                &mut self.critic_bin,
+                critic,
+                "--critic-bin PATH` / set `LOOPD_CRITIC_BIN",
+            ),
+        ] {
+            match find_on_path(bin) {
+                Some(found) => *bin = found,
+                None => {
+                    return Err((
+                        format!("the {} CLI `{}` was not found", cli.name(), bin.display()),
+                        format!("install it with `{}`, or pass `{flag}`", cli.install()),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Resolve `loopd.toml` (if any) and the flags into a job for the
     /// repository at `repo_root` (already located by the caller).
     pub fn resolve(flags: &JobFlags, repo_root: &Path) -> Result<Job, ConfigError> {
@@ -692,10 +765,64 @@ impl Job {
         let max_attempts = u32::try_from(max_attempts)
             .map_err(|_| origin(f).invalid("max_attempts", "at most 4294967295", max_attempts))?;
 
+        let agent_named = |field: &str, v: Option<String>, f: bool| {
+            let name = v.unwrap_or_else(|| DEFAULT_AGENT.to_owned());
+            crate::agent::by_name(name.trim()).ok_or_else(|| {
+                origin(f).invalid(
+                    field,
+                    &format!(
+                        "one of {}",
+                        crate::agent::names()
+                            .iter()
+                            .map(|n| format!("`{n}`"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    format!("`{name}`"),
+                )
+            })
+        };
+        let (v, f) = pick(flags.agent.clone(), file.agent);
+        let agent = agent_named("agent", v, f)?;
+        let (v, f) = pick(flags.critic_agent.clone(), file.critic_agent);
+        let critic_agent = match v {
+            None => agent,
+            v => agent_named("critic_agent", v, f)?,
+        };
         let (v, f) = pick(flags.agent_model.clone(), file.agent_model);
-        let agent_model = non_empty(&origin(f), "agent_model", v, DEFAULT_AGENT_MODEL)?;
+        let agent_model = non_empty(&origin(f), "agent_model", v, agent.default_models().0)?;
         let (v, f) = pick(flags.critic_model.clone(), file.critic_model);
-        let critic_model = non_empty(&origin(f), "critic_model", v, DEFAULT_CRITIC_MODEL)?;
+        let critic_model = non_empty(
+            &origin(f),
+            "critic_model",
+            v,
+            critic_agent.default_models().1,
+        )?;
+        let mut prices = BTreeMap::new();
+        for (model, p) in &file.prices {
+            let o = origin(false);
+            let field = |k: &str| format!("prices.\"{model}\".{k}");
+            let get = |k: &str, v: Option<f64>| match v {
+                Some(x) if x.is_finite() && x >= 0.0 => Ok(x),
+                Some(x) => Err(o.invalid(
+                    &field(k),
+                    "a price in USD per million tokens (0 or more)",
+                    x,
+                )),
+                None => Err(o.invalid(
+                    &field(k),
+                    "a price in USD per million tokens",
+                    "nothing (all four of input, output, cache_read, cache_write are needed)",
+                )),
+            };
+            let price = Price {
+                input: get("input", p.input)?,
+                output: get("output", p.output)?,
+                cache_read: get("cache_read", p.cache_read)?,
+                cache_write: get("cache_write", p.cache_write)?,
+            };
+            prices.insert(model.clone(), price);
+        }
 
         let (v, f) = pick(flags.allowed_tools.clone(), file.allowed_tools);
         let allowed_tools = match v {
@@ -932,7 +1059,12 @@ impl Job {
         let agent_bin = flags
             .agent_bin
             .clone()
-            .unwrap_or_else(|| PathBuf::from("claude"));
+            .unwrap_or_else(|| PathBuf::from(agent.program()));
+        let critic_bin = match &flags.critic_bin {
+            Some(b) => b.clone(),
+            None if critic_agent.name() == agent.name() => agent_bin.clone(),
+            None => PathBuf::from(critic_agent.program()),
+        };
         let state_dir = flags.state_dir.clone().unwrap_or_else(default_state_dir);
         let state_dir = if state_dir.is_absolute() {
             state_dir
@@ -951,10 +1083,14 @@ impl Job {
             rubric_source,
             max_attempts,
             allow_green: flags.allow_green || file.allow_green.unwrap_or(false),
+            agent: agent.name().to_owned(),
+            critic_agent: critic_agent.name().to_owned(),
             agent_model,
             critic_model,
             allowed_tools,
             agent_bin,
+            critic_bin,
+            prices,
             state_dir,
             caps: Caps {
                 budget_usd,

@@ -15,7 +15,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::agent::events::ResultEvent;
+use crate::agent::events::SessionResult;
 use crate::guard::size::human;
 use crate::rubric::Rubric;
 use crate::workspace::FilePatch;
@@ -130,14 +130,15 @@ impl CriticVerdict {
     }
 }
 
-/// Read the verdict from a critic session's result event.
-pub fn read_verdict(result: Option<&ResultEvent>) -> CriticVerdict {
+/// Read the verdict from a critic session's result (whichever CLI ran it:
+/// each parses its structured answer into `structured_output`).
+pub fn read_verdict(result: Option<&SessionResult>) -> CriticVerdict {
     let Some(result) = result else {
         return CriticVerdict::Invalid {
             why: "the critic session ended without a result".into(),
         };
     };
-    if !result.completed() {
+    if !result.completed {
         return CriticVerdict::Invalid {
             why: format!("the critic session failed: {}", result.error_text()),
         };
@@ -147,7 +148,7 @@ pub fn read_verdict(result: Option<&ResultEvent>) -> CriticVerdict {
             why: format!(
                 "no structured verdict (the critic answered in prose: {:?})",
                 result
-                    .result
+                    .text
                     .as_deref()
                     .unwrap_or("")
                     .chars()
@@ -411,11 +412,18 @@ impl CriticInput<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::events::{parse_line, Event};
+    use crate::agent::events::Event;
+    use crate::agent::Agent;
 
-    fn result(json: &str) -> ResultEvent {
-        match parse_line(json).expect("result json") {
-            Event::Result(r) => *r,
+    /// A Claude Code result line, as the critic session ends with it.
+    fn result(json: &str) -> SessionResult {
+        let mut out = Vec::new();
+        crate::agent::ClaudeCode
+            .parser()
+            .line(json, &mut out)
+            .expect("result json");
+        match out.pop() {
+            Some(Event::Result(r)) => *r,
             other => panic!("{other:?}"),
         }
     }

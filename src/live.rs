@@ -355,13 +355,25 @@ mod tests {
 
     #[test]
     fn a_target_keeps_a_long_paths_end_and_a_commands_first_line() {
-        use crate::guard::tool_target;
+        let target = |name: &str, input| {
+            crate::guard::tool_target(&crate::agent::claude::tool_call(
+                "t".into(),
+                name.into(),
+                input,
+            ))
+        };
         let long = format!("/{}/rechnung.py", "d".repeat(120));
-        let t = tool_target(&serde_json::json!({ "file_path": long })).expect("target");
+        let t = target("Read", serde_json::json!({ "file_path": long })).expect("target");
         assert!(t.starts_with('…') && t.ends_with("/rechnung.py"), "{t}");
         assert_eq!(t.chars().count(), crate::guard::TARGET_MAX);
-        let t = tool_target(&serde_json::json!({ "command": "pytest -q\necho done" }));
+        let t = target(
+            "Bash",
+            serde_json::json!({ "command": "pytest -q\necho done" }),
+        );
         assert_eq!(t.as_deref(), Some("pytest -q…"));
-        assert_eq!(tool_target(&serde_json::json!({ "todos": [] })), None);
+        assert_eq!(
+            target("TodoWrite", serde_json::json!({ "todos": [] })),
+            None
+        );
     }
 }

@@ -257,6 +257,9 @@ pub enum ExitStatus {
     NothingToFix,
     /// 6: the agent escalated; a human must decide (`needs_human`).
     NeedsHuman,
+    /// `loopd hook`: the code the agent CLI's hook protocol gives the
+    /// answer (Codex blocks a call on exit 2; Claude Code reads stdout).
+    Hook(u8),
 }
 
 impl ExitStatus {
@@ -270,6 +273,7 @@ impl ExitStatus {
             ExitStatus::Environment => 5,
             ExitStatus::NothingToFix => 7,
             ExitStatus::NeedsHuman => 6,
+            ExitStatus::Hook(code) => code,
         }
     }
 }

@@ -97,6 +97,16 @@ impl Plan {
         }
     }
 
+    /// The same plan with nothing writable (the critic's: it judges, it
+    /// changes nothing).
+    pub fn read_only(&self) -> Plan {
+        let mut plan = self.clone();
+        for (p, why) in std::mem::take(&mut plan.read_write) {
+            plan.read(p, why);
+        }
+        plan
+    }
+
     /// The plan as lines for people: `read  PATH  (why)`.
     pub fn render(&self) -> Vec<String> {
         let mut out: Vec<String> = self

@@ -1,7 +1,7 @@
 //! The bottom layer: small helpers every other module may use and that use
 //! no other module of the crate — atomic writes, BOM-tolerant reads, the
 //! clock, job ids, private directories, shell quoting, the names of the
-//! credential variables, and the test-only crash points.
+//! forge token variables, and the test-only crash points.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -10,22 +10,6 @@ use std::path::{Path, PathBuf};
 /// its hooks or a goal step. The forge tokens come first, in the order
 /// `loopd ci` picks them.
 pub const TOKEN_VARS: &[&str] = &["LOOPD_GITHUB_TOKEN", "GITHUB_TOKEN", "GH_TOKEN"];
-
-/// The Anthropic API key's variable.
-pub const API_KEY_VAR: &str = "ANTHROPIC_API_KEY";
-
-/// Every credential variable a child of loopd must not inherit: the model
-/// credentials (API key, subscription OAuth tokens) and the forge tokens.
-/// Sessions get the metering gateway's session token in `API_KEY_VAR`
-/// instead.
-pub const SECRET_VARS: &[&str] = &[
-    API_KEY_VAR,
-    "CLAUDE_CODE_OAUTH_TOKEN",
-    "ANTHROPIC_AUTH_TOKEN",
-    "LOOPD_GITHUB_TOKEN",
-    "GITHUB_TOKEN",
-    "GH_TOKEN",
-];
 
 /// Wipe the values of `names` from this process's environment block, and
 /// make the process undumpable: `/proc/<pid>/environ` is the block the

@@ -14,8 +14,9 @@ use std::path::Path;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
-use loopd::agent::claude::wire::{top_level_value, Anthropic, MessagesMeter};
+use loopd::agent::claude::wire::{Anthropic, MessagesMeter};
 use loopd::agent::gateway::channel::{EscalationRequest, HookInput};
+use loopd::agent::gateway::json::top_level_value;
 use loopd::agent::gateway::target::{route, LOOPD_ENDPOINTS};
 use loopd::agent::gateway::{Credential, Meter, Wire};
 
@@ -227,6 +228,7 @@ fn upstream_headers_carry_the_real_credential_and_nothing_else() {
                             prop_assert_eq!(&out["authorization"], "Bearer oat-real");
                             prop_assert!(out.get("x-api-key").is_none());
                         }
+                        Credential::Bearer(_) => prop_assert!(false, "not generated"),
                     }
                 }
                 Ok(())
@@ -329,6 +331,11 @@ fn stream_events_verdicts_escalations_and_hook_input_parse_without_panic() {
         r#","tool_name":"Write","tool_input":{"file_path":"/x/tests/t.py","content":"y"}"#,
         r#","session_id":"s""#,
         r#""test":"t","reason":"r""#,
+        r#""type":"item.completed","item":{"id":"item_1","type":"command_execution","command":"/bin/bash -lc 'ls'","exit_code":0}"#,
+        r#""type":"item.started","item":{"id":"item_2","type":"file_change","changes":[{"path":"a","kind":"add"}]}"#,
+        r#""type":"item.completed","item":{"type":"agent_message","text":"{\"verdict\":\"PASS\",\"violations\":[]}"}"#,
+        r#""type":"turn.completed","usage":{"input_tokens":5,"cached_input_tokens":9,"output_tokens":1}"#,
+        r#""type":"turn.failed","error":{"message":"x"}"#,
         "}",
         "{",
         "\"",
@@ -337,10 +344,14 @@ fn stream_events_verdicts_escalations_and_hook_input_parse_without_panic() {
     runner()
         .run(&fragments(EV), |bytes| {
             let text = String::from_utf8_lossy(&bytes);
-            if let Ok(loopd::agent::events::Event::Result(r)) =
-                loopd::agent::events::parse_line(&text)
-            {
-                let _ = loopd::critic::read_verdict(Some(&r));
+            for agent in loopd::agent::AGENTS {
+                let mut out = Vec::new();
+                let _ = agent.parser().line(&text, &mut out);
+                for event in out {
+                    if let loopd::agent::events::Event::Result(r) = event {
+                        let _ = loopd::critic::read_verdict(Some(&r));
+                    }
+                }
             }
             if let Ok(req) = serde_json::from_slice::<EscalationRequest>(&bytes) {
                 let _ = req.check();
@@ -410,7 +421,16 @@ fn the_policy_decides_any_tool_call_without_panic() {
         allow_submodules: false,
     };
     let compiled = policy.compile().expect("compile");
-    const TOOLS: &[&str] = &["Bash", "Write", "Edit", "MultiEdit", "NotebookEdit", "Read"];
+    const TOOLS: &[&str] = &[
+        "Bash",
+        "Write",
+        "Edit",
+        "MultiEdit",
+        "NotebookEdit",
+        "Read",
+        "exec_command",
+        "apply_patch",
+    ];
     runner()
         .run(
             &(fragments(CMD), prop::sample::select(TOOLS)),
@@ -418,7 +438,10 @@ fn the_policy_decides_any_tool_call_without_panic() {
                 let s = String::from_utf8_lossy(&bytes).into_owned();
                 let input = serde_json::json!({"command": s, "file_path": format!("{}/{s}", root.display()),
                     "content": s, "edits": [{"old_string": s, "new_string": s}]});
-                let _ = compiled.check_tool(tool, &input, Path::new(&root));
+                                for agent in loopd::agent::AGENTS {
+                    let call = agent.tool_call("t".into(), tool.to_owned(), input.clone());
+                    let _ = compiled.check_tool(&call, Path::new(&root));
+                }
                 Ok(())
             },
         )

@@ -1,18 +1,60 @@
-//! The agent seam: what loopd needs from an agent CLI, as one trait
-//! ([`AgentCli`]), and the Claude Code CLI behind it ([`claude`]). The loop
-//! never builds a command line, a settings file or a price itself; a second
-//! agent CLI is a new implementation of the trait, not an edit of the loop.
-//! The stream's typed events ([`events`]) are the common language: another
-//! CLI's stream is parsed into them.
+//! The agent seam: everything vendor-specific about an agent CLI is behind
+//! one trait ([`Agent`]) and lives in one module per CLI ([`claude`],
+//! [`codex`]): its command lines and home, the stream it writes (parsed
+//! into loopd's own [`events`]), its tool calls in canonical form, its hook
+//! protocol, its wire protocol at the gateway, its prices and the
+//! credential it takes. Nothing outside this folder names a vendor; the
+//! agents are registered in one place ([`AGENTS`]).
 
 pub mod claude;
+pub mod codex;
 pub mod events;
 pub mod gateway;
 pub mod session;
 
 use std::ffi::OsString;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::Value;
 
 pub use claude::ClaudeCode;
+use events::{StreamParser, ToolCall};
+use gateway::{Access, CredentialError, Wire};
+
+/// Every agent loopd can drive, by name: adding one is a module and a line
+/// here.
+pub const AGENTS: &[&dyn Agent] = &[&claude::ClaudeCode, &codex::Codex];
+
+/// The agent of this name (`--agent`, `loopd.toml`'s `agent`).
+pub fn by_name(name: &str) -> Option<&'static dyn Agent> {
+    AGENTS.iter().copied().find(|a| a.name() == name)
+}
+
+/// The names agents go by, for help and errors.
+pub fn names() -> Vec<&'static str> {
+    AGENTS.iter().map(|a| a.name()).collect()
+}
+
+/// Every model credential variable of every agent: read once when loopd
+/// starts, then scrubbed from its own environment.
+pub fn credential_vars() -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = AGENTS
+        .iter()
+        .flat_map(|a| a.credential_vars().iter().copied())
+        .collect();
+    out.dedup();
+    out
+}
+
+/// Every variable that holds a credential — every agent's model
+/// credentials and the forge tokens: removed from the environment of every
+/// child, whichever agent a job runs.
+pub fn secret_vars() -> Vec<&'static str> {
+    let mut out = credential_vars();
+    out.extend(crate::util::TOKEN_VARS);
+    out
+}
 
 /// Which kind of session this is; the guards count both, the ledger tells
 /// them apart.
@@ -39,72 +81,157 @@ pub struct CliLimits {
     pub max_turns: u64,
 }
 
+/// What one session is to do.
+#[derive(Debug, Clone)]
+pub struct Session<'a> {
+    pub role: Role,
+    pub model: &'a str,
+    /// The agent's prompt, or the critic's instruction.
+    pub prompt: &'a str,
+    /// The critic's material (task, baseline, diff, rubric), on stdin.
+    pub material: Option<&'a str>,
+    /// The tools an agent session may use (the CLI's permission rules,
+    /// where it has them), the escalation command's among them.
+    pub allowed_tools: &'a [String],
+    /// The critic's verdict schema (JSON).
+    pub schema: Option<&'a str>,
+    pub limits: CliLimits,
+    /// The pre-tool-use hook's command line.
+    pub hook_command: &'a str,
+    /// The gateway's URL and the session's token.
+    pub gateway_url: &'a str,
+    pub token: &'a str,
+    /// A directory private to the job's sessions (writable in the sandbox)
+    /// for the CLI's own state and files loopd hands it.
+    pub home: &'a Path,
+}
+
+/// A session's command: arguments after the program, variables to set,
+/// what goes on stdin.
+#[derive(Debug, Clone, Default)]
+pub struct Command {
+    pub args: Vec<OsString>,
+    pub env: Vec<(OsString, OsString)>,
+    pub stdin: Option<String>,
+}
+
+/// How the hook answers the CLI: what it prints and its exit code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookReply {
+    pub stdout: String,
+    pub stderr: String,
+    pub code: u8,
+}
+
 /// Everything specific to one agent CLI.
-pub trait AgentCli: Send + Sync {
-    /// The sessions' settings (passed inline): the pre-tool-use hook
-    /// command. No credential: sessions talk to the metering gateway
-    /// ([`gateway`]) with a session token.
-    fn settings(&self, hook_command: Option<&str>) -> String;
-    /// An agent session's arguments (after the binary).
-    fn agent_args(
-        &self,
-        model: &str,
-        allowed_tools: &[String],
-        settings: &str,
-        limits: CliLimits,
-        prompt: &str,
-    ) -> Vec<OsString>;
-    /// A critic session's arguments: no tools, the verdict's JSON schema; the
-    /// material to judge goes on stdin.
-    fn critic_args(
-        &self,
-        model: &str,
-        schema: &str,
-        settings: &str,
-        limits: CliLimits,
-        instruction: &str,
-    ) -> Vec<OsString>;
-    /// Variables set for every session: the gateway's URL and session
-    /// token as the CLI's endpoint and credential, and the CLI's own.
-    fn session_env(&self, gateway_url: &str, session_token: &str) -> Vec<(OsString, OsString)>;
-    /// The price table for live estimates: model name → price.
+pub trait Agent: Send + Sync {
+    /// Its name in `--agent`, `loopd.toml` and reports.
+    fn name(&self) -> &'static str;
+    /// The program looked up on `PATH` when no binary is named.
+    fn program(&self) -> &'static str;
+    /// How to install the pinned version (for the error when it is
+    /// missing).
+    fn install(&self) -> &'static str;
+    /// The models used when none is named: (agent, critic) — a different
+    /// model judges.
+    fn default_models(&self) -> (&'static str, &'static str);
+    /// Its credential variables, in the order they are picked.
+    fn credential_vars(&self) -> &'static [&'static str];
+    /// The credential and the upstream, from the variables `get` reads
+    /// (picked once, when loopd starts).
+    fn access(&self, get: &dyn Fn(&str) -> Option<String>) -> Result<Access, CredentialError>;
+    /// Its protocol on the wire, as the gateway forwards and meters it.
+    fn wire(&self) -> Arc<dyn Wire>;
+    /// Its price table: model name → price (unknown models at the dearest).
     fn prices(&self) -> fn(&str) -> Price;
     /// About how large the CLI's first request of a session is, before
-    /// loopd's own input (its system prompt and tool definitions): what
-    /// "budget before cost" reserves for a session's first call.
+    /// loopd's own input: what "budget before cost" reserves for a
+    /// session's first call.
     fn first_request_bytes(&self, role: Role) -> u64;
-    /// The CLI's protocol on the wire, as the gateway forwards and meters it.
-    fn wire(&self) -> std::sync::Arc<dyn gateway::Wire>;
+    /// The command line, environment and stdin of one session (files the
+    /// CLI needs are written under `session.home`).
+    fn command(&self, session: &Session<'_>) -> std::io::Result<Command>;
+    /// A parser for its stream.
+    fn parser(&self) -> Box<dyn StreamParser>;
+    /// A tool call in canonical form, from the CLI's own name and input
+    /// (its stream's, and its hook's).
+    fn tool_call(&self, id: String, name: String, input: Value) -> ToolCall;
+    /// The hook's answer, in the CLI's hook protocol: allowed (`None`) or
+    /// denied with a reason the model reads.
+    fn hook_reply(&self, deny: Option<&str>) -> HookReply;
 }
 
 /// Prices in USD per million tokens: the gateway prices every call it
 /// meters with them (the authority), and the stream's live estimate too.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Price {
     pub input: f64,
     pub output: f64,
+    /// Input read from the provider's cache.
+    pub cache_read: f64,
+    /// Input written to the provider's cache.
+    pub cache_write: f64,
 }
 
 impl Price {
-    /// The Claude Code price table (the default agent's).
-    pub fn for_model(model: &str) -> Price {
-        claude::price(model)
-    }
-
-    /// The dearer of two prices, input and output each.
+    /// The dearer of two prices, each kind of token on its own.
     pub fn max(self, other: Price) -> Price {
         Price {
             input: self.input.max(other.input),
             output: self.output.max(other.output),
+            cache_read: self.cache_read.max(other.cache_read),
+            cache_write: self.cache_write.max(other.cache_write),
         }
     }
 
-    /// Cache writes cost 1.25× input, cache reads 0.1× input.
+    /// The dearest a token of input can be (a cache write, or plain input
+    /// where writes cost no more): what a reservation prices input at.
+    pub fn dearest_input(&self) -> f64 {
+        self.input.max(self.cache_write)
+    }
+
     pub fn cost(&self, usage: &events::Usage) -> f64 {
         (usage.input_tokens as f64 * self.input
-            + usage.cache_creation_input_tokens as f64 * self.input * 1.25
-            + usage.cache_read_input_tokens as f64 * self.input * 0.1
+            + usage.cache_creation_input_tokens as f64 * self.cache_write
+            + usage.cache_read_input_tokens as f64 * self.cache_read
             + usage.output_tokens as f64 * self.output)
             / 1_000_000.0
+    }
+}
+
+/// An agent's price table with the overrides of `loopd.toml`'s
+/// `[prices."model-id"]` (prices change faster than releases).
+#[derive(Debug, Clone)]
+pub struct Prices {
+    base: fn(&str) -> Price,
+    overrides: Arc<std::collections::BTreeMap<String, Price>>,
+}
+
+impl Prices {
+    pub fn new(
+        base: fn(&str) -> Price,
+        overrides: &std::collections::BTreeMap<String, Price>,
+    ) -> Prices {
+        Prices {
+            base,
+            overrides: Arc::new(overrides.clone()),
+        }
+    }
+
+    /// The table alone, no overrides.
+    pub fn of_table(base: fn(&str) -> Price) -> Prices {
+        Prices {
+            base,
+            overrides: Arc::default(),
+        }
+    }
+
+    /// A model's price: its override, else the table's.
+    pub fn of(&self, model: &str) -> Price {
+        self.overrides
+            .get(model)
+            .copied()
+            .unwrap_or_else(|| (self.base)(model))
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use super::events::{self, Event, ResultEvent};
+use super::events::{Event, SessionResult, StreamParser};
 use super::gateway::GatewayEvent;
 use crate::outcome::Reason;
 use crate::process::{self, Contained};
@@ -91,8 +91,8 @@ impl StopRequest {
 /// How a session ended.
 #[derive(Debug)]
 pub struct SessionEnd {
-    /// The `result` event, if the CLI got to write one.
-    pub result: Option<ResultEvent>,
+    /// How the CLI said the session ended, if it got to say.
+    pub result: Option<SessionResult>,
     /// Set when loopd stopped the session (a guard, a deadline, a signal).
     pub stopped: Option<Reason>,
     pub exit_code: Option<i32>,
@@ -151,6 +151,7 @@ fn keep_tail(buf: &mut String, max: usize) {
 /// observer as it happens.
 pub async fn run(
     spec: &SessionSpec,
+    parser: &mut dyn StreamParser,
     observer: &mut (dyn Observer + Send),
     stop: &mut tokio::sync::watch::Receiver<Option<StopRequest>>,
     mut gateway: Option<&mut tokio::sync::mpsc::UnboundedReceiver<GatewayEvent>>,
@@ -215,7 +216,8 @@ pub async fn run(
             .map_err(log_err)?,
     );
     let mut lines = BufReader::new(stdout).lines();
-    let mut result: Option<ResultEvent> = None;
+    let mut result: Option<SessionResult> = None;
+    let mut events: Vec<Event> = Vec::with_capacity(8);
     let mut stopped: Option<Reason> = None;
     let mut last_event = Instant::now();
     let far = Instant::now() + Duration::from_secs(365 * 24 * 3600);
@@ -240,19 +242,22 @@ pub async fn run(
                 if line.trim().is_empty() {
                     continue;
                 }
-                match events::parse_line(&line) {
-                    Ok(event) => {
-                        if let Some(reason) = observer.on_event(&event, now) {
-                            stopped = Some(reason);
-                            break;
-                        }
-                        match event {
-                            Event::Result(r) => result = Some(*r),
-                            Event::Unknown => tracing::debug!(kind = %events::type_of(&line), "unknown stream event"),
-                            _ => {}
-                        }
+                                events.clear();
+                if let Err(e) = parser.line(&line, &mut events) {
+                    tracing::warn!(error = %e, line = %line.chars().take(200).collect::<String>(), "unparsable stream line");
+                }
+                let mut verdict = None;
+                for event in events.drain(..) {
+                    if verdict.is_none() {
+                        verdict = observer.on_event(&event, now);
                     }
-                    Err(e) => tracing::warn!(error = %e, line = %line.chars().take(200).collect::<String>(), "unparsable stream line"),
+                    if let Event::Result(r) = event {
+                        result = Some(*r);
+                    }
+                }
+                if let Some(reason) = verdict {
+                    stopped = Some(reason);
+                    break;
                 }
             }
             Some(event) = next_event(&mut gateway) => {
@@ -391,8 +396,12 @@ mod tests {
         // A failure guard, far below the 30 s grace: the assertion is that
         // the session returns at all before it.
         let mut observer = Quiet;
+        let mut parser = crate::agent::claude::stream::ClaudeStream;
         let (end, ()) = tokio::time::timeout(Duration::from_secs(10), async {
-            tokio::join!(run(&spec, &mut observer, &mut rx, None), signals)
+            tokio::join!(
+                run(&spec, &mut parser, &mut observer, &mut rx, None),
+                signals
+            )
         })
         .await
         .expect("the second signal cut the 30 s grace short");

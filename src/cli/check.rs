@@ -2,7 +2,7 @@
 //! job; with `--preflight`, run the goal test once as the baseline would.
 
 use crate::cli::CliError;
-use crate::config::{find_on_path, Job, JobFlags};
+use crate::config::{Job, JobFlags};
 use crate::goal::{self, Preflight};
 use crate::outcome::ExitStatus;
 use crate::workspace::Workspace;
@@ -40,11 +40,9 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
         }
         err
     })?;
-    if find_on_path(&job.agent_bin).is_none() {
-        eprintln!(
-            "warning: the agent CLI `{}` was not found; `loopd run` would exit 5",
-            job.agent_bin.display()
-        );
+    let mut located = job.clone();
+    if let Err((what, hint)) = located.locate_clis() {
+        eprintln!("warning: {what}; `loopd run` would exit 5\nhint: {hint}");
     }
     for step in &job.goal {
         if let Some(program) = goal::program_of(&step.run) {
@@ -118,8 +116,21 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
     }
     out.push_str(&format!("attempts:      {}\n", job.max_attempts));
     out.push_str(&format!(
-        "models:        agent {}, critic {}\n",
-        job.agent_model, job.critic_model
+        "agent:         {} ({}), model {}\n",
+        job.agent,
+        located.agent_bin.display(),
+        job.agent_model
+    ));
+    out.push_str(&format!(
+        "critic:        {} ({}), model {}{}\n",
+        job.critic_agent,
+        located.critic_bin.display(),
+        job.critic_model,
+        if job.critic_agent == job.agent {
+            ""
+        } else {
+            " — another vendor's model judges"
+        }
     ));
     out.push_str(&format!(
         "allowed tools: {}\n",
@@ -176,11 +187,7 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
     });
     if sb.enabled {
         let exe = std::env::current_exe().unwrap_or_else(|_| "loopd".into());
-        let mut agent_job = job.clone();
-        if let Some(bin) = find_on_path(&job.agent_bin) {
-            agent_job.agent_bin = bin;
-        }
-        let plan = crate::job::sandbox_plan(&agent_job, &ws, &exe);
+        let plan = crate::job::sandbox_plan(&located, &ws, &exe);
         out.push_str("the sandbox may read (and run):\n");
         out.push_str(&format!(
             "  the system: {} (but {})\n",
@@ -216,7 +223,7 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
             job.protect.paths.join(", ")
         ));
     }
-    out.push_str(&format!("agent CLI:     {}\n", job.agent_bin.display()));
+
     out.push_str(&format!("state dir:     {}\n", job.state_dir.display()));
     if let Some((line, _)) = &preflight {
         out.push_str(&format!("preflight:     {line}\n"));
@@ -228,8 +235,9 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
 /// Run the goal test once in the repository, as the baseline, and judge it
 /// as `loopd run` would: one line for the report and the exit status.
 fn preflight(job: &Job, root: &std::path::Path) -> Result<(String, ExitStatus), CliError> {
+    let secrets = crate::agent::secret_vars();
     let limits = goal::Limits {
-        env_remove: crate::util::SECRET_VARS,
+        env_remove: &secrets,
         grace: job.guard.grace,
         deadline: None,
         stop: None,

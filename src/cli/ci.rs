@@ -67,7 +67,7 @@ pub fn ci(args: CiArgs, progress: bool) -> Result<ExitStatus, CliError> {
     })?;
     let rt = crate::cli::runtime()?;
     let (ws, job) = prepare(&args.flags)?;
-    let control = crate::cli::foreground_control(progress)?;
+    let control = crate::cli::foreground_control(&job, progress)?;
     let fix = Autofix {
         actions: &actions,
         job,

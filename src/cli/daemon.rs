@@ -23,9 +23,12 @@ pub struct DaemonArgs {
     /// How many jobs run at once.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub jobs: usize,
-    /// The Claude Code CLI for every job [default: `claude` on PATH].
+    /// The agent's CLI binary for every job [default: the job's agent's program on PATH].
     #[arg(long, value_name = "PATH", env = "LOOPD_AGENT_BIN")]
     pub agent_bin: Option<PathBuf>,
+    /// The critic's CLI binary for every job [default: as `run` picks it].
+    #[arg(long, value_name = "PATH", env = "LOOPD_CRITIC_BIN")]
+    pub critic_bin: Option<PathBuf>,
 }
 
 pub fn state_dir_or_default(dir: Option<PathBuf>) -> PathBuf {
@@ -62,8 +65,9 @@ pub fn daemon(args: DaemonArgs) -> Result<ExitStatus, CliError> {
         state_dir,
         jobs: args.jobs,
         agent_bin: args.agent_bin,
+        critic_bin: args.critic_bin,
         loopd_exe: crate::cli::loopd_exe(),
-        access: crate::cli::access()?,
+        access: crate::cli::access(&[])?,
         grace: Duration::from_secs(5),
     };
     let rt = crate::cli::runtime()?;

@@ -1,6 +1,8 @@
-//! `loopd hook pre-tool-use`: the Claude Code PreToolUse hook that denies
-//! tool calls which would change a protected path, rewrite git history, or
-//! write the repository's git directory (config, remotes, hooks, refs).
+//! `loopd hook pre-tool-use [--agent NAME]`: the agent CLI's PreToolUse hook
+//! that denies tool calls which would change a protected path, rewrite git
+//! history, or write the repository's git directory (config, remotes,
+//! hooks, refs). `--agent` names the CLI whose hook protocol it speaks
+//! (its tool names, how it answers).
 //!
 //! Inside a loopd job the hook decides nothing itself: it forwards the event
 //! to the job's gateway (`LOOPD_GATEWAY`, with the session's token) and
@@ -9,24 +11,27 @@
 //! them; a gateway that cannot be reached means the call is denied. Used on
 //! its own (see `hooks/`), it builds the policy from the repository at the
 //! hook's `cwd`: the tests at `HEAD`, `loopd.toml`'s `[protect]` table, the
-//! rubric. A denial is answered the way the CLI documents
-//! (`permissionDecision: "deny"` with a reason the agent can act on).
+//! rubric. A denial is answered the way the CLI documents (Claude Code:
+//! `permissionDecision: "deny"` on stdout; Codex: the reason on stderr and
+//! exit 2), with a reason the agent can act on.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::agent::gateway::channel::{self, HookDecision};
+use crate::agent::{Agent, HookReply};
 use crate::cli::CliError;
 use crate::guard::tamper::Policy;
 use crate::outcome::ExitStatus;
 use crate::workspace::Workspace;
 
-/// Run loopd's guard as a Claude Code hook.
+/// Run loopd's guard as an agent CLI's hook.
 ///
 /// Register it in `.claude/settings.json` (see `hooks/` in the loopd
-/// repository) as a PreToolUse hook for `Write|Edit|MultiEdit|NotebookEdit|Bash`.
+/// repository) as a PreToolUse hook for `Write|Edit|MultiEdit|NotebookEdit|Bash`,
+/// or in Codex's `config.toml` as `[[hooks.PreToolUse]]` with `--agent codex`.
 #[derive(Debug, clap::Args)]
 pub struct HookArgs {
     #[command(subcommand)]
@@ -36,11 +41,28 @@ pub struct HookArgs {
 #[derive(Debug, clap::Subcommand)]
 pub enum HookEvent {
     /// Decide a PreToolUse event read from stdin.
-    PreToolUse,
+    PreToolUse {
+        /// The agent CLI whose hook this is: its tool names and its way of
+        /// answering.
+        #[arg(long, default_value = "claude", value_parser = clap::builder::PossibleValuesParser::new(crate::agent::names()))]
+        agent: String,
+    },
 }
 
-fn deny(reason: &str) -> Value {
-    json!({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny", "permissionDecisionReason": reason}})
+/// Print the CLI's answer and exit with its code.
+fn reply(agent: &dyn Agent, deny: Option<&str>) -> ExitStatus {
+    let HookReply {
+        stdout,
+        stderr,
+        code,
+    } = agent.hook_reply(deny);
+    if !stdout.is_empty() {
+        crate::cli::out!("{stdout}");
+    }
+    if !stderr.is_empty() {
+        eprintln!("{stderr}");
+    }
+    ExitStatus::Hook(code)
 }
 
 /// The policy for a standalone hook: tests at HEAD, loopd.toml's `[protect]`.
@@ -56,7 +78,8 @@ fn policy_for_repo(cwd: &Path) -> Result<Policy, String> {
 }
 
 pub fn hook(args: HookArgs) -> Result<ExitStatus, CliError> {
-    let HookEvent::PreToolUse = args.event;
+    let HookEvent::PreToolUse { agent } = args.event;
+    let agent = crate::agent::by_name(&agent).expect("clap checked the agent's name");
     let mut input = String::new();
     std::io::stdin()
         .take(channel::MAX_HOOK_BYTES as u64 + 1)
@@ -71,8 +94,7 @@ pub fn hook(args: HookArgs) -> Result<ExitStatus, CliError> {
         std::env::var(channel::GATEWAY_VAR),
         std::env::var(channel::TOKEN_VAR),
     ) {
-        ask_loopd(&gateway, &token, &input);
-        return Ok(ExitStatus::Success);
+        return Ok(reply(agent, ask_loopd(&gateway, &token, &input).as_deref()));
     }
     let event: Value = serde_json::from_str(&input).map_err(|e| {
         CliError::new(
@@ -80,35 +102,32 @@ pub fn hook(args: HookArgs) -> Result<ExitStatus, CliError> {
             format!("the hook input is not JSON: {e}"),
         )
     })?;
-    let tool = event["tool_name"].as_str().unwrap_or("");
-    let tool_input = &event["tool_input"];
+    let call = agent.tool_call(
+        event["tool_use_id"].as_str().unwrap_or_default().to_owned(),
+        event["tool_name"].as_str().unwrap_or_default().to_owned(),
+        event["tool_input"].clone(),
+    );
     let cwd = event["cwd"]
         .as_str()
         .map(PathBuf::from)
         .or_else(|| std::env::current_dir().ok())
         .unwrap_or_else(|| PathBuf::from("."));
-    if !matches!(
-        tool,
-        "Write" | "Edit" | "MultiEdit" | "NotebookEdit" | "Bash"
-    ) {
-        return Ok(ExitStatus::Success);
+    if !call.mutating() {
+        return Ok(reply(agent, None));
     }
     let decision = match policy_for_repo(&cwd) {
         Ok(policy) => match policy.compile() {
-            Ok(compiled) => compiled.check_tool(tool, tool_input, &cwd),
+                        Ok(compiled) => compiled.check_tool(&call, &cwd),
             Err(e) => Some(format!("loopd: the protection policy could not be compiled ({e}); refusing file changes until it can")),
         },
         Err(e) => Some(format!("loopd: the protection policy could not be read ({e}); refusing file changes until it can")),
     };
-    if let Some(reason) = decision {
-        crate::cli::out!("{}", deny(&reason));
-    }
-    Ok(ExitStatus::Success)
+    Ok(reply(agent, decision.as_deref()))
 }
 
-/// Inside a job: loopd decides (through the gateway); the answer is printed
-/// in the CLI's hook protocol. Anything but a clear "allow" denies.
-fn ask_loopd(gateway: &str, token: &str, input: &str) {
+/// Inside a job: loopd decides (through the gateway): the reason to deny
+/// the call, if any. Anything but a clear "allow" denies.
+fn ask_loopd(gateway: &str, token: &str, input: &str) -> Option<String> {
     let answer = channel::post(
         gateway,
         token,
@@ -133,9 +152,7 @@ fn ask_loopd(gateway: &str, token: &str, input: &str) {
         },
     };
     match decision {
-        HookDecision::Allow => {}
-        HookDecision::Nudge { reason } | HookDecision::Deny { reason } => {
-            crate::cli::out!("{}", deny(&reason))
-        }
+        HookDecision::Allow => None,
+        HookDecision::Nudge { reason } | HookDecision::Deny { reason } => Some(reason),
     }
 }

@@ -180,30 +180,61 @@ pub fn loopd_exe() -> std::path::PathBuf {
     std::env::current_exe().unwrap_or_else(|_| std::path::PathBuf::from("loopd"))
 }
 
-/// The model credential (and upstream) the job's metering gateway uses,
-/// picked before anything of a job runs: without one, exit 5 with a hint.
-pub fn access() -> Result<crate::agent::gateway::Access, CliError> {
-    use crate::agent::gateway::{Access, CredentialError, CREDENTIAL_VARS};
-    let access = Access::from_env();
-    // The credential lives in this process's memory from now on, never in
-    // its environment block, which the agent's processes could read.
-    crate::util::scrub_environ(&CREDENTIAL_VARS);
-    access.map_err(|e| {
-        let hint = match e {
-            CredentialError::Missing => {
-                "set ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN; see README"
+/// The model credentials (and upstreams) the metering gateway uses, every
+/// agent's that is set, picked before anything of a job runs. `needed`
+/// (the job's agent and critic) must have theirs; with none needed (the
+/// daemon) at least one agent must: otherwise exit 5 with a hint.
+pub fn access(
+    needed: &[&'static dyn crate::agent::Agent],
+) -> Result<crate::agent::gateway::AccessMap, CliError> {
+    use crate::agent::gateway::{AccessMap, CredentialError};
+    let get = |k: &str| std::env::var(k).ok();
+    let mut map = AccessMap::new();
+    let mut errors = Vec::new();
+    for agent in crate::agent::AGENTS {
+        match agent.access(&get) {
+            Ok(a) => {
+                map.insert(agent.name(), a);
             }
+            Err(e) => errors.push((*agent, e)),
+        }
+    }
+    // The credentials live in this process's memory from now on, never in
+    // its environment block, which the agent's processes could read.
+    crate::util::scrub_environ(&crate::agent::credential_vars());
+    let refuse = |agent: &dyn crate::agent::Agent, e: &CredentialError| {
+        let vars = agent.credential_vars().join(" or ");
+        let hint = match e {
+            CredentialError::Missing { .. } => format!("set {vars}; see README, \"Agents\""),
             CredentialError::Unmetered { .. } => {
-                "unset it and set ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN; see README"
+                format!("unset it and set {vars}; see README, \"Agents\"")
             }
         };
-        CliError::new(ExitStatus::Environment, e).hint(hint)
-    })
+        CliError::new(ExitStatus::Environment, e.to_string()).hint(hint)
+    };
+    for agent in needed {
+        if !map.contains_key(agent.name()) {
+            let (_, e) = errors
+                .iter()
+                .find(|(a, _)| a.name() == agent.name())
+                .expect("an agent without access has its error");
+            return Err(refuse(*agent, e));
+        }
+    }
+    if map.is_empty() {
+        let (agent, e) = errors.first().expect("at least one agent is registered");
+        return Err(refuse(*agent, e));
+    }
+    Ok(map)
 }
 
 /// The control of a job run in the foreground (`run`, `ci`): SIGTERM/SIGINT
 /// stop it through the circuit breaker, a second one skips the grace period.
-pub fn foreground_control(progress: bool) -> Result<crate::job::Control, CliError> {
+pub fn foreground_control(
+    job: &crate::config::Job,
+    progress: bool,
+) -> Result<crate::job::Control, CliError> {
+    let (agent, critic) = job.agents();
     use crate::agent::session::{StopCause, StopRequest};
     use crate::outcome::Reason;
     let (tx, rx) = tokio::sync::watch::channel(None);
@@ -226,7 +257,7 @@ pub fn foreground_control(progress: bool) -> Result<crate::job::Control, CliErro
     Ok(crate::job::Control {
         stop: rx,
         loopd_exe: loopd_exe(),
-        access: access()?,
+        access: access(&[agent, critic])?,
         job_id: None,
         progress,
     })

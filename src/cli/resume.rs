@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use crate::cli::daemon::state_dir_or_default;
 use crate::cli::CliError;
-use crate::config::{find_on_path, Job, JobFlags};
+use crate::config::{Job, JobFlags};
 use crate::daemon::spool::{valid_id, JobSpec, Spool};
 use crate::daemon::state::{JobState, Status};
 use crate::guard::caps::Budget;
@@ -25,9 +25,12 @@ pub struct ResumeArgs {
     pub job: String,
     #[arg(long, value_name = "DIR", env = "LOOPD_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
-    /// The Claude Code CLI [default: `claude` on PATH].
+    /// The agent's CLI binary [default: the job's agent's program on PATH].
     #[arg(long, value_name = "PATH", env = "LOOPD_AGENT_BIN")]
     pub agent_bin: Option<PathBuf>,
+    /// The critic's CLI binary [default: as `run` picks it].
+    #[arg(long, value_name = "PATH", env = "LOOPD_CRITIC_BIN")]
+    pub critic_bin: Option<PathBuf>,
     /// The job's new spend cap in USD, over the whole job: what it spent still counts.
     #[arg(long, value_name = "X")]
     pub budget_usd: Option<f64>,
@@ -79,15 +82,13 @@ fn check_room(replay: &Replay, job: &Job) -> Result<(), CliError> {
     let spent = replay.spend();
     let budget = Budget {
         caps: job.caps.clone(),
-        price: crate::agent::Price::for_model,
     };
-    let first = crate::agent::AgentCli::first_request_bytes(
-        &crate::agent::ClaudeCode,
-        crate::agent::Role::Agent,
-    );
+    let (agent, _) = job.agents();
+    let first = agent.first_request_bytes(crate::agent::Role::Agent);
+    let price = crate::agent::Prices::new(agent.prices(), &job.prices).of(&job.agent_model);
     let over = budget
         .exceeded(&spent)
-        .or_else(|| budget.can_start(&spent, &job.agent_model, first).err());
+        .or_else(|| budget.can_start(&spent, price, first).err());
     if let Some(reason) = over {
         let flag = match reason {
             Reason::MaxTurns => "--max-turns",
@@ -188,6 +189,7 @@ pub fn resume(args: ResumeArgs, progress: bool) -> Result<ExitStatus, CliError> 
     let flags = JobFlags {
         repo: spec.repo.clone(),
         agent_bin: args.agent_bin.clone(),
+        critic_bin: args.critic_bin.clone(),
         state_dir: Some(state_dir.clone()),
         over: over.clone(),
     };
@@ -250,11 +252,9 @@ pub fn resume(args: ResumeArgs, progress: bool) -> Result<ExitStatus, CliError> 
             crate::util::shell_quote(&ws.root().to_string_lossy())
         )));
     }
-    job.agent_bin = find_on_path(&job.agent_bin).ok_or_else(|| {
-        CliError::new(ExitStatus::Environment, format!("the agent CLI `{}` was not found", job.agent_bin.display()))
-            .hint("install it with `npm install -g @anthropic-ai/claude-code`, or pass `--agent-bin PATH` / set `LOOPD_AGENT_BIN`")
-    })?;
-    let mut control = crate::cli::foreground_control(progress)?;
+    job.locate_clis()
+        .map_err(|(what, hint)| CliError::new(ExitStatus::Environment, what).hint(hint))?;
+    let mut control = crate::cli::foreground_control(&job, progress)?;
     control.job_id = Some(id.clone());
     Journal::open(&run_dir)
         .and_then(|mut j| j.append(reopened))

@@ -1,7 +1,7 @@
 //! `loopd run`: one job in the foreground (a laptop or a CI step).
 
 use crate::cli::CliError;
-use crate::config::{find_on_path, Job, JobFlags};
+use crate::config::{Job, JobFlags};
 use crate::daemon::spool::JobSpec;
 use crate::daemon::state::{JobState, Status};
 use crate::daemon::worker::notify_end;
@@ -33,10 +33,8 @@ pub struct RunArgs {
 pub fn prepare(flags: &JobFlags) -> Result<(Workspace, Job), CliError> {
     let ws = Workspace::open(&flags.repo)?;
     let mut job = Job::resolve(flags, ws.root())?;
-    job.agent_bin = find_on_path(&job.agent_bin).ok_or_else(|| {
-        CliError::new(ExitStatus::Environment, format!("the agent CLI `{}` was not found", job.agent_bin.display()))
-            .hint("install it with `npm install -g @anthropic-ai/claude-code`, or pass `--agent-bin PATH` / set `LOOPD_AGENT_BIN`")
-    })?;
+    job.locate_clis()
+        .map_err(|(what, hint)| CliError::new(ExitStatus::Environment, what).hint(hint))?;
     Ok((ws, job))
 }
 
@@ -57,7 +55,7 @@ pub fn ready(ws: &Workspace, job: &Job) -> Result<(), CliError> {
 pub fn run(args: RunArgs, progress: bool) -> Result<ExitStatus, CliError> {
     let (ws, job) = prepare(&args.flags)?;
     ready(&ws, &job)?;
-    let mut control = crate::cli::foreground_control(progress)?;
+    let mut control = crate::cli::foreground_control(&job, progress)?;
     // The job is recorded where the daemon's are, so `status`, `report`
     // and `resume` find it: its job file beside its journal, its state.
     let id = crate::util::new_job_id();

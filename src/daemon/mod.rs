@@ -62,9 +62,10 @@ pub struct Options {
     pub state_dir: PathBuf,
     pub jobs: usize,
     pub agent_bin: Option<PathBuf>,
+    pub critic_bin: Option<PathBuf>,
     pub loopd_exe: PathBuf,
-    /// The model credential and upstream, picked when the daemon started.
-    pub access: crate::agent::gateway::Access,
+    /// The model credentials and upstreams, picked when the daemon started.
+    pub access: crate::agent::gateway::AccessMap,
     /// For stopping what a previous daemon left running.
     pub grace: Duration,
 }
@@ -99,6 +100,7 @@ pub async fn serve(
         state_dir: opts.state_dir.clone(),
         spool: spool.clone(),
         agent_bin: opts.agent_bin.clone(),
+        critic_bin: opts.critic_bin.clone(),
         loopd_exe: opts.loopd_exe.clone(),
         access: opts.access.clone(),
     });

@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use super::spool::{JobSpec, Spool};
 use super::state::{branch_name, JobState, Status};
 use crate::agent::session::{StopCause, StopRequest};
-use crate::config::{find_on_path, Job, JobFlags};
+use crate::config::{Job, JobFlags};
 use crate::job::{self, Control};
 use crate::journal::{Event, Journal};
 use crate::report::Summary;
@@ -32,9 +32,10 @@ pub struct Context {
     pub state_dir: PathBuf,
     pub spool: Spool,
     pub agent_bin: Option<PathBuf>,
+    pub critic_bin: Option<PathBuf>,
     pub loopd_exe: PathBuf,
-    /// The model credential and upstream, picked when the daemon started.
-    pub access: crate::agent::gateway::Access,
+    /// The model credentials and upstreams, picked when the daemon started.
+    pub access: crate::agent::gateway::AccessMap,
 }
 
 fn worktree_path(state_dir: &Path, id: &str) -> PathBuf {
@@ -359,12 +360,12 @@ fn prepare_job(spec: &JobSpec, ws: Workspace, ctx: &Context) -> Result<(Workspac
     let worktree = ws.root().to_path_buf();
     let flags = JobFlags::for_daemon(
         &worktree,
-        ctx.agent_bin.clone(),
+        (ctx.agent_bin.clone(), ctx.critic_bin.clone()),
         &ctx.state_dir,
         &spec.flags,
     );
     let mut job = Job::resolve(&flags, ws.root()).map_err(|e| e.to_string())?;
-    job.agent_bin = find_on_path(&job.agent_bin)
-        .ok_or_else(|| format!("the agent CLI `{}` was not found", job.agent_bin.display()))?;
+    job.locate_clis()
+        .map_err(|(what, hint)| format!("{what} ({hint})"))?;
     Ok((ws, job))
 }

@@ -27,12 +27,10 @@ pub struct Caps {
 
 pub use crate::agent::gateway::Spend;
 
-/// The caps of a job, checked against spend, with the agent's price table
-/// for estimates.
+/// The caps of a job, checked against spend.
 #[derive(Debug, Clone)]
 pub struct Budget {
     pub caps: Caps,
-    pub price: fn(&str) -> Price,
 }
 
 impl Budget {
@@ -51,17 +49,19 @@ impl Budget {
         }
     }
 
-    /// Budget before cost: may a session on `model` start, given `spent`?
-    /// Only when the gateway could let its first call through: a request of
-    /// `request_bytes` reserved at its worst case (every input token a cache
-    /// write) with the smallest output bound the gateway grants.
-    pub fn can_start(&self, spent: &Spend, model: &str, request_bytes: u64) -> Result<(), Reason> {
+    /// Budget before cost: may a session on a model of `price` start,
+    /// given `spent`? Only when the gateway could let its first call
+    /// through: a request of `request_bytes` reserved at its worst case
+    /// (every input token a cache write) with the smallest output bound the
+    /// gateway grants.
+    pub fn can_start(&self, spent: &Spend, price: Price, request_bytes: u64) -> Result<(), Reason> {
+        use crate::agent::gateway::spend::{INPUT_MARGIN, MIN_GRANT};
         let first = Usage {
-            cache_creation_input_tokens: request_bytes + crate::agent::claude::wire::INPUT_MARGIN,
-            output_tokens: crate::agent::gateway::spend::MIN_GRANT,
+            cache_creation_input_tokens: request_bytes + INPUT_MARGIN,
+            output_tokens: MIN_GRANT,
             ..Usage::default()
         };
-        let min = Spend::of_usage(&first, (self.price)(model));
+        let min = Spend::of_usage(&first, price);
         let after = spent.plus(&min);
         if after.cost_usd > self.caps.budget_usd {
             return Err(Reason::BudgetUsd);
@@ -87,11 +87,15 @@ impl Budget {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::agent::Agent;
     use std::time::Duration;
+
+    fn price(model: &str) -> Price {
+        crate::agent::ClaudeCode.prices()(model)
+    }
 
     fn budget(usd: f64, turns: u64, tokens: u64) -> Budget {
         Budget {
-            price: Price::for_model,
             caps: Caps {
                 budget_usd: usd,
                 max_turns: turns,
@@ -113,13 +117,19 @@ mod tests {
         // A first call of 1 KB on sonnet reserves 5120 * 2.5e-6 + 1024 * 1e-5
         // = 0.0231: it would cross the cap.
         assert_eq!(
-            b.can_start(&Spend::default(), "sonnet", 1_024),
+            b.can_start(&Spend::default(), price("sonnet"), 1_024),
             Err(Reason::BudgetUsd)
         );
         // On haiku: 5120 * 1.25e-7 + 1024 * 5e-7 = 0.00115: it fits, at
         // first; not with 0.0095 spent.
-        assert_eq!(b.can_start(&Spend::default(), "haiku", 1_024), Ok(()));
-        assert_eq!(b.can_start(&spent, "haiku", 1_024), Err(Reason::BudgetUsd));
+        assert_eq!(
+            b.can_start(&Spend::default(), price("haiku"), 1_024),
+            Ok(())
+        );
+        assert_eq!(
+            b.can_start(&spent, price("haiku"), 1_024),
+            Err(Reason::BudgetUsd)
+        );
         assert_eq!(b.exceeded(&spent), None);
         assert_eq!(
             b.exceeded(&Spend {
@@ -146,7 +156,10 @@ mod tests {
             }),
             Some(Reason::MaxTurns)
         );
-        assert_eq!(b.can_start(&three, "haiku", 0), Err(Reason::MaxTurns));
+        assert_eq!(
+            b.can_start(&three, price("haiku"), 0),
+            Err(Reason::MaxTurns)
+        );
         assert_eq!(
             b.exceeded(&Spend {
                 input_tokens: 4_000,
@@ -161,7 +174,7 @@ mod tests {
                     input_tokens: 4_000,
                     ..Spend::default()
                 },
-                "haiku",
+                price("haiku"),
                 0
             ),
             Err(Reason::MaxTokens)

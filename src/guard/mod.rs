@@ -25,10 +25,11 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::events::{ApiEvent, AssistantBlock, Event, Usage};
+use crate::agent::events::{Event, ToolCall as AgentToolCall, Usage};
 use crate::agent::gateway::channel::{Denial, EscalationRequest, Refused};
 use crate::agent::gateway::{GatewayEvent, MeteredCall};
 use crate::agent::session::{Observer, Role, Verdict};
+use crate::agent::Prices;
 use crate::outcome::Reason;
 use caps::{Budget, Spend};
 use progress::RepeatDetector;
@@ -133,24 +134,15 @@ pub struct ToolCall {
 /// The longest [`ToolCall::target`] kept.
 pub const TARGET_MAX: usize = 80;
 
-/// A tool call's target, for the live progress lines: the input field that
-/// names what the call works on.
-/// A long path keeps its end (the file's name), anything else its start.
-pub fn tool_target(input: &serde_json::Value) -> Option<String> {
-    let (key, field) = [
-        "file_path",
-        "notebook_path",
-        "path",
-        "command",
-        "pattern",
-        "url",
-        "query",
-    ]
-    .iter()
-    .find_map(|k| input.get(*k).and_then(|v| v.as_str()).map(|v| (*k, v)))?;
+/// A tool call's target, for the live progress lines: the path it works
+/// on, or its command's first line. A long path keeps its end (the file's
+/// name), anything else its start.
+pub fn tool_target(call: &AgentToolCall) -> Option<String> {
+    let field = call.target()?;
+    let is_path = call.command().is_none();
     let line = field.lines().next().unwrap_or("").trim();
     let n = line.chars().count();
-    if key.ends_with("path") && n > TARGET_MAX {
+    if is_path && n > TARGET_MAX {
         let tail: String = line.chars().skip(n - (TARGET_MAX - 1)).collect();
         return Some(format!("…{tail}"));
     }
@@ -228,6 +220,8 @@ pub struct Watch<'a> {
     attempt: u32,
     session: u32,
     budget: &'a Budget,
+    /// The session's agent's prices, for the stream's live estimate.
+    prices: Prices,
     /// Spend of the job before this session (reconciled totals).
     before: Spend,
     /// This session's spend so far, estimated from the stream.
@@ -251,6 +245,7 @@ impl<'a> Watch<'a> {
     pub fn new(
         (role, attempt, session): (Role, u32, u32),
         budget: &'a Budget,
+        prices: Prices,
         before: Spend,
         settings: &'a GuardSettings,
         recorder: &'a mut (dyn Recorder + Send),
@@ -260,6 +255,7 @@ impl<'a> Watch<'a> {
             attempt,
             session,
             budget,
+            prices,
             before,
             live: Spend::default(),
             metered: Spend::default(),
@@ -277,7 +273,7 @@ impl<'a> Watch<'a> {
     fn charge(&mut self) -> Option<Reason> {
         let call = self.call.as_mut()?;
         let now = Spend {
-            cost_usd: (self.budget.price)(&call.model).cost(&call.usage),
+            cost_usd: self.prices.of(&call.model).cost(&call.usage),
             turns: 1,
             input_tokens: call.usage.all_input(),
             output_tokens: call.usage.output_tokens,
@@ -388,96 +384,77 @@ impl Observer for Watch<'_> {
 
     fn on_event(&mut self, event: &Event, at: Instant) -> Verdict {
         match event {
-            Event::StreamEvent(p) => match &p.event {
-                ApiEvent::MessageStart { message } => {
-                    self.finish_call();
-                    self.call = Some(Call {
-                        id: message.id.clone(),
-                        model: message.model.clone(),
-                        usage: Usage {
-                            output_tokens: 0,
-                            ..message.usage
-                        },
-                        started: at,
-                        charged: Spend::default(),
-                    });
-                    self.charge()
-                }
-                ApiEvent::MessageDelta { usage } => {
-                    if let Some(call) = self.call.as_mut() {
-                        // message_delta carries the cumulative output count.
-                        call.usage.output_tokens =
-                            call.usage.output_tokens.max(usage.output_tokens);
-                    }
-                    self.charge()
-                }
-                ApiEvent::MessageStop => {
-                    self.finish_call();
-                    None
-                }
-                ApiEvent::Other => None,
-            },
-            Event::Assistant(a) => {
-                let mut verdict = None;
-                for block in &a.message.content {
-                    if let AssistantBlock::ToolUse { id, name, input } = block {
-                        self.tool_calls += 1;
-                        let hash = progress::call_hash(name, input);
-                        let polling =
-                            progress::is_polling(name, input, &self.settings.poll_patterns);
-                        if self.role == Role::Agent && !polling && verdict.is_none() {
-                            verdict = self.repeat.observe(&hash);
-                            if verdict.is_some() && self.settings.nudge && !self.nudged {
-                                // The hook denies this call with a nudge (it
-                                // counts the same calls); the next repeat stops.
-                                self.nudged = true;
-                                verdict = None;
-                                tracing::warn!(tool = %name, args_sha256 = %hash, "the same tool call repeated; the agent is nudged, a further repeat stops the session");
-                                self.recorder.record(Record::Nudged(Nudge {
-                                    attempt: self.attempt,
-                                    session: self.session,
-                                    tool: name.clone(),
-                                    args_sha256: hash.clone(),
-                                }));
-                            } else if verdict.is_some() {
-                                tracing::warn!(tool = %name, args_sha256 = %hash, "the same tool call repeated");
-                            }
-                        }
-                        self.tools.insert(
-                            id.clone(),
-                            PendingTool {
-                                name: name.clone(),
-                                target: tool_target(input),
-                                hash,
-                                started: at,
-                                denied: false,
-                            },
-                        );
-                    }
-                }
-                verdict
+            Event::CallStarted { id, model, usage } => {
+                self.finish_call();
+                self.call = Some(Call {
+                    id: id.clone(),
+                    model: model.clone(),
+                    usage: Usage {
+                        output_tokens: 0,
+                        ..*usage
+                    },
+                    started: at,
+                    charged: Spend::default(),
+                });
+                self.charge()
             }
-            Event::User(u) => {
-                for (id, is_error) in u.tool_results() {
-                    self.tool_done(id, is_error, at);
+            Event::CallOutput { output_tokens } => {
+                if let Some(call) = self.call.as_mut() {
+                    // The count is cumulative over the call.
+                    call.usage.output_tokens = call.usage.output_tokens.max(*output_tokens);
                 }
+                self.charge()
+            }
+            Event::CallEnded => {
+                self.finish_call();
                 None
             }
-            Event::System(s) if s.subtype == "permission_denied" => {
-                if let Some(t) = s.tool_use_id.as_ref().and_then(|id| self.tools.get_mut(id)) {
+            Event::ToolUse(call) => {
+                self.tool_calls += 1;
+                let hash = progress::call_hash(call);
+                let polling = progress::is_polling(call, &self.settings.poll_patterns);
+                let mut verdict = None;
+                if self.role == Role::Agent && !polling {
+                    verdict = self.repeat.observe(&hash);
+                    if verdict.is_some() && self.settings.nudge && !self.nudged {
+                        // The hook denies this call with a nudge (loopd counts
+                        // the same calls); the next repeat stops.
+                        self.nudged = true;
+                        verdict = None;
+                        tracing::warn!(tool = %call.name, args_sha256 = %hash, "the same tool call repeated; the agent is nudged, a further repeat stops the session");
+                        self.recorder.record(Record::Nudged(Nudge {
+                            attempt: self.attempt,
+                            session: self.session,
+                            tool: call.name.clone(),
+                            args_sha256: hash.clone(),
+                        }));
+                    } else if verdict.is_some() {
+                        tracing::warn!(tool = %call.name, args_sha256 = %hash, "the same tool call repeated");
+                    }
+                }
+                self.tools.insert(
+                    call.id.clone(),
+                    PendingTool {
+                        name: call.name.clone(),
+                        target: tool_target(call),
+                        hash,
+                        started: at,
+                        denied: false,
+                    },
+                );
+                verdict
+            }
+            Event::ToolResult { id, is_error } => {
+                self.tool_done(id, *is_error, at);
+                None
+            }
+            Event::ToolDenied { id } => {
+                if let Some(t) = self.tools.get_mut(id) {
                     t.denied = true;
                 }
                 None
             }
-            Event::Result(r) => {
-                for d in &r.permission_denials {
-                    if let Some(t) = self.tools.get_mut(&d.tool_use_id) {
-                        t.denied = true;
-                    }
-                }
-                None
-            }
-            _ => None,
+            Event::Result(_) => None,
         }
     }
 }

@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::agent::events::ToolCall;
 use crate::outcome::Reason;
 
 /// Write `value` as canonical JSON: no whitespace, keys sorted at every depth.
@@ -44,8 +45,18 @@ pub fn canonical_json(value: &Value, out: &mut String) {
     }
 }
 
-/// sha256 of the tool name and its canonical input, hex.
-pub fn call_hash(tool: &str, input: &Value) -> String {
+/// sha256 of a tool call: its name and its input as canonical JSON — a
+/// shell command by its text alone, so an agent whose hook and stream name
+/// the shell differently (`Bash`, `exec_command`) counts one call once.
+pub fn call_hash(call: &ToolCall) -> String {
+    match call.command() {
+        Some(command) => hash_of("shell", &serde_json::json!({ "command": command })),
+        None => hash_of(&call.name, &call.input),
+    }
+}
+
+/// sha256 of a name and a value as canonical JSON, hex.
+pub fn hash_of(tool: &str, input: &Value) -> String {
     let mut canon = String::with_capacity(128);
     canonical_json(input, &mut canon);
     let mut h = Sha256::new();
@@ -55,14 +66,13 @@ pub fn call_hash(tool: &str, input: &Value) -> String {
     hex::encode(h.finalize())
 }
 
-/// Is this a polling call (exempt from the repeat detector)?
-pub fn is_polling(tool: &str, input: &Value, patterns: &[String]) -> bool {
-    if tool != "Bash" {
-        return false;
-    }
-    let Some(cmd) = input.get("command").and_then(Value::as_str) else {
+/// Is this a polling call (exempt from the repeat detector)? A shell
+/// command that waits, or one sent to the background.
+pub fn is_polling(call: &ToolCall, patterns: &[String]) -> bool {
+    let Some(cmd) = call.command() else {
         return false;
     };
+    let input = &call.input;
     let cmd = cmd.trim_start();
     patterns.iter().any(|p| {
         cmd == p.as_str()
@@ -146,9 +156,10 @@ impl Nudger {
     }
 
     /// Count this call; the nudge to deny it with, when it is the one.
-    pub fn observe(&mut self, session_id: &str, tool: &str, input: &Value) -> Option<String> {
+    pub fn observe(&mut self, session_id: &str, call: &ToolCall) -> Option<String> {
         let s = &self.settings;
-        if is_polling(tool, input, &s.poll_patterns) {
+        let tool = &call.name;
+        if is_polling(call, &s.poll_patterns) {
             return None;
         }
         if !self.sessions.contains_key(session_id) && self.sessions.len() >= MAX_NUDGE_SESSIONS {
@@ -160,7 +171,7 @@ impl Nudger {
             repeat: s.repeat,
             recent: std::mem::take(&mut calls.recent),
         };
-        let repeated = detector.observe(&call_hash(tool, input)).is_some();
+        let repeated = detector.observe(&call_hash(call)).is_some();
         calls.recent = detector.recent;
         (repeated && !calls.nudged).then(|| {
             calls.nudged = true;
@@ -218,8 +229,8 @@ mod tests {
     fn canonical_at_every_depth() {
         let a = json!({"file_path": "/x", "opts": {"b": [ {"z": 1, "y": 2} ], "a": null}});
         let b = json!({"opts": {"a": null, "b": [ {"y": 2, "z": 1} ]}, "file_path": "/x"});
-        assert_eq!(call_hash("Read", &a), call_hash("Read", &b));
-        assert_ne!(call_hash("Read", &a), call_hash("Write", &a));
+        assert_eq!(hash_of("Read", &a), hash_of("Read", &b));
+        assert_ne!(hash_of("Read", &a), hash_of("Write", &a));
         let mut s = String::new();
         canonical_json(&a, &mut s);
         assert_eq!(
@@ -242,24 +253,44 @@ mod tests {
         }
     }
 
+    fn call(tool: &str, input: Value) -> ToolCall {
+        crate::agent::claude::tool_call("t".into(), tool.into(), input)
+    }
+
+    #[test]
+    fn a_shell_command_is_one_call_whatever_the_tool_is_called() {
+        let claude = call(
+            "Bash",
+            json!({"command": "pytest -q", "description": "run"}),
+        );
+        let codex = crate::agent::Agent::tool_call(
+            &crate::agent::codex::Codex,
+            "c".into(),
+            "exec_command".into(),
+            json!({"cmd": "pytest -q"}),
+        );
+        assert_eq!(call_hash(&claude), call_hash(&codex));
+    }
+
     #[test]
     fn polling_is_exempt() {
         let p: Vec<String> = crate::guard::DEFAULT_POLL_PATTERNS
             .iter()
             .map(|s| s.to_string())
             .collect();
-        assert!(is_polling("Bash", &json!({"command": "sleep 5"}), &p));
+        assert!(is_polling(&call("Bash", json!({"command": "sleep 5"})), &p));
         assert!(is_polling(
-            "Bash",
-            &json!({"command": "tail -f build.log"}),
+            &call("Bash", json!({"command": "tail -f build.log"})),
             &p
         ));
         assert!(!is_polling(
-            "Bash",
-            &json!({"command": "sleeper --fast"}),
+            &call("Bash", json!({"command": "sleeper --fast"})),
             &p
         ));
-        assert!(!is_polling("Read", &json!({"command": "sleep 5"}), &p));
+        assert!(!is_polling(
+            &call("Read", json!({"file_path": "sleep 5"})),
+            &p
+        ));
     }
 
     #[test]
@@ -271,23 +302,24 @@ mod tests {
             escalate: Some("loopd escalate".into()),
         });
         let read = json!({"file_path": "/r/x.py"});
-        let mut call = |s: &str, tool: &str, input: &Value| nudger.observe(s, tool, input);
-        assert_eq!(call("s1", "Read", &read), None);
-        assert_eq!(call("s1", "Read", &read), None);
+        let mut observe =
+            |s: &str, tool: &str, input: &Value| nudger.observe(s, &call(tool, input.clone()));
+        assert_eq!(observe("s1", "Read", &read), None);
+        assert_eq!(observe("s1", "Read", &read), None);
         assert_eq!(
-            call("s2", "Read", &read),
+            observe("s2", "Read", &read),
             None,
             "another session counts apart"
         );
-        let m = call("s1", "Read", &read).expect("the 3rd identical call is nudged");
+        let m = observe("s1", "Read", &read).expect("the 3rd identical call is nudged");
         assert!(
             m.contains("3rd identical Read") && m.contains("loopd escalate --test"),
             "{m}"
         );
-        assert_eq!(call("s1", "Read", &read), None, "only once per session");
+        assert_eq!(observe("s1", "Read", &read), None, "only once per session");
         let poll = json!({"command": "sleep 1"});
         for _ in 0..4 {
-            assert_eq!(call("s3", "Bash", &poll), None);
+            assert_eq!(observe("s3", "Bash", &poll), None);
         }
     }
 

@@ -24,7 +24,8 @@ use std::path::{Component, Path, PathBuf};
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+
+use crate::agent::events::{Action, ToolCall};
 
 use crate::outcome::Reason;
 use crate::workspace::{ChangeKind, Diff};
@@ -540,22 +541,18 @@ impl Compiled<'_> {
             .map(|(f, why)| (f.clone(), why.clone()))
     }
 
-    /// The PreToolUse decision: `Some(reason)` to deny the call.
-    pub fn check_tool(&self, tool: &str, input: &Value, cwd: &Path) -> Option<String> {
-        match tool {
-            "Write" | "Edit" | "MultiEdit" | "NotebookEdit" => {
-                let path = input
-                    .get("file_path")
-                    .or_else(|| input.get("notebook_path"))
-                    .and_then(Value::as_str)?;
-                self.protected_path(path, cwd)
-                    .map(|(p, why)| deny_path(&p, &why))
-            }
-            "Bash" => {
-                let command = input.get("command").and_then(Value::as_str)?;
-                self.check_shell(command, cwd, 0)
-            }
-            _ => None,
+    /// The PreToolUse decision on a canonical tool call (whichever agent
+    /// made it): `Some(reason)` to deny the call.
+    pub fn check_tool(&self, call: &ToolCall, cwd: &Path) -> Option<String> {
+        let path = |p: &str| {
+            self.protected_path(p, cwd)
+                .map(|(p, why)| deny_path(&p, &why))
+        };
+        match &call.action {
+            Action::Write { path: p } | Action::Edit { path: p } => path(p),
+            Action::Patch { paths } => paths.iter().find_map(|p| path(p)),
+            Action::Shell { command } => self.check_shell(command, cwd, 0),
+            Action::Read { .. } | Action::Other => None,
         }
     }
 
@@ -1196,7 +1193,7 @@ pub mod shell {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn policy() -> Policy {
         let mut files = BTreeMap::new();
@@ -1228,8 +1225,47 @@ mod tests {
         }
     }
 
+    /// A Claude Code tool call, canonical.
+    fn call(name: &str, input: Value) -> ToolCall {
+        crate::agent::claude::tool_call("t".into(), name.into(), input)
+    }
+
+    #[test]
+    fn codex_calls_are_judged_by_the_same_policy() {
+        use crate::agent::Agent;
+        let pol = policy();
+        let p = pol.compile().expect("compile");
+        let codex = |name: &str, input: Value| {
+            crate::agent::codex::Codex.tool_call("c".into(), name.into(), input)
+        };
+        let patch = "apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: rechnung.py\n@@\n-a\n+b\n*** Update File: tests/test_rechnung.py\n@@\n-x\n+y\n*** End Patch\nEOF";
+        let cwd = Path::new("/repo");
+        assert!(p
+            .check_tool(&codex("Bash", json!({ "command": patch })), cwd)
+            .is_some());
+        assert!(p
+            .check_tool(
+                &codex(
+                    "Bash",
+                    json!({ "command": "sed -i s/a/b/ tests/test_rechnung.py" })
+                ),
+                cwd
+            )
+            .is_some());
+        assert!(p
+            .check_tool(
+                &codex("Bash", json!({ "command": "python -m pytest -q" })),
+                cwd
+            )
+            .is_none());
+        let honest = "apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: rechnung.py\n@@\n-a\n+b\n*** End Patch\nEOF";
+        assert!(p
+            .check_tool(&codex("Bash", json!({ "command": honest })), cwd)
+            .is_none());
+    }
+
     fn bash(p: &Compiled, cmd: &str) -> Option<String> {
-        p.check_tool("Bash", &json!({ "command": cmd }), Path::new("/repo"))
+        p.check_tool(&call("Bash", json!({ "command": cmd })), Path::new("/repo"))
     }
 
     /// A repository with `tests/test_rechnung.py`, a link `tdir` to
@@ -1252,8 +1288,8 @@ mod tests {
     fn writes_through_a_symlink_or_proc_self_cwd_are_denied() {
         let (_tmp, root, pol) = linked_repo();
         let p = pol.compile().expect("compile");
-        let write = |path: &str| p.check_tool("Write", &json!({ "file_path": path }), &root);
-        let shell = |cmd: &str| p.check_tool("Bash", &json!({ "command": cmd }), &root);
+        let write = |path: &str| p.check_tool(&call("Write", json!({ "file_path": path })), &root);
+        let shell = |cmd: &str| p.check_tool(&call("Bash", json!({ "command": cmd })), &root);
         for path in [
             "tdir/test_rechnung.py".to_owned(),
             root.join("tdir/test_rechnung.py").display().to_string(),
@@ -1280,7 +1316,7 @@ mod tests {
     fn removing_ones_own_symlink_removes_the_link_not_what_it_points_to() {
         let (_tmp, root, pol) = linked_repo();
         let p = pol.compile().expect("compile");
-        let shell = |cmd: &str| p.check_tool("Bash", &json!({ "command": cmd }), &root);
+        let shell = |cmd: &str| p.check_tool(&call("Bash", json!({ "command": cmd })), &root);
         for (cmd, denied) in [
             // The operand is the link itself: it goes, the tests stay.
             ("rm tdir", false),
@@ -1312,46 +1348,50 @@ mod tests {
         let cwd = Path::new("/repo");
         assert!(p
             .check_tool(
-                "Edit",
-                &json!({"file_path": "/repo/tests/test_rechnung.py"}),
+                &call("Edit", json!({"file_path": "/repo/tests/test_rechnung.py"})),
                 cwd
             )
             .is_some());
         assert!(p
             .check_tool(
-                "Write",
-                &json!({"file_path": "/repo/tests/../tests/test_rechnung.py"}),
+                &call(
+                    "Write",
+                    json!({"file_path": "/repo/tests/../tests/test_rechnung.py"})
+                ),
                 cwd
             )
             .is_some());
         assert!(
-            p.check_tool("Write", &json!({"file_path": "/repo/sub/pytest.ini"}), cwd)
-                .is_some(),
+            p.check_tool(
+                &call("Write", json!({"file_path": "/repo/sub/pytest.ini"})),
+                cwd
+            )
+            .is_some(),
             "new runner config"
         );
         assert!(
             p.check_tool(
-                "Write",
-                &json!({"file_path": "/repo/tests/test_new.py"}),
+                &call("Write", json!({"file_path": "/repo/tests/test_new.py"})),
                 cwd
             )
             .is_none(),
             "new test files are fine"
         );
         assert!(p
-            .check_tool("Edit", &json!({"file_path": "/repo/rechnung.py"}), cwd)
+            .check_tool(
+                &call("Edit", json!({"file_path": "/repo/rechnung.py"})),
+                cwd
+            )
             .is_none());
         assert!(p
             .check_tool(
-                "Write",
-                &json!({"file_path": "/etc/loopd/rubric.toml"}),
+                &call("Write", json!({"file_path": "/etc/loopd/rubric.toml"})),
                 cwd
             )
             .is_some());
         assert!(p
             .check_tool(
-                "Read",
-                &json!({"file_path": "/repo/tests/test_rechnung.py"}),
+                &call("Read", json!({"file_path": "/repo/tests/test_rechnung.py"})),
                 cwd
             )
             .is_none());
@@ -1412,13 +1452,16 @@ mod tests {
             ".git/info/exclude",
         ] {
             assert!(
-                p.check_tool("Write", &json!({ "file_path": path }), cwd)
+                p.check_tool(&call("Write", json!({ "file_path": path })), cwd)
                     .is_some(),
                 "not denied: Write {path}"
             );
         }
         assert!(p
-            .check_tool("Read", &json!({"file_path": "/repo/.git/config"}), cwd)
+            .check_tool(
+                &call("Read", json!({"file_path": "/repo/.git/config"})),
+                cwd
+            )
             .is_none());
         for cmd in [
             "git remote set-url --push origin http://127.0.0.1:9/x",

@@ -7,10 +7,10 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::{JobError, Run};
-use crate::agent::events::ResultEvent;
+use crate::agent::events::SessionResult;
 use crate::agent::gateway::{channel, GatewayEvent, Tag};
 use crate::agent::session::{self, Role, SessionEnd, SessionSpec};
-use crate::agent::CliLimits;
+use crate::agent::{CliLimits, Session};
 use crate::critic::CriticVerdict;
 use crate::goal::GoalReport;
 use crate::guard::caps::Spend;
@@ -24,6 +24,14 @@ use crate::util;
 /// How long a session's last response may take to drain through the
 /// gateway after the CLI is gone.
 const SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What a session is asked: the prompt (the agent's, or the critic's
+/// instruction), the critic's material on stdin, the verdict's schema.
+pub struct Ask<'a> {
+    pub prompt: &'a str,
+    pub material: Option<&'a str>,
+    pub schema: Option<&'a str>,
+}
 
 /// What an attempt means for the loop.
 pub enum Step {
@@ -71,22 +79,16 @@ impl Run<'_> {
             );
         } else {
             tracing::info!(attempt = n, max = self.job.max_attempts, "attempt started");
-            if let Some(e) = self.may_start(&self.job.agent_model, Role::Agent, prompt.len()) {
+            if let Some(e) = self.may_start(Role::Agent, prompt.len()) {
                 return self.end_attempt(n, Judged::Stop(e));
             }
-            let mut tools = self.job.allowed_tools.clone();
-            if self.job.guard.escalation {
-                tools.push(escalation::allowed_tool(&self.loopd_exe));
-            }
-            let args = self.agent.agent_args(
-                &self.job.agent_model,
-                &tools,
-                &self.env.settings,
-                self.limits(),
+            let ask = Ask {
                 prompt,
-            );
+                material: None,
+                schema: None,
+            };
             let finished = self
-                .session(Role::Agent, n, args, None, &dir, attempt_started, None)
+                .session(Role::Agent, n, ask, &dir, attempt_started, None)
                 .await?;
             // A session cut short by a signal did not finish its work.
             if let Some(e) = finished
@@ -151,10 +153,12 @@ impl Run<'_> {
     /// Refuse a session the budget cannot cover (budget before cost): its
     /// first call — the CLI's own request, plus `input` bytes of ours —
     /// could not get through the gateway.
-    pub(super) fn may_start(&self, model: &str, role: Role, input: usize) -> Option<Ending> {
+    pub(super) fn may_start(&self, role: Role, input: usize) -> Option<Ending> {
         let spent = self.journal.state().spend();
-        let bytes = self.agent.first_request_bytes(role) + input as u64;
-        self.budget.can_start(&spent, model, bytes).err().map(|reason| Ending {
+        let cli = self.cli(role);
+        let bytes = cli.agent.first_request_bytes(role) + input as u64;
+        let model = &cli.model;
+        self.budget.can_start(&spent, cli.prices.of(model), bytes).err().map(|reason| Ending {
             reason,
             detail: format!("not starting another session on `{model}`: the remaining budget cannot cover even one call ({})", self.spend_line()),
         })
@@ -170,19 +174,26 @@ impl Run<'_> {
 
     /// Run one session under the guards and journal its end. `verdict`
     /// reads a critic's verdict from the session's result.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn session(
         &mut self,
         role: Role,
         attempt: u32,
-        args: Vec<std::ffi::OsString>,
-        stdin: Option<String>,
+        ask: Ask<'_>,
         dir: &Path,
         attempt_started: Instant,
-        verdict: Option<fn(Option<&ResultEvent>) -> CriticVerdict>,
+        verdict: Option<fn(Option<&SessionResult>) -> CriticVerdict>,
     ) -> Result<SessionFinished, JobError> {
         let deadline = self.deadline(attempt_started);
         let number = self.journal.state().sessions;
+        let cli = self.cli(role);
+        let mut tools = Vec::new();
+        if role == Role::Agent {
+            tools.clone_from(&self.job.allowed_tools);
+            if self.job.guard.escalation {
+                tools.push(escalation::allowed_tool(&self.loopd_exe));
+            }
+        }
+        let limits = self.limits();
         let gateway = self
             .env
             .gateway
@@ -191,30 +202,54 @@ impl Run<'_> {
         // A refusal left from an earlier session is not this one's; the
         // earlier session's token stops working now.
         let _ = gateway.take_refusal();
-        let token = gateway.open_session(Tag {
-            role,
-            attempt,
-            session: number,
-        });
-        let mut env_set = self.agent.session_env(&gateway.base_url(), &token);
-        // The hook and `loopd escalate` reach loopd through the gateway.
-        env_set.push((channel::GATEWAY_VAR.into(), gateway.base_url().into()));
+        let token = gateway.open_session(
+            Tag {
+                role,
+                attempt,
+                session: number,
+            },
+            cli.vendor,
+        );
+        let base_url = gateway.base_url();
+        let command = cli
+            .agent
+            .command(&Session {
+                role,
+                model: &cli.model,
+                prompt: ask.prompt,
+                material: ask.material,
+                allowed_tools: &tools,
+                schema: ask.schema,
+                limits,
+                hook_command: &self.env.hook_command,
+                gateway_url: &base_url,
+                token: &token,
+                home: &cli.home,
+            })
+            .map_err(|source| JobError::Write {
+                path: cli.home.clone(),
+                source,
+            })?;
+        let mut env_set = command.env;
+        // The hook and `loopd escalate` reach loopd through the gateway;
+        // the CLI's provider reads the token from the same variable.
+        env_set.push((channel::GATEWAY_VAR.into(), base_url.into()));
         env_set.push((channel::TOKEN_VAR.into(), token.into()));
         let spec = SessionSpec {
             role,
-            bin: self.job.agent_bin.clone(),
-            args,
-            cwd: self.ws.root().to_path_buf(),
+            bin: cli.bin.clone(),
+            args: command.args,
+            cwd: cli.cwd.clone(),
             env_set,
             env_remove: self.env.session_env_remove.clone(),
-            stdin,
+            stdin: command.stdin,
             stream_log: dir.join(format!("{}-stream.jsonl", role.as_str())),
             stderr_log: dir.join(format!("{}-stderr.txt", role.as_str())),
             deadline: Some(deadline),
             idle_timeout: self.job.caps.idle_timeout,
             grace: self.job.guard.grace,
             scope: self.id.clone(),
-            sandbox: self.env.sandbox.clone(),
+            sandbox: cli.sandbox.clone(),
         };
         self.journal.append(Event::SessionStarted {
             attempt,
@@ -227,11 +262,19 @@ impl Run<'_> {
             let mut watch = Watch::new(
                 (role, attempt, number),
                 &self.budget,
+                cli.prices.clone(),
                 before,
                 &self.job.guard,
                 &mut self.journal,
             );
-            let end = session::run(&spec, &mut watch, &mut stop, Some(gateway.events())).await?;
+            let end = session::run(
+                &spec,
+                cli.agent.parser().as_mut(),
+                &mut watch,
+                &mut stop,
+                Some(gateway.events()),
+            )
+            .await?;
             watch.flush_pending();
             (end, watch.live, watch.tool_calls)
         };
@@ -259,7 +302,7 @@ impl Run<'_> {
                 .max(end.result.as_ref().map_or(0, |r| r.num_turns)),
             ..metered
         };
-        let cli_cost_usd = end.result.as_ref().map(|r| r.total_cost_usd);
+        let cli_cost_usd = end.result.as_ref().and_then(|r| r.total_cost_usd);
         if let Some(cli) = cli_cost_usd {
             if (cli - spend.cost_usd).abs() > 1e-6_f64.max(0.01 * spend.cost_usd) {
                 tracing::warn!(
@@ -273,12 +316,10 @@ impl Run<'_> {
         let failure = match (&refusal, end.stopped) {
             // The gateway refused a call: the session failed for the cap,
             // whatever the CLI made of the refusal.
-            (Some(r), None) if !end.result.as_ref().is_some_and(|r| r.completed()) => {
-                Some(Ending {
-                    reason: r.reason,
-                    detail: format!("the gateway refused a model call: {}", r.message),
-                })
-            }
+            (Some(r), None) if !end.result.as_ref().is_some_and(|r| r.completed) => Some(Ending {
+                reason: r.reason,
+                detail: format!("the gateway refused a model call: {}", r.message),
+            }),
             _ => self.session_failure(number, &end, &spend),
         };
         if refused > 0 {
@@ -366,13 +407,13 @@ impl Run<'_> {
             }
             return Some(e);
         }
-        let cli_limit = |r: &ResultEvent| match r.terminal_reason.as_deref() {
+        let cli_limit = |r: &SessionResult| match r.terminal_reason.as_deref() {
             Some("max_turns") => Some(Reason::MaxTurns),
             Some("budget_exhausted") => Some(Reason::BudgetUsd),
             _ => None,
         };
         match &end.result {
-            Some(r) if r.completed() => None,
+            Some(r) if r.completed => None,
             Some(r) => match cli_limit(r) {
                 Some(reason) => Some(Ending {
                     reason,

@@ -7,14 +7,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use crate::agent::events::Action;
 use crate::agent::gateway::channel::{Channel, HookDecision, HookInput};
 use crate::agent::gateway::Tag;
+use crate::agent::{Agent, Role};
 use crate::guard::progress::Nudger;
 use crate::guard::tamper::Policy;
-
-/// The tools whose calls the policy checks (the rest only count for the
-/// nudge).
-const MUTATING: &[&str] = &["Write", "Edit", "MultiEdit", "NotebookEdit", "Bash"];
 
 pub struct JobChannel {
     policy: Policy,
@@ -22,29 +20,62 @@ pub struct JobChannel {
     root: PathBuf,
     nudger: Option<Mutex<Nudger>>,
     escalation: bool,
+    /// The agent CLIs of the agent and the critic sessions: a hook's tool
+    /// names are made canonical by its CLI.
+    agent: &'static dyn Agent,
+    critic: &'static dyn Agent,
 }
 
 impl JobChannel {
-    pub fn new(policy: Policy, root: &Path, nudger: Option<Nudger>, escalation: bool) -> Self {
+    pub fn new(
+        policy: Policy,
+        root: &Path,
+        nudger: Option<Nudger>,
+        escalation: bool,
+        (agent, critic): (&'static dyn Agent, &'static dyn Agent),
+    ) -> Self {
         JobChannel {
             policy,
             root: root.to_path_buf(),
             nudger: nudger.map(Mutex::new),
             escalation,
+            agent,
+            critic,
         }
     }
 }
 
 impl Channel for JobChannel {
-    fn pre_tool_use(&self, _tag: Tag, input: &HookInput) -> HookDecision {
+    fn pre_tool_use(&self, tag: Tag, input: &HookInput) -> HookDecision {
+        let agent = match tag.role {
+            Role::Agent => self.agent,
+            Role::Critic => self.critic,
+        };
+        let call = agent.tool_call(
+            input.tool_use_id.clone().unwrap_or_default(),
+            input.tool_name.clone(),
+            input.tool_input.clone(),
+        );
+        // The critic judges the material it is given: a critic CLI that
+        // offers tools anyway (Codex's shell) gets none that read or change
+        // anything — only what carries its answer (Claude Code's
+        // structured output). Not a tamper finding: a hint.
+        if tag.role == Role::Critic {
+            return match call.action {
+                Action::Other => HookDecision::Allow,
+                _ => HookDecision::Nudge {
+                    reason: "loopd: the critic judges the task, the diff and the rubric it was given; it runs no tools. Answer with the verdict.".into(),
+                },
+            };
+        }
         if let Some(nudger) = &self.nudger {
             let mut n = nudger.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(reason) = n.observe(&input.session_id, &input.tool_name, &input.tool_input)
-            {
+            if let Some(reason) = n.observe(&input.session_id, &call) {
                 return HookDecision::Nudge { reason };
             }
         }
-        if !MUTATING.contains(&input.tool_name.as_str()) {
+        // Reads and tools that touch no file only count for the nudge.
+        if !call.mutating() {
             return HookDecision::Allow;
         }
         let cwd = input
@@ -54,7 +85,7 @@ impl Channel for JobChannel {
             .filter(|p| p.is_absolute())
             .unwrap_or_else(|| self.root.clone());
         let decision = match self.policy.compile() {
-            Ok(compiled) => compiled.check_tool(&input.tool_name, &input.tool_input, &cwd),
+            Ok(compiled) => compiled.check_tool(&call, &cwd),
             Err(e) => Some(format!(
                 "loopd: the protection policy cannot be compiled ({e}); refusing file changes"
             )),

@@ -361,23 +361,20 @@ impl Run<'_> {
         }
         .render();
         self.write(&dir.join("critic-input.txt"), &input)?;
-        if let Some(e) = self.may_start(&self.job.critic_model, Role::Critic, input.len()) {
+        if let Some(e) = self.may_start(Role::Critic, input.len()) {
             return Ok(Err(e));
         }
         let schema = critic::verdict_schema().to_string();
-        let args = self.agent.critic_args(
-            &self.job.critic_model,
-            &schema,
-            &self.env.settings,
-            self.limits(),
-            critic::INSTRUCTION,
-        );
+        let ask = super::attempt::Ask {
+            prompt: critic::INSTRUCTION,
+            material: Some(&input),
+            schema: Some(&schema),
+        };
         let done = self
             .session(
                 Role::Critic,
                 n,
-                args,
-                Some(input),
+                ask,
                 dir,
                 attempt_started,
                 Some(critic::read_verdict),

@@ -48,8 +48,8 @@ use tokio::sync::watch;
 pub use feedback::{decide, next_prompt, Feedback, MAX_FEEDBACK};
 pub use prepare::sandbox_plan;
 
-use crate::agent::session::{self, StopRequest};
-use crate::agent::{AgentCli, ClaudeCode};
+use crate::agent::session::{self, Role, StopRequest};
+use crate::agent::{Agent, Prices};
 use crate::config::Job;
 use crate::goal::{self, GoalReport, Mode, Preflight};
 use crate::guard::caps::Budget;
@@ -90,6 +90,9 @@ pub enum JobError {
     Policy(#[source] tamper::PolicyError),
     #[error("cannot start the metering gateway: {0}")]
     Gateway(#[source] crate::agent::gateway::GatewayError),
+    /// The caller picked no credential for an agent the job runs.
+    #[error("no model credential was picked for the `{0}` agent when loopd started")]
+    NoAccess(&'static str),
     #[error("cannot write `{}`: {source}", path.display())]
     Write {
         path: PathBuf,
@@ -118,9 +121,9 @@ pub struct Control {
     pub stop: watch::Receiver<Option<StopRequest>>,
     /// This executable, for the hook command.
     pub loopd_exe: PathBuf,
-    /// The model credential and upstream, picked when loopd started: the
-    /// job's metering gateway uses them.
-    pub access: crate::agent::gateway::Access,
+    /// The model credentials and upstreams, by agent name, picked when
+    /// loopd started: the job's metering gateway uses them.
+    pub access: crate::agent::gateway::AccessMap,
     /// Use this id instead of a fresh one (the daemon's job; a resume).
     pub job_id: Option<String>,
     /// Print live progress lines on stderr (a foreground job not run with
@@ -133,7 +136,9 @@ pub struct Control {
 /// `journal.state()`, never mirrored in a field here.
 struct Run<'a> {
     job: &'a Job,
-    agent: &'a dyn AgentCli,
+    /// The agent CLI of the agent sessions, and of the critic's.
+    agent: &'static dyn Agent,
+    critic: &'static dyn Agent,
     id: String,
     dir: PathBuf,
     base: String,
@@ -166,7 +171,7 @@ pub fn ready(ws: &Workspace, job: &Job) -> Result<(), JobError> {
 /// Run a job in a repository whose tree the caller has checked is clean —
 /// or resume it from its journal, if it has one.
 pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, JobError> {
-    let agent: &dyn AgentCli = &ClaudeCode;
+    let (agent, critic) = job.agents();
     let id = control.job_id.clone().unwrap_or_else(util::new_job_id);
     // Private, and out of the agent's tree, whoever called (the daemon too).
     util::secure_state_dir(&job.state_dir, Some(ws.root()))?;
@@ -196,7 +201,7 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
         source,
     })?;
     let spent = journal.state().spend();
-    let env = prepare::prepare(job, &ws, &dir, &control, base_oid, agent, spent)?;
+    let env = prepare::prepare(job, &ws, &dir, &control, base_oid, spent)?;
     let repo_key = match lessons::repo_key(ws.git2(), base_oid) {
         Ok(k) => Some(k),
         Err(e) => {
@@ -260,6 +265,7 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
     let mut run = Run {
         job,
         agent,
+        critic,
         id,
         dir,
         base,
@@ -268,7 +274,6 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
         journal,
         budget: Budget {
             caps: job.caps.clone(),
-            price: agent.prices(),
         },
         stop: control.stop,
         env,
@@ -345,7 +350,55 @@ pub fn git_dir_pin(run_dir: &Path, ws: &Workspace) -> Option<Pin> {
         .map(|files| Pin::from_record(ws.common_dir(), &run_dir.join("git-dir"), files))
 }
 
+/// Who runs a session of one role, and where: the CLI, its gateway
+/// vendor, binary, model and prices, its home and working directory, its
+/// sandbox.
+pub(super) struct SessionCli {
+    pub agent: &'static dyn Agent,
+    pub vendor: usize,
+    pub bin: PathBuf,
+    pub model: String,
+    pub prices: Prices,
+    pub home: PathBuf,
+    pub cwd: PathBuf,
+    pub sandbox: Option<crate::sandbox::Sandbox>,
+}
+
 impl Run<'_> {
+    /// The CLI of a role's sessions. The agent works in the worktree; the
+    /// critic, which reads the material it is given and runs no tools, in
+    /// a home of its own that no agent process can write (nothing planted
+    /// there — instructions, configuration — reaches the judge).
+    pub(super) fn cli(&self, role: Role) -> SessionCli {
+        let (agent, bin, model, v) = match role {
+            Role::Agent => (
+                self.agent,
+                &self.job.agent_bin,
+                &self.job.agent_model,
+                &self.env.agent,
+            ),
+            Role::Critic => (
+                self.critic,
+                &self.job.critic_bin,
+                &self.job.critic_model,
+                &self.env.critic,
+            ),
+        };
+        SessionCli {
+            agent,
+            vendor: v.vendor,
+            bin: bin.clone(),
+            model: model.clone(),
+            prices: Prices::new(agent.prices(), &self.job.prices),
+            home: v.home.clone(),
+            cwd: match role {
+                Role::Agent => self.ws.root().to_path_buf(),
+                Role::Critic => v.home.clone(),
+            },
+            sandbox: v.sandbox.clone(),
+        }
+    }
+
     /// Put `.git/` back as pinned (before any git operation of loopd's
     /// own); what was there instead is kept under `keep`.
     fn restore_git_dir(&self, keep: &Path) -> Result<(), JobError> {
@@ -406,12 +459,12 @@ impl Run<'_> {
     /// deadline, signals, and the job's containment scope.
     fn goal_limits(&self, deadline: Instant) -> goal::Limits<'_> {
         goal::Limits {
-            env_remove: util::SECRET_VARS,
+            env_remove: &self.env.secret_vars,
             grace: self.job.guard.grace,
             deadline: Some(deadline),
             stop: Some(self.stop.clone()),
             scope: &self.id,
-            sandbox: self.env.sandbox.as_ref(),
+            sandbox: self.env.agent.sandbox.as_ref(),
         }
     }
 

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use super::channel::JobChannel;
 use super::{Control, JobError};
-use crate::agent::gateway::{self, Gateway, Limits};
-use crate::agent::AgentCli;
+use crate::agent::gateway::{self, Gateway, Limits, Vendor};
+use crate::agent::{Agent, Prices};
 use crate::config::Job;
 use crate::guard::caps::Spend;
 use crate::guard::progress::{NudgeSettings, Nudger};
@@ -24,21 +24,34 @@ pub struct Prepared {
     /// sha256 of the judges' inputs recorded at start: the config, the
     /// rubric.
     pub integrity: Vec<(PathBuf, String)>,
-    /// The sessions' settings (the hook), passed inline on the command
-    /// line: nothing of the state dir needs to be readable by a session.
-    pub settings: String,
-    /// Removed from every session's environment: credentials never reach
-    /// the agent, its tools or its hooks (sessions get the gateway's
-    /// session token instead).
+    /// The hook's command line, passed to the CLI inline: nothing of the
+    /// state dir needs to be readable by a session.
+    pub hook_command: String,
+    /// Every credential variable (every agent's, the forge tokens'):
+    /// removed from the environment of every session and goal step —
+    /// credentials never reach the agent, its tools or its hooks (sessions
+    /// get the gateway's session token instead).
+    pub secret_vars: Vec<&'static str>,
     pub session_env_remove: Vec<std::ffi::OsString>,
     /// The metering gateway, serving while the job runs; dropped before
     /// the ending.
     pub gateway: Option<Gateway>,
-    /// The Landlock sandbox of the job's processes (`None`: unsupported or
-    /// turned off).
-    pub sandbox: Option<Sandbox>,
+    /// Where the agent's sessions (and the goal steps) run, and the
+    /// critic's.
+    pub agent: RoleEnv,
+    pub critic: RoleEnv,
     pub confinement: sandbox::Confinement,
     pub network: sandbox::Network,
+}
+
+/// What the sessions of one role run in.
+pub struct RoleEnv {
+    /// The gateway's vendor (the CLI's wire, credential and prices).
+    pub vendor: usize,
+    /// The sessions' private home (the CLI's own state).
+    pub home: PathBuf,
+    /// Their Landlock sandbox (`None`: unsupported or turned off).
+    pub sandbox: Option<Sandbox>,
 }
 
 fn write(path: &Path, text: &str) -> Result<(), JobError> {
@@ -55,7 +68,6 @@ pub fn prepare(
     dir: &Path,
     control: &Control,
     base_oid: git2::Oid,
-    agent: &dyn AgentCli,
     spent: Spend,
 ) -> Result<Prepared, JobError> {
     let mut own_files: Vec<(PathBuf, &str)> = Vec::new();
@@ -98,26 +110,54 @@ pub fn prepare(
         &dir.join("policy.json"),
         &serde_json::to_string_pretty(&policy).expect("the policy serializes"),
     )?;
+    let (agent, critic) = job.agents();
     let hook_command = format!(
-        "{} hook pre-tool-use",
-        crate::util::shell_quote(&control.loopd_exe.to_string_lossy())
+        "{} hook pre-tool-use --agent {}",
+        crate::util::shell_quote(&control.loopd_exe.to_string_lossy()),
+        agent.name()
     );
-    let settings = agent.settings(Some(&hook_command));
     write(
         &dir.join("job.json"),
         &serde_json::to_string_pretty(job).expect("job serializes"),
     )?;
-    let session_env_remove = crate::util::SECRET_VARS
-        .iter()
-        .map(|v| (*v).into())
-        .collect();
-    let (sandbox, confinement, network, listener) = sandbox_for(job, ws, dir, control)?;
-    // The credential stays in this process: sessions reach the model only
-    // through the gateway, with a per-session token.
-    let channel = JobChannel::new(policy.clone(), ws.root(), nudger, job.guard.escalation);
+    let secret_vars = crate::agent::secret_vars();
+    let session_env_remove = secret_vars.iter().map(|v| (*v).into()).collect();
+    let homes = (
+        dir.join("sandbox").join("home"),
+        dir.join("sandbox").join("critic"),
+    );
+    let (sandboxes, confinement, network, listener) = sandbox_for(job, ws, dir, control, &homes)?;
+    // The credentials stay in this process: sessions reach the model only
+    // through the gateway, with a per-session token. One vendor per CLI.
+    let mut vendors = Vec::new();
+    let mut vendor_of = |a: &'static dyn Agent| -> Result<usize, JobError> {
+        if let Some(i) = vendors.iter().position(|v: &Vendor| v.name == a.name()) {
+            return Ok(i);
+        }
+        let access = control
+            .access
+            .get(a.name())
+            .cloned()
+            .ok_or(JobError::NoAccess(a.name()))?;
+        vendors.push(Vendor {
+            name: a.name(),
+            wire: a.wire(),
+            access,
+            prices: Prices::new(a.prices(), &job.prices),
+        });
+        Ok(vendors.len() - 1)
+    };
+    let agent_vendor = vendor_of(agent)?;
+    let critic_vendor = vendor_of(critic)?;
+    let channel = JobChannel::new(
+        policy.clone(),
+        ws.root(),
+        nudger,
+        job.guard.escalation,
+        (agent, critic),
+    );
     let gateway = Gateway::start(gateway::Config {
-        access: control.access.clone(),
-        wire: agent.wire(),
+        vendors,
         limits: Limits {
             budget_usd: job.caps.budget_usd,
             max_turns: job.caps.max_turns,
@@ -128,13 +168,24 @@ pub fn prepare(
         listener,
     })
     .map_err(JobError::Gateway)?;
+    let (agent_sandbox, critic_sandbox) = sandboxes;
     Ok(Prepared {
         policy,
         integrity,
-        settings,
+        hook_command,
+        secret_vars,
         session_env_remove,
         gateway: Some(gateway),
-        sandbox,
+        agent: RoleEnv {
+            vendor: agent_vendor,
+            home: homes.0,
+            sandbox: agent_sandbox,
+        },
+        critic: RoleEnv {
+            vendor: critic_vendor,
+            home: homes.1,
+            sandbox: critic_sandbox,
+        },
         confinement,
         network,
     })
@@ -152,10 +203,14 @@ pub fn sandbox_plan(job: &Job, ws: &Workspace, loopd_exe: &Path) -> sandbox::Pla
         .map(PathBuf::from)
         .filter(|h| h.is_absolute())
         .map(|h| h.canonicalize().unwrap_or(h));
-    let programs: Vec<PathBuf> = [job.agent_bin.clone(), loopd_exe.to_path_buf()]
-        .into_iter()
-        .filter(|p| p.is_absolute())
-        .collect();
+    let programs: Vec<PathBuf> = [
+        job.agent_bin.clone(),
+        job.critic_bin.clone(),
+        loopd_exe.to_path_buf(),
+    ]
+    .into_iter()
+    .filter(|p| p.is_absolute())
+    .collect();
     sandbox::toolchains(
         std::env::var_os("PATH").as_deref(),
         home.as_deref(),
@@ -237,18 +292,21 @@ fn namespaces_for(
     }
 }
 
-/// The job's sandbox ([`sandbox_plan`]), its network, and the socket the
-/// gateway listens on (inside the job's network namespace, when it has
-/// one). Refused when required and unsupported.
+/// The job's sandboxes ([`sandbox_plan`]) — the agent's and the goal
+/// steps' with its `homes.0`, and the critic's: the same plan read-only,
+/// with `homes.1` — its network, and the socket the gateway listens on
+/// (inside the job's network namespace, when it has one). Refused when
+/// required and unsupported.
 #[allow(clippy::type_complexity)]
 fn sandbox_for(
     job: &Job,
     ws: &Workspace,
     dir: &Path,
     control: &Control,
+    homes: &(PathBuf, PathBuf),
 ) -> Result<
     (
-        Option<Sandbox>,
+        (Option<Sandbox>, Option<Sandbox>),
         sandbox::Confinement,
         sandbox::Network,
         Option<std::net::TcpListener>,
@@ -256,9 +314,15 @@ fn sandbox_for(
     JobError,
 > {
     use sandbox::{Confinement, Network};
+    for home in [&homes.0, &homes.1] {
+        crate::util::private_dir(home).map_err(|source| JobError::RunDir {
+            path: home.clone(),
+            source,
+        })?;
+    }
     if !job.sandbox.enabled {
         tracing::warn!("the sandbox is off (`[sandbox] enabled = false`): the agent can read and write whatever this user can");
-        return Ok((None, Confinement::Off, Network::Open, None));
+        return Ok(((None, None), Confinement::Off, Network::Open, None));
     }
     let plan = sandbox_plan(job, ws, &control.loopd_exe);
     let home = std::env::var_os("HOME").map(PathBuf::from);
@@ -270,8 +334,16 @@ fn sandbox_for(
     };
     let built = Sandbox::build(
         &plan,
-        &dir.join("sandbox").join("home"),
+        &homes.0,
         &dir.join("sandbox").join("tmp"),
+        env.clone(),
+        ns.clone(),
+    )
+    .map_err(JobError::Sandbox)?;
+    let critic = Sandbox::build(
+        &plan.read_only(),
+        &homes.1,
+        &dir.join("sandbox").join("critic-tmp"),
         env,
         ns,
     )
@@ -282,7 +354,7 @@ fn sandbox_for(
                 network = network.as_str(),
                 "the agent, the critic and the goal steps run in a Landlock sandbox"
             );
-            Ok((Some(s), Confinement::Landlock, network, listener))
+            Ok(((Some(s), critic), Confinement::Landlock, network, listener))
         }
         None if job.sandbox.require => Err(JobError::SandboxRequired(
             "`--require-sandbox` or `[sandbox] require`",
@@ -292,7 +364,7 @@ fn sandbox_for(
         ),
         None => {
             tracing::warn!("NO SANDBOX: {}; the agent can read and write whatever this user can (pass `--require-sandbox` to refuse)", sandbox::UNSUPPORTED);
-            Ok((None, Confinement::Unsupported, Network::Open, None))
+            Ok(((None, None), Confinement::Unsupported, Network::Open, None))
         }
     }
 }

@@ -53,8 +53,7 @@ pub struct BranchInfo {
     pub commit_accepted: Option<String>,
 }
 
-/// Cache tokens of one attempt's sessions, as the CLI's result events
-/// report them.
+/// Cache tokens of one attempt's sessions, as the gateway metered them.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct CacheTokens {
     pub read: u64,
@@ -114,7 +113,7 @@ impl Inputs {
             .and_then(|t| serde_json::from_str(&t).ok());
         let mut diffs = BTreeMap::new();
         let mut interdiffs = BTreeMap::new();
-        let mut cache = BTreeMap::new();
+        let cache = cache_tokens(&entries);
         for a in &summary.attempts {
             let dir = run_dir.join(format!("attempt-{}", a.n));
             if let Some(d) = read_patch(&dir.join("diff.patch")) {
@@ -122,9 +121,6 @@ impl Inputs {
             }
             if let Some(d) = read_patch(&dir.join("interdiff.patch")) {
                 interdiffs.insert(a.n, d);
-            }
-            if let Some(c) = cache_tokens(&dir) {
-                cache.insert(a.n, c);
             }
         }
         Inputs {
@@ -149,26 +145,19 @@ fn read_patch(path: &Path) -> Option<String> {
     Some(crate::goal::head_and_tail(&text, MAX_PATCH))
 }
 
-/// Sum the cache tokens of every result event in an attempt's stream logs
-/// (`agent-stream.jsonl`, `critic-stream.jsonl`); `None` when no log has one.
-fn cache_tokens(attempt_dir: &Path) -> Option<CacheTokens> {
-    let mut found = None::<CacheTokens>;
-    for role in ["agent", "critic"] {
-        let Ok(text) = std::fs::read_to_string(attempt_dir.join(format!("{role}-stream.jsonl")))
-        else {
-            continue;
-        };
-        for line in text.lines().filter(|l| l.contains("\"result\"")) {
-            if let Ok(crate::agent::events::Event::Result(r)) =
-                crate::agent::events::parse_line(line)
-            {
-                let c = found.get_or_insert_with(CacheTokens::default);
-                c.read += r.usage.cache_read_input_tokens;
-                c.write += r.usage.cache_creation_input_tokens;
-            }
+/// The cache tokens of each attempt's metered calls (agent and critic
+/// together), from the journal: what the gateway read on the wire, for
+/// every agent CLI alike. An attempt without metered calls is absent.
+fn cache_tokens(entries: &[crate::journal::Entry]) -> BTreeMap<u32, CacheTokens> {
+    let mut out = BTreeMap::<u32, CacheTokens>::new();
+    for e in entries {
+        if let crate::journal::Event::MeteredCall(c) = &e.event {
+            let t = out.entry(c.attempt).or_default();
+            t.read += c.cache_read_input_tokens;
+            t.write += c.cache_creation_input_tokens;
         }
     }
-    found
+    out
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -277,19 +266,31 @@ mod tests {
         .expect("write");
         let a1 = dir.path().join("attempt-1");
         std::fs::create_dir_all(&a1).expect("mkdir");
-        std::fs::write(
-            a1.join("agent-stream.jsonl"),
-            concat!(
-                r#"{"type":"system","subtype":"init"}"#, "\n",
-                r#"{"type":"result","subtype":"success","is_error":false,"num_turns":2,"total_cost_usd":0.01,"usage":{"input_tokens":10,"output_tokens":4,"cache_creation_input_tokens":700,"cache_read_input_tokens":1200}}"#, "\n",
-            ),
-        )
-        .expect("write");
-        std::fs::write(
-            a1.join("critic-stream.jsonl"),
-            r#"{"type":"result","subtype":"success","is_error":false,"usage":{"input_tokens":1,"output_tokens":1,"cache_read_input_tokens":30}}"#,
-        )
-        .expect("write");
+        let call = |role, session, write, read| {
+            crate::journal::Event::MeteredCall(crate::agent::gateway::MeteredCall {
+                attempt: 1,
+                role,
+                session,
+                model: "m".into(),
+                message_id: "id".into(),
+                status: 200,
+                input_tokens: 10,
+                output_tokens: 4,
+                cache_creation_input_tokens: write,
+                cache_read_input_tokens: read,
+                cost_usd: 0.01,
+                latency_ms: 1,
+                wall_ms: 1,
+                settled: Default::default(),
+                clamped_max_tokens: None,
+            })
+        };
+        use crate::agent::Role;
+        let mut j = crate::journal::Journal::open(dir.path()).expect("journal");
+        j.append(call(Role::Agent, 0, 500, 1000)).expect("append");
+        j.append(call(Role::Agent, 0, 200, 200)).expect("append");
+        j.append(call(Role::Critic, 1, 0, 30)).expect("append");
+        drop(j);
         std::fs::write(a1.join("diff.patch"), "+x\n").expect("write");
         let inputs = Inputs::load(
             dir.path(),

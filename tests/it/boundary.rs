@@ -136,7 +136,7 @@ fn upstream_bill(model: &ScriptedModel) -> f64 {
         .bursts()
         .iter()
         .map(|b| {
-            loopd::agent::Price::for_model(&b.model).cost(&loopd::agent::events::Usage {
+            crate::support::price(&b.model).cost(&loopd::agent::events::Usage {
                 input_tokens: b.usage.input_tokens,
                 output_tokens: b.usage.output_tokens,
                 ..Default::default()
@@ -148,7 +148,7 @@ fn upstream_bill(model: &ScriptedModel) -> f64 {
         .iter()
         .filter(|q| q.scripted)
         .map(|q| {
-            loopd::agent::Price::for_model(&q.model).cost(&loopd::agent::events::Usage {
+            crate::support::price(&q.model).cost(&loopd::agent::events::Usage {
                 input_tokens: 100,
                 output_tokens: 20,
                 ..Default::default()

@@ -215,16 +215,21 @@ fn walk(plan: Plan, crash: Option<&str>) -> (Outcome, Vec<String>) {
             "a finished session ran twice at {crash:?}: {finished:?}\n{}",
             log()
         );
-        let wt = env
-            .state
-            .join("worktrees")
-            .join(id)
-            .to_string_lossy()
-            .into_owned();
+        // The agent works in the job's worktree, the critic in a home of
+        // its own in the run dir.
+        let dirs = [
+            env.state.join("worktrees").join(id),
+            env.state
+                .join("runs")
+                .join(id)
+                .join("sandbox")
+                .join("critic"),
+        ]
+        .map(|d| d.to_string_lossy().into_owned());
         let seen: usize = [Role::Agent, Role::Critic]
             .iter()
             .flat_map(|r| model.session_counts_per_dir(*r))
-            .filter(|(d, _)| *d == wt)
+            .filter(|(d, _)| dirs.contains(d))
             .map(|(_, n)| n)
             .sum();
         assert!(

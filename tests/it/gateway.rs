@@ -204,7 +204,7 @@ fn totals_equal_the_scripted_usage_exactly() {
     let usd: f64 = scripted
         .iter()
         .map(|(u, m)| {
-            loopd::agent::Price::for_model(m).cost(&loopd::agent::events::Usage {
+            crate::support::price(m).cost(&loopd::agent::events::Usage {
                 input_tokens: u.input_tokens,
                 output_tokens: u.output_tokens,
                 cache_creation_input_tokens: u.cache_creation_input_tokens,
@@ -363,7 +363,7 @@ fn no_credential_exits_five_before_the_baseline() {
     assert_eq!(r.code, 5, "{}", r.stderr);
     assert_contains_all(
         &r.stderr,
-        &["set ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN; see README"],
+        &["set ANTHROPIC_API_KEY or CLAUDE_CODE_OAUTH_TOKEN"],
         "stderr",
     );
     assert!(model.requests().is_empty());
@@ -433,20 +433,24 @@ mod in_process {
     use std::time::Duration;
 
     use loopd::agent::gateway::{
-        Access, Config, Credential, Gateway, Limits, NoChannel, Settled, Spend, Tag,
+        Access, Config, Credential, Gateway, Limits, NoChannel, Settled, Spend, Tag, Vendor,
     };
-    use loopd::agent::{AgentCli, ClaudeCode, Price, Role};
+    use loopd::agent::{Agent, ClaudeCode, Prices, Role};
 
     use crate::support::model::ScriptedModel;
     use crate::support::scenario;
 
     fn gateway(model: &ScriptedModel, budget_usd: f64) -> Gateway {
         Gateway::start(Config {
-            access: Access {
-                credential: Credential::ApiKey("sk-ant-real".into()),
-                upstream: model.base_url(),
-            },
-            wire: ClaudeCode.wire(),
+            vendors: vec![Vendor {
+                name: ClaudeCode.name(),
+                wire: ClaudeCode.wire(),
+                access: Access {
+                    credential: Credential::ApiKey("sk-ant-real".into()),
+                    upstream: model.base_url(),
+                },
+                prices: Prices::of_table(ClaudeCode.prices()),
+            }],
             limits: Limits {
                 budget_usd,
                 max_turns: 10_000,
@@ -478,7 +482,7 @@ mod in_process {
             .bursts()
             .iter()
             .map(|b| {
-                Price::for_model(&b.model).cost(&loopd::agent::events::Usage {
+                crate::support::price(&b.model).cost(&loopd::agent::events::Usage {
                     input_tokens: b.usage.input_tokens,
                     output_tokens: b.usage.output_tokens,
                     ..Default::default()
@@ -496,7 +500,7 @@ mod in_process {
         for budget in [0.3, 1.0, 3.0] {
             let mut gw = gateway(&model, budget);
             let before = bill(&model);
-            let token = gw.open_session(tag());
+            let token = gw.open_session(tag(), 0);
             let url = format!("{}/v1/messages?beta=true", gw.base_url());
             let client = reqwest::Client::new();
             let mut tasks = Vec::new();
@@ -565,7 +569,7 @@ mod in_process {
     async fn every_other_target_is_refused_before_the_upstream() {
         let model = ScriptedModel::start(scenario(vec![], vec![]));
         let gw = gateway(&model, 100.0);
-        let token = gw.open_session(tag());
+        let token = gw.open_session(tag(), 0);
         let addr = gw.base_url().trim_start_matches("http://").to_owned();
         let mut targets = Vec::new();
         for prefix in [

@@ -231,6 +231,12 @@ impl TestEnv {
 
 /// The `loopd` under test: this build's, or the one `LOOPD_TEST_BIN` names
 /// (to run an attack against an earlier release and see it succeed there).
+/// A Claude model's price, as the gateway bills it.
+pub fn price(model: &str) -> loopd::agent::Price {
+    use loopd::agent::Agent;
+    loopd::agent::ClaudeCode.prices()(model)
+}
+
 pub fn loopd_bin() -> PathBuf {
     std::env::var_os("LOOPD_TEST_BIN")
         .map(PathBuf::from)

@@ -1,5 +1,6 @@
 //! The scripted model: a loopback HTTP server that speaks the Anthropic
-//! Messages API (SSE streaming) and plays back scripted turns.
+//! Messages API (SSE streaming) — and the OpenAI Responses API, for Codex
+//! ([`responses`]) — and plays back scripted turns.
 //!
 //! The real Claude Code CLI is pointed at it with `ANTHROPIC_BASE_URL`, so the
 //! CLI really runs its tools, permissions and hooks on a fixture repository;
@@ -214,6 +215,8 @@ struct State {
     /// each in its own worktree): sessions are counted per directory.
     per_dir: bool,
     started_in: HashMap<(String, Role), usize>,
+    /// Requests so far of each Codex session (its next turn).
+    codex_turns: HashMap<String, usize>,
     /// Choose a new session's script by what its first request says
     /// (instead of by order): a session re-run after a crash then gets the
     /// same script as the first time.
@@ -434,13 +437,17 @@ async fn handle(
     if method == Method::HEAD || method == Method::GET {
         return StatusCode::OK.into_response();
     }
-    if method != Method::POST || normalised(uri.path()) != "/v1/messages" {
+    let path = normalised(uri.path());
+    if method != Method::POST || (path != "/v1/messages" && path != "/v1/responses") {
         return StatusCode::NOT_FOUND.into_response();
     }
     let body: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => return (StatusCode::BAD_REQUEST, format!("bad json: {e}")).into_response(),
     };
+    if path == "/v1/responses" {
+        return responses(state, headers, body, credential).await;
+    }
     if let Some(spec) = first_prompt(&body).strip_prefix("LOOPD-BURST") {
         return burst(&state, &body, spec);
     }
@@ -479,43 +486,9 @@ async fn handle(
 
     let turn = {
         let mut st = state.lock().expect("model state");
-        let scripts = match role {
-            Role::Agent => st.scenario.agent.clone(),
-            Role::Critic => st.scenario.critic.clone(),
-        };
-        let (session, instead) = match st.sessions.get(&session_id) {
-            Some(&(_, index, instead)) => (index, instead),
-            None => {
-                *st.started.entry(role).or_insert(0) += 1;
-                let key = (
-                    if st.per_dir {
-                        cwd.clone()
-                    } else {
-                        String::new()
-                    },
-                    role,
-                );
-                let picked = st.pick.as_ref().and_then(|p| p(role, &body));
-                let counter = st.started_in.entry(key).or_insert(0);
-                let index = picked.unwrap_or(*counter);
-                *counter += 1;
-                let prompt = first_prompt(&body);
-                let instead = scripts
-                    .get(index)
-                    .and_then(|s| s.when_prompt_contains.as_deref())
-                    .is_some_and(|needle| prompt.contains(needle));
-                st.sessions
-                    .insert(session_id.clone(), (role, index, instead));
-                (index, instead)
-            }
-        };
-        let turn = scripts
-            .get(session)
-            .and_then(|s| match (&s.instead, instead) {
-                (Some(alt), true) => alt.turns.get(turn_index),
-                _ => s.turns.get(turn_index),
-            })
-            .cloned();
+        let prompt = first_prompt(&body);
+        let (session, instead) = session_of(&mut st, &session_id, role, &cwd, &body, &prompt);
+        let turn = scripted_turn(&st, role, session, instead, turn_index);
         st.log.push(Recorded {
             role,
             session,
@@ -563,6 +536,256 @@ async fn handle(
         )
     } else {
         json_response(message_id, model, blocks, turn.usage)
+    }
+}
+
+/// The script index of a session (and whether it plays its `instead`),
+/// assigned when its first request arrives.
+fn session_of(
+    st: &mut State,
+    session_id: &str,
+    role: Role,
+    cwd: &str,
+    body: &Value,
+    prompt: &str,
+) -> (usize, bool) {
+    if let Some(&(_, index, instead)) = st.sessions.get(session_id) {
+        return (index, instead);
+    }
+    *st.started.entry(role).or_insert(0) += 1;
+    let key = (
+        if st.per_dir {
+            cwd.to_owned()
+        } else {
+            String::new()
+        },
+        role,
+    );
+    let picked = st.pick.as_ref().and_then(|p| p(role, body));
+    let counter = st.started_in.entry(key).or_insert(0);
+    let index = picked.unwrap_or(*counter);
+    *counter += 1;
+    let scripts = match role {
+        Role::Agent => &st.scenario.agent,
+        Role::Critic => &st.scenario.critic,
+    };
+    let instead = scripts
+        .get(index)
+        .and_then(|s| s.when_prompt_contains.as_deref())
+        .is_some_and(|needle| prompt.contains(needle));
+    st.sessions
+        .insert(session_id.to_owned(), (role, index, instead));
+    (index, instead)
+}
+
+/// The turn a session plays next, if its script has one.
+fn scripted_turn(
+    st: &State,
+    role: Role,
+    session: usize,
+    instead: bool,
+    turn: usize,
+) -> Option<Turn> {
+    let scripts = match role {
+        Role::Agent => &st.scenario.agent,
+        Role::Critic => &st.scenario.critic,
+    };
+    scripts
+        .get(session)
+        .and_then(|s| match (&s.instead, instead) {
+            (Some(alt), true) => alt.turns.get(turn),
+            _ => s.turns.get(turn),
+        })
+        .cloned()
+}
+
+/// The OpenAI Responses API, as Codex calls it (`POST /v1/responses`,
+/// SSE): the same scenario, played for Codex sessions. A session is the
+/// thread id of `x-codex-turn-metadata`; a request asking for a JSON-schema
+/// answer (`text.format`) is a critic's; the turn is the number of requests
+/// the session made before. Claude-shaped tool calls become what a Codex
+/// model would ask for: every one a command for its `exec_command` tool
+/// (`Write` a heredoc, `Edit` a Python one-liner, `Read` a `cat`), and the
+/// critic's `StructuredOutput` its final message, the verdict's JSON.
+async fn responses(
+    state: Arc<Mutex<State>>,
+    headers: HeaderMap,
+    body: Value,
+    credential: Option<String>,
+) -> Response {
+    let metadata: Value = headers
+        .get("x-codex-turn-metadata")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| serde_json::from_str(v).ok())
+        .unwrap_or(Value::Null);
+    let session_id = metadata["thread_id"]
+        .as_str()
+        .or_else(|| headers.get("thread-id").and_then(|v| v.to_str().ok()))
+        .unwrap_or("no-session")
+        .to_owned();
+    let role = if body["text"]["format"]["type"] == "json_schema" {
+        Role::Critic
+    } else {
+        Role::Agent
+    };
+    let model = body["model"].as_str().unwrap_or("unknown").to_owned();
+    let cwd = codex_cwd(&body)
+        .or_else(|| {
+            metadata["workspaces"]
+                .as_object()
+                .and_then(|w| w.keys().next().cloned())
+        })
+        .unwrap_or_default();
+    let prompt = codex_prompt(&body);
+    let (turn, turn_index) = {
+        let mut st = state.lock().expect("model state");
+        let turn_index = {
+            let n = st.codex_turns.entry(session_id.clone()).or_insert(0);
+            *n += 1;
+            *n - 1
+        };
+        let (session, instead) = session_of(&mut st, &session_id, role, &cwd, &body, &prompt);
+        let turn = scripted_turn(&st, role, session, instead, turn_index);
+        st.log.push(Recorded {
+            role,
+            session,
+            turn: turn_index,
+            session_id: session_id.clone(),
+            model: model.clone(),
+            scripted: turn.is_some(),
+            api_key: credential,
+            x_api_key: header(&headers, "x-api-key"),
+            authorization: header(&headers, "authorization"),
+            anthropic_beta: None,
+            body: body.clone(),
+        });
+        (turn, turn_index)
+    };
+    let Some(turn) = turn else {
+        return api_error(400, "scenario exhausted: no scripted turn for this request");
+    };
+    if turn.delay_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(turn.delay_ms)).await;
+    }
+    if let Some(err) = &turn.error {
+        return api_error(err.status, &err.message);
+    }
+    let id = format!("resp_scripted_{}_{}", short(&session_id), turn_index);
+    let mut items = Vec::new();
+    for (i, block) in turn.blocks.iter().enumerate() {
+        match block {
+            Block::Text { text } => items.push(codex_message(text)),
+            Block::ToolUse { name, input } => {
+                let input = substitute(input, &cwd);
+                match name.as_str() {
+                    "StructuredOutput" => items.push(codex_message(&input.to_string())),
+                    _ => items.push(json!({
+                        "type": "function_call",
+                        "id": format!("fc_{id}_{i}"),
+                        "call_id": format!("call_{id}_{i}"),
+                        "name": "exec_command",
+                        "arguments": json!({ "cmd": codex_command(name, &input) }).to_string(),
+                    })),
+                }
+            }
+        }
+    }
+    let u = turn.usage;
+    let mut events = vec![sse(
+        "response.created",
+        json!({"type": "response.created", "response": {"id": id, "model": model}}),
+    )];
+    let stall = turn.stall_after_start_ms;
+    for item in items {
+        events.push(sse(
+            "response.output_item.done",
+            json!({"type": "response.output_item.done", "item": item}),
+        ));
+    }
+    let all_input = u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens;
+    events.push(sse(
+        "response.completed",
+        json!({"type": "response.completed", "response": {"id": id, "model": model, "usage": {
+            "input_tokens": all_input,
+            "input_tokens_details": {"cached_tokens": u.cache_read_input_tokens},
+            "output_tokens": u.output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": all_input + u.output_tokens}}}),
+    ));
+    let mut events = events.into_iter();
+    let first = events.next().expect("response.created");
+    let stream =
+        futures_util::stream::once(async move { Ok::<_, std::convert::Infallible>(first) })
+            .chain(futures_util::stream::once(async move {
+                if stall > 0 {
+                    tokio::time::sleep(Duration::from_millis(stall)).await;
+                }
+                Ok::<_, std::convert::Infallible>(Bytes::new())
+            }))
+            .chain(futures_util::stream::iter(events.map(Ok)));
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "text/event-stream")
+        .header("cache-control", "no-cache")
+        .body(Body::from_stream(stream))
+        .expect("sse response")
+}
+
+fn header(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+fn codex_message(text: &str) -> Value {
+    json!({"type": "message", "role": "assistant", "id": "msg_scripted",
+           "content": [{"type": "output_text", "text": text}]})
+}
+
+/// The user messages' text: Codex's environment context and the prompt
+/// (with the critic's material appended).
+fn codex_prompt(body: &Value) -> String {
+    body["input"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| i["type"] == "message" && i["role"] == "user")
+        .flat_map(|i| i["content"].as_array().into_iter().flatten())
+        .filter_map(|c| c["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The working directory Codex states in its environment context.
+fn codex_cwd(body: &Value) -> Option<String> {
+    let text = codex_prompt(body);
+    let start = text.find("<cwd>")? + "<cwd>".len();
+    let end = text[start..].find("</cwd>")? + start;
+    Some(text[start..end].trim().to_owned())
+}
+
+/// A Claude Code tool call as the shell command a Codex model would run.
+fn codex_command(name: &str, input: &Value) -> String {
+    let s = |k: &str| input[k].as_str().unwrap_or_default().to_owned();
+    let q = |v: &str| format!("'{}'", v.replace('\'', r"'\''"));
+    match name {
+        "Bash" => s("command"),
+        "Read" => format!("cat {}", q(&s("file_path"))),
+        "Write" => {
+            let content = s("content");
+            let body = content.strip_suffix('\n').unwrap_or(&content);
+            format!("cat > {} <<'LOOPD_EOF'\n{body}\nLOOPD_EOF", q(&s("file_path")))
+        }
+        "Edit" => format!(
+            "python3 -c 'import sys,pathlib; p=pathlib.Path(sys.argv[1]); p.write_text(p.read_text().replace(sys.argv[2], sys.argv[3], 1))' {} {} {}",
+            q(&s("file_path")),
+            q(&s("old_string")),
+            q(&s("new_string"))
+        ),
+        "Grep" => format!("grep -rn {} .", q(&s("pattern"))),
+        "Glob" => format!("ls -d {}", s("pattern")),
+        other => format!("echo {}", q(&format!("(no such tool here: {other})"))),
     }
 }
 

@@ -11,11 +11,12 @@ use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 
+use super::OAUTH_BETA;
 use crate::agent::events::Usage;
+use crate::agent::gateway::json::top_level_value;
 use crate::agent::gateway::spend::Ask;
 use crate::agent::gateway::target::{Endpoint, Kind};
-use crate::agent::gateway::{Credential, Meter, Reading, Wire, OAUTH_BETA};
-use crate::agent::Price;
+use crate::agent::gateway::{Credential, Meter, Reading, Wire};
 
 /// What the gateway forwards for Claude Code: model calls and token
 /// counting, with or without the CLI's `?beta=true`. Nothing else.
@@ -33,10 +34,6 @@ pub const ENDPOINTS: &[Endpoint] = &[
         kind: Kind::Free,
     },
 ];
-
-/// Added to a request's size for the input tokens it does not show (the
-/// API's own tool-use system prompt).
-pub const INPUT_MARGIN: u64 = 4096;
 
 /// Tool types the model may call that run on the client (the CLI): every
 /// other `type` is a server tool that reaches the network from the
@@ -111,7 +108,7 @@ impl Anthropic {
             Ask {
                 model: b.model,
                 max_tokens: b.max_tokens,
-                input_bound: body.len() as u64 + INPUT_MARGIN,
+                input_bound: body.len() as u64 + crate::agent::gateway::spend::INPUT_MARGIN,
             },
             thinking,
         ))
@@ -162,6 +159,11 @@ impl Wire for Anthropic {
                     out.insert(HeaderName::from_static("x-api-key"), v);
                 }
             }
+            Credential::Bearer(t) => {
+                if let Ok(v) = HeaderValue::from_str(&format!("Bearer {t}")) {
+                    out.insert(hyper::header::AUTHORIZATION, v);
+                }
+            }
             Credential::OAuth(t) => {
                 if let Ok(v) = HeaderValue::from_str(&format!("Bearer {t}")) {
                     out.insert(hyper::header::AUTHORIZATION, v);
@@ -191,182 +193,6 @@ impl Wire for Anthropic {
             serde_json::json!({"type": "error", "error": {"type": kind, "message": message}});
         Bytes::from(body.to_string())
     }
-
-    fn price(&self, model: &str) -> Price {
-        super::price(model)
-    }
-}
-
-/// Where a top-level key's value is in a JSON object, when the object is
-/// well-formed up to it and the key appears once. Keys are compared after
-/// decoding their escapes, as a JSON parser would.
-pub fn top_level_value(body: &[u8], key: &str) -> Option<std::ops::Range<usize>> {
-    let mut s = Scanner { b: body, i: 0 };
-    s.ws();
-    s.eat(b'{')?;
-    let mut found = None;
-    loop {
-        s.ws();
-        if s.peek()? == b'}' {
-            return found;
-        }
-        let k = s.string()?;
-        s.ws();
-        s.eat(b':')?;
-        s.ws();
-        let start = s.i;
-        s.value(0)?;
-        if k == key {
-            if found.is_some() {
-                return None;
-            }
-            found = Some(start..s.i);
-        }
-        s.ws();
-        match s.next()? {
-            b',' => continue,
-            b'}' => return found,
-            _ => return None,
-        }
-    }
-}
-
-struct Scanner<'a> {
-    b: &'a [u8],
-    i: usize,
-}
-
-/// Deeper than any request a CLI sends; deeper input is not scanned.
-const MAX_DEPTH: usize = 256;
-
-impl Scanner<'_> {
-    fn peek(&self) -> Option<u8> {
-        self.b.get(self.i).copied()
-    }
-
-    fn next(&mut self) -> Option<u8> {
-        let c = self.peek()?;
-        self.i += 1;
-        Some(c)
-    }
-
-    fn eat(&mut self, c: u8) -> Option<()> {
-        (self.next()? == c).then_some(())
-    }
-
-    fn ws(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
-            self.i += 1;
-        }
-    }
-
-    /// A string, decoded (escapes included); `None` when malformed.
-    fn string(&mut self) -> Option<String> {
-        self.eat(b'"')?;
-        let mut out: Vec<u16> = Vec::new();
-        let mut raw: Vec<u8> = Vec::new();
-        loop {
-            match self.next()? {
-                b'"' => break,
-                b'\\' => {
-                    let esc = self.next()?;
-                    let c = match esc {
-                        b'"' => '"',
-                        b'\\' => '\\',
-                        b'/' => '/',
-                        b'b' => '\u{8}',
-                        b'f' => '\u{c}',
-                        b'n' => '\n',
-                        b'r' => '\r',
-                        b't' => '\t',
-                        b'u' => {
-                            let hex = self.b.get(self.i..self.i + 4)?;
-                            let n = u16::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
-                            self.i += 4;
-                            flush(&mut raw, &mut out)?;
-                            out.push(n);
-                            continue;
-                        }
-                        _ => return None,
-                    };
-                    raw.extend_from_slice(c.to_string().as_bytes());
-                }
-                c if c < 0x20 => return None,
-                c => raw.push(c),
-            }
-        }
-        flush(&mut raw, &mut out)?;
-        String::from_utf16(&out).ok()
-    }
-
-    fn value(&mut self, depth: usize) -> Option<()> {
-        if depth > MAX_DEPTH {
-            return None;
-        }
-        match self.peek()? {
-            b'"' => self.string().map(drop),
-            b'{' => {
-                self.i += 1;
-                self.ws();
-                if self.peek()? == b'}' {
-                    self.i += 1;
-                    return Some(());
-                }
-                loop {
-                    self.ws();
-                    self.string()?;
-                    self.ws();
-                    self.eat(b':')?;
-                    self.ws();
-                    self.value(depth + 1)?;
-                    self.ws();
-                    match self.next()? {
-                        b',' => continue,
-                        b'}' => return Some(()),
-                        _ => return None,
-                    }
-                }
-            }
-            b'[' => {
-                self.i += 1;
-                self.ws();
-                if self.peek()? == b']' {
-                    self.i += 1;
-                    return Some(());
-                }
-                loop {
-                    self.ws();
-                    self.value(depth + 1)?;
-                    self.ws();
-                    match self.next()? {
-                        b',' => continue,
-                        b']' => return Some(()),
-                        _ => return None,
-                    }
-                }
-            }
-            _ => {
-                // A number or a literal: up to the next delimiter.
-                let start = self.i;
-                while let Some(c) = self.peek() {
-                    if matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r') {
-                        break;
-                    }
-                    self.i += 1;
-                }
-                (self.i > start).then_some(())
-            }
-        }
-    }
-}
-
-/// Move raw UTF-8 bytes into the UTF-16 buffer.
-fn flush(raw: &mut Vec<u8>, out: &mut Vec<u16>) -> Option<()> {
-    if !raw.is_empty() {
-        out.extend(std::str::from_utf8(raw).ok()?.encode_utf16());
-        raw.clear();
-    }
-    Some(())
 }
 
 /// Reads the usage of one Messages API response as it passes.

@@ -111,8 +111,8 @@ pub struct HookInput {
 #[serde(tag = "decision", rename_all = "snake_case")]
 pub enum HookDecision {
     Allow,
-    /// Denied with a hint, not a tamper finding (the nudge before a
-    /// `stuck_repeat` stop).
+    /// Denied with a hint, not a tamper finding: the nudge before a
+    /// `stuck_repeat` stop; a tool the critic does not get.
     Nudge {
         reason: String,
     },

@@ -35,6 +35,7 @@
 //! URL and token, so it is metered and capped like the agent itself.
 
 pub mod channel;
+pub mod json;
 pub mod spend;
 pub mod target;
 
@@ -53,41 +54,22 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, watch};
 
 use super::events::Usage;
-use super::{Price, Role};
+use super::{Prices, Role};
 pub use channel::{Channel, GatewayEvent, NoChannel};
 pub use spend::{Grant, Limits, Refusal, Spend};
 use target::{Endpoint, Kind};
 
-/// The public API, when the user names no other upstream.
-pub const DEFAULT_UPSTREAM: &str = "https://api.anthropic.com";
-
-/// Where the upstream is read from (and what sessions get, pointing at the
-/// gateway).
-pub const BASE_URL_VAR: &str = "ANTHROPIC_BASE_URL";
-
-/// Credential variables, in the order they are picked.
-pub const CREDENTIAL_VARS: [&str; 3] = [
-    crate::util::API_KEY_VAR,
-    "CLAUDE_CODE_OAUTH_TOKEN",
-    "ANTHROPIC_AUTH_TOKEN",
-];
-
-/// Modes in which the CLI talks to another cloud's API: not metered, so
-/// refused.
-pub const UNMETERED_MODES: [&str; 2] = ["CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX"];
-
-/// The beta flag the API wants on requests authorized by an OAuth token.
-pub const OAUTH_BETA: &str = "oauth-2025-04-20";
-
 /// The real credential: only ever in loopd's memory and on the upstream
-/// request.
+/// request (where and how, the agent's [`Wire`] decides).
 #[derive(Clone, PartialEq, Eq)]
 pub enum Credential {
-    /// `ANTHROPIC_API_KEY`: sent as `x-api-key`.
+    /// An API key sent in a header of its own (`x-api-key`).
     ApiKey(String),
-    /// `CLAUDE_CODE_OAUTH_TOKEN` / `ANTHROPIC_AUTH_TOKEN`: sent as
-    /// `Authorization: Bearer`, with the OAuth beta flag.
+    /// A subscription's OAuth token, sent as a bearer with the provider's
+    /// OAuth flag.
     OAuth(String),
+    /// An API key sent as `Authorization: Bearer`.
+    Bearer(String),
 }
 
 /// Never print a credential, not even in a debug log.
@@ -96,22 +78,27 @@ impl std::fmt::Debug for Credential {
         f.write_str(match self {
             Credential::ApiKey(_) => "Credential::ApiKey(<redacted>)",
             Credential::OAuth(_) => "Credential::OAuth(<redacted>)",
+            Credential::Bearer(_) => "Credential::Bearer(<redacted>)",
         })
     }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum CredentialError {
-    #[error("no model credential: none of {} is set", CREDENTIAL_VARS.join(", "))]
-    Missing,
-    #[error(
-        "`{var}` is set: loopd cannot meter or cap Bedrock/Vertex calls, so it refuses to run them"
-    )]
+    #[error("no model credential for {agent}: none of {} is set", vars.join(", "))]
+    Missing {
+        agent: &'static str,
+        vars: Vec<&'static str>,
+    },
+    #[error("`{var}` is set: loopd cannot meter or cap those calls, so it refuses to run them")]
     Unmetered { var: String },
 }
 
-/// The credential and the upstream, picked once when loopd starts — before
-/// anything of a job runs.
+/// The credentials picked when loopd started, by agent name.
+pub type AccessMap = std::collections::BTreeMap<&'static str, Access>;
+
+/// The credential and the upstream of one agent, picked once when loopd
+/// starts — before anything of a job runs.
 #[derive(Debug, Clone)]
 pub struct Access {
     pub credential: Credential,
@@ -120,42 +107,15 @@ pub struct Access {
 }
 
 impl Access {
-    /// Pick from variables (`get` reads one; empty counts as unset): the API
-    /// key first, then an OAuth token; the upstream from
-    /// `ANTHROPIC_BASE_URL`, else the public API.
-    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Access, CredentialError> {
-        let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
-        if let Some(var) = UNMETERED_MODES
-            .iter()
-            .find(|v| get(v).is_some_and(|x| !matches!(x.trim(), "0" | "false")))
-        {
-            return Err(CredentialError::Unmetered {
-                var: (*var).to_owned(),
-            });
-        }
-        let credential = match (
-            get(CREDENTIAL_VARS[0]),
-            get(CREDENTIAL_VARS[1]),
-            get(CREDENTIAL_VARS[2]),
-        ) {
-            (Some(k), _, _) => Credential::ApiKey(k.trim().to_owned()),
-            (None, Some(t), _) | (None, None, Some(t)) => Credential::OAuth(t.trim().to_owned()),
-            (None, None, None) => return Err(CredentialError::Missing),
-        };
-        let upstream = get(BASE_URL_VAR)
-            .unwrap_or_else(|| DEFAULT_UPSTREAM.to_owned())
+    /// The upstream from a variable's value, else `default`, without a
+    /// trailing slash.
+    pub fn upstream(value: Option<String>, default: &str) -> String {
+        value
+            .filter(|v| !v.trim().is_empty())
+            .unwrap_or_else(|| default.to_owned())
             .trim()
             .trim_end_matches('/')
-            .to_owned();
-        Ok(Access {
-            credential,
-            upstream,
-        })
-    }
-
-    /// From loopd's own environment.
-    pub fn from_env() -> Result<Access, CredentialError> {
-        Access::from_vars(|k| std::env::var(k).ok())
+            .to_owned()
     }
 }
 
@@ -274,8 +234,25 @@ pub trait Wire: Send + Sync {
     fn upstream_headers(&self, from: &HeaderMap, credential: &Credential) -> HeaderMap;
     /// An error body in the protocol's own shape.
     fn error_body(&self, kind: &str, message: &str) -> Bytes;
-    /// A model's price.
-    fn price(&self, model: &str) -> Price;
+}
+
+/// One agent's way out through the gateway: its protocol, its credential
+/// and upstream, its prices.
+#[derive(Clone)]
+pub struct Vendor {
+    pub name: &'static str,
+    pub wire: Arc<dyn Wire>,
+    pub access: Access,
+    pub prices: Prices,
+}
+
+impl std::fmt::Debug for Vendor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Vendor")
+            .field("name", &self.name)
+            .field("upstream", &self.access.upstream)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -292,8 +269,9 @@ pub enum GatewayError {
 
 /// What a gateway needs to start.
 pub struct Config {
-    pub access: Access,
-    pub wire: Arc<dyn Wire>,
+    /// The agents its sessions are (a job's agent and critic may be of two
+    /// vendors); a session talks its own vendor's protocol only.
+    pub vendors: Vec<Vendor>,
     /// The job's caps, and what it spent before this gateway started.
     pub limits: Limits,
     pub before: Spend,
@@ -307,14 +285,15 @@ pub struct Config {
 struct Open {
     token: String,
     tag: Tag,
+    vendor: usize,
 }
 
 struct Shared {
-    access: Access,
-    wire: Arc<dyn Wire>,
+    vendors: Vec<Vendor>,
+    /// Each vendor's endpoints and loopd's own.
+    endpoints: Vec<Vec<Endpoint>>,
     channel: Arc<dyn Channel>,
     client: reqwest::Client,
-    endpoints: Vec<Endpoint>,
     open: Mutex<Option<Open>>,
     /// The last session's tag: what a call still in flight after its
     /// session closed is billed to.
@@ -355,23 +334,34 @@ impl Gateway {
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|source| GatewayError::Client {
-                upstream: config.access.upstream.clone(),
+                upstream: config
+                    .vendors
+                    .iter()
+                    .map(|v| v.access.upstream.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 source,
             })?;
         let (tx, rx) = mpsc::unbounded_channel();
-        let mut endpoints = config.wire.endpoints().to_vec();
-        endpoints.extend_from_slice(target::LOOPD_ENDPOINTS);
+        let endpoints = config
+            .vendors
+            .iter()
+            .map(|v| {
+                let mut e = v.wire.endpoints().to_vec();
+                e.extend_from_slice(target::LOOPD_ENDPOINTS);
+                e
+            })
+            .collect();
         let tag = Tag {
             role: Role::Agent,
             attempt: 0,
             session: 0,
         };
         let shared = Arc::new(Shared {
-            access: config.access,
-            wire: config.wire,
+            vendors: config.vendors,
+            endpoints,
             channel: config.channel,
             client,
-            endpoints,
             open: Mutex::new(None),
             last_tag: Mutex::new(tag),
             ledger: Mutex::new(spend::Ledger::new(config.limits, config.before)),
@@ -383,7 +373,9 @@ impl Gateway {
             escalated: AtomicU64::new(0),
         });
         let task = tokio::spawn(accept_loop(listener, shared.clone()));
-        tracing::info!(%addr, upstream = %shared.access.upstream, "metering gateway listening");
+        for v in &shared.vendors {
+            tracing::info!(%addr, agent = v.name, upstream = %v.access.upstream, "metering gateway listening");
+        }
         Ok(Gateway {
             addr,
             shared,
@@ -402,13 +394,16 @@ impl Gateway {
         format!("http://{}", self.addr)
     }
 
-    /// Open a session: calls from now on are billed to `tag`, and only the
-    /// token returned is valid (the previous session's no longer is).
-    pub fn open_session(&self, tag: Tag) -> String {
+    /// Open a session of the agent `vendor` (an index into the vendors it
+    /// started with): calls from now on are billed to `tag` and must speak
+    /// that vendor's protocol, and only the token returned is valid (the
+    /// previous session's no longer is).
+    pub fn open_session(&self, tag: Tag, vendor: usize) -> String {
         let token = session_token();
         *lock(&self.shared.open) = Some(Open {
             token: token.clone(),
             tag,
+            vendor: vendor.min(self.shared.vendors.len().saturating_sub(1)),
         });
         *lock(&self.shared.last_tag) = tag;
         self.shared.refused.store(0, Ordering::Relaxed);
@@ -564,17 +559,18 @@ fn respond(status: StatusCode, body: Bytes) -> Response<GatewayBody> {
 }
 
 impl Shared {
-    /// An error in the agent protocol's own shape.
+    /// An error in the open (or first) vendor's protocol's shape.
     fn error(&self, status: StatusCode, kind: &str, message: &str) -> Response<GatewayBody> {
-        respond(status, self.wire.error_body(kind, message))
+        let v = lock(&self.open).as_ref().map_or(0, |o| o.vendor);
+        respond(status, self.vendors[v].wire.error_body(kind, message))
     }
 
-    /// The open session's tag, if `headers` carry its token.
-    fn session_of(&self, headers: &HeaderMap) -> Option<Tag> {
+    /// The open session's tag and vendor, if `headers` carry its token.
+    fn session_of(&self, headers: &HeaderMap) -> Option<(Tag, usize)> {
         let open = lock(&self.open);
         open.as_ref()
             .filter(|o| authorized(&o.token, headers))
-            .map(|o| o.tag)
+            .map(|o| (o.tag, o.vendor))
     }
 
     /// Refuse a request: logged, reported (the first ones of a session one
@@ -654,7 +650,7 @@ async fn serve(
     let started = Instant::now();
     let (parts, body) = req.into_parts();
     let (method, uri) = (&parts.method, &parts.uri);
-    let Some(tag) = shared.session_of(&parts.headers) else {
+    let Some((tag, vendor)) = shared.session_of(&parts.headers) else {
         return Err(shared.refuse(
             method,
             uri,
@@ -663,7 +659,7 @@ async fn serve(
             "this endpoint serves loopd's open session only (no valid session token)",
         ));
     };
-    let (endpoint, query) = match target::route(method, uri, &shared.endpoints) {
+    let (endpoint, query) = match target::route(method, uri, &shared.endpoints[vendor]) {
         Ok(m) => m,
         Err(miss) => {
             return Err(shared.refuse(
@@ -697,19 +693,28 @@ async fn serve(
         Kind::Hook => Ok(hook(&shared, tag, &body)),
         Kind::Escalate => Ok(escalate(&shared, tag, method, uri, &body)),
         Kind::Probe => Ok(respond(StatusCode::OK, Bytes::new())),
-        Kind::Free => forward(shared, endpoint, query, parts.headers, body, None, started).await,
-        Kind::Call => {
-            let (grant, body) = reserve(&shared, method, uri, body).map_err(|r| *r)?;
-            forward(
-                shared,
+        Kind::Free => {
+            let call = Forward {
+                vendor,
                 endpoint,
                 query,
-                parts.headers,
-                body,
-                Some(grant),
+                headers: parts.headers,
+                grant: None,
                 started,
-            )
-            .await
+            };
+            forward(shared, call, body).await
+        }
+        Kind::Call => {
+            let (grant, body) = reserve(&shared, vendor, method, uri, body).map_err(|r| *r)?;
+            let call = Forward {
+                vendor,
+                endpoint,
+                query,
+                headers: parts.headers,
+                grant: Some(grant),
+                started,
+            };
+            forward(shared, call, body).await
         }
     }
 }
@@ -789,11 +794,13 @@ fn escalate(
 /// what fits.
 fn reserve(
     shared: &Arc<Shared>,
+    vendor: usize,
     method: &hyper::Method,
     uri: &hyper::Uri,
     body: Bytes,
 ) -> Result<(Grant, Bytes), Box<Response<GatewayBody>>> {
-    let ask = shared.wire.ask(&body).map_err(|why| {
+    let v = &shared.vendors[vendor];
+    let ask = v.wire.ask(&body).map_err(|why| {
         Box::new(shared.refuse(
             method,
             uri,
@@ -802,8 +809,8 @@ fn reserve(
             &why,
         ))
     })?;
-    let price = shared.wire.price(&ask.model);
-    let min_output = shared.wire.min_output(&body);
+    let price = v.prices.of(&ask.model);
+    let min_output = v.wire.min_output(&body);
     let refused = |refusal: Refusal| {
         tracing::warn!(model = %ask.model, reason = %refusal.reason, "gateway refused a call: {}", refusal.message);
         let message = format!("loopd: {} ({})", refusal.message, refusal.reason);
@@ -815,7 +822,7 @@ fn reserve(
         return Ok((grant, body));
     }
     let rewritten = (grant.max_tokens >= min_output)
-        .then(|| shared.wire.with_max_tokens(&body, grant.max_tokens))
+        .then(|| v.wire.with_max_tokens(&body, grant.max_tokens))
         .flatten();
     match rewritten {
         Some(b) => {
@@ -835,44 +842,56 @@ fn reserve(
     }
 }
 
+/// A matched request on its way upstream.
+struct Forward {
+    vendor: usize,
+    endpoint: Endpoint,
+    query: Option<String>,
+    headers: HeaderMap,
+    /// A model call's reservation (`None`: a free endpoint).
+    grant: Option<Grant>,
+    started: Instant,
+}
+
 /// Forward a matched request upstream and stream the answer back; a model
 /// call (`grant`) is metered and settled when its answer ends.
 async fn forward(
     shared: Arc<Shared>,
-    endpoint: Endpoint,
-    query: Option<String>,
-    headers: HeaderMap,
+    call: Forward,
     body: Bytes,
-    grant: Option<Grant>,
-    started: Instant,
 ) -> Result<Response<GatewayBody>, Response<GatewayBody>> {
+    let Forward {
+        vendor,
+        endpoint,
+        query,
+        headers,
+        grant,
+        started,
+    } = call;
+    let v = shared.vendors[vendor].clone();
     let in_flight = grant.as_ref().map(|_| InFlight::new(shared.clone()));
     let requested_model = grant
         .as_ref()
-        .and_then(|_| shared.wire.ask(&body).ok())
+        .and_then(|_| v.wire.ask(&body).ok())
         .map(|a| a.model)
         .unwrap_or_default();
     let url = format!(
         "{}{}",
-        shared.access.upstream,
+        v.access.upstream,
         endpoint.upstream(query.as_deref())
     );
     let method = hyper::Method::from_bytes(endpoint.method.as_bytes()).expect("a listed method");
     let sent = shared
         .client
         .request(method, &url)
-        .headers(
-            shared
-                .wire
-                .upstream_headers(&headers, &shared.access.credential),
-        )
+        .headers(v.wire.upstream_headers(&headers, &v.access.credential))
         .body(body)
         .send()
         .await;
     let upstream = match sent {
         Ok(u) => u,
         Err(e) => {
-            tracing::warn!(error = %without_url(&e), upstream = %shared.access.upstream, "gateway: upstream unreachable");
+            tracing::warn!(error = %without_url(&e), upstream = %v.access.upstream, "gateway: upstream unreachable");
             if let Some(grant) = &grant {
                 // Never connected: nothing reached upstream. Otherwise the
                 // call may have run: it costs its reservation.
@@ -881,11 +900,11 @@ async fn forward(
                 } else {
                     settle(
                         &shared,
+                        &v,
                         grant,
                         Reading::default(),
                         0,
-                        started,
-                        started.elapsed(),
+                        (started, started.elapsed()),
                         &requested_model,
                     );
                 }
@@ -927,7 +946,7 @@ async fn forward(
         let mut upstream = upstream;
         let mut meter = grant
             .as_ref()
-            .map(|_| shared.wire.meter(streaming, &requested_model));
+            .map(|_| v.wire.meter(streaming, &requested_model));
         loop {
             // A client gone while upstream is silent ends the call too.
             let next = tokio::select! {
@@ -954,11 +973,11 @@ async fn forward(
         if let (Some(grant), Some(meter)) = (grant, meter) {
             settle(
                 &shared,
+                &v,
                 &grant,
                 meter.reading(),
                 status.as_u16(),
-                started,
-                latency,
+                (started, latency),
                 &requested_model,
             );
         }
@@ -970,11 +989,11 @@ async fn forward(
 /// nothing when upstream refused it, else its reservation.
 fn settle(
     shared: &Shared,
+    vendor: &Vendor,
     grant: &Grant,
     reading: Reading,
     status: u16,
-    started: Instant,
-    latency: std::time::Duration,
+    (started, latency): (Instant, std::time::Duration),
     requested_model: &str,
 ) {
     let failed = status != 0 && !(200..300).contains(&status);
@@ -993,7 +1012,7 @@ fn settle(
     };
     // Priced at the dearer of the answered and the requested model: the
     // reservation was taken at the requested one.
-    let price = grant.price.max(shared.wire.price(&model));
+    let price = grant.price.max(vendor.prices.of(&model));
     let cost = if failed {
         Spend::default()
     } else {
@@ -1056,49 +1075,6 @@ fn without_url(e: &reqwest::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let pairs: Vec<(String, String)> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |k| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
-    }
-
-    #[test]
-    fn credentials_are_picked_in_order() {
-        let a = Access::from_vars(vars(&[
-            ("ANTHROPIC_AUTH_TOKEN", "auth"),
-            ("CLAUDE_CODE_OAUTH_TOKEN", "oauth"),
-            ("ANTHROPIC_API_KEY", "key"),
-        ]))
-        .expect("access");
-        assert_eq!(a.credential, Credential::ApiKey("key".into()));
-        assert_eq!(a.upstream, DEFAULT_UPSTREAM);
-        let a = Access::from_vars(vars(&[
-            ("ANTHROPIC_AUTH_TOKEN", "auth"),
-            ("CLAUDE_CODE_OAUTH_TOKEN", "oauth"),
-            ("ANTHROPIC_API_KEY", ""),
-            ("ANTHROPIC_BASE_URL", "http://127.0.0.1:9/"),
-        ]))
-        .expect("access");
-        assert_eq!(a.credential, Credential::OAuth("oauth".into()));
-        assert_eq!(a.upstream, "http://127.0.0.1:9");
-        let a = Access::from_vars(vars(&[("ANTHROPIC_AUTH_TOKEN", "auth")])).expect("access");
-        assert_eq!(a.credential, Credential::OAuth("auth".into()));
-        assert_eq!(
-            Access::from_vars(vars(&[])).map(|a| a.credential),
-            Err(CredentialError::Missing)
-        );
-        assert!(matches!(
-            Access::from_vars(vars(&[
-                ("ANTHROPIC_API_KEY", "k"),
-                ("CLAUDE_CODE_USE_BEDROCK", "1")
-            ])),
-            Err(CredentialError::Unmetered { .. })
-        ));
-        assert!(!format!("{:?}", Credential::ApiKey("sk-secret".into())).contains("sk-secret"));
-    }
 
     #[test]
     fn only_the_session_token_passes() {

@@ -127,6 +127,12 @@ pub struct Ask {
 /// is refused instead.
 pub const MIN_GRANT: u64 = 1024;
 
+/// Input tokens reserved beyond the request's byte count: a token is at
+/// least a byte on every tokenizer loopd prices, and the margin covers
+/// what the upstream adds (system prompts of server-side features, the
+/// message framing).
+pub const INPUT_MARGIN: u64 = 4096;
+
 /// A call let through: its reservation, and the output bound it may use.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Grant {
@@ -153,14 +159,27 @@ impl Grant {
                 output_tokens: 0,
                 ..*u
             },
-            _ => Usage {
-                cache_creation_input_tokens: self.input_bound,
-                ..Usage::default()
-            },
+            _ => dearest_input(self.input_bound, self.price),
         };
         Usage {
             output_tokens: self.max_tokens.max(seen.map_or(0, |u| u.output_tokens)),
             ..input
+        }
+    }
+}
+
+/// `tokens` of input, all of the kind `price` charges most for (a cache
+/// write, or plain input where writes cost no more).
+fn dearest_input(tokens: u64, price: Price) -> Usage {
+    if price.cache_write > price.input {
+        Usage {
+            cache_creation_input_tokens: tokens,
+            ..Usage::default()
+        }
+    } else {
+        Usage {
+            input_tokens: tokens,
+            ..Usage::default()
         }
     }
 }
@@ -219,11 +238,8 @@ impl Ledger {
     pub fn reserve(&mut self, ask: &Ask, price: Price) -> Result<Grant, Refusal> {
         let committed = self.spent().plus(&self.reserved);
         let l = self.limits;
-        // Input at its dearest: every token a cache write.
-        let input = Usage {
-            cache_creation_input_tokens: ask.input_bound,
-            ..Usage::default()
-        };
+        // Input at its dearest: every token of the dearest kind.
+        let input = dearest_input(ask.input_bound, price);
         let input_cost = price.cost(&input);
         let refuse = |reason: Reason, what: String| {
             Err(Refusal {
@@ -308,6 +324,8 @@ mod tests {
     const PRICE: Price = Price {
         input: 4.0,
         output: 20.0,
+        cache_read: 0.4,
+        cache_write: 5.0,
     };
 
     fn ask(max_tokens: u64, input_bound: u64) -> Ask {

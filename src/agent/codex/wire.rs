@@ -1,0 +1,397 @@
+//! The OpenAI Responses API as loopd's gateway speaks it for Codex: the one
+//! endpoint it forwards, what a call asks for, its usage as the answer
+//! streams past, and the headers that reach upstream.
+//!
+//! Codex sends no output bound; the gateway reserves one and puts it in the
+//! request (`max_output_tokens`, inserted or lowered in place, read back),
+//! so the worst case of every call is known before it goes upstream.
+
+use hyper::body::Bytes;
+use hyper::header::{HeaderMap, HeaderValue};
+use serde::de::IgnoredAny;
+use serde::Deserialize;
+
+use crate::agent::events::Usage;
+use crate::agent::gateway::json::top_level_value;
+use crate::agent::gateway::spend::Ask;
+use crate::agent::gateway::target::{Endpoint, Kind};
+use crate::agent::gateway::{Credential, Meter, Reading, Wire};
+
+/// The one endpoint forwarded for Codex: a model call.
+pub const ENDPOINTS: &[Endpoint] = &[Endpoint {
+    method: "POST",
+    path: "/v1/responses",
+    queries: &[""],
+    kind: Kind::Call,
+}];
+
+/// The output bound a call without one gets at the most (the largest any
+/// current model writes).
+pub const MAX_OUTPUT: u64 = 128_000;
+
+/// Tool types that run on the client (Codex): every other `type` runs on
+/// the provider's side (web search, file search, code interpreter, MCP,
+/// image generation) — the network from there, and billed outside the
+/// metered usage.
+const CLIENT_TOOL_TYPES: &[&str] = &["function", "custom", "local_shell", "apply_patch", "shell"];
+
+/// Request headers passed upstream; every other header is dropped.
+const FORWARDED: &[&str] = &[
+    "content-type",
+    "accept",
+    "user-agent",
+    "originator",
+    "version",
+    "session_id",
+    "openai-beta",
+    "x-codex-beta-features",
+    "x-codex-turn-metadata",
+    "x-codex-window-id",
+];
+
+/// The Responses API.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Responses;
+
+#[derive(Deserialize)]
+struct CallBody {
+    model: String,
+    #[serde(default)]
+    max_output_tokens: Option<u64>,
+    #[serde(default)]
+    tools: Vec<ToolHead>,
+    #[serde(default)]
+    previous_response_id: Option<IgnoredAny>,
+    #[serde(default)]
+    conversation: Option<IgnoredAny>,
+    #[serde(default)]
+    background: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct ToolHead {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
+}
+
+impl Wire for Responses {
+    fn endpoints(&self) -> &'static [Endpoint] {
+        ENDPOINTS
+    }
+
+    fn ask(&self, body: &[u8]) -> Result<Ask, String> {
+        let b: CallBody = serde_json::from_slice(body).map_err(|e| {
+            format!("the request body is not a Responses API request loopd can meter: {e}")
+        })?;
+        if b.previous_response_id.is_some() || b.conversation.is_some() {
+            return Err("`previous_response_id`/`conversation` bring context the request does not show (its cost cannot be bounded): refused".into());
+        }
+        if b.background == Some(true) {
+            return Err(
+                "`background` responses are billed outside the stream loopd meters: refused".into(),
+            );
+        }
+        if let Some(kind) = b
+            .tools
+            .iter()
+            .filter_map(|t| t.kind.as_deref())
+            .find(|k| !CLIENT_TOOL_TYPES.contains(k))
+        {
+            return Err(format!("the server tool `{kind}` reaches the network from the provider's side and is billed outside the metered usage: refused"));
+        }
+        Ok(Ask {
+            model: b.model,
+            max_tokens: b.max_output_tokens.unwrap_or(MAX_OUTPUT).max(1),
+            input_bound: body.len() as u64 + crate::agent::gateway::spend::INPUT_MARGIN,
+        })
+    }
+
+    fn with_max_tokens(&self, body: &[u8], max_tokens: u64) -> Option<Vec<u8>> {
+        let value = max_tokens.to_string();
+        let out = match top_level_value(body, "max_output_tokens") {
+            Some(span) => [&body[..span.start], value.as_bytes(), &body[span.end..]].concat(),
+            None => {
+                // Inserted as the object's first key.
+                let open = body.iter().position(|&c| c == b'{')?;
+                let rest = &body[open + 1..];
+                let empty = rest.iter().find(|c| !c.is_ascii_whitespace()) == Some(&b'}');
+                let sep: &[u8] = if empty { b"" } else { b"," };
+                [
+                    &body[..=open],
+                    b"\"max_output_tokens\":",
+                    value.as_bytes(),
+                    sep,
+                    rest,
+                ]
+                .concat()
+            }
+        };
+        match self.ask(&out) {
+            Ok(ask)
+                if ask.max_tokens == max_tokens
+                    && top_level_value(&out, "max_output_tokens").is_some() =>
+            {
+                Some(out)
+            }
+            _ => None,
+        }
+    }
+
+    fn meter(&self, streaming: bool, requested_model: &str) -> Box<dyn Meter + Send> {
+        Box::new(ResponsesMeter::new(streaming, requested_model.to_owned()))
+    }
+
+    fn upstream_headers(&self, from: &HeaderMap, credential: &Credential) -> HeaderMap {
+        let mut out = HeaderMap::with_capacity(FORWARDED.len() + 1);
+        for (name, value) in from {
+            if FORWARDED.contains(&name.as_str()) {
+                out.append(name.clone(), value.clone());
+            }
+        }
+        let secret = match credential {
+            Credential::ApiKey(k) | Credential::OAuth(k) | Credential::Bearer(k) => k,
+        };
+        if let Ok(v) = HeaderValue::from_str(&format!("Bearer {secret}")) {
+            out.insert(hyper::header::AUTHORIZATION, v);
+        }
+        out
+    }
+
+    fn error_body(&self, kind: &str, message: &str) -> Bytes {
+        let body = serde_json::json!({"error": {"type": kind, "message": message, "code": kind}});
+        Bytes::from(body.to_string())
+    }
+}
+
+/// Usage as the Responses API reports it: `input_tokens` counts the cached
+/// ones too.
+#[derive(Debug, Default, Deserialize)]
+struct ApiUsage {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    input_tokens_details: Option<InputDetails>,
+    #[serde(default)]
+    output_tokens: u64,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct InputDetails {
+    #[serde(default)]
+    cached_tokens: u64,
+}
+
+impl ApiUsage {
+    fn canonical(&self) -> Usage {
+        let cached = self
+            .input_tokens_details
+            .as_ref()
+            .map_or(0, |d| d.cached_tokens)
+            .min(self.input_tokens);
+        Usage {
+            input_tokens: self.input_tokens - cached,
+            cache_read_input_tokens: cached,
+            cache_creation_input_tokens: 0,
+            output_tokens: self.output_tokens,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct ResponseHead {
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    model: String,
+    #[serde(default)]
+    usage: Option<ApiUsage>,
+}
+
+#[derive(Deserialize)]
+struct SseEvent {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    response: Option<ResponseHead>,
+}
+
+/// Reads the usage of one Responses API answer as it passes.
+pub struct ResponsesMeter {
+    streaming: bool,
+    line: Vec<u8>,
+    line_overflow: bool,
+    body: Vec<u8>,
+    body_overflow: bool,
+    reading: Reading,
+}
+
+/// The longest SSE line and non-streamed body read for usage.
+const MAX_LINE: usize = 4 << 20;
+const MAX_BODY: usize = 16 << 20;
+
+impl ResponsesMeter {
+    pub fn new(streaming: bool, requested_model: String) -> ResponsesMeter {
+        ResponsesMeter {
+            streaming,
+            line: Vec::new(),
+            line_overflow: false,
+            body: Vec::new(),
+            body_overflow: false,
+            reading: Reading {
+                model: requested_model,
+                ..Reading::default()
+            },
+        }
+    }
+
+    fn on_data(&mut self, data: &[u8]) {
+        // Most events are deltas: only the response's own events are read.
+        if !(contains(data, b"\"response.created\"")
+            || contains(data, b"\"response.completed\"")
+            || contains(data, b"\"response.incomplete\"")
+            || contains(data, b"\"response.failed\""))
+        {
+            return;
+        }
+        let Ok(ev) = serde_json::from_slice::<SseEvent>(data.trim_ascii()) else {
+            return;
+        };
+        let Some(r) = ev.response else { return };
+        self.take(r, ev.kind != "response.created");
+    }
+
+    fn take(&mut self, r: ResponseHead, ended: bool) {
+        if !r.model.is_empty() {
+            self.reading.model = r.model;
+        }
+        if !r.id.is_empty() {
+            self.reading.message_id = r.id;
+        }
+        self.reading.started = true;
+        if let (true, Some(u)) = (ended, r.usage) {
+            self.reading.usage = u.canonical();
+            self.reading.complete = true;
+        }
+    }
+}
+
+impl Meter for ResponsesMeter {
+    fn feed(&mut self, chunk: &[u8]) {
+        if !self.streaming {
+            if self.body.len() + chunk.len() <= MAX_BODY {
+                self.body.extend_from_slice(chunk);
+            } else {
+                self.body_overflow = true;
+            }
+            return;
+        }
+        let mut rest = chunk;
+        while let Some(i) = rest.iter().position(|&b| b == b'\n') {
+            if !self.line_overflow {
+                self.line.extend_from_slice(&rest[..i]);
+                let line = std::mem::take(&mut self.line);
+                let line = line.strip_suffix(b"\r").unwrap_or(&line);
+                if let Some(data) = line.strip_prefix(b"data:") {
+                    self.on_data(data);
+                }
+            }
+            self.line.clear();
+            self.line_overflow = false;
+            rest = &rest[i + 1..];
+        }
+        if self.line.len() + rest.len() > MAX_LINE {
+            self.line.clear();
+            self.line_overflow = true;
+        } else if !self.line_overflow {
+            self.line.extend_from_slice(rest);
+        }
+    }
+
+    fn reading(&self) -> Reading {
+        let mut r = self.reading.clone();
+        if !self.streaming && !self.body_overflow {
+            if let Ok(head) = serde_json::from_slice::<ResponseHead>(&self.body) {
+                let mut m = ResponsesMeter::new(false, r.model.clone());
+                m.take(head, true);
+                r = m.reading;
+            }
+        }
+        r
+    }
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_output_bound_is_inserted_or_lowered_and_read_back() {
+        let body = br#"{"model":"gpt-5-codex","input":[{"role":"user","content":"max_output_tokens"}],"stream":true}"#;
+        assert_eq!(Responses.ask(body).expect("ask").max_tokens, MAX_OUTPUT);
+        let out = Responses.with_max_tokens(body, 4000).expect("inserted");
+        assert!(out.starts_with(br#"{"max_output_tokens":4000,"model""#));
+        assert_eq!(Responses.ask(&out).expect("ask").max_tokens, 4000);
+        let again = Responses.with_max_tokens(&out, 10).expect("lowered");
+        assert_eq!(Responses.ask(&again).expect("ask").max_tokens, 10);
+        assert_eq!(
+            Responses.with_max_tokens(b"{}", 5),
+            None,
+            "no model: refused"
+        );
+    }
+
+    #[test]
+    fn what_bills_outside_the_stream_is_refused() {
+        for body in [
+            br#"{"model":"m","tools":[{"type":"web_search"}]}"#.as_slice(),
+            br#"{"model":"m","tools":[{"type":"mcp","server_url":"https://x"}]}"#,
+            br#"{"model":"m","previous_response_id":"resp_1"}"#,
+            br#"{"model":"m","background":true}"#,
+        ] {
+            assert!(
+                Responses.ask(body).is_err(),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        assert!(Responses
+            .ask(br#"{"model":"m","tools":[{"type":"function","name":"exec_command"}]}"#)
+            .is_ok());
+    }
+
+    #[test]
+    fn usage_is_read_with_cached_input_apart() {
+        let stream = concat!(
+            "event: response.created\n",
+            "data: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\",\"model\":\"gpt-5-codex\"}}\n\n",
+            "event: response.output_text.delta\n",
+            "data: {\"type\":\"response.output_text.delta\",\"delta\":\"\\\"response.completed\\\"\"}\n\n",
+            "event: response.completed\n",
+            "data: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_1\",\"usage\":{\"input_tokens\":1000,\"input_tokens_details\":{\"cached_tokens\":200},\"output_tokens\":50}}}\n\n",
+        );
+        for cut in [0, 5, 60, 200, stream.len()] {
+            let mut m = ResponsesMeter::new(true, "req".into());
+            m.feed(&stream.as_bytes()[..cut]);
+            m.feed(&stream.as_bytes()[cut..]);
+            let r = m.reading();
+            assert!(r.complete && r.started, "cut {cut}");
+            assert_eq!(r.model, "gpt-5-codex");
+            assert_eq!(
+                (
+                    r.usage.input_tokens,
+                    r.usage.cache_read_input_tokens,
+                    r.usage.output_tokens
+                ),
+                (800, 200, 50)
+            );
+        }
+        let head = &stream[..stream.find("event: response.completed").expect("completed")];
+        let mut m = ResponsesMeter::new(true, "req".into());
+        m.feed(head.as_bytes());
+        assert!(m.reading().started && !m.reading().complete);
+    }
+}
