@@ -34,6 +34,17 @@ pub enum ConfigError {
     NoTask { file: PathBuf },
     #[error("no goal test: add `[[goal]]` steps to `{}` or pass `--goal CMD`", file.display())]
     NoGoal { file: PathBuf },
+    /// A model neither the agent's price table nor `[prices]` knows: its
+    /// calls could not be capped.
+    #[error("{}: {field}: loopd has no price for the {agent} model `{model}`, so it cannot cap what its calls cost", file.display())]
+    Unpriced {
+        file: PathBuf,
+        field: String,
+        model: String,
+        agent: &'static str,
+        /// The configuration file to price it in.
+        config: PathBuf,
+    },
 }
 
 impl ConfigError {
@@ -50,6 +61,10 @@ impl ConfigError {
             ConfigError::NoGoal { .. } => {
                 Some("add a step, for example `[[goal]]` with `run = \"python3 -m pytest -q\"`, or pass `--goal \"python3 -m pytest -q\"`".into())
             }
+                        ConfigError::Unpriced { model, config, .. } => Some(format!(
+                "price it (USD per million tokens) in `{}`: [prices.\"{model}\"] input = …, output = …, cache_read = …, cache_write = …",
+                config.display()
+            )),
             ConfigError::File(FileError::Read { .. }) => None,
         }
     }
@@ -823,6 +838,36 @@ impl Job {
             };
             prices.insert(model.clone(), price);
         }
+        // Default-deny on cost: a model loopd cannot price is a model whose
+        // calls it cannot cap.
+        for (field, model, cli, from_flag) in [
+            (
+                "agent_model",
+                &agent_model,
+                agent,
+                flags.agent_model.is_some(),
+            ),
+            (
+                "critic_model",
+                &critic_model,
+                critic_agent,
+                flags.critic_model.is_some(),
+            ),
+        ] {
+            if crate::agent::Prices::new(cli.prices(), &prices)
+                .of(model)
+                .is_none()
+            {
+                let (file, _) = origin(from_flag).field(field);
+                return Err(ConfigError::Unpriced {
+                    file,
+                    field: field.to_owned(),
+                    model: model.clone(),
+                    agent: cli.name(),
+                    config: file_name.clone(),
+                });
+            }
+        }
 
         let (v, f) = pick(flags.allowed_tools.clone(), file.allowed_tools);
         let allowed_tools = match v {
@@ -1132,6 +1177,47 @@ mod tests {
     }
 
     const OK: &str = "task = \"fix it\"\n[[goal]]\nrun = \"python3 -m pytest -q\"\n[[goal]]\nname = \"lint\"\nrun = \"ruff check .\"\ntimeout = \"2m\"\n";
+
+    #[test]
+    fn agents_models_and_prices_resolve_per_vendor() {
+        let job = resolve_with(OK, JobFlags::default()).expect("resolve");
+        assert_eq!(
+            (job.agent.as_str(), job.critic_agent.as_str()),
+            ("claude", "claude")
+        );
+        let toml = format!("agent = \"codex\"\ncritic_agent = \"claude\"\n{OK}");
+        let job = resolve_with(&toml, JobFlags::default()).expect("resolve");
+        assert_eq!(
+            (job.agent_model.as_str(), job.critic_model.as_str()),
+            ("gpt-5-codex", "sonnet")
+        );
+        assert_eq!(job.agent_bin, PathBuf::from("codex"));
+        assert_eq!(job.critic_bin, PathBuf::from("claude"));
+        let e =
+            resolve_with(&format!("agent = \"gemini\"\n{OK}"), JobFlags::default()).unwrap_err();
+        assert!(e.to_string().contains("`claude`, `codex`"), "{e}");
+        // A model no table knows is refused, naming the field and the fix.
+        let e = resolve_with(
+            &format!("agent_model = \"mystery-1\"\n{OK}"),
+            JobFlags::default(),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("agent_model") && e.to_string().contains("mystery-1"),
+            "{e}"
+        );
+        assert!(e.hint().expect("hint").contains("[prices.\"mystery-1\"]"));
+        let priced = format!("agent_model = \"mystery-1\"\n{OK}[prices.\"mystery-1\"]\ninput = 1\noutput = 2\ncache_read = 0.1\ncache_write = 1.25\n");
+        let job = resolve_with(&priced, JobFlags::default()).expect("priced");
+        assert_eq!(job.prices["mystery-1"].output, 2.0);
+        let partial = format!("{OK}[prices.\"m\"]\ninput = 1\n");
+        let e = resolve_with(&partial, JobFlags::default()).unwrap_err();
+        assert!(e.to_string().contains("prices.\"m\".output"), "{e}");
+        let negative = format!(
+            "{OK}[prices.\"m\"]\ninput = -1\noutput = 1\ncache_read = 1\ncache_write = 1\n"
+        );
+        assert!(resolve_with(&negative, JobFlags::default()).is_err());
+    }
 
     #[test]
     fn defaults_and_goal_steps() {

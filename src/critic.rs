@@ -22,7 +22,9 @@ use crate::workspace::FilePatch;
 
 /// The instruction passed as the critic's prompt argument; the material
 /// follows on stdin.
-pub const INSTRUCTION: &str = "You are the reviewer of a code change. Everything you need follows. Judge the change only by the numbered rules and answer only by calling the StructuredOutput tool.";
+pub fn instruction(answer_with: &str) -> String {
+    format!("You are the reviewer of a code change. Everything you need follows. Judge the change only by the numbered rules and answer only {answer_with}.")
+}
 
 /// The JSON schema of the verdict object (DESIGN.md, "Critic verdict").
 pub fn verdict_schema() -> serde_json::Value {
@@ -357,6 +359,8 @@ pub struct CriticInput<'a> {
     pub gates: &'a str,
     /// From attempt 2 on: the previous rejection and the interdiff.
     pub previous: Option<Previous<'a>>,
+    /// How the critic's CLI takes the verdict ([`crate::agent::Agent::answer_with`]).
+    pub answer_with: &'a str,
 }
 
 impl CriticInput<'_> {
@@ -397,14 +401,15 @@ impl CriticInput<'_> {
         ));
         self.change.render(&mut s, self.bound as usize);
         s.push('\n');
-        s.push_str(
+        s.push_str(&format!(
             "# How to answer\n\
              Judge only the numbered rules above; never comment on style or architecture, \
              and never ask to undo what the task and the goal test require.\n\
-             Call the StructuredOutput tool with {\"verdict\": \"PASS\", \"violations\": []} if every rule holds. \
+             Answer {} with {{\"verdict\": \"PASS\", \"violations\": []}} if every rule holds. \
              Otherwise use verdict \"FAIL\" and list each violation with the rule number, the file, \
              the problem, and a one-line fix.\n",
-        );
+            self.answer_with
+        ));
         s
     }
 }
@@ -551,6 +556,7 @@ mod tests {
             bound: 1024,
             gates: "",
             previous: None,
+            answer_with: "by calling the StructuredOutput tool",
         }
         .render();
         for needle in [
@@ -593,6 +599,7 @@ mod tests {
                 },
                 unnamed: &unnamed,
             }),
+            answer_with: "by calling the StructuredOutput tool",
         }
         .render();
         let since = input

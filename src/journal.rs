@@ -207,6 +207,17 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tree: Option<String>,
     },
+    /// Files the judges do not see (ignored, artefacts), new or changed
+    /// since the baseline, set aside before the goal test: it runs on the
+    /// judged change and what was there before the job
+    /// ([`crate::workspace::outside`]). `moved` are under
+    /// `attempt-N/set-aside/`; `removed` were on another file system.
+    SetAside {
+        attempt: u32,
+        moved: Vec<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        removed: Vec<String>,
+    },
     /// A gate ran; an empty list means it passed.
     GateChecked {
         attempt: u32,
@@ -343,6 +354,7 @@ impl Event {
             Event::GatewayRefused(_) => "gateway_refused",
             Event::EscalationRequested { .. } => "escalation_requested",
             Event::DiffTaken { .. } => "diff_taken",
+            Event::SetAside { .. } => "set_aside",
             Event::GateChecked { .. } => "gate_checked",
             Event::GoalRun { .. } => "goal_run",
             Event::InterdiffTaken { .. } => "interdiff_taken",
@@ -969,6 +981,7 @@ impl Replay {
                 }
             }
             Event::GatewayRefused(_) => self.gateway_refused += 1,
+            Event::SetAside { .. } => {}
             Event::EscalationRequested {
                 attempt,
                 test,

@@ -227,9 +227,17 @@ impl Progress {
                 Some(n) => format!("job reopened by `loopd resume`; the note: {}", first_line(n)),
                 None => "job reopened by `loopd resume`".to_owned(),
             },
-            Event::Restored { stash_commit } => {
+                        Event::Restored { stash_commit } => {
                 format!("the parked work {stash_commit} is back in the working tree")
             }
+            Event::SetAside {
+                attempt,
+                moved,
+                removed,
+            } => format!(
+                "attempt {attempt}: {} file(s) the judges do not see, new since the baseline, set aside before the goal test",
+                moved.len() + removed.len()
+            ),
             Event::ModelCall(_)
             | Event::MeteredCall(_)
             | Event::DiffTaken { .. }

@@ -142,8 +142,9 @@ pub trait Agent: Send + Sync {
     fn access(&self, get: &dyn Fn(&str) -> Option<String>) -> Result<Access, CredentialError>;
     /// Its protocol on the wire, as the gateway forwards and meters it.
     fn wire(&self) -> Arc<dyn Wire>;
-    /// Its price table: model name → price (unknown models at the dearest).
-    fn prices(&self) -> fn(&str) -> Price;
+    /// Its price table: model name → price; `None` for a model it does not
+    /// know (a call on it is refused unless `[prices."model"]` prices it).
+    fn prices(&self) -> fn(&str) -> Option<Price>;
     /// About how large the CLI's first request of a session is, before
     /// loopd's own input: what "budget before cost" reserves for a
     /// session's first call.
@@ -151,6 +152,9 @@ pub trait Agent: Send + Sync {
     /// The command line, environment and stdin of one session (files the
     /// CLI needs are written under `session.home`).
     fn command(&self, session: &Session<'_>) -> std::io::Result<Command>;
+    /// How the critic's model gives its verdict in this CLI, as the
+    /// critic's instruction says it ("answer only …").
+    fn answer_with(&self) -> &'static str;
     /// A parser for its stream.
     fn parser(&self) -> Box<dyn StreamParser>;
     /// A tool call in canonical form, from the CLI's own name and input
@@ -204,13 +208,13 @@ impl Price {
 /// `[prices."model-id"]` (prices change faster than releases).
 #[derive(Debug, Clone)]
 pub struct Prices {
-    base: fn(&str) -> Price,
+    base: fn(&str) -> Option<Price>,
     overrides: Arc<std::collections::BTreeMap<String, Price>>,
 }
 
 impl Prices {
     pub fn new(
-        base: fn(&str) -> Price,
+        base: fn(&str) -> Option<Price>,
         overrides: &std::collections::BTreeMap<String, Price>,
     ) -> Prices {
         Prices {
@@ -220,18 +224,19 @@ impl Prices {
     }
 
     /// The table alone, no overrides.
-    pub fn of_table(base: fn(&str) -> Price) -> Prices {
+    pub fn of_table(base: fn(&str) -> Option<Price>) -> Prices {
         Prices {
             base,
             overrides: Arc::default(),
         }
     }
 
-    /// A model's price: its override, else the table's.
-    pub fn of(&self, model: &str) -> Price {
+    /// A model's price: its override, else the table's; `None` when
+    /// neither knows it (default-deny: an unpriced call cannot be capped).
+    pub fn of(&self, model: &str) -> Option<Price> {
         self.overrides
             .get(model)
             .copied()
-            .unwrap_or_else(|| (self.base)(model))
+            .or_else(|| (self.base)(model))
     }
 }

@@ -85,7 +85,9 @@ fn check_room(replay: &Replay, job: &Job) -> Result<(), CliError> {
     };
     let (agent, _) = job.agents();
     let first = agent.first_request_bytes(crate::agent::Role::Agent);
-    let price = crate::agent::Prices::new(agent.prices(), &job.prices).of(&job.agent_model);
+    let price = crate::agent::Prices::new(agent.prices(), &job.prices)
+        .of(&job.agent_model)
+        .expect("a job's models are priced (checked when it is resolved)");
     let over = budget
         .exceeded(&spent)
         .or_else(|| budget.can_start(&spent, price, first).err());

@@ -91,7 +91,7 @@ mod tests {
     use std::time::Duration;
 
     fn price(model: &str) -> Price {
-        crate::agent::ClaudeCode.prices()(model)
+        crate::agent::ClaudeCode.prices()(model).expect("a Claude model")
     }
 
     fn budget(usd: f64, turns: u64, tokens: u64) -> Budget {

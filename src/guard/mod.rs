@@ -273,7 +273,12 @@ impl<'a> Watch<'a> {
     fn charge(&mut self) -> Option<Reason> {
         let call = self.call.as_mut()?;
         let now = Spend {
-            cost_usd: self.prices.of(&call.model).cost(&call.usage),
+            // An unpriced model's calls are refused at the gateway: they
+            // cost nothing.
+            cost_usd: self
+                .prices
+                .of(&call.model)
+                .map_or(0.0, |p| p.cost(&call.usage)),
             turns: 1,
             input_tokens: call.usage.all_input(),
             output_tokens: call.usage.output_tokens,

@@ -158,7 +158,11 @@ impl Run<'_> {
         let cli = self.cli(role);
         let bytes = cli.agent.first_request_bytes(role) + input as u64;
         let model = &cli.model;
-        self.budget.can_start(&spent, cli.prices.of(model), bytes).err().map(|reason| Ending {
+        let price = cli
+            .prices
+            .of(model)
+            .expect("a job's models are priced (checked when it is resolved)");
+        self.budget.can_start(&spent, price, bytes).err().map(|reason| Ending {
             reason,
             detail: format!("not starting another session on `{model}`: the remaining budget cannot cover even one call ({})", self.spend_line()),
         })

@@ -124,6 +124,7 @@ impl Run<'_> {
         let goal = match current.goal {
             Some(g) => g,
             None => {
+                self.set_aside_strays(n, &diff, dir)?;
                 let before = self.ws.untracked_blobs()?;
                 let goal = goal::run(
                     &self.job.goal,
@@ -358,6 +359,7 @@ impl Run<'_> {
             bound: self.job.guard.max_diff_bytes(),
             gates: &gates,
             previous,
+            answer_with: self.critic.answer_with(),
         }
         .render();
         self.write(&dir.join("critic-input.txt"), &input)?;
@@ -366,7 +368,7 @@ impl Run<'_> {
         }
         let schema = critic::verdict_schema().to_string();
         let ask = super::attempt::Ask {
-            prompt: critic::INSTRUCTION,
+            prompt: &critic::instruction(self.critic.answer_with()),
             material: Some(&input),
             schema: Some(&schema),
         };

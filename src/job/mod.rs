@@ -61,6 +61,10 @@ use crate::report::Summary;
 use crate::util;
 use crate::workspace::credentials::{self, CredentialError, Released};
 use crate::workspace::gitdir::Pin;
+use crate::workspace::outside::Outside;
+
+/// The worktree's files after the baseline, in the run directory.
+const OUTSIDE: &str = "outside.txt";
 use crate::workspace::Workspace;
 
 #[derive(Debug, thiserror::Error)]
@@ -433,6 +437,74 @@ impl Run<'_> {
         }
     }
 
+    /// Record the files of the worktree as they are (after the baseline):
+    /// the reference for [`Run::set_aside_strays`].
+    fn save_outside(&self) -> Result<Outside, JobError> {
+        let path = self.dir.join(OUTSIDE);
+        let err = |source| JobError::Write {
+            path: path.clone(),
+            source,
+        };
+        let outside = Outside::scan(self.ws.root()).map_err(err)?;
+        outside.save(&path).map_err(err)?;
+        Ok(outside)
+    }
+
+    /// Before a goal test on the agent's code: set aside the files the
+    /// judges do not see that are new or changed since the baseline, so
+    /// the goal test runs on the judged change and what the repository
+    /// held before the job — never on a planted `.pyc` or a cache.
+    fn set_aside_strays(
+        &mut self,
+        n: u32,
+        diff: &crate::workspace::Diff,
+        dir: &Path,
+    ) -> Result<(), JobError> {
+        let path = self.dir.join(OUTSIDE);
+        let base = match Outside::load(&path) {
+            Ok(o) => o,
+            // A job the baseline of which recorded none (an older loopd).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => self.save_outside()?,
+            Err(source) => return Err(JobError::Write { path, source }),
+        };
+        let root = self.ws.root().to_path_buf();
+        let now = Outside::scan(&root).map_err(|source| JobError::Write {
+            path: root.clone(),
+            source,
+        })?;
+        let tracked = self.ws.tracked_paths()?;
+        let changed: std::collections::HashSet<PathBuf> = diff
+            .changes
+            .iter()
+            .flat_map(|c| std::iter::once(&c.path).chain(c.old_path.as_ref()))
+            .map(PathBuf::from)
+            .collect();
+        let strays = base.strays(&now, &|p| tracked.contains(p) || changed.contains(p));
+        if strays.is_empty() {
+            return Ok(());
+        }
+        let into = dir.join("set-aside");
+        let done =
+            crate::workspace::outside::set_aside(&root, &strays, &into).map_err(|source| {
+                JobError::Write {
+                    path: into.clone(),
+                    source,
+                }
+            })?;
+        tracing::warn!(
+            attempt = n,
+            moved = done.moved.len(),
+            removed = done.removed.len(),
+            "files the judges do not see, new or changed since the baseline, set aside before the goal test"
+        );
+        self.journal.append(Event::SetAside {
+            attempt: n,
+            moved: done.moved,
+            removed: done.removed,
+        })?;
+        Ok(())
+    }
+
     fn write(&self, path: &Path, text: &str) -> Result<(), JobError> {
         std::fs::write(path, text).map_err(|source| JobError::Write {
             path: path.to_path_buf(),
@@ -563,6 +635,9 @@ impl Run<'_> {
         // The code at BASE_REF is not the agent's: a change it made to
         // `.git/` is put back, not held against anyone.
         self.restore_git_dir(&self.dir.join("git-dir-changed").join("baseline"))?;
+        // What the worktree holds besides the change, now: what later goal
+        // tests may find there ([`crate::workspace::outside`]).
+        self.save_outside()?;
         let after = self.ws.untracked_blobs()?;
         let artefacts = self
             .journal

@@ -22,6 +22,7 @@
 mod checkout;
 pub mod credentials;
 pub mod gitdir;
+pub mod outside;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -704,7 +705,12 @@ impl Workspace {
             .include_typechange(true)
             // A change inside a submodule is part of the change (the
             // tamper gate decides whether it may be).
-            .ignore_submodules(false);
+            .ignore_submodules(false)
+            // `.gitattributes` is the agent's to write: `-diff` or `binary`
+            // there must not hide a source file from the judges. Whether a
+            // file is binary is decided by its content alone
+            // ([`Workspace::binary_content`]).
+            .force_text(true);
         let mut diff = self
             .repo
             .diff_tree_to_workdir_with_index(Some(&tree), Some(&mut opts))
@@ -805,6 +811,22 @@ impl Workspace {
                     change.status.as_str(),
                     limits.max_file
                 ).as_bytes());
+            } else if self.binary_content(change, &delta) {
+                // Named, sized and hashed: a binary change is never silent.
+                let sha256 = match change.status {
+                    ChangeKind::Deleted => format!("(deleted; was blob {})", delta.old_file().id()),
+                    _ => sha256_file(&self.root.join(&change.path))
+                        .unwrap_or_else(|e| format!("unreadable ({e})")),
+                };
+                let old = change.old_path.as_deref().unwrap_or(&change.path);
+                sink.emit(
+                    format!(
+                        "diff --git a/{old} b/{}\nloopd: binary file {} ({bytes} bytes; sha256 {sha256}): its content is not shown\n",
+                        change.path,
+                        change.status.as_str(),
+                    )
+                    .as_bytes(),
+                );
             } else {
                 match git2::Patch::from_diff(&diff, idx).map_err(self.git("render diff"))? {
                     Some(mut patch) => {
@@ -886,6 +908,37 @@ impl Workspace {
             added_complete,
             limits,
         })
+    }
+
+    /// Every path the repository's index tracks.
+    pub fn tracked_paths(&self) -> Result<std::collections::HashSet<PathBuf>, WorkspaceError> {
+        use std::os::unix::ffi::OsStrExt;
+        let index = self.repo.index().map_err(self.git("read the index"))?;
+        Ok(index
+            .iter()
+            .map(|e| PathBuf::from(std::ffi::OsStr::from_bytes(&e.path)))
+            .collect())
+    }
+
+    /// Is either side of a change binary by its content (a NUL byte in its
+    /// first 8000 bytes, git's own test), whatever `.gitattributes` says?
+    fn binary_content(&self, change: &Change, delta: &git2::DiffDelta<'_>) -> bool {
+        const PROBE: usize = 8000;
+        let has_nul = |b: &[u8]| b[..b.len().min(PROBE)].contains(&0);
+        let old = delta.old_file().id();
+        let old_binary = !old.is_zero()
+            && self
+                .repo
+                .find_blob(old)
+                .is_ok_and(|blob| has_nul(blob.content()));
+        let new_binary = change.status != ChangeKind::Deleted
+            && !change.submodule
+            && crate::util::open_untrusted(&self.root.join(&change.path)).is_ok_and(|(f, _)| {
+                use std::io::Read;
+                let mut buf = Vec::with_capacity(PROBE);
+                f.take(PROBE as u64).read_to_end(&mut buf).is_ok() && has_nul(&buf)
+            });
+        old_binary || new_binary
     }
 
     /// A changed file's size: in the working tree, or at BASE_REF when it
@@ -1529,6 +1582,32 @@ mod tests {
             Some(head),
             "left where the agent moved it"
         );
+    }
+
+    /// Found by the attack on the boundary: `rechnung.py -diff` in a
+    /// `.gitattributes` the agent wrote showed the critic "Binary files
+    /// differ" instead of the changed source. Binary is decided by content.
+    #[test]
+    fn gitattributes_cannot_hide_a_source_change() {
+        let (tmp, ws, base) = repo();
+        let root = tmp.path();
+        std::fs::write(root.join(".gitattributes"), "app.py -diff\n*.txt binary\n").expect("attrs");
+        std::fs::write(
+            root.join("app.py"),
+            "x = 2\ndef _payload():\n    return 'HIDDEN-MARKER'\n",
+        )
+        .expect("write");
+        std::fs::write(root.join("notes.txt"), "plain text, marked binary\n").expect("write");
+        std::fs::write(root.join("blob.bin"), b"BIN\0ARY\n").expect("write");
+        let diff = diff_of(&ws, base, &Artefacts::default());
+        let patch = diff.patch.as_deref().expect("kept");
+        assert!(patch.contains("+    return 'HIDDEN-MARKER'"), "{patch}");
+        assert!(patch.contains("+plain text, marked binary"), "{patch}");
+        assert!(
+            patch.contains("loopd: binary file added (8 bytes; sha256 "),
+            "a real binary is named, sized and hashed: {patch}"
+        );
+        assert!(!patch.contains("BIN\0ARY"));
     }
 
     #[test]

@@ -113,7 +113,7 @@ impl Agent for ClaudeCode {
         Arc::new(wire::Anthropic)
     }
 
-    fn prices(&self) -> fn(&str) -> Price {
+    fn prices(&self) -> fn(&str) -> Option<Price> {
         price
     }
 
@@ -172,6 +172,11 @@ impl Agent for ClaudeCode {
 
     fn parser(&self) -> Box<dyn StreamParser> {
         Box::new(stream::ClaudeStream)
+    }
+
+    /// `--json-schema` offers the model a `StructuredOutput` tool.
+    fn answer_with(&self) -> &'static str {
+        "by calling the StructuredOutput tool"
     }
 
     fn tool_call(&self, id: String, name: String, input: Value) -> ToolCall {
@@ -252,23 +257,26 @@ pub fn settings_json(deny: &[String], hooks: Option<Value>) -> Value {
 
 /// Measured against Claude Code 2.1.328's own cost accounting (the scripted
 /// model reports tokens, the CLI reports `total_cost_usd`): cache writes at
-/// 1.25x input, cache reads at 0.1x. An unknown model is priced like the
-/// most expensive one, so the estimate errs toward stopping early.
-pub fn price(model: &str) -> Price {
+/// 1.25x input, cache reads at 0.1x. A model of no family here has no
+/// price: a call on it is refused unless `[prices."model"]` gives one (a
+/// guess could under-bill a dearer model).
+pub fn price(model: &str) -> Option<Price> {
     let m = model.to_ascii_lowercase();
     let (input, output) = if m.contains("haiku") {
         (0.1, 0.5)
     } else if m.contains("sonnet") {
         (2.0, 10.0)
-    } else {
+    } else if m.contains("opus") {
         (4.0, 20.0)
+    } else {
+        return None;
     };
-    Price {
+    Some(Price {
         input,
         output,
         cache_read: input * 0.1,
         cache_write: input * 1.25,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -440,8 +448,10 @@ mod tests {
             output_tokens: 10_000,
             ..Default::default()
         };
-        assert!((price("claude-haiku-5-5").cost(&u) - 0.006).abs() < 1e-12);
-        assert!((price("sonnet").cost(&u) - 0.12).abs() < 1e-12);
-        assert!(price("mystery").input >= price("opus").input);
+        let p = |m: &str| price(m).expect("priced");
+        assert!((p("claude-haiku-5-5").cost(&u) - 0.006).abs() < 1e-12);
+        assert!((p("sonnet").cost(&u) - 0.12).abs() < 1e-12);
+        assert!(p("claude-opus-5-5").input >= p("sonnet").input);
+        assert_eq!(price("mystery"), None, "an unknown model is not guessed");
     }
 }

@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use super::OAUTH_BETA;
 use crate::agent::events::Usage;
-use crate::agent::gateway::json::top_level_value;
+use crate::agent::gateway::json::{contains, find_object, top_level_value};
 use crate::agent::gateway::spend::Ask;
 use crate::agent::gateway::target::{Endpoint, Kind};
 use crate::agent::gateway::{Credential, Meter, Reading, Wire};
@@ -103,6 +103,9 @@ impl Anthropic {
         if b.max_tokens == 0 {
             return Err("`max_tokens` must be at least 1".into());
         }
+        if let Some(why) = remote_content(body) {
+            return Err(why);
+        }
         let thinking = b.thinking.and_then(|t| t.budget_tokens).unwrap_or(0);
         Ok((
             Ask {
@@ -113,6 +116,26 @@ impl Anthropic {
             thinking,
         ))
     }
+}
+
+/// An image or document block whose content the provider fetches (`url`)
+/// or holds (`file`): it reaches the network from the provider's side, and
+/// costs input tokens the request's size does not bound. Only content in
+/// the request itself (`base64`, `text`, `content`) goes through.
+fn remote_content(body: &[u8]) -> Option<String> {
+    // Only a body that could hold one is parsed whole (an escaped key
+    // could spell `source`).
+    if !contains(body, b"\"source\"") && !contains(body, b"\\u") {
+        return None;
+    }
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    find_object(&value, &|m| {
+        let source = m.get("source")?.as_object()?;
+        let kind = source.get("type").and_then(|t| t.as_str()).unwrap_or("");
+        (!matches!(kind, "base64" | "text" | "content")).then(|| {
+            format!("a content block with a `{kind}` source makes the provider fetch or read content loopd cannot see or bound: refused")
+        })
+    })
 }
 
 impl Wire for Anthropic {
@@ -359,10 +382,6 @@ impl Meter for MessagesMeter {
     }
 }
 
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
-}
-
 /// The usage-carrying events, named as the API names them.
 #[derive(Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -401,6 +420,34 @@ struct WholeMessage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn content_the_provider_fetches_is_refused() {
+        let body = |block: &str| {
+            format!(
+                r#"{{"model":"claude-haiku-5-5","max_tokens":10,"messages":[{{"role":"user","content":[{block}]}}]}}"#
+            )
+        };
+        for bad in [
+            r#"{"type":"image","source":{"type":"url","url":"https://exfil.example/S.png"}}"#,
+            r#"{"type":"document","source":{"type":"url","url":"https://exfil.example/S.pdf"}}"#,
+            r#"{"type":"image","source":{"type":"file","file_id":"file_1"}}"#,
+            r#"{"type":"tool_result","tool_use_id":"t","content":[{"type":"image","source":{"type":"url","url":"https://x"}}]}"#,
+            r#"{"type":"image","\u0073ource":{"type":"url","url":"https://exfil.example/S.png"}}"#,
+        ] {
+            assert!(Anthropic::read_call(body(bad).as_bytes()).is_err(), "{bad}");
+        }
+        for good in [
+            r#"{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBO"}}"#,
+            r#"{"type":"tool_use","id":"t","name":"WebFetch","input":{"url":"https://example.com"}}"#,
+            r#"{"type":"document","source":{"type":"text","media_type":"text/plain","data":"hi"}}"#,
+        ] {
+            assert!(
+                Anthropic::read_call(body(good).as_bytes()).is_ok(),
+                "{good}"
+            );
+        }
+    }
 
     #[test]
     fn max_tokens_is_rewritten_in_place_and_read_back() {

@@ -75,9 +75,13 @@ impl Agent for Codex {
                 vars: CREDENTIAL_VARS.to_vec(),
             }
         })?;
+        // OpenAI's base URLs end in `/v1`; the gateway forwards the whole
+        // path (`/v1/responses`).
+        let upstream = Access::upstream(get(BASE_URL_VAR), DEFAULT_UPSTREAM);
+        let upstream = upstream.strip_suffix("/v1").unwrap_or(&upstream).to_owned();
         Ok(Access {
             credential: Credential::Bearer(key.trim().to_owned()),
-            upstream: Access::upstream(get(BASE_URL_VAR), DEFAULT_UPSTREAM),
+            upstream,
         })
     }
 
@@ -85,7 +89,7 @@ impl Agent for Codex {
         Arc::new(wire::Responses)
     }
 
-    fn prices(&self) -> fn(&str) -> Price {
+    fn prices(&self) -> fn(&str) -> Option<Price> {
         price
     }
 
@@ -153,6 +157,11 @@ impl Agent for Codex {
 
     fn parser(&self) -> Box<dyn StreamParser> {
         Box::<stream::CodexStream>::default()
+    }
+
+    /// `--output-schema` makes the final message the verdict object.
+    fn answer_with(&self) -> &'static str {
+        "with the verdict's JSON object alone, as your final message"
     }
 
     fn tool_call(&self, id: String, name: String, input: Value) -> ToolCall {
@@ -224,26 +233,30 @@ pub fn patch_paths(text: &str) -> Option<Vec<String>> {
     Some(paths)
 }
 
-/// OpenAI's list prices per million tokens (cached input at a tenth; no
-/// surcharge for writing the cache). An unknown model is priced like the
-/// dearest, so the estimate errs toward stopping early.
-pub fn price(model: &str) -> Price {
+/// OpenAI's list prices per million tokens for the GPT-5 family (cached
+/// input at a tenth; no surcharge for writing the cache). Any other model
+/// has no price: a call on it is refused unless `[prices."model"]` gives
+/// one.
+pub fn price(model: &str) -> Option<Price> {
     let m = model.to_ascii_lowercase();
+    if !m.starts_with("gpt-5") {
+        return None;
+    }
     let (input, output) = if m.contains("nano") {
         (0.05, 0.4)
     } else if m.contains("mini") {
         (0.25, 2.0)
-    } else if m.starts_with("gpt-5") && !m.contains("pro") {
-        (1.25, 10.0)
-    } else {
+    } else if m.contains("pro") {
         (15.0, 120.0)
+    } else {
+        (1.25, 10.0)
     };
-    Price {
+    Some(Price {
         input,
         output,
         cache_read: input * 0.1,
         cache_write: input,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -335,5 +348,13 @@ mod tests {
             Codex.access(&|_| None),
             Err(CredentialError::Missing { .. })
         ));
+        let get = |k: &str| match k {
+            "CODEX_API_KEY" => Some("sk-c".to_owned()),
+            "OPENAI_BASE_URL" => Some("https://proxy.example/v1/".to_owned()),
+            _ => None,
+        };
+        let a = Codex.access(&get).expect("access");
+        assert_eq!(a.credential, Credential::Bearer("sk-c".into()));
+        assert_eq!(a.upstream, "https://proxy.example");
     }
 }

@@ -12,7 +12,7 @@ use serde::de::IgnoredAny;
 use serde::Deserialize;
 
 use crate::agent::events::Usage;
-use crate::agent::gateway::json::top_level_value;
+use crate::agent::gateway::json::{contains, find_object, top_level_value};
 use crate::agent::gateway::spend::Ask;
 use crate::agent::gateway::target::{Endpoint, Kind};
 use crate::agent::gateway::{Credential, Meter, Reading, Wire};
@@ -72,6 +72,45 @@ struct CallBody {
 struct ToolHead {
     #[serde(rename = "type", default)]
     kind: Option<String>,
+    /// A `namespace` groups tools (Codex's multi-agent functions): each
+    /// is judged as if it stood alone.
+    #[serde(default)]
+    tools: Vec<ToolHead>,
+}
+
+impl ToolHead {
+    /// The first type here (or in a namespace, at any depth) that runs on
+    /// the provider's side.
+    fn server_side(&self) -> Option<&str> {
+        match self.kind.as_deref() {
+            Some("namespace") => self.tools.iter().find_map(ToolHead::server_side),
+            Some(k) if !CLIENT_TOOL_TYPES.contains(&k) => Some(k),
+            _ => None,
+        }
+    }
+}
+
+/// An input image or file the provider fetches (`image_url`/`file_url`
+/// that is not a `data:` URL) or holds (`file_id`): the network from the
+/// provider's side, and input tokens the request's size does not bound.
+fn remote_content(body: &[u8]) -> Option<String> {
+    if !contains(body, b"input_image") && !contains(body, b"input_file") && !contains(body, b"\\u")
+    {
+        return None;
+    }
+    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
+    find_object(&value, &|m| {
+        let kind = m.get("type")?.as_str()?;
+        if !matches!(kind, "input_image" | "input_file") {
+            return None;
+        }
+        let remote = m.contains_key("file_id")
+            || ["image_url", "file_url"].iter().any(|k| {
+                m.get(*k)
+                    .is_some_and(|u| !u.as_str().is_some_and(|u| u.starts_with("data:")))
+            });
+        remote.then(|| format!("an `{kind}` the provider fetches or holds (a URL or a file id) reaches the network from its side and costs input the request does not bound: refused"))
+    })
 }
 
 impl Wire for Responses {
@@ -91,13 +130,11 @@ impl Wire for Responses {
                 "`background` responses are billed outside the stream loopd meters: refused".into(),
             );
         }
-        if let Some(kind) = b
-            .tools
-            .iter()
-            .filter_map(|t| t.kind.as_deref())
-            .find(|k| !CLIENT_TOOL_TYPES.contains(k))
-        {
+        if let Some(kind) = b.tools.iter().find_map(ToolHead::server_side) {
             return Err(format!("the server tool `{kind}` reaches the network from the provider's side and is billed outside the metered usage: refused"));
+        }
+        if let Some(why) = remote_content(body) {
+            return Err(why);
         }
         Ok(Ask {
             model: b.model,
@@ -320,13 +357,34 @@ impl Meter for ResponsesMeter {
     }
 }
 
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inputs_the_provider_fetches_are_refused() {
+        let body = |content: &str| {
+            format!(
+                r#"{{"model":"gpt-5","input":[{{"type":"message","role":"user","content":[{content}]}}]}}"#
+            )
+        };
+        for bad in [
+            r#"{"type":"input_image","image_url":"https://exfil.example/x.png"}"#,
+            r#"{"type":"input_image","file_id":"file-1"}"#,
+            r#"{"type":"input_file","file_url":"https://exfil.example/x.pdf"}"#,
+            r#"{"type":"input_file","file_id":"file-1"}"#,
+            r#"{"type":"\u0069nput_image","image_url":"https://exfil.example/x.png"}"#,
+        ] {
+            assert!(Responses.ask(body(bad).as_bytes()).is_err(), "{bad}");
+        }
+        for good in [
+            r#"{"type":"input_text","text":"https://example.com is a URL in text"}"#,
+            r#"{"type":"input_image","image_url":"data:image/png;base64,iVBO"}"#,
+            r#"{"type":"input_file","file_data":"data:application/pdf;base64,JVBE","filename":"a.pdf"}"#,
+        ] {
+            assert!(Responses.ask(body(good).as_bytes()).is_ok(), "{good}");
+        }
+    }
 
     #[test]
     fn an_output_bound_is_inserted_or_lowered_and_read_back() {
@@ -350,7 +408,8 @@ mod tests {
             br#"{"model":"m","tools":[{"type":"web_search"}]}"#.as_slice(),
             br#"{"model":"m","tools":[{"type":"mcp","server_url":"https://x"}]}"#,
             br#"{"model":"m","previous_response_id":"resp_1"}"#,
-            br#"{"model":"m","background":true}"#,
+                        br#"{"model":"m","background":true}"#,
+            br#"{"model":"m","tools":[{"type":"namespace","name":"n","tools":[{"type":"web_search"}]}]}"#,
         ] {
             assert!(
                 Responses.ask(body).is_err(),
@@ -360,6 +419,10 @@ mod tests {
         }
         assert!(Responses
             .ask(br#"{"model":"m","tools":[{"type":"function","name":"exec_command"}]}"#)
+            .is_ok());
+        // Codex's multi-agent functions, grouped in a namespace.
+        assert!(Responses
+            .ask(br#"{"model":"m","tools":[{"type":"namespace","name":"multi_agent_v1","tools":[{"type":"function","name":"spawn_agent"}]}]}"#)
             .is_ok());
     }
 

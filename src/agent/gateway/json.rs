@@ -188,3 +188,8 @@ pub fn find_object(
         _ => None,
     }
 }
+
+/// Does `hay` hold `needle` (a cheap look before a parse)?
+pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
+}

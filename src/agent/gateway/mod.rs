@@ -809,7 +809,16 @@ fn reserve(
             &why,
         ))
     })?;
-    let price = v.prices.of(&ask.model);
+    let Some(price) = v.prices.of(&ask.model) else {
+        let why = format!("loopd has no price for the model `{}`, so it cannot cap its cost: refused (price it in loopd.toml's `[prices.\"{}\"]`)", ask.model, ask.model);
+        return Err(Box::new(shared.refuse(
+            method,
+            uri,
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            &why,
+        )));
+    };
     let min_output = v.wire.min_output(&body);
     let refused = |refusal: Refusal| {
         tracing::warn!(model = %ask.model, reason = %refusal.reason, "gateway refused a call: {}", refusal.message);
@@ -1012,7 +1021,10 @@ fn settle(
     };
     // Priced at the dearer of the answered and the requested model: the
     // reservation was taken at the requested one.
-    let price = grant.price.max(vendor.prices.of(&model));
+    let price = vendor
+        .prices
+        .of(&model)
+        .map_or(grant.price, |p| grant.price.max(p));
     let cost = if failed {
         Spend::default()
     } else {
