@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what the tests need into ./.tools (ignored by git), idempotently:
-#   - the pinned Claude Code CLI from the npm registry,
+#   - the pinned Claude Code and Codex CLIs from the npm registry,
 #   - pytest and ruff from PyPI (the fixture repository's goal test), and
 #     pyyaml (to check the example workflow parses).
 # Prints the directories to put on PATH.
@@ -14,6 +14,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 tools="$root/.tools"
 CLAUDE_CODE_VERSION=2.1.328
+CODEX_VERSION=0.171.0
 PYTEST_VERSION=8.3.4
 RUFF_VERSION=0.8.4
 PYYAML_VERSION=6.0.2
@@ -51,6 +52,12 @@ if ! "$tools/npm/node_modules/.bin/claude" --version 2>/dev/null | grep -q "^$CL
   npm install --silent --no-audit --no-fund --prefix "$tools/npm" "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" >&2
 fi
 "$tools/npm/node_modules/.bin/claude" --version >&2
+if ! "$tools/npm/node_modules/.bin/codex" --version 2>/dev/null | grep -q " $CODEX_VERSION\$"; then
+  echo "installing @openai/codex@$CODEX_VERSION into $tools/npm" >&2
+  npm install --silent --no-audit --no-fund --prefix "$tools/npm" "@openai/codex@$CODEX_VERSION" >&2
+fi
+"$tools/npm/node_modules/.bin/codex" --version >&2
+
 
 if ! "$tools/venv/bin/python" -m pytest --version >/dev/null 2>&1 \
    || ! "$tools/venv/bin/ruff" --version 2>/dev/null | grep -q "$RUFF_VERSION" \

@@ -8,23 +8,6 @@ use serde_json::{json, Value};
 use crate::support::model::{Role, ScriptedModel, Turn};
 use crate::support::*;
 
-fn stalled(ms: u64) -> Turn {
-    Turn {
-        delay_ms: ms,
-        ..turn(vec![text("too late")])
-    }
-}
-
-/// Wait (bounded) until the model has seen `n` requests of the agent's
-/// session `session`.
-fn wait_for_requests(model: &ScriptedModel, session: usize, n: usize) {
-    let until = Instant::now() + Duration::from_secs(60);
-    while model.session(Role::Agent, session).len() < n {
-        assert!(Instant::now() < until, "the agent never made request {n}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// A Read of rechnung.py at `offset` (distinct calls) with scripted usage.
 fn read_at(offset: u64, input_tokens: u64, output_tokens: u64) -> Turn {
     turn_usage(

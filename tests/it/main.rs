@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod agents;
 mod attacks;
 mod boundary;
 mod ci;

@@ -174,10 +174,13 @@ impl TestEnv {
             .env("GIT_CONFIG_GLOBAL", "/dev/null")
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("ANTHROPIC_API_KEY", API_KEY)
+            .env("OPENAI_API_KEY", API_KEY)
             .env("NO_COLOR", "1")
             .current_dir(&self.repo);
         if let Some(m) = model {
+            // One scripted model speaks both vendors' protocols.
             cmd.env("ANTHROPIC_BASE_URL", m.base_url());
+            cmd.env("OPENAI_BASE_URL", format!("{}/v1", m.base_url()));
         }
         cmd
     }
@@ -234,7 +237,7 @@ impl TestEnv {
 /// A Claude model's price, as the gateway bills it.
 pub fn price(model: &str) -> loopd::agent::Price {
     use loopd::agent::Agent;
-    loopd::agent::ClaudeCode.prices()(model)
+    loopd::agent::ClaudeCode.prices()(model).expect("a priced Claude model")
 }
 
 pub fn loopd_bin() -> PathBuf {
@@ -364,6 +367,27 @@ pub fn one_attempt<'a>(extra: &[&'a str]) -> Vec<&'a str> {
         .into_iter()
         .chain(extra.iter().copied())
         .collect()
+}
+
+/// A turn the model answers only after `ms`: an agent busy for a while.
+pub fn stalled(ms: u64) -> Turn {
+    Turn {
+        delay_ms: ms,
+        ..turn(vec![text("too late")])
+    }
+}
+
+/// Wait (bounded) until the model has seen `n` requests of the agent's
+/// session `session`.
+pub fn wait_for_requests(model: &ScriptedModel, session: usize, n: usize) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while model.session(model::Role::Agent, session).len() < n {
+        assert!(
+            std::time::Instant::now() < until,
+            "the agent never made request {n}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 /// One agent session — `turns`, then "Done." — a critic that says PASS,
