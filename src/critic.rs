@@ -1,6 +1,8 @@
-//! The critic: a fresh `claude -p` session without tools that sees the task,
-//! the baseline, the diff since BASE_REF and the rubric — never the agent's
-//! transcript — and answers with a verdict object through `--json-schema`.
+//! The critic: a fresh session of the critic's agent CLI (of either vendor),
+//! with no tool that reads or writes, that sees the task, the baseline, the
+//! diff since BASE_REF and the rubric — never the agent's transcript — and
+//! answers with a verdict object through its CLI's structured output
+//! ([`crate::agent::Agent::answer_with`]).
 //!
 //! The critic sees the whole change: a listing of every changed file with
 //! its size, then every file's section of the diff whole. Nothing is cut

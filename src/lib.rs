@@ -1,11 +1,11 @@
-//! loopd supervises a coding agent (Claude Code in print mode, `claude -p`)
-//! on a git repository until a deterministic goal test is green *and* a critic
+//! loopd supervises a coding agent (Claude Code in print mode, `claude -p`,
+//! or OpenAI's Codex CLI, `codex exec`) on a git repository until a deterministic goal test is green *and* a critic
 //! in a fresh session accepts the diff — or until a guard stops it, in which
 //! case the work is parked safely and a human gets a report.
 //!
 //! # The loops, inside out
-//! 1. **Agent session** ([`agent::session`]): one `claude -p` run, its
-//!    stream-json read as it arrives into typed [`agent::events`]; every event
+//! 1. **Agent session** ([`agent::session`]): one run of the agent CLI, its
+//!    event stream read as it arrives into typed [`agent::events`]; every event
 //!    passes the guards ([`guard::Watch`]) and may stop the session mid-turn.
 //! 2. **Attempt loop** ([`job`]): agent → progress check → goal test
 //!    ([`goal`]) → only when green, the pre-critic ([`guard::precheck`], no
@@ -42,7 +42,7 @@
 //! | --- | --- | --- |
 //! | 0 | [`util`] | atomic writes, ids, clock, shell quoting, crash points |
 //! | 1 | [`outcome`], [`process`], [`sandbox`] | reasons → exit codes (the one place); process trees; the Landlock sandbox of a job's processes |
-//! | 2 | [`workspace`], [`agent`], [`notify`] | git (the diff, the pinned `.git/`, held credentials); the agent CLI seam (Claude Code) and the metering gateway; webhooks |
+//! | 2 | [`workspace`], [`agent`], [`notify`] | git (the diff, the pinned `.git/`, held credentials); the agent CLI seam (one module per CLI: `agent::claude`, `agent::codex`) and the vendor-neutral metering gateway; webhooks |
 //! | 3 | [`guard`], [`goal`], [`rubric`], [`critic`] | the judges and their settings |
 //! | 4 | [`report`], [`report_html`], [`breaker`], [`journal`], [`lessons`] | views (`report.html`: the page a human reads), parking, the job's truth, what a repository taught |
 //! | 5 | [`config`], [`live`] | `loopd.toml` + flags → a validated job; live progress lines from the journal |

@@ -36,6 +36,23 @@ pub fn names() -> Vec<&'static str> {
     AGENTS.iter().map(|a| a.name()).collect()
 }
 
+/// The names a program that starts an agent session goes by: each
+/// agent's program, its npm package (the last word of its install command)
+/// and the package's own name (`claude`, `@anthropic-ai/claude-code`,
+/// `claude-code`, `codex`, `@openai/codex`).
+pub fn client_programs() -> Vec<&'static str> {
+    let mut out = Vec::new();
+    for a in AGENTS {
+        let package = a.install().rsplit(' ').next().unwrap_or_default();
+        out.push(a.program());
+        out.push(package);
+        out.push(package.rsplit('/').next().unwrap_or(package));
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 /// Every model credential variable of every agent: read once when loopd
 /// starts, then scrubbed from its own environment.
 pub fn credential_vars() -> Vec<&'static str> {

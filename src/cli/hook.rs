@@ -44,7 +44,7 @@ pub enum HookEvent {
     PreToolUse {
         /// The agent CLI whose hook this is: its tool names and its way of
         /// answering.
-        #[arg(long, default_value = "claude", value_parser = clap::builder::PossibleValuesParser::new(crate::agent::names()))]
+        #[arg(long, default_value = crate::config::DEFAULT_AGENT, value_parser = clap::builder::PossibleValuesParser::new(crate::agent::names()))]
         agent: String,
     },
 }

@@ -813,13 +813,12 @@ impl Compiled<'_> {
     }
 }
 
-/// Programs that start a model session or a supervisor of one.
-const MODEL_CLIENTS: &[&str] = &["claude", "claude-code", "loopd"];
-
-/// Starting `claude` or `loopd` from the agent's Bash (directly or through
-/// a package runner): a nested session would be metered and capped by the
-/// job's gateway anyway; this is defence in depth, and a clear word to the
-/// agent. `loopd escalate` is the agent's approved exit, not a session.
+/// Starting an agent CLI (`claude`, `codex`, … — every registered agent's
+/// program and npm package) or `loopd` from the agent's shell (directly or
+/// through a package runner): a nested session would be metered and capped
+/// by the job's gateway anyway; this is defence in depth, and a clear word
+/// to the agent. `loopd escalate` is the agent's approved exit, not a
+/// session.
 fn model_client(program: &str, args: &[String]) -> Option<String> {
     let first_operand = args.iter().find(|a| !a.starts_with('-'));
     if program.rsplit('/').next() == Some("loopd") && first_operand.is_some_and(|a| a == "escalate")
@@ -827,19 +826,24 @@ fn model_client(program: &str, args: &[String]) -> Option<String> {
         return None;
     }
     let program = match program {
-        "npx" | "bunx" | "pnpx" => args
-            .iter()
-            .find(|a| !a.starts_with('-'))
-            .map_or(program, |a| a.as_str()),
+        "npx" | "bunx" | "pnpx" => first_operand.map_or(program, |a| a.as_str()),
         _ => program,
     };
-    let program = program.rsplit('/').next().unwrap_or(program);
-    let program = program
-        .strip_prefix("@anthropic-ai")
-        .map_or(program, |rest| rest.trim_start_matches('/'));
-    let program = program.split('@').next().unwrap_or(program);
-    MODEL_CLIENTS.contains(&program).then(|| {
-        format!("loopd: starting `{program}` from the agent's shell is not allowed: do the work in this session, with the tools you have.")
+    // `@scope/name@version` names a package; anything else is a path.
+    let name = match program.strip_prefix('@') {
+        Some(scoped) => {
+            let (scope, rest) = scoped.split_once('/').unwrap_or((scoped, ""));
+            let rest = rest.split('@').next().unwrap_or(rest);
+            format!("@{scope}/{rest}")
+        }
+        None => {
+            let base = program.rsplit('/').next().unwrap_or(program);
+            base.split('@').next().unwrap_or(base).to_owned()
+        }
+    };
+    let clients = crate::agent::client_programs();
+    (name == "loopd" || clients.contains(&name.as_str())).then(|| {
+        format!("loopd: starting `{name}` from the agent's shell is not allowed: do the work in this session, with the tools you have.")
     })
 }
 
@@ -1532,7 +1536,7 @@ mod tests {
     }
 
     #[test]
-    fn starting_claude_or_loopd_from_the_shell_is_denied() {
+    fn starting_an_agent_cli_or_loopd_from_the_shell_is_denied() {
         let pol = policy();
         let c = pol.compile().expect("compile");
         for cmd in [
@@ -1541,6 +1545,11 @@ mod tests {
             "cd /tmp && env FOO=1 claude -p x",
             "sh -c 'claude -p x'",
             "npx @anthropic-ai/claude-code -p x",
+            "npx @anthropic-ai/claude-code@2.1.328 -p x",
+            "npx claude-code -p x",
+            "codex exec --json go",
+            "/opt/bin/codex exec go",
+            "npx -y @openai/codex exec go",
             "loopd run --task x",
             "timeout 5 loopd status",
         ] {

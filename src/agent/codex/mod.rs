@@ -126,6 +126,16 @@ impl Agent for Codex {
             &hooks,
             "-c",
             "web_search=\"disabled\"",
+            // Codex reports analytics to OpenAI when a session ends: a
+            // connection that is not the gateway's (and, in a private
+            // network, a 5 s wait for it to fail at every session's end).
+            "-c",
+            "analytics.enabled=false",
+            // A login shell (`bash -lc`) reads /etc/profile, which resets
+            // PATH: the agent would run another python or pytest than the
+            // goal test does.
+            "-c",
+            "allow_login_shell=false",
             // The repository's AGENTS.md is not an instruction loopd gave
             // (as `--setting-sources ""` keeps CLAUDE.md out for Claude
             // Code): the task and the rubric are.
@@ -297,6 +307,7 @@ mod tests {
             "base_url=\"http://127.0.0.1:4242/v1\", env_key=\"LOOPD_SESSION_TOKEN\"",
             "command=\"/opt/loopd hook pre-tool-use --agent codex\"",
             "web_search=\"disabled\"",
+            "analytics.enabled=false",
             "project_doc_max_bytes=0",
             "--output-schema",
         ] {

@@ -126,6 +126,28 @@ pub fn unwrap_shell(line: &str) -> String {
     let Some(rest) = rest else {
         return line.to_owned();
     };
+    // One double-quoted word (`"cat 'x'"`), with `\"`, `\\`, `\$` and
+    // `` \` `` inside it.
+    if let Some(inner) = rest.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+        let mut out = String::with_capacity(inner.len());
+        let mut chars = inner.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => match chars.next() {
+                    Some(e @ ('"' | '\\' | '$' | '`')) => out.push(e),
+                    Some(e) => {
+                        out.push('\\');
+                        out.push(e);
+                    }
+                    None => return rest.to_owned(),
+                },
+                // Not one quoted word after all (`"a" "b"`): keep it as it ran.
+                '"' => return rest.to_owned(),
+                c => out.push(c),
+            }
+        }
+        return out;
+    }
     // One single-quoted word, with `'\''` for each quote inside it.
     let Some(inner) = rest.strip_prefix('\'').and_then(|r| r.strip_suffix('\'')) else {
         return rest.to_owned();
@@ -268,6 +290,12 @@ mod tests {
         assert_eq!(unwrap_shell("/bin/bash -lc ls"), "ls");
         assert_eq!(unwrap_shell("pytest -q"), "pytest -q");
         assert_eq!(unwrap_shell("/bin/bash -lc 'a' 'b'"), "'a' 'b'");
+        // As Codex 0.171 prints a command with a single quote inside.
+        assert_eq!(
+            unwrap_shell(r#"/bin/bash -c "cat '/r/x.py' && echo \"\$HOME\"""#),
+            r#"cat '/r/x.py' && echo "$HOME""#
+        );
+        assert_eq!(unwrap_shell(r#"/bin/bash -c "a" "b""#), r#""a" "b""#);
     }
 
     #[test]
