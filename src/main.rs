@@ -4,11 +4,18 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use loopd::cli::{self, Cli};
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{fmt, EnvFilter, Layer};
 
-fn init_logging(verbose: u8, quiet: bool) {
+/// With live progress lines on (`run`, `resume`, `ci` without `-q` or
+/// `-v`), stderr gets warnings and errors only and the INFO lines go to the
+/// job's `loopd.log`: each step is said once. `-v` brings them back to
+/// stderr; `LOOPD_LOG` sets the stderr filter whole.
+fn init_logging(verbose: u8, quiet: bool, live: bool) {
     let default = match (quiet, verbose) {
         (true, _) => "warn",
+        (false, 0) if live => "warn",
         (false, 0) => "info",
         (false, 1) => "debug",
         _ => "trace",
@@ -19,17 +26,24 @@ fn init_logging(verbose: u8, quiet: bool) {
         .unwrap_or_else(|| EnvFilter::new(format!("loopd={default},warn")));
     let ansi = std::env::var_os("NO_COLOR").is_none()
         && std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let stderr = fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(ansi)
         .with_target(false);
     // Under systemd, journald stamps every line itself.
-    if std::env::var_os("JOURNAL_STREAM").is_some() {
-        builder.without_time().init();
+    let stderr = if std::env::var_os("JOURNAL_STREAM").is_some() {
+        stderr.without_time().with_filter(filter).boxed()
     } else {
-        builder.init();
-    }
+        stderr.with_filter(filter).boxed()
+    };
+    let file = (live && verbose == 0).then(|| {
+        fmt::layer()
+            .with_writer(|| loopd::util::log_file::Writer)
+            .with_ansi(false)
+            .with_target(false)
+            .with_filter(EnvFilter::new("loopd=info,warn"))
+    });
+    tracing_subscriber::registry().with(stderr).with(file).init();
 }
 
 fn main() -> ExitCode {
@@ -45,7 +59,12 @@ fn main() -> ExitCode {
             | cli::Command::Approve(_)
     );
     let undumpable = holds_secrets && loopd::util::make_undumpable();
-    init_logging(args.verbose, args.quiet);
+    let live = !args.quiet
+        && matches!(
+            args.command,
+            cli::Command::Run(_) | cli::Command::Resume(_) | cli::Command::Ci(_)
+        );
+    init_logging(args.verbose, args.quiet, live);
     if holds_secrets && !undumpable {
         tracing::warn!("could not make loopd non-dumpable: processes of the same user may read its environment");
     }

@@ -295,6 +295,73 @@ pub fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
+/// The detailed log of a foreground job: while the live progress lines
+/// speak on stderr, tracing's INFO lines (which say the same, with fields)
+/// go to `runs/<id>/loopd.log` instead, so each step is printed once.
+/// Lines logged before the job's directory exists are kept (bounded) and
+/// written first.
+pub mod log_file {
+    use std::fs::File;
+    use std::io::Write;
+    use std::path::Path;
+    use std::sync::Mutex;
+
+    struct Sink {
+        file: Option<File>,
+        pending: Vec<u8>,
+    }
+
+    static SINK: Mutex<Sink> = Mutex::new(Sink {
+        file: None,
+        pending: Vec::new(),
+    });
+
+    /// What is kept before [`attach`]: a job's start logs a few lines.
+    const PENDING_MAX: usize = 256 << 10;
+
+    /// From now on, the log goes to `path` (appended: a resume adds to
+    /// the same file; created `0600`).
+    pub fn attach(path: &Path) -> std::io::Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)?;
+        let mut sink = SINK.lock().unwrap_or_else(|p| p.into_inner());
+        file.write_all(&std::mem::take(&mut sink.pending))?;
+        sink.file = Some(file);
+        Ok(())
+    }
+
+    /// A writer for tracing's `fmt` layer (`.with_writer(|| Writer)`).
+    #[derive(Debug, Clone, Copy, Default)]
+    pub struct Writer;
+
+    impl Write for Writer {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let mut guard = SINK.lock().unwrap_or_else(|p| p.into_inner());
+            let sink = &mut *guard;
+            match sink.file.as_mut() {
+                // A log that cannot be written must not stop the job.
+                Some(f) => {
+                    let _ = f.write_all(buf);
+                }
+                None if sink.pending.len() + buf.len() <= PENDING_MAX => {
+                    sink.pending.extend_from_slice(buf);
+                }
+                None => {}
+            }
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+}
+
 /// Serialize a `Duration` the way users write it (`"5m 30s"`), for
 /// `#[serde(with = "crate::util::duration_text")]`.
 pub mod duration_text {

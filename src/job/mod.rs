@@ -65,6 +65,8 @@ use crate::workspace::outside::Outside;
 
 /// The worktree's files after the baseline, in the run directory.
 const OUTSIDE: &str = "outside.txt";
+/// A foreground job's detailed log (tracing's lines, INFO and up).
+const LOG: &str = "loopd.log";
 use crate::workspace::Workspace;
 
 #[derive(Debug, thiserror::Error)]
@@ -186,6 +188,10 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
     })?;
     let mut journal = Journal::open(&dir)?;
     if control.progress {
+        // The live lines speak on stderr; the detailed log goes here.
+        if let Err(e) = util::log_file::attach(&dir.join(LOG)) {
+            tracing::warn!(error = %e, "cannot write the job's log file");
+        }
         let live = crate::live::Progress {
             budget_usd: Some(job.caps.budget_usd),
         };
