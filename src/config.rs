@@ -90,7 +90,7 @@ pub struct Overrides {
     #[arg(long, value_name = "FILE")]
     pub rubric: Option<PathBuf>,
     /// Attempts before giving up [default: 5].
-    #[arg(long, value_name = "N")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N")]
     pub max_attempts: Option<i64>,
     /// The agent CLI that works on the task: `claude` or `codex` [default: claude].
     #[arg(long, value_name = "NAME")]
@@ -109,13 +109,13 @@ pub struct Overrides {
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     pub allowed_tools: Option<Vec<String>>,
     /// Spend cap in USD over the whole job, agent and critic together [default: 2].
-    #[arg(long, value_name = "X")]
+    #[arg(long, allow_negative_numbers = true, value_name = "X")]
     pub budget_usd: Option<f64>,
     /// Cap on model turns over the whole job [default: 200].
-    #[arg(long, value_name = "N")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N")]
     pub max_turns: Option<i64>,
     /// Cap on input+output tokens over the whole job [default: 5000000].
-    #[arg(long, value_name = "N")]
+    #[arg(long, allow_negative_numbers = true, value_name = "N")]
     pub max_tokens: Option<i64>,
     /// Wall-clock cap for the whole job, e.g. `30m` [default: 1h].
     #[arg(long, value_name = "DUR")]

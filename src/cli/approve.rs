@@ -14,7 +14,9 @@ use crate::outcome::ExitStatus;
 /// Example: `loopd approve 20261130-221503042-3f9a`
 #[derive(Debug, clap::Args)]
 pub struct DecideArgs {
+    /// The job's id (as `loopd status` lists it, e.g. `20261130-221503042-3f9a`).
     pub job: String,
+    /// Where runs, reports and the queue live [default: `$XDG_STATE_HOME/loopd`, else `~/.local/state/loopd`].
     #[arg(long, value_name = "DIR", env = "LOOPD_STATE_DIR")]
     pub state_dir: Option<std::path::PathBuf>,
 }

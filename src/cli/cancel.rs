@@ -10,10 +10,12 @@ use crate::outcome::ExitStatus;
 /// stopped through the circuit breaker (its work parked in a stash, a report
 /// written).
 ///
-/// Example: `loopd cancel 20261130-114617-613025`
+/// Example: `loopd cancel 20261130-114617123-613a`
 #[derive(Debug, clap::Args)]
 pub struct CancelArgs {
+    /// The job's id (as `loopd status` lists it, e.g. `20261130-221503042-3f9a`).
     pub job: String,
+    /// Where runs, reports and the queue live [default: `$XDG_STATE_HOME/loopd`, else `~/.local/state/loopd`].
     #[arg(long, value_name = "DIR", env = "LOOPD_STATE_DIR")]
     pub state_dir: Option<std::path::PathBuf>,
 }

@@ -12,11 +12,13 @@ use crate::report_html::{self, BranchInfo, Inputs};
 /// Print the account of a job: attempts, verdicts, gates, each attempt's
 /// interdiff with the one before, costs, and how to get the work back.
 ///
-/// Example: `loopd report 20261130-114617-613025 --format md`,
-/// `loopd report 20261130-114617-613025 --html /tmp/job.html`
+/// Example: `loopd report 20261130-114617123-613a --format md`,
+/// `loopd report 20261130-114617123-613a --html /tmp/job.html`
 #[derive(Debug, clap::Args)]
 pub struct ReportArgs {
+    /// The job's id (as `loopd status` lists it, e.g. `20261130-221503042-3f9a`).
     pub job: String,
+    /// Where runs, reports and the queue live [default: `$XDG_STATE_HOME/loopd`, else `~/.local/state/loopd`].
     #[arg(long, value_name = "DIR", env = "LOOPD_STATE_DIR")]
     pub state_dir: Option<std::path::PathBuf>,
     /// `md` (Markdown) or `json`.

@@ -22,7 +22,9 @@ use crate::workspace::Workspace;
 /// Example: `loopd resume 20261130-221503042-3f9a --budget-usd 5 --note "the test is right: the spec says net totals include every line"`
 #[derive(Debug, clap::Args)]
 pub struct ResumeArgs {
+    /// The job's id (as `loopd status` lists it, e.g. `20261130-221503042-3f9a`).
     pub job: String,
+    /// Where runs, reports and the queue live [default: `$XDG_STATE_HOME/loopd`, else `~/.local/state/loopd`].
     #[arg(long, value_name = "DIR", env = "LOOPD_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
     /// The agent's CLI binary [default: the job's agent's program on PATH].

@@ -19,6 +19,7 @@ use crate::outcome::ExitStatus;
 pub struct StatusArgs {
     /// One job's id.
     pub job: Option<String>,
+    /// Where runs, reports and the queue live [default: `$XDG_STATE_HOME/loopd`, else `~/.local/state/loopd`].
     #[arg(long, value_name = "DIR", env = "LOOPD_STATE_DIR")]
     pub state_dir: Option<std::path::PathBuf>,
     /// Print JSON on stdout.

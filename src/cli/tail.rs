@@ -15,10 +15,12 @@ use crate::outcome::ExitStatus;
 /// Print a job's progress so far and follow it until it ends: every tool
 /// call, phase, verdict and the spend, from the job's journal.
 ///
-/// Example: `loopd tail 20261130-114617-613025`
+/// Example: `loopd tail 20261130-114617123-613a`
 #[derive(Debug, clap::Args)]
 pub struct TailArgs {
+    /// The job's id (as `loopd status` lists it, e.g. `20261130-221503042-3f9a`).
     pub job: String,
+    /// Where runs, reports and the queue live [default: `$XDG_STATE_HOME/loopd`, else `~/.local/state/loopd`].
     #[arg(long, value_name = "DIR", env = "LOOPD_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
     /// Print what happened so far and exit instead of following.
