@@ -3,14 +3,17 @@
 # installs the pinned Claude Code CLI locally, starts the scripted model with
 # fixtures/scenarios/demo.toml, runs `loopd run` and prints the summary:
 # attempt 1 is rejected by the pre-critic (a leftover debug print, no model
-# call), attempt 2 is accepted by the critic.
+# call), attempt 2 is accepted by the critic. The job is kept in your own
+# state dir (`$XDG_STATE_HOME/loopd`, else ~/.local/state/loopd), where
+# `loopd status` and `loopd report` find it afterwards.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-echo "building loopd and the scripted model (the first build takes a minute or two)..." >&2
-cargo build --quiet --locked --bin loopd --example scripted_model
-echo "installing the test tools (the pinned Claude Code CLI, pytest, ruff) if missing..." >&2
-tools_path=$(scripts/install-test-tools.sh)
+echo "building loopd and the scripted model (a first build takes a few minutes; cargo shows its progress)..." >&2
+cargo build --locked --bin loopd --example scripted_model
+echo "installing what the demo needs (the pinned Claude Code CLI, pytest, ruff) into ./.tools if missing..." >&2
+tools_path=$(scripts/install-test-tools.sh --demo)
+state_dir="${LOOPD_STATE_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/loopd}"
 work=$(mktemp -d "${TMPDIR:-/tmp}/loopd-demo.XXXXXX")
 fixtures/rechnung/make-repo.sh "$work/repo"
 mkdir -p "$work/home"
@@ -24,7 +27,7 @@ echo "scripted model: $(cat "$work/model.url"); fixture repository: $work/repo" 
 set +e
 env -i PATH="$tools_path:/usr/local/bin:/usr/bin:/bin" HOME="$work/home" \
   ANTHROPIC_BASE_URL="$(cat "$work/model.url")" ANTHROPIC_API_KEY=sk-demo-not-a-real-key \
-  LOOPD_STATE_DIR="$work/state" GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 \
+  LOOPD_STATE_DIR="$state_dir" GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 \
   "$root/target/debug/loopd" run -C "$work/repo" --json > "$work/summary.json"
 code=$?
 set -e
@@ -36,4 +39,10 @@ echo
 echo "== the prompt of attempt 2 =="
 cat "$run_dir/attempt-2/prompt.txt"
 echo
+job=$(basename "$run_dir")
+loopd="$root/target/debug/loopd"
+echo "== the job is in $state_dir; look at it with =="
+echo "  $loopd status --state-dir '$state_dir'"
+echo "  $loopd report --state-dir '$state_dir' $job"
+echo "  $loopd report --state-dir '$state_dir' --html '$work/report.html' $job   # then open that page"
 exit $code

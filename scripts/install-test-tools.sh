@@ -5,6 +5,9 @@
 #     pyyaml (to check the example workflow parses).
 # Prints the directories to put on PATH.
 #
+# `--demo` installs only what scripts/demo.sh needs: the pinned Claude Code
+# CLI, pytest and ruff (no Codex CLI, no Debian packages).
+#
 # It also needs two Debian packages: `systemd` (for `systemd-analyze`, the
 # unit file test) and `chromium` (the HTML report is opened in a real
 # headless browser). It never escalates privileges on its own: as root (CI
@@ -19,6 +22,23 @@ PYTEST_VERSION=8.3.4
 RUFF_VERSION=0.8.4
 PYYAML_VERSION=6.0.2
 mkdir -p "$tools"
+demo=
+[ "${1:-}" = "--demo" ] && demo=1
+
+# The pinned Claude Code CLI's package declares Node 22 or newer; the whole
+# suite passes on Node 20 (the oldest we run it on). Older ones (Debian 12
+# ships 18) are refused here, where the cause is plain, rather than at the
+# CLI's first run.
+node_major=$(node --version 2>/dev/null | sed -n 's/^v\([0-9]*\).*/\1/p')
+if [ -z "$node_major" ]; then
+  echo "error: node is missing; the pinned Claude Code CLI runs on Node.js 20 or newer (22 declared). Debian/Ubuntu: nodejs npm from NodeSource, or nvm" >&2
+  exit 1
+elif [ "$node_major" -lt 20 ]; then
+  echo "error: node $(node --version) is too old: the pinned Claude Code CLI ($CLAUDE_CODE_VERSION) needs Node.js 20 or newer (its package declares 22; Debian 12 ships 18: use NodeSource or nvm)" >&2
+  exit 1
+elif [ "$node_major" -lt 22 ]; then
+  echo "note: node $(node --version): the pinned Claude Code CLI's package declares Node 22 or newer; loopd's suite passes on 20" >&2
+fi
 
 # Debian packages, checked first: a missing one fails before minutes of
 # downloads. `need COMMAND PACKAGE WHY` installs PACKAGE as root with apt-get
@@ -44,19 +64,21 @@ need() {
     exit 1
   fi
 }
-need systemd-analyze systemd "the tests run \`systemd-analyze verify\` on the units in systemd/"
-need chromium chromium "the tests open \`loopd report --html\` in headless Chromium (DOM and screenshot)"
+if [ -z "$demo" ]; then
+  need systemd-analyze systemd "the tests run \`systemd-analyze verify\` on the units in systemd/"
+  need chromium chromium "the tests open \`loopd report --html\` in headless Chromium (DOM and screenshot)"
+fi
 
 if ! "$tools/npm/node_modules/.bin/claude" --version 2>/dev/null | grep -q "^$CLAUDE_CODE_VERSION "; then
   echo "installing @anthropic-ai/claude-code@$CLAUDE_CODE_VERSION into $tools/npm" >&2
   npm install --silent --no-audit --no-fund --prefix "$tools/npm" "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" >&2
 fi
 "$tools/npm/node_modules/.bin/claude" --version >&2
-if ! "$tools/npm/node_modules/.bin/codex" --version 2>/dev/null | grep -q " $CODEX_VERSION\$"; then
+if [ -z "$demo" ] && ! "$tools/npm/node_modules/.bin/codex" --version 2>/dev/null | grep -q " $CODEX_VERSION\$"; then
   echo "installing @openai/codex@$CODEX_VERSION into $tools/npm" >&2
   npm install --silent --no-audit --no-fund --prefix "$tools/npm" "@openai/codex@$CODEX_VERSION" >&2
 fi
-"$tools/npm/node_modules/.bin/codex" --version >&2
+[ -n "$demo" ] || "$tools/npm/node_modules/.bin/codex" --version >&2
 
 
 if ! "$tools/venv/bin/python" -m pytest --version >/dev/null 2>&1 \
