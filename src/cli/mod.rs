@@ -205,9 +205,9 @@ pub fn access(
     let refuse = |agent: &dyn crate::agent::Agent, e: &CredentialError| {
         let vars = agent.credential_vars().join(" or ");
         let hint = match e {
-            CredentialError::Missing { .. } => format!("set {vars}; see README, \"Agents\""),
+            CredentialError::Missing { .. } => format!("set {vars}; see docs/agents.md"),
             CredentialError::Unmetered { .. } => {
-                format!("unset it and set {vars}; see README, \"Agents\"")
+                format!("unset it and set {vars}; see docs/agents.md")
             }
         };
         CliError::new(ExitStatus::Environment, e.to_string()).hint(hint)
