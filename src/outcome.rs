@@ -61,6 +61,36 @@ pub enum Outcome {
 }
 
 impl Reason {
+    /// Every reason, in declaration order: what the documentation's table
+    /// of reason codes is checked against (`tests/it/meta.rs`), so a new
+    /// reason cannot ship undocumented. A unit test keeps it complete.
+    pub const ALL: &'static [Reason] = &[
+        Reason::Accepted,
+        Reason::AttemptsExhausted,
+        Reason::BudgetUsd,
+        Reason::MaxTurns,
+        Reason::MaxTokens,
+        Reason::WallClock,
+        Reason::AttemptTimeout,
+        Reason::IdleTimeout,
+        Reason::StuckRepeat,
+        Reason::StuckNoProgress,
+        Reason::JudgesDisagree,
+        Reason::ProtectedPath,
+        Reason::TestCountDropped,
+        Reason::SkipMarker,
+        Reason::Precheck,
+        Reason::DiffTooLarge,
+        Reason::GoalChangedTree,
+        Reason::ConfigTampered,
+        Reason::GoalNotRunnable,
+        Reason::AlreadyGreen,
+        Reason::Signal,
+        Reason::AgentError,
+        Reason::InternalError,
+        Reason::Escalated,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::Accepted => "accepted",
@@ -305,6 +335,59 @@ impl From<Reason> for ExitStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `Reason::ALL` holds every variant once. A new variant first stops
+    /// the wildcard-free match below from compiling, so whoever adds it
+    /// looks here; the order is checked against the discriminants (no
+    /// duplicate, no gap before the last one listed), and completeness
+    /// against serde's own list of the variants, which its error for an
+    /// unknown name spells out — so one missing at the end is caught too.
+    #[test]
+    fn all_lists_every_reason_once() {
+        for (i, r) in Reason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i, "{r} is out of place in Reason::ALL");
+            // No wildcard: a new variant does not compile until it is here.
+            match r {
+                Reason::Accepted
+                | Reason::AttemptsExhausted
+                | Reason::BudgetUsd
+                | Reason::MaxTurns
+                | Reason::MaxTokens
+                | Reason::WallClock
+                | Reason::AttemptTimeout
+                | Reason::IdleTimeout
+                | Reason::StuckRepeat
+                | Reason::StuckNoProgress
+                | Reason::JudgesDisagree
+                | Reason::ProtectedPath
+                | Reason::TestCountDropped
+                | Reason::SkipMarker
+                | Reason::Precheck
+                | Reason::DiffTooLarge
+                | Reason::GoalChangedTree
+                | Reason::ConfigTampered
+                | Reason::GoalNotRunnable
+                | Reason::AlreadyGreen
+                | Reason::Signal
+                | Reason::AgentError
+                | Reason::InternalError
+                | Reason::Escalated => {}
+            }
+        }
+        let err = serde_json::from_str::<Reason>("\"no_such_reason\"")
+            .expect_err("an unknown reason code is refused")
+            .to_string();
+        let expected = err
+            .split_once("expected one of ")
+            .unwrap_or_else(|| panic!("serde's message names the variants: {err}"))
+            .1;
+        let names: Vec<&str> = expected
+            .split(", ")
+            .map(|n| n.split('`').nth(1).expect("a quoted name"))
+            .collect();
+        let all: Vec<&str> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(names, all, "Reason::ALL is not every reason");
+    }
 
     #[test]
     fn reason_codes_serialize_as_in_the_contract() {
