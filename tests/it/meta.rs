@@ -1,5 +1,7 @@
-//! Facts about loopd itself that the README states: the minimum Rust the
-//! lockfile needs, the shell completions and the man page.
+//! Facts about loopd itself that the README and the reference in `docs/`
+//! state: the minimum Rust the lockfile needs, the shell completions and the
+//! man page, the flags and the sample `loopd.toml`, the reason codes with
+//! their exit codes, and that every relative link leads somewhere.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -18,6 +20,40 @@ fn version(v: &str) -> (u64, u64, u64) {
     let minor = parts.next().unwrap_or(0);
     let patch = parts.next().unwrap_or(0);
     (major, minor, patch)
+}
+
+/// README.md and every page of `docs/`, as (path relative to the
+/// repository, text), in a fixed order: the documents whose facts these
+/// tests hold to the code.
+fn doc_pages() -> Vec<(String, String)> {
+    let root = manifest_dir();
+    let mut paths = vec!["README.md".to_owned()];
+    let mut pages: Vec<String> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .map(|e| {
+            e.expect("a docs/ entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|n| n.ends_with(".md"))
+        .map(|n| format!("docs/{n}"))
+        .collect();
+    pages.sort();
+    paths.extend(pages);
+    paths
+        .into_iter()
+        .map(|p| {
+            let text =
+                std::fs::read_to_string(root.join(&p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+            (p, text)
+        })
+        .collect()
+}
+
+/// One page's text, by its path relative to the repository.
+fn doc_page(rel: &str) -> String {
+    std::fs::read_to_string(manifest_dir().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
 
 fn cargo() -> Command {
@@ -103,23 +139,25 @@ fn rust_version_is_what_the_lockfile_needs_and_the_readme_says_so() {
         "Cargo.toml says rust-version = \"{declared}\", but no locked package needs more than {by}: lower it (and the README)"
     );
 
-    // Every "Rust X.Y" in the README names the same version, and one does.
-    let readme = std::fs::read_to_string(manifest_dir().join("README.md")).expect("README.md");
-    let stated = regex::Regex::new(r"(?i)\brust\W{0,4}(\d+\.\d+(?:\.\d+)?)")
-        .expect("regex")
-        .captures_iter(&readme)
-        .map(|c| c[1].to_owned())
-        .collect::<Vec<_>>();
-    assert!(
-        !stated.is_empty(),
-        "the README does not state the minimum Rust ({declared})"
-    );
-    for v in &stated {
-        assert_eq!(
-            version(v),
-            version(declared),
-            "the README says Rust {v}; Cargo.toml's rust-version is {declared}"
+    // Every "Rust X.Y" in the README and the docs names the same version,
+    // and the README (where a newcomer installs from) states it.
+    let rust = regex::Regex::new(r"(?i)\brust\W{0,4}(\d+\.\d+(?:\.\d+)?)").expect("regex");
+    for (page, text) in doc_pages() {
+        let stated = rust
+            .captures_iter(&text)
+            .map(|c| c[1].to_owned())
+            .collect::<Vec<_>>();
+        assert!(
+            page != "README.md" || !stated.is_empty(),
+            "the README does not state the minimum Rust ({declared})"
         );
+        for v in &stated {
+            assert_eq!(
+                version(v),
+                version(declared),
+                "{page} says Rust {v}; Cargo.toml's rust-version is {declared}"
+            );
+        }
     }
 }
 
@@ -247,39 +285,247 @@ fn the_man_page_is_roff_and_lists_the_subcommands() {
     );
 }
 
-/// The README says every top-level `loopd.toml` field has a flag of the
-/// same name and the tables have none: both, checked against `run --help`
-/// and the README's own sample file.
-#[test]
-fn every_top_level_field_of_the_readmes_sample_has_its_flag() {
-    let readme = std::fs::read_to_string(manifest_dir().join("README.md")).expect("README");
-    let start = readme
-        .find("```toml\ntask = ")
-        .expect("the README's sample loopd.toml");
-    let sample = &readme[start + 8..];
-    let sample = &sample[..sample.find("```").expect("end of the sample")];
-    let help = String::from_utf8_lossy(&loopd(&["run", "--help"]).stdout).into_owned();
-    let mut fields = Vec::new();
-    for line in sample.lines() {
-        if line.starts_with('[') {
-            break; // the tables: file only
-        }
-        if let Some((key, _)) = line.split_once('=') {
-            fields.push(key.trim().to_owned());
+/// The top-level fields of every sample `loopd.toml` (a ```` ```toml ````
+/// block that starts with `task = `) in the README and the docs, with the
+/// page it is on.
+fn sample_configs() -> Vec<(String, Vec<String>)> {
+    let mut samples = Vec::new();
+    for (page, text) in doc_pages() {
+        for (start, _) in text.match_indices("```toml\ntask = ") {
+            let sample = &text[start + "```toml\n".len()..];
+            let sample = &sample[..sample.find("```").expect("end of the sample")];
+            let mut fields = Vec::new();
+            for line in sample.lines() {
+                if line.starts_with('[') {
+                    break; // the tables: file only
+                }
+                if let Some((key, _)) = line.split_once('=') {
+                    fields.push(key.trim().to_owned());
+                }
+            }
+            samples.push((page.clone(), fields));
         }
     }
-    assert!(fields.len() >= 10, "the sample's fields: {fields:?}");
-    for field in &fields {
-        let flag = format!("--{}", field.replace('_', "-"));
-        assert!(
-            help.contains(&flag),
-            "`{field}` has no `{flag}` in `loopd run --help`"
-        );
+    samples
+}
+
+/// The docs say every top-level `loopd.toml` field has a flag of the
+/// same name and the tables have none: both, checked against `run --help`
+/// and every sample file the README and the docs show — one of them the
+/// full sample of docs/configuration.md.
+#[test]
+fn every_top_level_field_of_the_sample_loopd_toml_has_its_flag() {
+    let samples = sample_configs();
+    assert!(
+        samples
+            .iter()
+            .any(|(page, fields)| page == "docs/configuration.md" && fields.len() >= 10),
+        "docs/configuration.md has no full sample loopd.toml: {samples:?}"
+    );
+    let help = String::from_utf8_lossy(&loopd(&["run", "--help"]).stdout).into_owned();
+    for (page, fields) in &samples {
+        for field in fields {
+            let flag = format!("--{}", field.replace('_', "-"));
+            assert!(
+                help.contains(&flag),
+                "{page}: `{field}` has no `{flag}` in `loopd run --help`"
+            );
+        }
     }
     for table in ["guard", "protect", "ci", "approval", "notify"] {
         assert!(
             !help.contains(&format!("--{table}")),
-            "the README says [{table}] has no flags"
+            "docs/configuration.md says [{table}] has no flags"
         );
     }
+}
+
+/// docs/configuration.md names every long flag `loopd run --help` prints,
+/// so a new flag cannot ship undocumented.
+#[test]
+fn every_flag_of_loopd_run_is_in_the_configuration_page() {
+    let help = stdout(loopd(&["run", "--help"]), "loopd run --help");
+    let page = doc_page("docs/configuration.md");
+    // An option's own line: `  -C, --repo <DIR>` or `      --json`.
+    let option = regex::Regex::new(r"(?m)^\s+(?:-\w, )?--([a-z0-9][a-z0-9-]*)").expect("regex");
+    let flags: Vec<&str> = option
+        .captures_iter(&help)
+        .map(|c| c.get(1).expect("flag").as_str())
+        .collect();
+    assert!(
+        flags.len() >= 20 && flags.contains(&"max-attempts"),
+        "the flags of `loopd run --help`: {flags:?}\n{help}"
+    );
+    for flag in flags {
+        let named = regex::Regex::new(&format!(r"--{}(?:[^a-z0-9-]|$)", regex::escape(flag)))
+            .expect("regex");
+        assert!(
+            named.is_match(&page),
+            "`loopd run --{flag}` is not in docs/configuration.md"
+        );
+    }
+}
+
+/// The cells of a Markdown table's body rows under the heading `heading`
+/// (up to the next heading), trimmed, backticks kept.
+fn table_rows(text: &str, heading: &str) -> Vec<Vec<String>> {
+    let section = text
+        .split_once(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("no `{heading}` heading"))
+        .1;
+    let section = section.split("\n#").next().expect("a section");
+    section
+        .lines()
+        .filter(|l| l.starts_with('|') && !l.starts_with("| ---"))
+        .skip(1) // the header row
+        .map(|l| {
+            l.trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().to_owned())
+                .collect()
+        })
+        .collect()
+}
+
+/// docs/exit-codes.md lists every reason code once, with the outcome and
+/// the exit code `src/outcome.rs` gives it, and every exit code a reason
+/// can have is in its table of exit codes.
+#[test]
+fn the_exit_codes_page_lists_every_reason_with_its_exit_code() {
+    use loopd::outcome::{ExitStatus, Reason};
+    let page = doc_page("docs/exit-codes.md");
+    let codes: Vec<u8> = table_rows(&page, "## Exit codes")
+        .iter()
+        .map(|row| {
+            row[0]
+                .parse()
+                .unwrap_or_else(|e| panic!("exit code `{}`: {e}", row[0]))
+        })
+        .collect();
+    let rows = table_rows(&page, "## Reason codes");
+    let mut documented = Vec::new();
+    for row in &rows {
+        assert!(
+            row.len() >= 3,
+            "a reason row without its exit code: {row:?}"
+        );
+        let name = row[0].trim_matches('`');
+        let reason = Reason::ALL
+            .iter()
+            .find(|r| r.as_str() == name)
+            .unwrap_or_else(|| {
+                panic!("docs/exit-codes.md lists `{name}`, which is no reason code")
+            });
+        let outcome = serde_json::to_value(reason.outcome()).expect("an outcome serializes");
+        let outcome = outcome.as_str().expect("an outcome is a string");
+        assert_eq!(
+            row[1].trim_matches('`'),
+            outcome,
+            "docs/exit-codes.md: the outcome of `{name}`"
+        );
+        let code = ExitStatus::from(*reason).code();
+        assert_eq!(
+            row[2],
+            code.to_string(),
+            "docs/exit-codes.md: the exit code of `{name}`"
+        );
+        assert!(
+            codes.contains(&code),
+            "docs/exit-codes.md: exit code {code} (of `{name}`) is not in its table of exit codes"
+        );
+        assert!(
+            !documented.contains(&name),
+            "docs/exit-codes.md lists `{name}` twice"
+        );
+        documented.push(name);
+    }
+    for reason in Reason::ALL {
+        assert!(
+            documented.contains(&reason.as_str()),
+            "docs/exit-codes.md does not list the reason code `{reason}`"
+        );
+    }
+}
+
+/// A heading's anchor as GitHub makes it: lowercase, spaces to `-`, every
+/// other character but letters, digits, `-` and `_` dropped.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The anchors of a Markdown file's headings (outside code blocks).
+fn anchors(text: &str) -> Vec<String> {
+    let mut fence = false;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fence = !fence;
+        } else if !fence && line.starts_with('#') {
+            out.push(slug(line.trim_start_matches('#')));
+        }
+    }
+    out
+}
+
+/// Every relative link in README.md and the docs leads to a file that
+/// exists, and a `#anchor` to a heading of that file: the reference was
+/// split into pages, and a cross-reference must survive the next move.
+#[test]
+fn every_relative_link_in_the_docs_resolves() {
+    let root = manifest_dir();
+    let link = regex::Regex::new(r"\]\(([^)\s]+)\)").expect("regex");
+    let mut checked = 0;
+    for (page, text) in doc_pages() {
+        let dir = Path::new(&page)
+            .parent()
+            .expect("a page's directory")
+            .to_path_buf();
+        let mut fence = false;
+        for line in text.lines() {
+            if line.starts_with("```") {
+                fence = !fence;
+                continue;
+            }
+            if fence {
+                continue;
+            }
+            for c in link.captures_iter(line) {
+                let target = &c[1];
+                if target.contains("://") || target.starts_with("mailto:") {
+                    continue;
+                }
+                let (path, anchor) = target.split_once('#').unwrap_or((target, ""));
+                let file = if path.is_empty() {
+                    root.join(&page)
+                } else {
+                    root.join(&dir).join(path)
+                };
+                assert!(
+                    file.exists(),
+                    "{page}: the link `{target}` leads to {}, which does not exist",
+                    file.display()
+                );
+                if !anchor.is_empty() {
+                    let text = std::fs::read_to_string(&file)
+                        .unwrap_or_else(|e| panic!("{page}: `{target}`: {e}"));
+                    assert!(
+                        anchors(&text).iter().any(|a| a == anchor),
+                        "{page}: the link `{target}`: no heading with the anchor `#{anchor}` in {}",
+                        file.display()
+                    );
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 20, "only {checked} relative links found");
 }
