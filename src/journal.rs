@@ -33,8 +33,8 @@ use crate::agent::session::Role;
 use crate::critic::{CriticVerdict, Violation};
 use crate::goal::GoalReport;
 use crate::guard::caps::Spend;
+use crate::guard::finding::Finding;
 use crate::guard::progress::DiffHistory;
-use crate::guard::tamper::Finding;
 use crate::guard::{ModelCall, Nudge, Record, Recorder, ToolCall};
 use crate::outcome::{Escalation, Reason, Status};
 use crate::report::{AttemptRecord, Summary, Totals};
@@ -1579,7 +1579,7 @@ mod tests {
             path: "rechnung.py".into(),
             line: Some(18),
             rule: Some(2),
-            check: Some(crate::guard::precheck::Check::DebugOutput),
+            check: Some(crate::guard::finding::Check::DebugOutput),
             problem: "debug output".into(),
             fix: "remove it".into(),
         };

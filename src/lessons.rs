@@ -26,8 +26,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::critic::Violation;
-use crate::guard::precheck::Check;
-use crate::guard::tamper::{Compiled, Finding};
+use crate::guard::finding::{Check, Finding};
+use crate::guard::tamper::Compiled;
 use crate::outcome::Reason;
 
 /// The most lessons a first prompt carries.

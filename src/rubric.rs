@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::guard::precheck::{self, Check, CheckSettings, Plan, PrecheckSettings};
+use crate::guard::finding::Check;
+use crate::guard::precheck::{self, CheckSettings, Plan, PrecheckSettings};
 
 /// A rubric file that cannot be used, named with its file and field.
 pub type RubricError = crate::util::FileError;

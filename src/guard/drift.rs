@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use crate::outcome::Reason;
 use crate::workspace::{Diff, FilePatch};
 
-use super::tamper::Finding;
+use super::finding::Finding;
 
 /// What one file's section says about it, comparable across two diffs.
 fn fingerprint<'d>(f: &FilePatch, diff: &'d Diff) -> (String, u64, u64, u64, u64, &'d str) {

@@ -12,6 +12,7 @@
 pub mod caps;
 pub mod drift;
 pub mod escalation;
+pub mod finding;
 pub mod precheck;
 pub mod progress;
 pub mod risk;

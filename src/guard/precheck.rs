@@ -32,60 +32,11 @@ use std::sync::OnceLock;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use regex::Regex;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::guard::tamper::{Finding, TEST_GLOBS};
+use super::finding::{Check, Finding, TEST_GLOBS};
 use crate::outcome::Reason;
 use crate::workspace::{AddedLine, ChangedText};
-
-/// One check of the pre-critic; the name is its table in `[precheck]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Check {
-    DebugOutput,
-    CommentedOutCode,
-    SwallowedError,
-    DriveByRename,
-    /// Late attempts only (not in [`Check::ALL`], not set in the rubric):
-    /// added code that branches on being under test
-    /// ([`test_special_casing`]).
-    TestSpecialCasing,
-}
-
-impl Check {
-    pub const ALL: [Check; 4] = [
-        Check::DebugOutput,
-        Check::CommentedOutCode,
-        Check::SwallowedError,
-        Check::DriveByRename,
-    ];
-
-    /// The name in `[precheck]` and in messages.
-    pub fn name(self) -> &'static str {
-        match self {
-            Check::DebugOutput => "debug_output",
-            Check::CommentedOutCode => "commented_out_code",
-            Check::SwallowedError => "swallowed_error",
-            Check::DriveByRename => "drive_by_rename",
-            Check::TestSpecialCasing => "test_special_casing",
-        }
-    }
-
-    pub fn parse_name(name: &str) -> Option<Check> {
-        Check::ALL.into_iter().find(|c| c.name() == name)
-    }
-
-    /// What a rule's text says when it covers this check.
-    fn rule_words(self) -> &'static str {
-        match self {
-            Check::DebugOutput => r"(?i)\b(debug\w*|prints?|println!?|dbg!|console\.log)\b",
-            Check::CommentedOutCode => r"(?i)comment(ed)?[- ]out|\bcommented\b",
-            Check::SwallowedError => r"(?i)\b(swallow\w*|errors?|exceptions?|failures?)\b",
-            Check::DriveByRename => r"(?i)\b(renam\w*|refactor\w*|drive-by|scope)\b",
-            Check::TestSpecialCasing => r"(?i)\btests?\b.*\b(delet|skip|weaken|special)",
-        }
-    }
-}
 
 /// The first rule whose text speaks of tests being deleted, skipped or
 /// weakened: the rule the tamper gates enforce.

@@ -11,7 +11,7 @@
 use crate::outcome::Reason;
 use crate::workspace::Diff;
 
-use super::tamper::Finding;
+use super::finding::Finding;
 
 /// `bytes` for people: `812 bytes`, `150.0 KiB`, `200.0 MiB`.
 pub fn human(bytes: u64) -> String {

@@ -25,6 +25,7 @@ use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
+use super::finding::{Finding, TEST_GLOBS};
 use crate::agent::events::{Action, ToolCall};
 
 use crate::outcome::Reason;
@@ -32,28 +33,6 @@ use crate::workspace::{ChangeKind, Diff};
 
 /// Why a test file is protected (the policy's `files` say it of each).
 pub const TEST_AT_BASE: &str = "a test that exists at BASE_REF";
-
-/// Globs of test files: what exists at BASE_REF and matches is protected.
-pub const TEST_GLOBS: &[&str] = &[
-    // Python
-    "**/test_*.py",
-    "**/*_test.py",
-    "**/tests/**/*.py",
-    "**/conftest.py",
-    // Rust
-    "tests/**",
-    "**/tests/**/*.rs",
-    "benches/**",
-    // Go
-    "**/*_test.go",
-    "**/testdata/**",
-    // JavaScript / TypeScript
-    "**/*.{test,spec}.{js,jsx,ts,tsx,mjs,cjs,mts,cts}",
-    "**/__tests__/**",
-    // Java / Kotlin
-    "**/src/test/**",
-    "**/*{Test,Tests,IT}.{java,kt}",
-];
 
 /// Test-runner configuration: protected whether it exists or is created.
 pub const RUNNER_CONFIG_GLOBS: &[&str] = &[
@@ -332,38 +311,6 @@ pub fn denial_finding(tool: &str, input: &serde_json::Value, reason: &str, root:
         rule: None,
         check: None,
         fix: "leave protected files and git history as they are; fix the code under test".into(),
-    }
-}
-
-/// One finding of a deterministic gate: it rejects the attempt and becomes a
-/// line of the next prompt.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Finding {
-    pub reason: Reason,
-    pub path: String,
-    pub line: Option<u32>,
-    /// The rubric rule the finding breaks, when one says so.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rule: Option<u32>,
-    /// The pre-critic's check that found it (pre-critic findings only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub check: Option<crate::guard::precheck::Check>,
-    pub problem: String,
-    pub fix: String,
-}
-
-impl Finding {
-    /// `path:line (rule N, gate reason): problem — fix: ...`
-    pub fn render(&self) -> String {
-        let at = match self.line {
-            Some(l) => format!("{}:{l}", self.path),
-            None => self.path.clone(),
-        };
-        let rule = self.rule.map(|r| format!("rule {r}, ")).unwrap_or_default();
-        format!(
-            "{at} ({rule}gate {}): {} — fix: {}",
-            self.reason, self.problem, self.fix
-        )
     }
 }
 

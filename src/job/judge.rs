@@ -17,9 +17,10 @@ use crate::agent::session::Role;
 use crate::config::Job;
 use crate::critic::{self, CriticInput, CriticVerdict, Previous, Shown};
 use crate::goal::{self, GoalReport, Mode};
+use crate::guard::finding::{Check, Finding};
 use crate::guard::precheck::{self, Lang};
 use crate::guard::size;
-use crate::guard::tamper::{self, Finding};
+use crate::guard::tamper;
 use crate::guard::testcount::{self, Counts};
 use crate::journal::{Ending, Event, Gate};
 use crate::outcome::{Escalation, Reason};
@@ -234,7 +235,7 @@ impl Run<'_> {
                         precheck::test_special_casing(&diff.added, &files, &failing, &expected)
                     {
                         f.rule = run.job.rubric.tests_rule();
-                        f.check = Some(precheck::Check::TestSpecialCasing);
+                        f.check = Some(Check::TestSpecialCasing);
                         found.push(f);
                     }
                 }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use crate::agent::session::Role;
 use crate::critic::CriticVerdict;
-use crate::guard::tamper::Finding;
+use crate::guard::finding::Finding;
 use crate::journal::{AttemptEnd, Entry, Event, Gate};
 
 /// What a phase of an attempt was.

@@ -190,3 +190,209 @@ fn modules_use_only_their_layer_and_below_and_form_no_cycle() {
         problems.join("\n")
     );
 }
+
+/// A file's module path: `src/agent/gateway/spend.rs` → `agent::gateway::spend`,
+/// `src/agent/gateway/mod.rs` → `agent::gateway`.
+fn module_path(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).expect("under src");
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let last = parts.pop().expect("a file name");
+    let stem = last.trim_end_matches(".rs");
+    if stem != "mod" {
+        parts.push(stem.to_owned());
+    }
+    parts
+}
+
+/// Every module path a file names through `crate::`, `super::` or `self::`
+/// (groups included), resolved against the file's own module path `at`:
+/// the leading lowercase segments only (`crate::guard::tamper::Finding` →
+/// `guard::tamper`).
+fn module_references(text: &str, at: &[String]) -> BTreeSet<Vec<String>> {
+    let code: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let bytes = code.as_bytes();
+    let mut out = BTreeSet::new();
+    let is_ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let mut i = 0;
+    while i < bytes.len() {
+        // A path starts where an identifier starts.
+        if !is_ident(bytes[i]) || (i > 0 && (is_ident(bytes[i - 1]) || bytes[i - 1] == b':')) {
+            i += 1;
+            continue;
+        }
+        let rest = &code[i..];
+        let (mut base, mut tail): (Vec<String>, &str) =
+            if let Some(t) = rest.strip_prefix("crate::") {
+                (Vec::new(), t)
+            } else if rest.starts_with("super::") {
+                let mut base = at.to_vec();
+                let mut t = rest;
+                while let Some(after) = t.strip_prefix("super::") {
+                    base.pop();
+                    t = after;
+                }
+                (base, t)
+            } else if let Some(t) = rest.strip_prefix("self::") {
+                (at.to_vec(), t)
+            } else {
+                i += 1;
+                continue;
+            };
+        let mut prefixes = vec![base.clone()];
+        // Segments, then (for a group) the first segment of each item.
+        loop {
+            let seg: String = tail
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if seg.is_empty() {
+                if let Some(group) = tail.strip_prefix('{') {
+                    let end = group.find('}').unwrap_or(group.len());
+                    for item in group[..end].split(',') {
+                        let name: String = item
+                            .trim()
+                            .chars()
+                            .take_while(|c| c.is_alphanumeric() || *c == '_')
+                            .collect();
+                        if name.starts_with(|c: char| c.is_ascii_lowercase()) && name != "self" {
+                            let mut p = base.clone();
+                            p.push(name);
+                            prefixes.push(p);
+                        }
+                    }
+                }
+                break;
+            }
+            if !seg.starts_with(|c: char| c.is_ascii_lowercase()) {
+                break;
+            }
+            base.push(seg.clone());
+            prefixes.push(base.clone());
+            tail = &tail[seg.len()..];
+            match tail.strip_prefix("::") {
+                Some(t) => tail = t,
+                None => break,
+            }
+        }
+        out.extend(prefixes.into_iter().filter(|p| !p.is_empty()));
+        i += 1;
+    }
+    out
+}
+
+/// Inside every folder, the files (and sub-folders) are a graph too: a
+/// sibling may use a sibling, but never in a cycle (`guard/precheck ↔
+/// guard/tamper` was one: what both need is a module of its own). A child
+/// using its folder's `mod.rs` (a shared type like `agent::Role`) is not a
+/// sibling edge.
+#[test]
+fn the_files_inside_each_folder_form_no_cycle() {
+    let src = crate::support::manifest_dir().join("src");
+    let mut files = Vec::new();
+    let mut stack = vec![src.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read src").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                files.push(p);
+            }
+        }
+    }
+    // folder → sibling → siblings it uses
+    let mut folders: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for f in &files {
+        let at = module_path(&src, f);
+        if at.len() < 2 {
+            continue;
+        }
+        let text = std::fs::read_to_string(f).expect("read");
+        let refs = module_references(&text, &at);
+        // Every folder this file sits in, below the top level.
+        for depth in 1..at.len() {
+            let folder = at[..depth].to_vec();
+            let me = at[depth].clone();
+            let deps = folders
+                .entry(folder.clone())
+                .or_default()
+                .entry(me.clone())
+                .or_default();
+            for r in &refs {
+                if r.len() > depth && r[..depth] == folder[..] && r[depth] != me {
+                    deps.insert(r[depth].clone());
+                }
+            }
+        }
+    }
+    let mut cycles = Vec::new();
+    for (folder, g) in &folders {
+        fn visit(
+            m: &str,
+            g: &BTreeMap<String, BTreeSet<String>>,
+            path: &mut Vec<String>,
+            done: &mut BTreeSet<String>,
+            cycles: &mut Vec<String>,
+        ) {
+            if let Some(i) = path.iter().position(|p| p == m) {
+                let mut c = path[i..].to_vec();
+                c.push(m.to_owned());
+                cycles.push(c.join(" → "));
+                return;
+            }
+            if done.contains(m) {
+                return;
+            }
+            path.push(m.to_owned());
+            for d in g.get(m).into_iter().flatten() {
+                visit(d, g, path, done, cycles);
+            }
+            path.pop();
+            done.insert(m.to_owned());
+        }
+        let mut done = BTreeSet::new();
+        let mut found = Vec::new();
+        for m in g.keys() {
+            visit(m, g, &mut Vec::new(), &mut done, &mut found);
+        }
+        cycles.extend(
+            found
+                .into_iter()
+                .map(|c| format!("inside `{}`: {c}", folder.join("/"))),
+        );
+    }
+    assert!(
+        cycles.is_empty(),
+        "files inside a folder import each other in a cycle:\n{}",
+        cycles.join("\n")
+    );
+}
+
+#[test]
+fn module_references_resolve_super_self_and_groups() {
+    let at: Vec<String> = ["guard", "precheck"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let r = module_references(
+        "use super::finding::{Check, Finding};\nuse super::{caps, tamper::Compiled};\nuse crate::agent::events::ToolCall;\nlet x = self::inner::f();",
+        &at,
+    );
+    for want in [
+        &["guard", "finding"][..],
+        &["guard", "caps"],
+        &["guard", "tamper"],
+        &["agent", "events"],
+        &["guard", "precheck", "inner"],
+    ] {
+        let want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+        assert!(r.contains(&want), "{want:?} in {r:?}");
+    }
+}

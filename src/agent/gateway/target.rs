@@ -149,7 +149,22 @@ pub fn printable(uri: &Uri) -> String {
 mod tests {
     use super::*;
 
-    const API: &[Endpoint] = crate::agent::claude::wire::ENDPOINTS;
+    /// An allow-list of the shape an agent's wire gives (Claude Code's):
+    /// the router knows no vendor.
+    const API: &[Endpoint] = &[
+        Endpoint {
+            method: "POST",
+            path: "/v1/messages",
+            queries: &["", "beta=true"],
+            kind: Kind::Call,
+        },
+        Endpoint {
+            method: "POST",
+            path: "/v1/messages/count_tokens",
+            queries: &["", "beta=true"],
+            kind: Kind::Free,
+        },
+    ];
 
     fn check(method: &str, target: &str) -> Result<Kind, Miss> {
         let uri: Uri = target.parse().expect("a target hyper accepts");
