@@ -846,11 +846,6 @@ fn attack_24_reach_loopds_files_and_the_home_from_the_sandbox() {
     env.git(&["add", "-A"]);
     env.git(&["commit", "-qm", "a goal step that probes"]);
     let (model, r) = run_one_session(&env, vec![turn(vec![bash("sh probe.sh")])]);
-    assert!(
-        r.stderr.contains("run in a Landlock sandbox"),
-        "{}",
-        r.stderr
-    );
     assert_eq!(r.summary()["sandbox"], "landlock");
     let seen: String = model
         .session(Role::Agent, 0)
@@ -862,6 +857,10 @@ fn attack_24_reach_loopds_files_and_the_home_from_the_sandbox() {
         .parent()
         .expect("run dir")
         .to_path_buf();
+    // The live lines speak on stderr; the detailed log says how the job
+    // was confined.
+    let log = std::fs::read_to_string(run_dir.join("loopd.log")).expect("loopd.log");
+    assert!(log.contains("run in a Landlock sandbox"), "{log}");
     let goal_probe = std::fs::read_to_string(run_dir.join("baseline.txt")).expect("baseline");
     for (who, out) in [
         ("the agent's Bash", seen.replace("\\n", "\n")),
