@@ -2,7 +2,9 @@
 //!
 //! The files that decide what git does — `config` (remotes, push URLs,
 //! `insteadOf` rewrites, proxies, `core.hooksPath`, filters), `hooks/` and
-//! `info/` (exclude, attributes, grafts) — are pinned when the job starts:
+//! `info/` (exclude, attributes, grafts), and the replace refs
+//! (`refs/replace/`, `packed-refs`) that would make git show another
+//! commit in BASE_REF's place — are pinned when the job starts:
 //! their bytes are copied into the run directory and their hashes go to the
 //! journal. After every agent session and every goal test the job compares
 //! them with the pin; a change is a tamper finding, and loopd puts the pinned
@@ -20,10 +22,13 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-/// The paths under the git directory that are pinned: `config` itself, and
-/// everything below these directories.
-pub const PINNED_FILE: &str = "config";
-pub const PINNED_DIRS: &[&str] = &["hooks", "info"];
+/// The paths under the git directory that are pinned: these files, and
+/// everything below these directories. `refs/replace/` and `packed-refs`
+/// because a replace ref makes git show another commit in BASE_REF's place
+/// (a gutted test in `git show`, `git diff`, `git checkout`) long after the
+/// job; loopd's own git (libgit2) never follows them.
+pub const PINNED_FILES: &[&str] = &["config", "packed-refs"];
+pub const PINNED_DIRS: &[&str] = &["hooks", "info", "refs/replace"];
 
 /// One pinned file: its content's sha256 (the name of its copy in the
 /// store), its permission bits, and whether it is a symlink (then the
@@ -129,8 +134,10 @@ fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) -> io::Result<()> {
 /// The pinned locations that exist under `git_dir` now.
 fn present(git_dir: &Path) -> io::Result<Vec<String>> {
     let mut out = Vec::new();
-    if std::fs::symlink_metadata(git_dir.join(PINNED_FILE)).is_ok() {
-        out.push(PINNED_FILE.to_owned());
+    for f in PINNED_FILES {
+        if std::fs::symlink_metadata(git_dir.join(f)).is_ok() {
+            out.push((*f).to_owned());
+        }
     }
     for d in PINNED_DIRS {
         walk(git_dir, &git_dir.join(d), &mut out)?;
@@ -347,6 +354,41 @@ mod tests {
             std::fs::read_to_string(git.join("config")).expect("config"),
             "changed\n"
         );
+    }
+
+    #[test]
+    fn a_replace_ref_loose_or_packed_is_seen_and_put_back() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let git = tmp.path().join("git");
+        std::fs::create_dir_all(git.join("refs/heads")).expect("refs");
+        std::fs::write(git.join("config"), "[core]\n").expect("config");
+        std::fs::write(git.join("packed-refs"), "# pack-refs with: peeled\n").expect("packed");
+        let pin = Pin::take(&git, &tmp.path().join("store")).expect("pin");
+        let base = "0123456789abcdef0123456789abcdef01234567";
+        std::fs::create_dir_all(git.join("refs/replace")).expect("replace");
+        std::fs::write(git.join("refs/replace").join(base), format!("{base}\n")).expect("ref");
+        std::fs::write(
+            git.join("packed-refs"),
+            format!("# pack-refs with: peeled\n{base} refs/replace/{base}\n"),
+        )
+        .expect("packed");
+        let changes = pin.changes().expect("changes");
+        assert_eq!(
+            changes,
+            vec![
+                Changed {
+                    path: "packed-refs".into(),
+                    drift: Drift::Modified
+                },
+                Changed {
+                    path: format!("refs/replace/{base}"),
+                    drift: Drift::Added
+                },
+            ]
+        );
+        pin.restore(None).expect("restore");
+        assert!(pin.changes().expect("changes").is_empty());
+        assert!(!git.join("refs/replace").join(base).exists());
     }
 
     #[test]

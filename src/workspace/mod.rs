@@ -711,9 +711,16 @@ impl Workspace {
             // file is binary is decided by its content alone
             // ([`Workspace::binary_content`]).
             .force_text(true);
+        // The repository's index is the agent's to write where `.git/` is
+        // (`git update-index --skip-worktree` or `--assume-unchanged` on a
+        // gutted test, a stale stat cache): the change is BASE_REF's tree
+        // against the files on disk, through an index made from that tree
+        // alone and never the repository's.
+        let mut index = git2::Index::new().map_err(self.git("make an index"))?;
+        index.read_tree(&tree).map_err(self.git("read BASE_REF"))?;
         let mut diff = self
             .repo
-            .diff_tree_to_workdir_with_index(Some(&tree), Some(&mut opts))
+            .diff_index_to_workdir(Some(&index), Some(&mut opts))
             .map_err(self.git("diff"))?;
         let mut find = git2::DiffFindOptions::new();
         find.renames(true)
@@ -1587,6 +1594,27 @@ mod tests {
     /// Found by the attack on the boundary: `rechnung.py -diff` in a
     /// `.gitattributes` the agent wrote showed the critic "Binary files
     /// differ" instead of the changed source. Binary is decided by content.
+    #[test]
+    fn the_index_cannot_hide_a_change() {
+        let (tmp, ws, base) = repo();
+        let root = tmp.path();
+        std::fs::write(root.join("notes.txt"), "n\n").expect("write");
+        git_cli(root, &["add", "notes.txt"]);
+        git_cli(root, &["commit", "-qm", "notes"]);
+        let base2 = ws.head_commit().expect("head");
+        assert_ne!(base, base2);
+        std::fs::write(root.join("app.py"), "x = 'gutted'\n").expect("write");
+        std::fs::write(root.join("notes.txt"), "changed, then staged\n").expect("write");
+        git_cli(root, &["update-index", "--skip-worktree", "app.py"]);
+        git_cli(root, &["add", "notes.txt"]);
+        git_cli(root, &["update-index", "--assume-unchanged", "notes.txt"]);
+        let diff = diff_of(&ws, base2, &Artefacts::default());
+        let paths: Vec<&str> = diff.changes.iter().map(|c| c.path.as_str()).collect();
+        assert_eq!(paths, ["app.py", "notes.txt"], "{:?}", diff.changes);
+        let patch = diff.patch.as_deref().expect("kept");
+        assert!(patch.contains("+x = 'gutted'"), "{patch}");
+    }
+
     #[test]
     fn gitattributes_cannot_hide_a_source_change() {
         let (tmp, ws, base) = repo();
