@@ -58,7 +58,9 @@ pub struct Anthropic;
 #[derive(Deserialize)]
 struct CallBody {
     model: String,
-    max_tokens: u64,
+    /// Required of a call; a token count has none.
+    #[serde(default)]
+    max_tokens: Option<u64>,
     #[serde(default)]
     tools: Vec<ToolHead>,
     #[serde(default)]
@@ -84,6 +86,27 @@ struct Thinking {
 impl Anthropic {
     /// Read and check a `/v1/messages` body.
     pub fn read_call(body: &[u8]) -> Result<(Ask, u64), String> {
+        let b = Anthropic::read_body(body)?;
+        let Some(max_tokens) = b.max_tokens else {
+            return Err("a model call without `max_tokens` cannot be capped: refused".into());
+        };
+        if max_tokens == 0 {
+            return Err("`max_tokens` must be at least 1".into());
+        }
+        let thinking = b.thinking.and_then(|t| t.budget_tokens).unwrap_or(0);
+        Ok((
+            Ask {
+                model: b.model,
+                max_tokens,
+                input_bound: body.len() as u64 + crate::agent::gateway::spend::INPUT_MARGIN,
+            },
+            thinking,
+        ))
+    }
+
+    /// Read a Messages API body (a call's or a token count's) and refuse
+    /// what reaches the network or is billed from the provider's side.
+    fn read_body(body: &[u8]) -> Result<CallBody, String> {
         let b: CallBody = serde_json::from_slice(body).map_err(|e| {
             format!("the request body is not a Messages API request loopd can meter: {e}")
         })?;
@@ -100,21 +123,10 @@ impl Anthropic {
         }) {
             return Err(format!("the server tool `{kind}` reaches the network from the provider's side and is billed outside the metered usage: refused"));
         }
-        if b.max_tokens == 0 {
-            return Err("`max_tokens` must be at least 1".into());
-        }
         if let Some(why) = remote_content(body) {
             return Err(why);
         }
-        let thinking = b.thinking.and_then(|t| t.budget_tokens).unwrap_or(0);
-        Ok((
-            Ask {
-                model: b.model,
-                max_tokens: b.max_tokens,
-                input_bound: body.len() as u64 + crate::agent::gateway::spend::INPUT_MARGIN,
-            },
-            thinking,
-        ))
+        Ok(b)
     }
 }
 
@@ -145,6 +157,13 @@ impl Wire for Anthropic {
 
     fn ask(&self, body: &[u8]) -> Result<Ask, String> {
         Anthropic::read_call(body).map(|(ask, _)| ask)
+    }
+
+    fn check_free(&self, body: &[u8]) -> Result<(), String> {
+        // A token count is free, but its body reaches the provider like a
+        // call's: the same refusals (a URL image, a file id, `mcp_servers`,
+        // a server tool make the provider fetch or connect).
+        Anthropic::read_body(body).map(|_| ())
     }
 
     fn min_output(&self, body: &[u8]) -> u64 {
@@ -483,6 +502,21 @@ mod tests {
             br#"{"model":"m","max_tokens":10,"max_tokens":20}"#,
         ] {
             assert!(Anthropic.ask(body).is_err(), "{}", String::from_utf8_lossy(body));
+        }
+    }
+
+    #[test]
+    fn a_token_count_is_refused_what_a_call_is() {
+        let ok = br#"{"model":"m","messages":[{"role":"user","content":"hi"}],"tools":[{"name":"Bash","input_schema":{}}]}"#;
+        assert!(Anthropic.check_free(ok).is_ok());
+        for body in [
+            br#"{"model":"m","messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"https://x/y.png"}}]}]}"#.as_slice(),
+            br#"{"model":"m","messages":[{"role":"user","content":[{"type":"document","source":{"type":"file","file_id":"f"}}]}]}"#,
+            br#"{"model":"m","mcp_servers":[{"type":"url","url":"https://x"}]}"#,
+            br#"{"model":"m","tools":[{"type":"web_fetch_20250910","name":"web_fetch"}]}"#,
+            br#"not json"#,
+        ] {
+            assert!(Anthropic.check_free(body).is_err(), "{}", String::from_utf8_lossy(body));
         }
     }
 

@@ -66,6 +66,9 @@ struct CallBody {
     conversation: Option<IgnoredAny>,
     #[serde(default)]
     background: Option<bool>,
+    /// A stored prompt, by id: text the provider holds.
+    #[serde(default)]
+    prompt: Option<IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -94,13 +97,19 @@ impl ToolHead {
 /// that is not a `data:` URL) or holds (`file_id`): the network from the
 /// provider's side, and input tokens the request's size does not bound.
 fn remote_content(body: &[u8]) -> Option<String> {
-    if !contains(body, b"input_image") && !contains(body, b"input_file") && !contains(body, b"\\u")
+    if !contains(body, b"input_image")
+        && !contains(body, b"input_file")
+        && !contains(body, b"item_reference")
+        && !contains(body, b"\\u")
     {
         return None;
     }
     let value: serde_json::Value = serde_json::from_slice(body).ok()?;
     find_object(&value, &|m| {
         let kind = m.get("type")?.as_str()?;
+        if kind == "item_reference" {
+            return Some("an `item_reference` brings in an item the provider holds (its cost cannot be bounded): refused".into());
+        }
         if !matches!(kind, "input_image" | "input_file") {
             return None;
         }
@@ -118,12 +127,16 @@ impl Wire for Responses {
         ENDPOINTS
     }
 
+    fn check_free(&self, _body: &[u8]) -> Result<(), String> {
+        Err("the Responses API has no free endpoint at loopd's gateway".into())
+    }
+
     fn ask(&self, body: &[u8]) -> Result<Ask, String> {
         let b: CallBody = serde_json::from_slice(body).map_err(|e| {
             format!("the request body is not a Responses API request loopd can meter: {e}")
         })?;
-        if b.previous_response_id.is_some() || b.conversation.is_some() {
-            return Err("`previous_response_id`/`conversation` bring context the request does not show (its cost cannot be bounded): refused".into());
+        if b.previous_response_id.is_some() || b.conversation.is_some() || b.prompt.is_some() {
+            return Err("`previous_response_id`/`conversation`/`prompt` bring context the request does not show (its cost cannot be bounded): refused".into());
         }
         if b.background == Some(true) {
             return Err(
@@ -408,7 +421,9 @@ mod tests {
             br#"{"model":"m","tools":[{"type":"web_search"}]}"#.as_slice(),
             br#"{"model":"m","tools":[{"type":"mcp","server_url":"https://x"}]}"#,
             br#"{"model":"m","previous_response_id":"resp_1"}"#,
-                        br#"{"model":"m","background":true}"#,
+            br#"{"model":"m","background":true}"#,
+            br#"{"model":"m","prompt":{"id":"pmpt_1"}}"#,
+            br#"{"model":"m","input":[{"type":"item_reference","id":"msg_1"}]}"#,
             br#"{"model":"m","tools":[{"type":"namespace","name":"n","tools":[{"type":"web_search"}]}]}"#,
         ] {
             assert!(

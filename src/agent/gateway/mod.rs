@@ -219,6 +219,10 @@ pub trait Wire: Send + Sync {
     /// What a model call's body asks for; `Err` when the gateway cannot
     /// meter it (or it asks for something billed outside the usage).
     fn ask(&self, body: &[u8]) -> Result<spend::Ask, String>;
+    /// Check the body of a free endpoint's request (a token count): `Err`
+    /// for what it must not carry upstream. No default: every protocol
+    /// says what its free endpoints may take.
+    fn check_free(&self, body: &[u8]) -> Result<(), String>;
     /// The smallest `max_tokens` the call works with (above a thinking
     /// budget, say); 0 when any will do.
     fn min_output(&self, _body: &[u8]) -> u64 {
@@ -694,6 +698,15 @@ async fn serve(
         Kind::Escalate => Ok(escalate(&shared, tag, method, uri, &body)),
         Kind::Probe => Ok(respond(StatusCode::OK, Bytes::new())),
         Kind::Free => {
+            if let Err(why) = shared.vendors[vendor].wire.check_free(&body) {
+                return Err(shared.refuse(
+                    method,
+                    uri,
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    &why,
+                ));
+            }
             let call = Forward {
                 vendor,
                 endpoint,
