@@ -247,7 +247,9 @@ impl Progress {
             | Event::LessonAudited { .. }
             | Event::LessonsLearned { .. } => return None,
         };
-        Some(text)
+        // A command, a path or a claim in it is the agent's text: no
+        // escape sequence of its reaches the terminal.
+        Some(crate::util::printable(&text).into_owned())
     }
 
     /// `job so far $0.0123 of $2.00 budget, 11 turns`

@@ -43,10 +43,22 @@ fn init_logging(verbose: u8, quiet: bool, live: bool) {
             .with_target(false)
             .with_filter(EnvFilter::new("loopd=info,warn"))
     });
-    tracing_subscriber::registry().with(stderr).with(file).init();
+    tracing_subscriber::registry()
+        .with(stderr)
+        .with(file)
+        .init();
 }
 
 fn main() -> ExitCode {
+    // The namespace helper loopd runs on itself: before anything else, in a
+    // fresh process that holds no secret and starts no thread.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv
+        .get(1)
+        .is_some_and(|a| a == loopd::sandbox::NAMESPACE_HELPER_ARG)
+    {
+        return ExitCode::from(loopd::sandbox::namespace_helper(&argv[2..]));
+    }
     let args = Cli::parse();
     // The commands that hold credentials and supervise the agent: first,
     // before any secret is read, out of reach of same-user processes.

@@ -6,8 +6,10 @@
 //! double-fork a server with `setsid`; neither is in the child's group, and
 //! both survive the CLI's own exit. So containment has three parts:
 //!
-//! 1. the child leads a new process group (one `kill(-pgid)` reaches the CLI
-//!    and its ordinary children);
+//! 1. the child leads a new session, and so a new process group (one
+//!    `kill(-pgid)` reaches the CLI and its ordinary children) — and has no
+//!    controlling terminal: nothing a job runs can open `/dev/tty`, read
+//!    the user's keystrokes or push input into the user's shell (`TIOCSTI`);
 //! 2. every child carries a unique [`TOKEN_VAR`] in its environment, which
 //!    all its descendants inherit, setsid or not — a sweep over `/proc` finds
 //!    them by that token;
@@ -224,13 +226,22 @@ pub async fn sweep_scope(scope: &str, grace: Duration) -> usize {
     n
 }
 
-/// A command prepared for containment: new process group, token in the
-/// environment, killed if dropped.
+/// A command prepared for containment: a new session (its own process
+/// group, no controlling terminal), token in the environment, killed if
+/// dropped.
 pub fn command(program: impl AsRef<std::ffi::OsStr>, token: &str) -> Command {
     let mut cmd = Command::new(program);
-    cmd.process_group(0)
-        .env(TOKEN_VAR, token)
-        .kill_on_drop(true);
+    cmd.env(TOKEN_VAR, token).kill_on_drop(true);
+    // SAFETY: `setsid` is async-signal-safe; it runs in the forked child
+    // before exec, first of the child's steps (the sandbox's come after).
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     cmd
 }
 

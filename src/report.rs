@@ -332,7 +332,9 @@ pub fn markdown(
         WorkBack::WorkingTree => md.push_str("The change is in the working tree.\n"),
     }
     md.push_str(&format!("\nFiles: `{}`\n", summary.run_dir.display()));
-    md
+    // Every line of it may carry text an agent wrote (a claim, a tool
+    // call, a finding's path): no escape sequence of its reaches a terminal.
+    crate::util::printable(&md).into_owned()
 }
 
 /// A short human account of a summary, for stderr at the end of a run.
@@ -407,7 +409,7 @@ pub fn render_human(s: &Summary) -> String {
         out.push_str(&format!("  report: `{}`\n", f.display()));
     }
     out.push_str(&format!("  run dir: `{}`\n", s.run_dir.display()));
-    out
+    crate::util::printable(&out).into_owned()
 }
 
 fn outcome_word(o: Outcome) -> &'static str {

@@ -13,8 +13,10 @@
 //!   state dir are not readable;
 //! - **write**: the worktree, a private `HOME` and `TMPDIR` for the job, and
 //!   what `[sandbox] read_write` adds;
-//! - **devices**: `/dev/null`, `zero`, `full`, `random`, `urandom`, `tty`,
-//!   `ptmx` and `pts/` only; `/dev/shm` is the job's own tmpfs (where it
+//! - **devices**: `/dev/null`, `zero`, `full`, `random` and `urandom`
+//!   only, and no device ioctl — no terminal (every job process also runs
+//!   in a session of its own, without a controlling terminal: see
+//!   [`crate::process::command`]); `/dev/shm` is the job's own tmpfs (where it
 //!   has its namespaces), never the machine's, whose files outlive the job;
 //! - **signals and abstract Unix sockets**: none to or of a process outside
 //!   the sandbox (Landlock scopes, ABI 6);
@@ -196,16 +198,16 @@ pub const ETC_SECRETS: &[&str] = &[
     "/etc/netrc",
 ];
 
-/// The device files a job's processes may open (read and write).
+/// The device files a job's processes may open (read and write). No
+/// terminal: `/dev/tty` would be loopd's own (a goal step's keystrokes
+/// pushed into the user's shell), and `/dev/pts/` holds every terminal of
+/// the user (what another one shows and is typed into).
 pub const DEVICES: &[&str] = &[
     "/dev/null",
     "/dev/zero",
     "/dev/full",
     "/dev/random",
     "/dev/urandom",
-    "/dev/tty",
-    "/dev/ptmx",
-    "/dev/pts",
 ];
 
 /// Directories that hold a system's software: programs under them need no
@@ -325,11 +327,15 @@ pub fn toolchain_of(path: &Path, home: Option<&Path>) -> Vec<PathBuf> {
     } else {
         path.parent().map_or(path.clone(), Path::to_path_buf)
     };
+    // Never HOME, nor a directory that holds it (`/home`), nor `/`: a
+    // program kept there (`~/claude`, `/home/claude`) is read as itself.
+    let holds_home = |d: &Path| d == Path::new("/") || home.is_some_and(|h| h.starts_with(d));
+    if holds_home(&dir) {
+        return if path.is_file() { vec![path] } else { vec![] };
+    }
     // `<prefix>/bin`: the prefix (a venv, an interpreter's install).
     match (dir.file_name().and_then(|n| n.to_str()), dir.parent()) {
-        (Some("bin" | "sbin"), Some(prefix))
-            if Some(prefix) != home && prefix != Path::new("/") =>
-        {
+        (Some("bin" | "sbin"), Some(prefix)) if !holds_home(prefix) => {
             vec![prefix.to_path_buf()]
         }
         _ => vec![dir],
@@ -495,6 +501,9 @@ pub struct Namespaces {
 /// What the job's namespaces hold.
 #[derive(Debug, Clone, Default)]
 pub struct NsSpec {
+    /// loopd's own executable: run with [`NAMESPACE_HELPER_ARG`] to make
+    /// the namespaces.
+    pub helper: PathBuf,
     /// Bind-mounted read-only over themselves (a git directory that lies
     /// inside the writable worktree).
     pub read_only: Vec<PathBuf>,
@@ -525,14 +534,30 @@ impl Namespaces {
     }
 }
 
+/// The first argument that makes `loopd` the namespace helper
+/// ([`namespace_helper`]) instead of a command: loopd runs it on itself.
+pub const NAMESPACE_HELPER_ARG: &str = "__loopd-namespaces";
+
+/// The namespace helper's whole life (`loopd __loopd-namespaces FD NET
+/// [--ro PATH]… [--tmpfs PATH]…`): make the job's namespaces and hand them
+/// back over the socket `FD`. Returns the exit code. Called by `main`
+/// before anything else, in a process that holds no secret.
+pub fn namespace_helper(args: &[std::ffi::OsString]) -> u8 {
+    ns::helper(args)
+}
+
 mod ns {
-    //! Made by a short-lived child: between fork and exec it leaves loopd's
-    //! namespaces (`unshare`), maps its own uid and gid, makes its mounts
-    //! private, binds the read-only paths and mounts the tmpfs's, brings
-    //! `lo` up and opens a listening socket (with a network), and hands the
-    //! socket and descriptors of its namespaces back over a socket pair
-    //! (`SCM_RIGHTS`) — system calls only, everything prepared before the
-    //! fork — and exits without ever exec'ing. The descriptors keep the
+    //! Made by a short-lived helper: a fresh exec of loopd's own executable
+    //! with an empty environment ([`super::NAMESPACE_HELPER_ARG`]), so it
+    //! holds no secret and is dumpable like any new process — a
+    //! non-dumpable process (loopd, and any child forked from it before
+    //! exec) may not write its own `uid_map` after `unshare`, so an
+    //! unprivileged loopd could never make a namespace itself. The helper
+    //! leaves loopd's namespaces (`unshare`), maps its own uid and gid,
+    //! makes its mounts private, binds the read-only paths and mounts the
+    //! tmpfs's, brings `lo` up and opens a listening socket (with a
+    //! network), hands the socket and descriptors of its namespaces back
+    //! over a socket pair (`SCM_RIGHTS`) and exits. The descriptors keep the
     //! namespaces alive after it is gone.
 
     use super::*;
@@ -589,13 +614,95 @@ mod ns {
         // SAFETY: just created, owned by nothing else.
         let (ours, theirs) =
             unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
+        let read_only: Vec<&Path> = spec
+            .read_only
+            .iter()
+            .filter(|p| p.exists())
+            .map(PathBuf::as_path)
+            .collect();
+        let tmpfs_dirs: Vec<&Path> = spec
+            .tmpfs
+            .iter()
+            .filter(|p| p.is_dir())
+            .map(PathBuf::as_path)
+            .take(MAX_TMPFS)
+            .collect();
+        let mut cmd = std::process::Command::new(&spec.helper);
+        cmd.arg(super::NAMESPACE_HELPER_ARG)
+            .arg(HELPER_FD.to_string())
+            .arg(if spec.network { "net" } else { "no-net" });
+        for p in &read_only {
+            cmd.arg("--ro").arg(p);
+        }
+        for p in &tmpfs_dirs {
+            cmd.arg("--tmpfs").arg(p);
+        }
+        cmd.env_clear()
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        let theirs_fd = theirs.as_raw_fd();
+        // SAFETY: the closure runs in the forked child before exec and makes
+        // system calls only: the helper's end of the pair at `HELPER_FD`,
+        // kept open across the exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if theirs_fd == HELPER_FD {
+                    if libc::fcntl(HELPER_FD, libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                } else if libc::dup2(theirs_fd, HELPER_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut proc = cmd
+            .spawn()
+            .map_err(|e| format!("the namespace helper: {e}"))?;
+        drop(theirs);
+        let got = receive(ours.as_raw_fd(), spec.network, tmpfs_dirs.len());
+        let status = proc.wait();
+        got.map_err(|e| match status {
+            Ok(s) if !s.success() => format!("{e} (the helper ended: {s})"),
+            _ => e,
+        })
+    }
+
+    /// Where the helper finds its end of the socket pair.
+    const HELPER_FD: i32 = 3;
+
+    /// The helper's side: read the plan from the arguments, make the
+    /// namespaces, send them; the exit code (2: arguments it cannot read;
+    /// a failed step is reported over the socket).
+    pub fn helper(args: &[std::ffi::OsString]) -> u8 {
+        let mut it = args.iter();
+        let (Some(fd), Some(net)) = (it.next(), it.next()) else {
+            return 2;
+        };
+        let Some(sock) = fd.to_str().and_then(|f| f.parse::<i32>().ok()) else {
+            return 2;
+        };
+        let network = net == "net";
+        let (mut read_only, mut tmpfs) = (Vec::new(), Vec::new());
+        while let Some(flag) = it.next() {
+            let Some(path) = it.next() else {
+                return 2;
+            };
+            let Ok(path) = CString::new(path.as_encoded_bytes()) else {
+                return 2;
+            };
+            match flag.to_str() {
+                Some("--ro") => read_only.push(path),
+                Some("--tmpfs") if tmpfs.len() < MAX_TMPFS => tmpfs.push(path),
+                _ => return 2,
+            }
+        }
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        let c =
-            |p: &Path| CString::new(p.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string());
         let plan = Plan {
-            sock: theirs.as_raw_fd(),
-            network: spec.network,
+            sock,
+            network,
             proc_paths: [
                 "/proc/self/setgroups",
                 "/proc/self/uid_map",
@@ -609,60 +716,17 @@ mod ns {
             .collect(),
             uid_map: format!("{uid} {uid} 1\n").into_bytes(),
             gid_map: format!("{gid} {gid} 1\n").into_bytes(),
-            read_only: spec
-                .read_only
-                .iter()
-                .filter(|p| p.exists())
-                .map(|p| c(p))
-                .collect::<Result<_, _>>()?,
-            tmpfs: spec
-                .tmpfs
-                .iter()
-                .filter(|p| p.is_dir())
-                .map(|p| c(p))
-                .collect::<Result<_, _>>()?,
+            read_only,
+            tmpfs,
             tmpfs_type: CString::new("tmpfs").expect("no NUL"),
             tmpfs_data: CString::new("mode=1777,size=256m").expect("no NUL"),
             root: CString::new("/").expect("no NUL"),
         };
-        let exe = std::env::current_exe().map_err(|e| format!("loopd's own executable: {e}"))?;
-        // Never executed: the child exits right after its system calls.
-        let mut cmd = std::process::Command::new(exe);
-        cmd.stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        // SAFETY: the closure runs in the forked child before exec and makes
-        // system calls only, on memory prepared before the fork.
-        unsafe {
-            cmd.pre_exec(move || {
-                child(&plan);
-                // Done: never exec anything.
-                libc::_exit(0)
-            });
-        }
-        let mut proc = cmd
-            .spawn()
-            .map_err(|e| format!("the namespace helper: {e}"))?;
-        drop(theirs);
-        let tmpfs = spec
-            .tmpfs
-            .iter()
-            .filter(|p| p.is_dir())
-            .count()
-            .min(MAX_TMPFS);
-        let got = receive(ours.as_raw_fd(), spec.network, tmpfs);
-        let status = proc.wait();
-        got.map_err(|e| match status {
-            Ok(s) if !s.success() => format!("{e} (the helper ended: {s})"),
-            _ => e,
-        })
-    }
-
-    /// Called between fork and exec: system calls only.
-    fn child(plan: &Plan) {
-        // SAFETY: system calls on descriptors and memory this function was
-        // handed (prepared before the fork); no allocation, no lock.
-        unsafe { child_calls(plan) }
+        // SAFETY: system calls on descriptors and memory made above; the
+        // process is single-threaded (nothing started a thread yet), as
+        // `unshare(CLONE_NEWUSER)` requires.
+        unsafe { child_calls(&plan) };
+        0
     }
 
     /// The mount flags a bind remount must keep (a user namespace may not
@@ -692,7 +756,7 @@ mod ns {
     }
 
     /// # Safety
-    /// Between fork and exec only.
+    /// In the single-threaded helper only.
     unsafe fn child_calls(plan: &Plan) {
         unsafe {
             let sock = plan.sock;
@@ -1005,7 +1069,9 @@ impl Sandbox {
         // `/dev`: listing it, and the device files of [`DEVICES`]; the job's
         // private `/dev/shm`, where it has one.
         rules.push((PathBuf::from("/dev"), AccessFs::ReadDir.into()));
-        let device = file | AccessFs::IoctlDev;
+        // No device ioctl (Landlock ABI 5): none of these devices needs
+        // one, and a terminal's (`TIOCSTI`) is a way out.
+        let device = file;
         for d in DEVICES {
             let p = PathBuf::from(d);
             rules.push((p.clone(), if p.is_dir() { read | device } else { device }));
@@ -1095,6 +1161,24 @@ impl Sandbox {
 mod tests {
     use super::*;
 
+    /// The loopd binary beside this test binary (`target/debug/loopd`):
+    /// the namespace helper is loopd's own executable. `scripts/test.sh`
+    /// builds it (`cargo test --lib --test it` builds the binary first).
+    fn loopd_binary() -> PathBuf {
+        let exe = std::env::current_exe().expect("the test binary");
+        let bin = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile>/deps")
+            .join("loopd");
+        assert!(
+            bin.exists(),
+            "{} is missing: build the binary first (`cargo build`, or `cargo test --lib --test it`)",
+            bin.display()
+        );
+        bin
+    }
+
     #[test]
     fn carving_keeps_everything_but_the_hidden_paths() {
         let tmp = tempfile::tempdir().expect("tmp");
@@ -1148,6 +1232,12 @@ mod tests {
         assert_eq!(of("bin"), vec![home.join("bin")]);
         assert!(toolchain_of(&home, Some(&home)).is_empty());
         assert!(toolchain_of(Path::new("/usr/bin"), Some(&home)).is_empty());
+        // A program kept in HOME itself (a downloaded `~/claude`) is read
+        // as itself: never HOME, never what holds it.
+        std::fs::write(home.join("claude"), "#!/bin/sh\n").expect("program");
+        assert_eq!(of("claude"), vec![home.join("claude")]);
+        let parent = home.parent().expect("HOME has a parent");
+        assert!(toolchain_of(parent, Some(&home)).is_empty());
     }
 
     fn plan_for(root: &Path) -> Plan {
@@ -1250,6 +1340,7 @@ mod tests {
         let (_tmp, root) = test_root();
         let outside = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("outside");
         let (ns, gateway) = Namespaces::create(&NsSpec {
+            helper: loopd_binary(),
             network: true,
             ..NsSpec::default()
         })
@@ -1292,6 +1383,7 @@ tryit("udp-out", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto
         std::fs::create_dir_all(work.join(".git/refs/heads")).expect("git dir");
         std::fs::write(work.join(".git/HEAD"), "ref: refs/heads/main\n").expect("HEAD");
         let (ns, listener) = Namespaces::create(&NsSpec {
+            helper: loopd_binary(),
             read_only: vec![work.join(".git")],
             tmpfs: vec![PathBuf::from("/dev/shm")],
             network: false,

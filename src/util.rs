@@ -295,6 +295,31 @@ pub fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
+/// Text an agent could have written, made safe to print on a terminal:
+/// every control character but newline and tab (ESC, CR, backspace, the C1
+/// range, DEL) and every bidirectional override is shown as its escape
+/// (`\u{1b}`), so an escape sequence in a command, a claim or a path
+/// cannot move the cursor, clear the screen, hide what loopd prints after
+/// it or reorder what a human reads.
+pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| {
+        (c.is_control() && c != '\n' && c != '\t')
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if unsafe_char(c) {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// The detailed log of a foreground job: while the live progress lines
 /// speak on stderr, tracing's INFO lines (which say the same, with fields)
 /// go to `runs/<id>/loopd.log` instead, so each step is printed once.
@@ -435,6 +460,18 @@ mod failpoints {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn printable_escapes_what_a_terminal_would_obey() {
+        assert!(matches!(
+            printable("plain\ttext\nline"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(
+            printable("echo hi\u{1b}[1A\u{1b}[2K accepted\r\u{9b}2J\u{202e}x"),
+            "echo hi\\u{1b}[1A\\u{1b}[2K accepted\\u{d}\\u{9b}2J\\u{202e}x"
+        );
+    }
 
     #[test]
     fn scrubbed_variables_read_empty() {

@@ -203,14 +203,13 @@ pub fn sandbox_plan(job: &Job, ws: &Workspace, loopd_exe: &Path) -> sandbox::Pla
         .map(PathBuf::from)
         .filter(|h| h.is_absolute())
         .map(|h| h.canonicalize().unwrap_or(h));
-    let programs: Vec<PathBuf> = [
-        job.agent_bin.clone(),
-        job.critic_bin.clone(),
-        loopd_exe.to_path_buf(),
-    ]
-    .into_iter()
-    .filter(|p| p.is_absolute())
-    .collect();
+    // loopd itself is read as its one file (below), never as a toolchain:
+    // the directory a downloaded loopd sits in (`~/loopd`, a project's
+    // `target/release/`) is not the job's to read.
+    let programs: Vec<PathBuf> = [job.agent_bin.clone(), job.critic_bin.clone()]
+        .into_iter()
+        .filter(|p| p.is_absolute())
+        .collect();
     sandbox::toolchains(
         std::env::var_os("PATH").as_deref(),
         home.as_deref(),
@@ -253,6 +252,7 @@ pub fn sandbox_plan(job: &Job, ws: &Workspace, loopd_exe: &Path) -> sandbox::Pla
 fn namespaces_for(
     job: &Job,
     ws: &Workspace,
+    loopd_exe: &Path,
 ) -> Result<
     (
         sandbox::Network,
@@ -271,6 +271,7 @@ fn namespaces_for(
     // but the agent's git commands read it.
     read_only.push(ws.root().join(".git"));
     let spec = sandbox::NsSpec {
+        helper: loopd_exe.to_path_buf(),
         read_only,
         tmpfs: vec![PathBuf::from("/dev/shm")],
         network: want_network,
@@ -327,7 +328,7 @@ fn sandbox_for(
     let plan = sandbox_plan(job, ws, &control.loopd_exe);
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let env = sandbox::toolchain_env(&plan, home.as_deref(), |v| std::env::var(v).ok());
-    let (network, ns) = namespaces_for(job, ws)?;
+    let (network, ns) = namespaces_for(job, ws, &control.loopd_exe)?;
     let (ns, listener) = match ns {
         Some((n, l)) => (Some(Arc::new(n)), l),
         None => (None, None),

@@ -252,3 +252,85 @@ fn check_shows_the_network_policy_and_names_a_bad_value() {
         );
     }
 }
+
+/// Found by the attack on the boundary: an unprivileged loopd never got its
+/// namespaces. It makes itself non-dumpable first thing, and a
+/// non-dumpable process (and a child forked from it) may not write its own
+/// `uid_map` after `unshare` — so the recommended deployment, loopd as an
+/// ordinary user, always ran with the network open and `.git/` writable.
+/// Now a fresh exec of loopd, holding no secret, makes them: as `nobody`,
+/// the job is `gateway-only` and its goal step cannot write `.git/`.
+#[test]
+fn an_unprivileged_loopd_gets_its_private_network_and_a_read_only_git_dir() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = TestEnv::new();
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let (repo, state, home) = (
+        dir.path().join("repo"),
+        dir.path().join("state"),
+        dir.path().join("home"),
+    );
+    std::fs::create_dir(&home).expect("home");
+    std::fs::create_dir(&state).expect("state");
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&env.repo)
+        .arg(&repo)
+        .status()
+        .expect("cp");
+    assert!(copied.success());
+    let chowned = std::process::Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(&repo)
+        .arg(&state)
+        .arg(&home)
+        .status()
+        .expect("chown");
+    assert!(chowned.success());
+    let nobody = |program: &str| {
+        let mut cmd = std::process::Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", program])
+            .env_clear()
+            .env("PATH", tools_path())
+            .env("HOME", &home)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("NO_COLOR", "1");
+        cmd
+    };
+    // The control: this machine gives an unprivileged user a namespace.
+    let control = nobody("unshare")
+        .args(["--user", "--map-root-user", "--net", "true"])
+        .output()
+        .expect("unshare");
+    assert!(
+        control.status.success(),
+        "unprivileged user namespaces are off here: {control:?}"
+    );
+    // Green at the baseline only where `.git/` is read-only to the job.
+    let out = nobody(env!("CARGO_BIN_EXE_loopd"))
+        .args(["run", "--json", "-C"])
+        .arg(&repo)
+        .arg("--state-dir")
+        .arg(&state)
+        .args([
+            "--task",
+            "nothing",
+            "--goal",
+            "sh -c '! touch .git/loopd-probe 2>/dev/null'",
+        ])
+        .env("ANTHROPIC_API_KEY", API_KEY)
+        .env("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+        .output()
+        .expect("loopd as nobody");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let summary: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    assert_eq!(summary["network"], "gateway-only", "{stderr}");
+    assert_eq!(summary["sandbox"], "landlock", "{stderr}");
+    assert_eq!(summary["reason"], "already_green", "{summary:#}\n{stderr}");
+    assert_eq!(out.status.code(), Some(7), "{stderr}");
+    assert!(!repo.join(".git/loopd-probe").exists());
+    assert!(!stderr.contains("NETWORK OPEN"), "{stderr}");
+}
