@@ -826,7 +826,7 @@ fn attack_24_reach_loopds_files_and_the_home_from_the_sandbox() {
     std::fs::write(&secret, "machine example.com password hunter2\n").expect("netrc");
     let state = env.state.display().to_string();
     let probe = format!(
-        "for what in 'cat {state}/runs/*/ledger.jsonl' 'ls {state}/runs' 'touch {state}/spool/incoming/x.json' 'touch {out}' 'cat {netrc}'; do \
+        "for what in 'cat {state}/runs/*/ledger.jsonl' 'ls {state}/runs' 'touch {state}/spool/incoming/x.json' 'touch {out}' 'cat {netrc}' 'exec 3<>/dev/ptmx' 'exec 3<>/dev/pts/ptmx'; do \
            if sh -c \"$what\" >/dev/null 2>&1; then echo \"SANDBOX allowed: $what\"; else echo \"SANDBOX denied: $what\"; fi; done; \
          echo ok > inside.txt && echo 'SANDBOX wrote the worktree'; echo \"SANDBOX home=$HOME\"",
         out = outside.display(),
@@ -867,7 +867,8 @@ fn attack_24_reach_loopds_files_and_the_home_from_the_sandbox() {
         ("the goal test", goal_probe),
     ] {
         assert!(!out.contains("SANDBOX allowed"), "{who}: {out}");
-        assert_eq!(out.matches("SANDBOX denied").count(), 5, "{who}: {out}");
+        // No terminal either: a new pty, or any of the user's (`/dev/pts/N`).
+        assert_eq!(out.matches("SANDBOX denied").count(), 7, "{who}: {out}");
         assert!(out.contains("SANDBOX wrote the worktree"), "{who}: {out}");
     }
     assert!(!outside.exists());

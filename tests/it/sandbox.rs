@@ -235,6 +235,28 @@ fn check_shows_the_network_policy_and_names_a_bad_value() {
         "{}",
         r.stdout
     );
+    // loopd itself is read as its one file, never its directory (a
+    // downloaded `~/loopd` made the whole HOME readable).
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_loopd"))
+        .canonicalize()
+        .expect("loopd");
+    let dir = exe
+        .parent()
+        .expect("loopd's directory")
+        .display()
+        .to_string();
+    assert!(
+        r.stdout.contains(&format!("{}  (loopd", exe.display())),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        !r.stdout
+            .lines()
+            .any(|l| l.trim_start().starts_with(&format!("{dir}  ("))),
+        "loopd's directory is readable: {}",
+        r.stdout
+    );
     for (sandbox, says) in [
         ("network = \"closed\"", "`open` or `gateway-only`"),
         (
