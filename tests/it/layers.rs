@@ -85,10 +85,10 @@ fn references(text: &str) -> BTreeSet<String> {
     out
 }
 
-fn graph() -> BTreeMap<String, BTreeSet<String>> {
-    let src = crate::support::manifest_dir().join("src");
+/// Every `.rs` file under `src`.
+fn rs_files(src: &Path) -> Vec<std::path::PathBuf> {
     let mut files = Vec::new();
-    let mut stack = vec![src.clone()];
+    let mut stack = vec![src.to_path_buf()];
     while let Some(d) = stack.pop() {
         for e in std::fs::read_dir(&d).expect("read src").flatten() {
             let p = e.path();
@@ -99,6 +99,46 @@ fn graph() -> BTreeMap<String, BTreeSet<String>> {
             }
         }
     }
+    files
+}
+
+/// Every cycle of `g`, each as `a → b → a`: a depth-first search for a
+/// back edge.
+fn cycles(g: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    fn visit(
+        m: &str,
+        g: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+        cycles: &mut Vec<String>,
+    ) {
+        if let Some(i) = path.iter().position(|p| p == m) {
+            let mut c = path[i..].to_vec();
+            c.push(m.to_owned());
+            cycles.push(c.join(" → "));
+            return;
+        }
+        if done.contains(m) {
+            return;
+        }
+        path.push(m.to_owned());
+        for d in g.get(m).into_iter().flatten() {
+            visit(d, g, path, done, cycles);
+        }
+        path.pop();
+        done.insert(m.to_owned());
+    }
+    let mut done = BTreeSet::new();
+    let mut out = Vec::new();
+    for m in g.keys() {
+        visit(m, g, &mut Vec::new(), &mut done, &mut out);
+    }
+    out
+}
+
+fn graph() -> BTreeMap<String, BTreeSet<String>> {
+    let src = crate::support::manifest_dir().join("src");
+    let files = rs_files(&src);
     let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for f in files {
         let module = top_level_of(&src, &f);
@@ -154,36 +194,8 @@ fn modules_use_only_their_layer_and_below_and_form_no_cycle() {
             }
         }
     }
-    // Cycles, within a layer too: a depth-first search for a back edge.
-    fn visit(
-        m: &str,
-        g: &BTreeMap<String, BTreeSet<String>>,
-        path: &mut Vec<String>,
-        done: &mut BTreeSet<String>,
-        cycles: &mut Vec<String>,
-    ) {
-        if let Some(i) = path.iter().position(|p| p == m) {
-            let mut c = path[i..].to_vec();
-            c.push(m.to_owned());
-            cycles.push(c.join(" → "));
-            return;
-        }
-        if done.contains(m) {
-            return;
-        }
-        path.push(m.to_owned());
-        for d in g.get(m).into_iter().flatten() {
-            visit(d, g, path, done, cycles);
-        }
-        path.pop();
-        done.insert(m.to_owned());
-    }
-    let mut done = BTreeSet::new();
-    let mut cycles = Vec::new();
-    for m in g.keys() {
-        visit(m, &g, &mut Vec::new(), &mut done, &mut cycles);
-    }
-    problems.extend(cycles.into_iter().map(|c| format!("import cycle: {c}")));
+    // Cycles, within a layer too.
+    problems.extend(cycles(&g).into_iter().map(|c| format!("import cycle: {c}")));
     assert!(
         problems.is_empty(),
         "the module layers are broken:\n{}\n\ngraph: {g:#?}",
@@ -295,18 +307,7 @@ fn module_references(text: &str, at: &[String]) -> BTreeSet<Vec<String>> {
 #[test]
 fn the_files_inside_each_folder_form_no_cycle() {
     let src = crate::support::manifest_dir().join("src");
-    let mut files = Vec::new();
-    let mut stack = vec![src.clone()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).expect("read src").flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                files.push(p);
-            }
-        }
-    }
+    let files = rs_files(&src);
     // folder → sibling → siblings it uses
     let mut folders: BTreeMap<Vec<String>, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
     for f in &files {
@@ -332,46 +333,19 @@ fn the_files_inside_each_folder_form_no_cycle() {
             }
         }
     }
-    let mut cycles = Vec::new();
+    let mut found_cycles = Vec::new();
     for (folder, g) in &folders {
-        fn visit(
-            m: &str,
-            g: &BTreeMap<String, BTreeSet<String>>,
-            path: &mut Vec<String>,
-            done: &mut BTreeSet<String>,
-            cycles: &mut Vec<String>,
-        ) {
-            if let Some(i) = path.iter().position(|p| p == m) {
-                let mut c = path[i..].to_vec();
-                c.push(m.to_owned());
-                cycles.push(c.join(" → "));
-                return;
-            }
-            if done.contains(m) {
-                return;
-            }
-            path.push(m.to_owned());
-            for d in g.get(m).into_iter().flatten() {
-                visit(d, g, path, done, cycles);
-            }
-            path.pop();
-            done.insert(m.to_owned());
-        }
-        let mut done = BTreeSet::new();
-        let mut found = Vec::new();
-        for m in g.keys() {
-            visit(m, g, &mut Vec::new(), &mut done, &mut found);
-        }
-        cycles.extend(
+        let found = cycles(g);
+        found_cycles.extend(
             found
                 .into_iter()
                 .map(|c| format!("inside `{}`: {c}", folder.join("/"))),
         );
     }
     assert!(
-        cycles.is_empty(),
+        found_cycles.is_empty(),
         "files inside a folder import each other in a cycle:\n{}",
-        cycles.join("\n")
+        found_cycles.join("\n")
     );
 }
 
