@@ -178,11 +178,42 @@ pub struct UserMessage {
     pub content: UserContent,
 }
 
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+/// A user message's content: a string, or blocks. Deserialized by hand:
+/// `#[serde(untagged)]` would buffer the whole content (every tool
+/// result's text) before choosing, the dearest part of ingest.
+#[derive(Debug, Clone)]
 pub enum UserContent {
     Text(String),
     Blocks(Vec<UserBlock>),
+}
+
+impl<'de> Deserialize<'de> for UserContent {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Content;
+        impl<'de> serde::de::Visitor<'de> for Content {
+            type Value = UserContent;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string or a list of content blocks")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<UserContent, E> {
+                Ok(UserContent::Text(v.to_owned()))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<UserContent, E> {
+                Ok(UserContent::Text(v))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<UserContent, A::Error> {
+                let mut blocks = Vec::new();
+                while let Some(b) = seq.next_element::<UserBlock>()? {
+                    blocks.push(b);
+                }
+                Ok(UserContent::Blocks(blocks))
+            }
+        }
+        d.deserialize_any(Content)
+    }
 }
 
 impl Default for UserContent {
@@ -250,18 +281,39 @@ pub struct PartialEvent {
 }
 
 #[derive(Debug, Clone, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(from = "RawApiEvent")]
 pub enum ApiEvent {
-    MessageStart {
-        message: ApiMessage,
-    },
-    MessageDelta {
-        #[serde(default)]
-        usage: Usage,
-    },
+    MessageStart { message: ApiMessage },
+    MessageDelta { usage: Usage },
     MessageStop,
-    #[serde(other)]
     Other,
+}
+
+/// The flat shape of an SSE event: read in one pass. An internally tagged
+/// enum would buffer the whole event first (its `type` comes after
+/// `message` in the CLI's lines), which made these small lines the
+/// dearest per byte of ingest.
+#[derive(Deserialize)]
+struct RawApiEvent {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    message: Option<ApiMessage>,
+    #[serde(default)]
+    usage: Option<Usage>,
+}
+
+impl From<RawApiEvent> for ApiEvent {
+    fn from(e: RawApiEvent) -> Self {
+        match (e.kind.as_str(), e.message) {
+            ("message_start", Some(message)) => ApiEvent::MessageStart { message },
+            ("message_delta", _) => ApiEvent::MessageDelta {
+                usage: e.usage.unwrap_or_default(),
+            },
+            ("message_stop", _) => ApiEvent::MessageStop,
+            _ => ApiEvent::Other,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
