@@ -78,6 +78,11 @@ pub struct CodexStream {
 
 impl CodexStream {
     fn tool(&mut self, item: &Item, out: &mut Vec<Event>) {
+        // Reported once, when it starts: its completion (and every update)
+        // names a call already seen, so nothing is built for it.
+        if self.started.contains(&item.id) {
+            return;
+        }
         let (name, input, action) = match item.kind.as_str() {
             "command_execution" => {
                 let command = unwrap_shell(item.command.as_deref().unwrap_or_default());
@@ -98,14 +103,13 @@ impl CodexStream {
             "mcp_tool_call" | "web_search" => (item.kind.as_str(), Value::Null, Action::Other),
             _ => return,
         };
-        if self.started.insert(item.id.clone()) {
-            out.push(Event::ToolUse(ToolCall {
-                id: item.id.clone(),
-                name: name.to_owned(),
-                input,
-                action,
-            }));
-        }
+        self.started.insert(item.id.clone());
+        out.push(Event::ToolUse(ToolCall {
+            id: item.id.clone(),
+            name: name.to_owned(),
+            input,
+            action,
+        }));
     }
 }
 
