@@ -3,7 +3,8 @@
 //! (Claude Code's stream-json, Codex's `exec --json`) repeated to ≥ 1
 //! million events. Target: ≥ 500k events/s on one core.
 //!
-//! `cargo bench --bench ingest [-- EVENTS]`
+//! `cargo bench --bench ingest [-- EVENTS] [AGENT]` (AGENT: only that
+//! agent's stream, e.g. under a profiler)
 
 use std::io::{BufWriter, Write};
 use std::time::{Duration, Instant};
@@ -20,6 +21,9 @@ fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(1_000_000);
+    let only: Option<String> = std::env::args()
+        .skip(1)
+        .find(|a| a.parse::<usize>().is_err() && !a.starts_with('-'));
     for (agent, fixture) in [
         (
             &loopd::agent::ClaudeCode as &dyn Agent,
@@ -27,6 +31,9 @@ fn main() {
         ),
         (&loopd::agent::codex::Codex, "codex-agent-attempt.jsonl"),
     ] {
+        if only.as_deref().is_some_and(|o| o != agent.name()) {
+            continue;
+        }
         ingest(agent, fixture, target);
     }
 }

@@ -16,32 +16,40 @@ use crate::outcome::Reason;
 
 /// Write `value` as canonical JSON: no whitespace, keys sorted at every depth.
 pub fn canonical_json(value: &Value, out: &mut String) {
+    let mut bytes = Vec::with_capacity(128);
+    write_canonical(value, &mut bytes).expect("writing to memory cannot fail");
+    out.push_str(std::str::from_utf8(&bytes).expect("JSON is UTF-8"));
+}
+
+/// [`canonical_json`] into any writer: the hash streams it, never building
+/// the text (a shell command can carry a whole file).
+fn write_canonical(value: &Value, out: &mut impl std::io::Write) -> std::io::Result<()> {
     match value {
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
             keys.sort();
-            out.push('{');
+            out.write_all(b"{")?;
             for (i, k) in keys.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.write_all(b",")?;
                 }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                canonical_json(&map[k], out);
+                serde_json::to_writer(&mut *out, k)?;
+                out.write_all(b":")?;
+                write_canonical(&map[k], out)?;
             }
-            out.push('}');
+            out.write_all(b"}")
         }
         Value::Array(items) => {
-            out.push('[');
+            out.write_all(b"[")?;
             for (i, v) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.write_all(b",")?;
                 }
-                canonical_json(v, out);
+                write_canonical(v, out)?;
             }
-            out.push(']');
+            out.write_all(b"]")
         }
-        other => out.push_str(&other.to_string()),
+        other => Ok(serde_json::to_writer(out, other)?),
     }
 }
 
@@ -49,21 +57,44 @@ pub fn canonical_json(value: &Value, out: &mut String) {
 /// shell command by its text alone, so an agent whose hook and stream name
 /// the shell differently (`Bash`, `exec_command`) counts one call once.
 pub fn call_hash(call: &ToolCall) -> String {
+    let mut h = Hashing(Sha256::new());
     match call.command() {
-        Some(command) => hash_of("shell", &serde_json::json!({ "command": command })),
-        None => hash_of(&call.name, &call.input),
+        // What `hash_of("shell", {"command": command})` hashes, without
+        // building the object.
+        Some(command) => {
+            h.0.update(b"shell\0{\"command\":");
+            serde_json::to_writer(&mut h, command).expect("hashing cannot fail");
+            h.0.update(b"}");
+        }
+        None => {
+            h.0.update(call.name.as_bytes());
+            h.0.update([0u8]);
+            write_canonical(&call.input, &mut h).expect("hashing cannot fail");
+        }
     }
+    hex::encode(h.0.finalize())
 }
 
 /// sha256 of a name and a value as canonical JSON, hex.
 pub fn hash_of(tool: &str, input: &Value) -> String {
-    let mut canon = String::with_capacity(128);
-    canonical_json(input, &mut canon);
-    let mut h = Sha256::new();
-    h.update(tool.as_bytes());
-    h.update([0u8]);
-    h.update(canon.as_bytes());
-    hex::encode(h.finalize())
+    let mut h = Hashing(Sha256::new());
+    h.0.update(tool.as_bytes());
+    h.0.update([0u8]);
+    write_canonical(input, &mut h).expect("hashing cannot fail");
+    hex::encode(h.0.finalize())
+}
+
+/// A hash as a writer: what is written is hashed.
+struct Hashing(Sha256);
+
+impl std::io::Write for Hashing {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Is this a polling call (exempt from the repeat detector)? A shell
@@ -236,6 +267,27 @@ mod tests {
         assert_eq!(
             s,
             r#"{"file_path":"/x","opts":{"a":null,"b":[{"y":2,"z":1}]}}"#
+        );
+    }
+
+    /// Hashes outlive a process (the journal keeps them and a resumed job
+    /// compares against them): their bytes are pinned here.
+    #[test]
+    fn hashes_are_stable_across_versions() {
+        let a = json!({"file_path": "/x", "opts": {"b": [ {"z": 1, "y": 2} ], "a": null}});
+        assert_eq!(
+            hash_of("Read", &a),
+            "f6442d000a3e3bb57a6ea91aaed5b7ea16a93571916f9c3bd005cb4696374d69"
+        );
+        let command = "echo \"é\" \\\\ \n\u{1}";
+        let shell = call("Bash", json!({ "command": command }));
+        assert_eq!(
+            call_hash(&shell),
+            "1fcbc65644a75ca6efee0b5d9eee88efd96d463a23a01a6482806c9c51863158"
+        );
+        assert_eq!(
+            call_hash(&shell),
+            hash_of("shell", &json!({ "command": command }))
         );
     }
 

@@ -4,17 +4,23 @@
 //! (and, after a resume, as the thread's running total): loopd's spend comes
 //! from the gateway's meter, never from these counts.
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::agent::events::{Action, Event, SessionResult, StreamParser, ToolCall, Usage};
 
+// Borrowed from the line where it can be: a command's text (a whole file,
+// in a heredoc) is read only for a call not seen before, never for its
+// completion.
 #[derive(Deserialize)]
-struct Line {
-    #[serde(rename = "type")]
-    kind: String,
-    #[serde(default)]
-    item: Option<Item>,
+struct Line<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default, borrow)]
+    item: Option<Item<'a>>,
     #[serde(default)]
     usage: Option<TurnUsage>,
     #[serde(default)]
@@ -24,17 +30,17 @@ struct Line {
 }
 
 #[derive(Deserialize)]
-struct Item {
-    #[serde(default)]
-    id: String,
-    #[serde(rename = "type", default)]
-    kind: String,
-    #[serde(default)]
-    command: Option<String>,
+struct Item<'a> {
+    #[serde(default, borrow)]
+    id: Cow<'a, str>,
+    #[serde(rename = "type", default, borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default, borrow)]
+    command: Option<&'a RawValue>,
     #[serde(default)]
     exit_code: Option<i64>,
-    #[serde(default)]
-    status: Option<String>,
+    #[serde(default, borrow)]
+    status: Option<Cow<'a, str>>,
     #[serde(default)]
     text: Option<String>,
     #[serde(default)]
@@ -80,12 +86,16 @@ impl CodexStream {
     fn tool(&mut self, item: &Item, out: &mut Vec<Event>) {
         // Reported once, when it starts: its completion (and every update)
         // names a call already seen, so nothing is built for it.
-        if self.started.contains(&item.id) {
+        if self.started.contains(item.id.as_ref()) {
             return;
         }
-        let (name, input, action) = match item.kind.as_str() {
+        let (name, input, action) = match item.kind.as_ref() {
             "command_execution" => {
-                let command = unwrap_shell(item.command.as_deref().unwrap_or_default());
+                let line: Option<String> = item
+                    .command
+                    .and_then(|raw| serde_json::from_str(raw.get()).ok())
+                    .flatten();
+                let command = unwrap_shell(line.as_deref().unwrap_or_default());
                 (
                     "exec_command",
                     serde_json::json!({ "command": command }),
@@ -100,12 +110,12 @@ impl CodexStream {
                     Action::Patch { paths },
                 )
             }
-            "mcp_tool_call" | "web_search" => (item.kind.as_str(), Value::Null, Action::Other),
+            "mcp_tool_call" | "web_search" => (item.kind.as_ref(), Value::Null, Action::Other),
             _ => return,
         };
-        self.started.insert(item.id.clone());
+        self.started.insert(item.id.clone().into_owned());
         out.push(Event::ToolUse(ToolCall {
-            id: item.id.clone(),
+            id: item.id.clone().into_owned(),
             name: name.to_owned(),
             input,
             action,
@@ -166,7 +176,7 @@ pub fn unwrap_shell(line: &str) -> String {
 impl StreamParser for CodexStream {
     fn line(&mut self, line: &str, out: &mut Vec<Event>) -> Result<(), String> {
         let l: Line = serde_json::from_str(line).map_err(|e| e.to_string())?;
-        match l.kind.as_str() {
+        match l.kind.as_ref() {
             "item.started" | "item.updated" => {
                 if let Some(item) = &l.item {
                     self.tool(item, out);
@@ -174,7 +184,7 @@ impl StreamParser for CodexStream {
             }
             "item.completed" => {
                 let Some(item) = l.item else { return Ok(()) };
-                match item.kind.as_str() {
+                match item.kind.as_ref() {
                     "agent_message" => self.last_message = item.text,
                     "error" => self.errors.extend(item.message),
                     "command_execution" | "file_change" | "mcp_tool_call" | "web_search" => {
@@ -182,7 +192,7 @@ impl StreamParser for CodexStream {
                         let failed = item.status.as_deref() == Some("failed")
                             || item.exit_code.is_some_and(|c| c != 0);
                         out.push(Event::ToolResult {
-                            id: item.id,
+                            id: item.id.into_owned(),
                             is_error: failed,
                         });
                     }
