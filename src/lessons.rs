@@ -170,32 +170,13 @@ pub fn update<T>(
     };
     let dir = path.parent().expect("a lessons file has a directory");
     crate::util::private_dir(dir).map_err(write_err)?;
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join(format!("{repo_key}.lock")))
+    let lock = crate::util::FileLock::take(&dir.join(format!("{repo_key}.lock")), true, true)
         .map_err(write_err)?;
-    lock_exclusive(&lock).map_err(write_err)?;
     let mut lessons = load(state_dir, repo_key)?;
     let out = change(&mut lessons)?;
     crate::util::write_json_atomic(&path, &lessons).map_err(write_err)?;
     drop(lock);
     Ok(out)
-}
-
-/// Block until this process holds `file`'s exclusive lock (released when
-/// the file is closed).
-fn lock_exclusive(file: &std::fs::File) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: flock(2) on a descriptor this function borrows; no memory is
-    // passed.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
 }
 
 /// The line a pre-critic check or a gate teaches.

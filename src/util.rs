@@ -231,6 +231,48 @@ pub fn write_json_atomic<T: serde::Serialize>(path: &Path, value: &T) -> std::io
     write_atomic(path, text.as_bytes())
 }
 
+/// An advisory lock on a file (`flock(2)`), released when dropped — also
+/// when the process dies, `kill -9` included, so a lock is never stale.
+#[derive(Debug)]
+pub struct FileLock {
+    _file: std::fs::File,
+}
+
+impl FileLock {
+    /// Take `path`'s lock (the file is created, private, if missing):
+    /// `exclusive` or shared; `wait` blocks until it is free, else `None`
+    /// when another process holds it.
+    pub fn take(path: &Path, exclusive: bool, wait: bool) -> std::io::Result<Option<FileLock>> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)?;
+        let mut op = if exclusive {
+            libc::LOCK_EX
+        } else {
+            libc::LOCK_SH
+        };
+        if !wait {
+            op |= libc::LOCK_NB;
+        }
+        // SAFETY: flock(2) on a descriptor this function owns; no memory
+        // is passed.
+        if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+            return Ok(Some(FileLock { _file: file }));
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() == std::io::ErrorKind::WouldBlock {
+            return Ok(None);
+        }
+        Err(e)
+    }
+}
+
 /// Read a text file, tolerating a UTF-8 byte-order mark (editors on other
 /// systems write one).
 pub fn read_text(path: &Path) -> std::io::Result<String> {

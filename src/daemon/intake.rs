@@ -21,7 +21,6 @@
 
 use std::collections::HashSet;
 use std::io::{BufRead, Write};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -91,42 +90,16 @@ impl IntakeError {
     }
 }
 
-/// An open lock file, locked; unlocked when dropped (closing the file).
-struct Lock {
-    _file: std::fs::File,
-}
+/// The intake's locks ([`crate::util::FileLock`]), with its error.
+struct Lock;
 
 impl Lock {
-    fn take(path: &Path, exclusive: bool, wait: bool) -> Result<Option<Lock>, IntakeError> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(path)
-            .map_err(IntakeError::io(path))?;
-        let mut op = if exclusive {
-            libc::LOCK_EX
-        } else {
-            libc::LOCK_SH
-        };
-        if !wait {
-            op |= libc::LOCK_NB;
-        }
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
-            return Ok(Some(Lock { _file: file }));
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() == std::io::ErrorKind::WouldBlock {
-            return Ok(None);
-        }
-        Err(IntakeError::Io {
-            path: path.to_path_buf(),
-            source: e,
-        })
+    fn take(
+        path: &Path,
+        exclusive: bool,
+        wait: bool,
+    ) -> Result<Option<crate::util::FileLock>, IntakeError> {
+        crate::util::FileLock::take(path, exclusive, wait).map_err(IntakeError::io(path))
     }
 }
 
@@ -161,7 +134,7 @@ impl Admitted {
 
 /// The daemon's side: holds the daemon lock and the listening socket.
 pub struct Intake {
-    _daemon_lock: Lock,
+    _daemon_lock: crate::util::FileLock,
     pub admitted: Admitted,
     listener: tokio::net::UnixListener,
 }
