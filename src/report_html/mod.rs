@@ -23,6 +23,7 @@
 //! Elements carry stable ids and classes (`id="attempt-2"`,
 //! `class="cost-bar"`) that tests and scripts may rely on.
 
+pub mod batch;
 mod render;
 mod timeline;
 
