@@ -578,14 +578,22 @@ mod tests {
         assert!(html.contains("<dd id=\"total-jobs\">4</dd>"));
         assert!(html.contains("<dd id=\"total-accepted\">2</dd>"));
         assert!(html.contains("<dd id=\"total-needs-human\">2</dd>"));
-        assert!(html.contains("data-cost-usd=\"1.875\">$1.8750</dd>"), "{html}");
+        assert!(
+            html.contains("data-cost-usd=\"1.875\">$1.8750</dd>"),
+            "{html}"
+        );
         assert!(html.contains("<dd id=\"total-attempts\">8</dd>"));
         assert!(html.contains("awaiting approval"));
         // Exit codes as the contract has them; links to pages beside it.
-        assert!(html.contains("<code class=\"reason\">escalated</code> <span class=\"muted\">exit 6</span>"));
+        assert!(html.contains(
+            "<code class=\"reason\">escalated</code> <span class=\"muted\">exit 6</span>"
+        ));
         assert!(html.contains("<a href=\"e1.html\">e1</a>"));
         assert!(html.starts_with(&format!("<!DOCTYPE html>\n{MARKER}")));
-        assert!(!b.render_index(false).contains("<a href"), "no pages, no links");
+        assert!(
+            !b.render_index(false).contains("<a href"),
+            "no pages, no links"
+        );
         // The page is the single-job page, with the branch from state.json.
         let page = b.jobs[0].render_page().expect("a page");
         assert!(page.contains("<code>loopd/x</code>"), "{page}");
@@ -640,10 +648,7 @@ mod tests {
         // A state dir whose `runs` is a link is no state dir.
         std::fs::create_dir_all(batch.join("st")).expect("mkdir");
         std::os::unix::fs::symlink(&outside, batch.join("st/runs")).expect("link");
-        assert_eq!(
-            find_run_dirs(&batch).expect("found"),
-            [batch.join("real")]
-        );
+        assert_eq!(find_run_dirs(&batch).expect("found"), [batch.join("real")]);
         // A run dir whose summary is a link is listed, unreadable, not read.
         let planted = batch.join("planted");
         std::fs::create_dir_all(&planted).expect("mkdir");
@@ -656,7 +661,10 @@ mod tests {
         assert_eq!(b.jobs.len(), 2);
         let bad = b.jobs.iter().find(|j| j.read.is_err()).expect("unreadable");
         assert!(
-            bad.read.as_ref().expect_err("unreadable").contains("cannot read summary.json"),
+            bad.read
+                .as_ref()
+                .expect_err("unreadable")
+                .contains("cannot read summary.json"),
             "{:?}",
             bad.read
         );
@@ -683,10 +691,7 @@ mod tests {
         );
         // Too deep.
         run_dir(&d.join("a/b/c/d/e"), &job("deep", Reason::Accepted, 0.0));
-        assert_eq!(
-            find_run_dirs(d).expect("found"),
-            [d.join("state/runs/j1")]
-        );
+        assert_eq!(find_run_dirs(d).expect("found"), [d.join("state/runs/j1")]);
     }
 
     #[test]
@@ -704,13 +709,20 @@ mod tests {
         let html = b.render_index(true);
         assert_eq!(b.jobs.len(), 3);
         assert!(html.contains("summary.json does not parse"), "{html}");
-        assert!(html.contains("no summary.json yet (state `running`)"), "{html}");
+        assert!(
+            html.contains("no summary.json yet (state `running`)"),
+            "{html}"
+        );
         assert!(html.contains("(2 unreadable)"));
         assert!(!html.contains("<b>"));
         // Listed with the stopped and failed, and given no page.
-        assert!(b.jobs.iter().filter(|j| j.read.is_err()).all(|j| j.page.is_none()
-            && j.group() == Group::NotAccepted
-            && j.render_page().is_none()));
+        assert!(b
+            .jobs
+            .iter()
+            .filter(|j| j.read.is_err())
+            .all(|j| j.page.is_none()
+                && j.group() == Group::NotAccepted
+                && j.render_page().is_none()));
         assert!(html.find("id=\"not-accepted\"") < html.find("data-job=\"broken\""));
     }
 

@@ -65,10 +65,7 @@ const MAX_RECORD_FILE: u64 = 16 << 20;
 fn read_run_file(path: &Path, max: u64) -> std::io::Result<String> {
     let bytes = crate::util::read_untrusted(path, max)?;
     let text = String::from_utf8_lossy(&bytes);
-    Ok(text
-        .strip_prefix('\u{feff}')
-        .unwrap_or(&text)
-        .to_owned())
+    Ok(text.strip_prefix('\u{feff}').unwrap_or(&text).to_owned())
 }
 
 /// The branch a daemon job's change lives on.
@@ -352,7 +349,10 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
         let inputs = Inputs::load(dir.path(), render::tests::summary(&[0.01]), None, None);
         assert!(inputs.diffs.is_empty(), "a link is not followed");
-        assert!(inputs.interdiffs.is_empty(), "a FIFO is not read (nor waited on)");
+        assert!(
+            inputs.interdiffs.is_empty(),
+            "a FIFO is not read (nor waited on)"
+        );
         assert!(!render(&inputs).contains("SECRET"));
     }
 
