@@ -13,11 +13,13 @@ use crate::report_html::{self, BranchInfo, Inputs};
 /// interdiff with the one before, costs, and how to get the work back.
 ///
 /// Example: `loopd report 20261130-114617123-613a --format md`,
-/// `loopd report 20261130-114617123-613a --html /tmp/job.html`
+/// `loopd report 20261130-114617123-613a --html /tmp/job.html`,
+/// `loopd report --html /tmp/night/index.html --batch ./artifacts`
 #[derive(Debug, clap::Args)]
 pub struct ReportArgs {
     /// The job's id (as `loopd status` lists it, e.g. `20261130-221503042-3f9a`).
-    pub job: String,
+    #[arg(required_unless_present = "batch", conflicts_with = "batch")]
+    pub job: Option<String>,
     /// Where runs, reports and the queue live [default: `$XDG_STATE_HOME/loopd`, else `~/.local/state/loopd`].
     #[arg(long, value_name = "DIR", env = "LOOPD_STATE_DIR")]
     pub state_dir: Option<std::path::PathBuf>,
@@ -30,12 +32,26 @@ pub struct ReportArgs {
     /// loopd did not write.
     #[arg(long, value_name = "FILE", conflicts_with = "format")]
     pub html: Option<PathBuf>,
+    /// With `--html FILE`: one index page for every job under DIR — a state
+    /// dir, a directory of run dirs, or folders of CI artifacts holding
+    /// either (4 levels deep, no link followed) — the jobs that need a
+    /// human first, then the stopped and failed, then the accepted, with
+    /// totals; each job's own page is written beside FILE as
+    /// `<job-id>.html` and linked. `--html -` prints the index alone,
+    /// without links.
+    #[arg(long, value_name = "DIR", requires = "html")]
+    pub batch: Option<PathBuf>,
 }
 
 pub fn report(args: ReportArgs) -> Result<ExitStatus, CliError> {
+    if let Some(dir) = &args.batch {
+        let target = args.html.as_deref().expect("clap: --batch requires --html");
+        return batch(dir, target);
+    }
+    let job = args.job.expect("clap: JOB is required without --batch");
     let state_dir = state_dir_or_default(args.state_dir);
-    let run_dir = state_dir.join("runs").join(&args.job);
-    let state = JobState::load(&state_dir, &args.job);
+    let run_dir = state_dir.join("runs").join(&job);
+    let state = JobState::load(&state_dir, &job);
     let summary: Option<Summary> = std::fs::read_to_string(run_dir.join("summary.json"))
         .ok()
         .and_then(|t| serde_json::from_str(t.trim_start_matches('\u{feff}')).ok());
@@ -50,11 +66,7 @@ pub fn report(args: ReportArgs) -> Result<ExitStatus, CliError> {
             }
             None => Err(CliError::new(
                 ExitStatus::Usage,
-                format!(
-                    "no report for job `{}` in `{}`",
-                    args.job,
-                    state_dir.display()
-                ),
+                format!("no report for job `{job}` in `{}`", state_dir.display()),
             )
             .hint("`loopd status` lists every job")),
         };
@@ -99,15 +111,69 @@ pub fn report(args: ReportArgs) -> Result<ExitStatus, CliError> {
     Ok(ExitStatus::Success)
 }
 
-/// Write the page to `target` (`-`: stdout). Refused, before anything is
-/// written: a path inside the job's repository (reports never go there, and
-/// the agent's next run would see it), a directory, and an existing file
-/// loopd did not write.
+/// `--html FILE --batch DIR`: the index of every job under `dir`, and each
+/// readable job's own page beside it. Every path is checked before
+/// anything is written, so a refusal leaves no half-written night.
+fn batch(dir: &Path, target: &Path) -> Result<ExitStatus, CliError> {
+    use report_html::batch::Batch;
+    let stdout = target == Path::new("-");
+    let index_name = if stdout {
+        None
+    } else {
+        target.file_name().and_then(|n| n.to_str())
+    };
+    let batch = Batch::load(dir, index_name)
+        .map_err(|e| CliError::new(ExitStatus::Usage, &e).hint(e.hint()))?;
+    if stdout {
+        // No page is written, so the index links to none.
+        crate::cli::out!("{}", batch.render_index(false).trim_end_matches('\n'));
+        return Ok(ExitStatus::Success);
+    }
+    let repos = batch.repos();
+    let index = checked_target(target, &repos)?;
+    let beside = index
+        .parent()
+        .expect("a checked target is a file in a directory")
+        .to_path_buf();
+    let mut pages = Vec::new();
+    for job in &batch.jobs {
+        if let Some(name) = &job.page {
+            pages.push((job, checked_target(&beside.join(name), &repos)?));
+        }
+    }
+    for (job, path) in &pages {
+        if let Some(html) = job.render_page() {
+            write_checked(path, &html)?;
+        }
+    }
+    write_checked(&index, &batch.render_index(true))?;
+    eprintln!(
+        "loopd report: wrote `{}` ({} jobs) and {} job pages beside it",
+        index.display(),
+        batch.jobs.len(),
+        pages.len()
+    );
+    Ok(ExitStatus::Success)
+}
+
+/// Write the page to `target` (`-`: stdout), once [`checked_target`]
+/// allows it.
 fn write_html(target: &Path, html: &str, repos: &[PathBuf]) -> Result<(), CliError> {
     if target == Path::new("-") {
         crate::cli::out!("{}", html.trim_end_matches('\n'));
         return Ok(());
     }
+    let path = checked_target(target, repos)?;
+    write_checked(&path, html)?;
+    eprintln!("loopd report: wrote `{}`", path.display());
+    Ok(())
+}
+
+/// Where a page for `target` may be written: its absolute path. Refused,
+/// before anything is written: a path inside a job's repository (reports
+/// never go there, and the agent's next run would see it), a directory,
+/// and an existing file loopd did not write.
+fn checked_target(target: &Path, repos: &[PathBuf]) -> Result<PathBuf, CliError> {
     let usage = |msg: String| CliError::new(ExitStatus::Usage, msg);
     let name = target.file_name().ok_or_else(|| {
         usage(format!("`--html {}` names no file", target.display()))
@@ -146,14 +212,17 @@ fn write_html(target: &Path, html: &str, repos: &[PathBuf]) -> Result<(), CliErr
         ))
         .hint("choose another path, or move that file away first"));
     }
-    crate::util::write_atomic(&path, html.as_bytes()).map_err(|e| {
+    Ok(path)
+}
+
+/// Write a page at a path [`checked_target`] returned.
+fn write_checked(path: &Path, html: &str) -> Result<(), CliError> {
+    crate::util::write_atomic(path, html.as_bytes()).map_err(|e| {
         CliError::new(
             ExitStatus::Environment,
             format!("cannot write the HTML report `{}`: {e}", path.display()),
         )
-    })?;
-    eprintln!("loopd report: wrote `{}`", path.display());
-    Ok(())
+    })
 }
 
 /// Per session, what the metering gateway read on the wire — calls,

@@ -12,6 +12,9 @@
 //! stream logs (cache reads and writes, which only the CLI's result event
 //! reports). Any of these but the summary may be missing; the page then says
 //! what it does not know.
+//! Every file is read without following a link and with a size bound, since
+//! `loopd report --html FILE --batch DIR` ([`batch`]) renders run
+//! directories that may come from anywhere (CI artifacts, a shared volume).
 //!
 //! The page is one file that works offline and without JavaScript: inline
 //! CSS and SVG, no script, no external font or image. Everything in it that
@@ -20,6 +23,7 @@
 //! Elements carry stable ids and classes (`id="attempt-2"`,
 //! `class="cost-bar"`) that tests and scripts may rely on.
 
+pub mod batch;
 mod render;
 mod timeline;
 
@@ -45,6 +49,24 @@ pub const MARKER: &str = "<!-- loopd report";
 
 /// The most of one patch the page shows (head and tail kept).
 const MAX_PATCH: usize = 256 * 1024;
+
+/// The largest journal, patch, and summary-sized file the page reads from
+/// a run directory: a run dir may be a downloaded artifact (`--batch`), and
+/// a file past these is treated as missing rather than read into memory.
+const MAX_JOURNAL_FILE: u64 = 256 << 20;
+const MAX_PATCH_FILE: u64 = 64 << 20;
+const MAX_RECORD_FILE: u64 = 16 << 20;
+
+/// A run directory's file as text, or `None`: read through
+/// [`crate::util::read_untrusted`] — never through a link, never from a
+/// FIFO, at most `max` bytes — because a run dir handed to `--batch` may
+/// come from anywhere, and a planted link must not pull another file of
+/// this user's into the page. A BOM is tolerated.
+fn read_run_file(path: &Path, max: u64) -> std::io::Result<String> {
+    let bytes = crate::util::read_untrusted(path, max)?;
+    let text = String::from_utf8_lossy(&bytes);
+    Ok(text.strip_prefix('\u{feff}').unwrap_or(&text).to_owned())
+}
 
 /// The branch a daemon job's change lives on.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,10 +127,11 @@ impl Inputs {
         failure: Option<FailureReport>,
         branch: Option<BranchInfo>,
     ) -> Inputs {
-        let text = crate::util::read_text(&run_dir.join(crate::journal::FILE)).unwrap_or_default();
+        let text = read_run_file(&run_dir.join(crate::journal::FILE), MAX_JOURNAL_FILE)
+            .unwrap_or_default();
         let (entries, _) = crate::journal::parse(&text);
         let replay = Replay::fold(&entries);
-        let job: Option<JobFile> = crate::util::read_text(&run_dir.join("job.json"))
+        let job: Option<JobFile> = read_run_file(&run_dir.join("job.json"), MAX_RECORD_FILE)
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok());
         let mut diffs = BTreeMap::new();
@@ -141,7 +164,7 @@ impl Inputs {
 }
 
 fn read_patch(path: &Path) -> Option<String> {
-    let text = crate::util::read_text(path).ok()?;
+    let text = read_run_file(path, MAX_PATCH_FILE).ok()?;
     Some(crate::goal::head_and_tail(&text, MAX_PATCH))
 }
 
@@ -185,13 +208,13 @@ pub enum HtmlError {
 /// Read `summary.json` and `failure.json` from a run directory.
 pub fn read_run(run_dir: &Path) -> Result<(Summary, Option<FailureReport>), HtmlError> {
     let path = run_dir.join("summary.json");
-    let text = crate::util::read_text(&path).map_err(|source| HtmlError::Summary {
+    let text = read_run_file(&path, MAX_RECORD_FILE).map_err(|source| HtmlError::Summary {
         path: path.clone(),
         source,
     })?;
     let summary =
         serde_json::from_str(&text).map_err(|source| HtmlError::SummaryParse { path, source })?;
-    let failure = crate::util::read_text(&run_dir.join("failure.json"))
+    let failure = read_run_file(&run_dir.join("failure.json"), MAX_RECORD_FILE)
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok());
     Ok((summary, failure))
@@ -310,6 +333,27 @@ mod tests {
         assert_eq!(inputs.cache.get(&2), None, "attempt 2 left no stream log");
         assert_eq!(inputs.diffs.get(&1).map(String::as_str), Some("+x\n"));
         assert!(inputs.interdiffs.is_empty());
+    }
+
+    #[test]
+    fn a_linked_or_special_file_in_the_run_dir_is_not_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let secret = dir.path().join("secret.txt");
+        std::fs::write(&secret, "+SECRET KEY\n").expect("write");
+        let a1 = dir.path().join("attempt-1");
+        std::fs::create_dir_all(&a1).expect("mkdir");
+        std::os::unix::fs::symlink(&secret, a1.join("diff.patch")).expect("link");
+        let fifo = std::ffi::CString::new(a1.join("interdiff.patch").to_string_lossy().as_bytes())
+            .expect("path");
+        // SAFETY: mkfifo reads a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let inputs = Inputs::load(dir.path(), render::tests::summary(&[0.01]), None, None);
+        assert!(inputs.diffs.is_empty(), "a link is not followed");
+        assert!(
+            inputs.interdiffs.is_empty(),
+            "a FIFO is not read (nor waited on)"
+        );
+        assert!(!render(&inputs).contains("SECRET"));
     }
 
     #[test]

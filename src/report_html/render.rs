@@ -10,7 +10,7 @@ use crate::journal::AttemptEnd;
 use crate::outcome::Outcome;
 use crate::report::{work_back, AttemptRecord, Branch, WorkBack};
 
-const CSS: &str = include_str!("style.css");
+pub(super) const CSS: &str = include_str!("style.css");
 
 /// The most of one goal step's output the page shows.
 const MAX_OUTPUT: usize = 16 * 1024;
@@ -60,11 +60,11 @@ fn prose(s: &str) -> String {
     out
 }
 
-fn usd(x: f64) -> String {
+pub(super) fn usd(x: f64) -> String {
     format!("${x:.4}")
 }
 
-fn ms(ms: u64) -> String {
+pub(super) fn ms(ms: u64) -> String {
     match ms {
         0..=999 => format!("{ms} ms"),
         1000..=59_999 => format!("{:.1} s", ms as f64 / 1000.0),
@@ -73,7 +73,7 @@ fn ms(ms: u64) -> String {
 }
 
 /// `18000` → `18,000`.
-fn count(n: u64) -> String {
+pub(super) fn count(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
@@ -85,7 +85,7 @@ fn count(n: u64) -> String {
     out
 }
 
-fn outcome_class(o: Outcome) -> &'static str {
+pub(super) fn outcome_class(o: Outcome) -> &'static str {
     match o {
         Outcome::Accepted => "accepted",
         Outcome::Exhausted => "exhausted",
@@ -94,6 +94,16 @@ fn outcome_class(o: Outcome) -> &'static str {
         Outcome::Error => "error",
         Outcome::NothingToFix => "nothing-to-fix",
         Outcome::NeedsHuman => "needs-human",
+    }
+}
+
+/// The badge class an outcome is shown with.
+pub(super) fn outcome_badge(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Accepted => "ok",
+        Outcome::Exhausted | Outcome::NeedsHuman => "warn",
+        Outcome::Interrupted | Outcome::NothingToFix => "info",
+        Outcome::Stopped | Outcome::Error => "fail",
     }
 }
 
@@ -199,13 +209,7 @@ pub fn render(inputs: &Inputs) -> String {
 fn header(h: &mut String, inputs: &Inputs) {
     let s = &inputs.summary;
     let word = s.outcome_word();
-    let badge = match s.outcome {
-        Outcome::Accepted => "ok",
-        Outcome::Exhausted => "warn",
-        Outcome::Interrupted | Outcome::NothingToFix => "info",
-        Outcome::NeedsHuman => "warn",
-        Outcome::Stopped | Outcome::Error => "fail",
-    };
+    let badge = outcome_badge(s.outcome);
     let _ = write!(
         h,
         "<header class=\"outcome outcome-{cls}\" id=\"outcome\">\n\

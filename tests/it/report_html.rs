@@ -344,3 +344,224 @@ fn the_html_report_is_written_only_where_it_may_be() {
         r.stdout
     );
 }
+
+/// A `summary.json` as a job writes it, from the library's own type.
+fn write_summary(
+    run_dir: &Path,
+    repo: &Path,
+    reason: loopd::outcome::Reason,
+    cost_usd: f64,
+) -> loopd::report::Summary {
+    let job = run_dir
+        .file_name()
+        .expect("a name")
+        .to_string_lossy()
+        .into_owned();
+    let summary = loopd::report::Summary {
+        job_id: job,
+        repo: repo.to_path_buf(),
+        base_ref: "1".repeat(40),
+        task: "Make the tests pass <script>alert(1)</script>".into(),
+        outcome: reason.outcome(),
+        reason,
+        detail: "as the test says".into(),
+        attempts: vec![],
+        totals: loopd::report::Totals {
+            cost_usd,
+            ..Default::default()
+        },
+        escalation: None,
+        sandbox: None,
+        network: None,
+        stash_commit: None,
+        failure_report: None,
+        run_dir: run_dir.to_path_buf(),
+        started_at: "2026-11-30T23:00:00Z".into(),
+        finished_at: "2026-11-30T23:10:00Z".into(),
+    };
+    std::fs::create_dir_all(run_dir).expect("run dir");
+    std::fs::write(
+        run_dir.join("summary.json"),
+        serde_json::to_string_pretty(&summary).expect("json"),
+    )
+    .expect("summary");
+    summary
+}
+
+#[test]
+fn one_page_for_the_night_indexes_every_job_of_a_batch() {
+    use loopd::outcome::Reason;
+    // A real job (the demo: accepted at attempt 2), its run dir downloaded
+    // as an artifact that holds a state dir.
+    let env = TestEnv::new();
+    let model = ScriptedModel::start(load_scenario(
+        &manifest_dir().join("fixtures/scenarios/demo.toml"),
+    ));
+    let r = env.run(&model, &[]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let real = r.summary()["job_id"].as_str().expect("job_id").to_owned();
+    let night = env.tmp.path().join("night");
+    let artifact = night.join(format!("loopd-{real}/runs"));
+    std::fs::create_dir_all(&artifact).expect("artifact");
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(env.state.join("runs").join(&real))
+        .arg(&artifact)
+        .status()
+        .expect("cp");
+    assert!(cp.success());
+    // The others as the other layouts: an artifact holding a run dir, a
+    // state dir, and one artifact whose summary is broken.
+    let escalated = "20261130-230000000-e5c1";
+    let mut esc = write_summary(
+        &night.join(format!("loopd-{escalated}/{escalated}")),
+        &env.repo,
+        Reason::Escalated,
+        0.5,
+    );
+    esc.escalation = Some(loopd::outcome::Escalation {
+        attempt: 1,
+        test: "tests/test_x.py::test_y".into(),
+        claim: "the test asks for the impossible".into(),
+        goal_output: "1 failed".into(),
+        diff: String::new(),
+    });
+    std::fs::write(
+        night.join(format!("loopd-{escalated}/{escalated}/summary.json")),
+        serde_json::to_string(&esc).expect("json"),
+    )
+    .expect("summary");
+    let exhausted = "20261130-230500000-0ex1";
+    write_summary(
+        &night.join(format!("state/runs/{exhausted}")),
+        &env.repo,
+        Reason::AttemptsExhausted,
+        1.25,
+    );
+    let broken = night.join("loopd-broken/20261130-231000000-bad0");
+    std::fs::create_dir_all(&broken).expect("broken");
+    std::fs::write(broken.join("summary.json"), "{\"job_id\": ").expect("broken");
+
+    let out = env.tmp.path().join("out");
+    std::fs::create_dir_all(&out).expect("out");
+    let index = out.join("index.html");
+    let args = [
+        "report",
+        "--html",
+        &index.to_string_lossy(),
+        "--batch",
+        &night.to_string_lossy(),
+    ];
+    for _ in 0..2 {
+        // Twice: the second run replaces the pages the first wrote.
+        let w = env.exec(&args);
+        assert_eq!(w.code, 0, "{}", w.stderr);
+    }
+    let html = std::fs::read_to_string(&index).expect("the index");
+    assert!(html.starts_with("<!DOCTYPE html>\n<!-- loopd report"));
+    assert!(!html.contains("<script") && !html.contains("<link") && !html.contains("src="));
+    assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    // Needs a human, then stopped or failed (the unreadable first), then
+    // accepted.
+    let at = |s: &str| html.find(s).unwrap_or_else(|| panic!("no {s}:\n{html}"));
+    assert!(at(&format!("data-job=\"{escalated}\"")) < at("id=\"not-accepted\""));
+    assert!(at("id=\"not-accepted\"") < at("data-job=\"20261130-231000000-bad0\""));
+    assert!(at("data-job=\"20261130-231000000-bad0\"") < at(&format!("data-job=\"{exhausted}\"")));
+    assert!(at(&format!("data-job=\"{exhausted}\"")) < at("id=\"accepted\""));
+    assert!(at("id=\"accepted\"") < at(&format!("data-job=\"{real}\"")));
+    assert!(html.contains("summary.json does not parse"), "{html}");
+    assert!(html.contains("<dd id=\"total-jobs\">4 (1 unreadable)</dd>"));
+    assert!(html.contains("<dd id=\"total-accepted\">1</dd>"));
+    assert!(
+        html.contains("<dd id=\"total-attempts\">2</dd>"),
+        "the demo's two"
+    );
+    // Each readable job's own page beside the index, linked by its name,
+    // the single-job page (the real one with its timeline).
+    for job in [escalated, exhausted, real.as_str()] {
+        assert!(
+            html.contains(&format!("<a href=\"{job}.html\">{job}</a>")),
+            "{job}"
+        );
+        let page = std::fs::read_to_string(out.join(format!("{job}.html"))).expect("page");
+        assert!(
+            page.starts_with("<!DOCTYPE html>\n<!-- loopd report"),
+            "{job}"
+        );
+        assert!(page.contains(&format!("<code>{job}</code>")), "{job}");
+    }
+    let page = std::fs::read_to_string(out.join(format!("{real}.html"))).expect("page");
+    assert!(page.contains("id=\"timeline-2\"") && page.contains("id=\"interdiff-2\""));
+    assert!(!out.join("20261130-231000000-bad0.html").exists());
+    // The browser builds the same rows: four jobs, three links.
+    let dom = headless(env.tmp.path(), &index, Scheme::Light, &["--dump-dom"]);
+    assert_eq!(dom.matches("<tr class=\"job ").count(), 4, "{dom}");
+    assert_eq!(dom.matches("<a href=\"").count(), 3, "{dom}");
+
+    // `-`: the index alone, without links to pages that were not written.
+    let r = env.exec(&["report", "--html", "-", "--batch", &night.to_string_lossy()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.starts_with("<!DOCTYPE html>\n") && !r.stdout.contains("<a href"));
+
+    // A page that would replace a file loopd did not write: refused before
+    // anything is written.
+    let other = env.tmp.path().join("other");
+    std::fs::create_dir_all(&other).expect("other");
+    std::fs::write(other.join(format!("{exhausted}.html")), "mine").expect("mine");
+    let other_index = other.join("index.html");
+    let r = env.exec(&[
+        "report",
+        "--html",
+        &other_index.to_string_lossy(),
+        "--batch",
+        &night.to_string_lossy(),
+    ]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("not a report loopd wrote"),
+        "{}",
+        r.stderr
+    );
+    assert!(!other_index.exists() && !other.join(format!("{escalated}.html")).exists());
+    // Nor inside a job's repository.
+    let inside = env.repo.join("night.html");
+    let r = env.exec(&[
+        "report",
+        "--html",
+        &inside.to_string_lossy(),
+        "--batch",
+        &night.to_string_lossy(),
+    ]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("inside the job's repository"),
+        "{}",
+        r.stderr
+    );
+    assert!(!inside.exists());
+
+    // A DIR with no run dir, or none at all: usage, named, with a hint.
+    let empty = env.tmp.path().join("empty");
+    std::fs::create_dir_all(empty.join("sub")).expect("empty");
+    for dir in [empty, env.tmp.path().join("absent")] {
+        let r = env.exec(&["report", "--html", "-", "--batch", &dir.to_string_lossy()]);
+        assert_eq!(r.code, 2, "{}", r.stderr);
+        assert!(r.stderr.contains(&*dir.to_string_lossy()), "{}", r.stderr);
+        assert!(r.stderr.contains("hint:"), "{}", r.stderr);
+    }
+    // --batch needs --html, and takes no JOB.
+    let r = env.exec(&["report", "--batch", &night.to_string_lossy()]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    let r = env.exec(&[
+        "report",
+        &real,
+        "--html",
+        "-",
+        "--batch",
+        &night.to_string_lossy(),
+    ]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    // Without --batch, JOB is still required.
+    let r = env.exec(&["report", "--html", "-"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+}
