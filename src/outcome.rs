@@ -293,6 +293,15 @@ pub enum ExitStatus {
 }
 
 impl ExitStatus {
+    /// Whether a scheduler should start the job again after this code: an
+    /// interruption (a drain, an eviction, a signal) or an environment
+    /// failure (a transient git or API error) — the job itself decided
+    /// nothing. `loopd run --job-id` continues a job that ended so; every
+    /// other ending is final, and a retry could only repeat it.
+    pub fn retryable(self) -> bool {
+        matches!(self, ExitStatus::Signal | ExitStatus::Environment)
+    }
+
     pub fn code(self) -> u8 {
         match self {
             ExitStatus::Success | ExitStatus::Accepted => 0,

@@ -8,6 +8,7 @@
 
 pub mod claude;
 pub mod codex;
+pub mod credential_file;
 pub mod events;
 pub mod gateway;
 pub mod session;

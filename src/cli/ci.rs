@@ -28,6 +28,8 @@ use crate::outcome::ExitStatus;
 pub struct CiArgs {
     #[command(flatten)]
     pub flags: JobFlags,
+    #[command(flatten)]
+    pub credentials: crate::cli::CredentialArgs,
     /// Outside GitHub Actions (no `GITHUB_SERVER_URL`): the remote whose URL,
     /// read before the agent runs, the fix is pushed to.
     #[arg(long, default_value = "origin")]
@@ -67,7 +69,7 @@ pub fn ci(args: CiArgs, progress: bool) -> Result<ExitStatus, CliError> {
     })?;
     let rt = crate::cli::runtime()?;
     let (ws, job) = prepare(&args.flags)?;
-    let control = crate::cli::foreground_control(&job, progress)?;
+    let control = crate::cli::foreground_control(&job, progress, &args.credentials)?;
     let fix = Autofix {
         actions: &actions,
         job,

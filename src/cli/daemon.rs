@@ -17,6 +17,8 @@ use crate::outcome::ExitStatus;
 /// period. Logs go to stderr (journald under systemd).
 #[derive(Debug, clap::Args)]
 pub struct DaemonArgs {
+    #[command(flatten)]
+    pub credentials: crate::cli::CredentialArgs,
     /// Where the spool, runs and worktrees live [default: `$XDG_STATE_HOME/loopd`].
     #[arg(long, value_name = "DIR", env = "LOOPD_STATE_DIR")]
     pub state_dir: Option<PathBuf>,
@@ -67,7 +69,7 @@ pub fn daemon(args: DaemonArgs) -> Result<ExitStatus, CliError> {
         agent_bin: args.agent_bin,
         critic_bin: args.critic_bin,
         loopd_exe: crate::cli::loopd_exe(),
-        access: crate::cli::access(&[])?,
+        access: crate::cli::access(&[], &args.credentials)?,
         grace: Duration::from_secs(5),
     };
     let rt = crate::cli::runtime()?;

@@ -180,15 +180,35 @@ pub fn loopd_exe() -> std::path::PathBuf {
     std::env::current_exe().unwrap_or_else(|_| std::path::PathBuf::from("loopd"))
 }
 
+/// Where the model credentials come from besides the environment: shared
+/// by every command that runs sessions (`run`, `resume`, `ci`, `daemon`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct CredentialArgs {
+    /// Read the model credentials from PATH: a directory with one file per
+    /// variable named after it (a Kubernetes Secret volume), or a file of
+    /// `NAME=value` lines. Read once; its values win over the environment's.
+    #[arg(long, value_name = "PATH", env = "LOOPD_CREDENTIAL_FILE")]
+    pub credential_file: Option<std::path::PathBuf>,
+}
+
 /// The model credentials (and upstreams) the metering gateway uses, every
 /// agent's that is set, picked before anything of a job runs. `needed`
 /// (the job's agent and critic) must have theirs; with none needed (the
 /// daemon) at least one agent must: otherwise exit 5 with a hint.
 pub fn access(
     needed: &[&'static dyn crate::agent::Agent],
+    credentials: &CredentialArgs,
 ) -> Result<crate::agent::gateway::AccessMap, CliError> {
     use crate::agent::gateway::{AccessMap, CredentialError};
-    let get = |k: &str| std::env::var(k).ok();
+    // A credential file's values first, the environment's for the rest.
+    let from_file = match &credentials.credential_file {
+        Some(path) => crate::agent::credential_file::read(path).map_err(|e| {
+            let hint = e.hint();
+            CliError::new(ExitStatus::Usage, e).hint(hint)
+        })?,
+        None => Default::default(),
+    };
+    let get = |k: &str| from_file.get(k).cloned().or_else(|| std::env::var(k).ok());
     let mut map = AccessMap::new();
     let mut errors = Vec::new();
     for agent in crate::agent::AGENTS {
@@ -233,6 +253,7 @@ pub fn access(
 pub fn foreground_control(
     job: &crate::config::Job,
     progress: bool,
+    credentials: &CredentialArgs,
 ) -> Result<crate::job::Control, CliError> {
     let (agent, critic) = job.agents();
     use crate::agent::session::{StopCause, StopRequest};
@@ -257,7 +278,7 @@ pub fn foreground_control(
     Ok(crate::job::Control {
         stop: rx,
         loopd_exe: loopd_exe(),
-        access: access(&[agent, critic])?,
+        access: access(&[agent, critic], credentials)?,
         job_id: None,
         progress,
     })

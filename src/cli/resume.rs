@@ -54,6 +54,8 @@ pub struct ResumeArgs {
     /// Print the final summary as one JSON object on stdout (foreground jobs).
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub credentials: crate::cli::CredentialArgs,
 }
 
 fn usage(message: impl std::fmt::Display) -> CliError {
@@ -258,7 +260,8 @@ pub fn resume(args: ResumeArgs, progress: bool) -> Result<ExitStatus, CliError> 
     }
     job.locate_clis()
         .map_err(|(what, hint)| CliError::new(ExitStatus::Environment, what).hint(hint))?;
-    let mut control = crate::cli::foreground_control(&job, progress)?;
+    let _lock = crate::cli::run::lock_job(&ws, &job, &run_dir, &id)?;
+    let mut control = crate::cli::foreground_control(&job, progress, &args.credentials)?;
     control.job_id = Some(id.clone());
     Journal::open(&run_dir)
         .and_then(|mut j| j.append(reopened))

@@ -23,6 +23,16 @@ use crate::workspace::Workspace;
 pub struct RunArgs {
     #[command(flatten)]
     pub flags: JobFlags,
+    /// The job's id, e.g. one a scheduler derives (letters, digits and `-`,
+    /// at most 64). If the state dir already holds this job, the run
+    /// continues it as `loopd resume` would — nothing that finished runs or
+    /// is billed again — and a job that has ended prints its summary and
+    /// exits with its code: a retried pod or CI job is a resume, not a
+    /// second bill.
+    #[arg(long, value_name = "ID")]
+    pub job_id: Option<String>,
+    #[command(flatten)]
+    pub credentials: crate::cli::CredentialArgs,
     /// Print the final summary as one JSON object on stdout.
     #[arg(long)]
     pub json: bool,
@@ -53,37 +63,189 @@ pub fn ready(ws: &Workspace, job: &Job) -> Result<(), CliError> {
 
 /// `progress`: print live progress lines on stderr (not with `-q`).
 pub fn run(args: RunArgs, progress: bool) -> Result<ExitStatus, CliError> {
+    if let Some(id) = &args.job_id {
+        if !crate::daemon::spool::valid_id(id) {
+            return Err(CliError::new(
+                ExitStatus::Usage,
+                format!("`--job-id {id}` is not a job id"),
+            )
+            .hint("letters, digits and `-`, at most 64 characters"));
+        }
+    }
     let (ws, job) = prepare(&args.flags)?;
-    ready(&ws, &job)?;
-    let mut control = crate::cli::foreground_control(&job, progress)?;
+    // The credentials before anything is written: a bad credential file
+    // leaves no trace.
+    let mut control = crate::cli::foreground_control(&job, progress, &args.credentials)?;
+    let id = args.job_id.clone().unwrap_or_else(crate::util::new_job_id);
+    let run_dir = job.state_dir.join("runs").join(&id);
+    // A new job starts from a clean tree; a job continued starts from the
+    // tree it left.
+    if crate::journal::load(&run_dir).job_id.is_none() {
+        ready(&ws, &job)?;
+    }
+    // One process per job: a second pod of the same index, a re-run while
+    // the first still runs, waits for nothing and bills nothing.
+    let _lock = lock_job(&ws, &job, &run_dir, &id)?;
+    let replay = crate::journal::load(&run_dir);
+    if replay.job_id.is_some() {
+        return continue_job(&args, control, ws, &job, &id, &replay);
+    }
     // The job is recorded where the daemon's are, so `status`, `report`
     // and `resume` find it: its job file beside its journal, its state.
-    let id = crate::util::new_job_id();
     control.job_id = Some(id.clone());
-    let cwd = std::env::current_dir().unwrap_or_else(|_| ws.root().to_path_buf());
-    let spec = JobSpec {
-        job_id: id.clone(),
-        repo: ws.root().to_path_buf(),
-        git_ref: "HEAD".into(),
-        commit: ws.head_commit()?.to_string(),
-        flags: args.flags.over.absolute(&cwd),
-        task: job.task.clone(),
-        goal: job.goal.iter().map(|s| s.run.clone()).collect(),
-        submitted_at: crate::util::now_rfc3339(),
-    };
-    let run_dir = job.state_dir.join("runs").join(&id);
-    crate::util::private_dir(&run_dir)
-        .and_then(|()| crate::util::write_json_atomic(&run_dir.join(SPEC_FILE), &spec))
-        .map_err(|e| {
-            CliError::new(
-                ExitStatus::Environment,
-                format!("cannot record the job in `{}`: {e}", run_dir.display()),
-            )
-        })?;
+    let spec = spec_of(&ws, &job, &args.flags, &id)?;
+    crate::util::write_json_atomic(&run_dir.join(SPEC_FILE), &spec).map_err(|e| {
+        CliError::new(
+            ExitStatus::Environment,
+            format!("cannot record the job in `{}`: {e}", run_dir.display()),
+        )
+    })?;
     let mut state = JobState::foreground(&spec);
     state.save(&job.state_dir);
     finish_foreground(&job, ws, control, state, args.json)
 }
+
+/// The job's run directory, created, and its lock, held while this
+/// process lives. Held by another process: exit 5 (an environment error a
+/// scheduler retries later), never a second writer of one journal.
+pub(crate) fn lock_job(
+    ws: &Workspace,
+    job: &Job,
+    run_dir: &std::path::Path,
+    id: &str,
+) -> Result<crate::util::FileLock, CliError> {
+    let env_err = |e: std::io::Error| {
+        CliError::new(
+            ExitStatus::Environment,
+            format!("cannot record the job in `{}`: {e}", run_dir.display()),
+        )
+    };
+    crate::util::secure_state_dir(&job.state_dir, Some(ws.root())).map_err(|e| {
+        let hint = e.hint();
+        CliError::new(ExitStatus::Environment, e).hint(hint)
+    })?;
+    crate::util::private_dir(run_dir).map_err(env_err)?;
+    crate::util::FileLock::take(&run_dir.join(LOCK_FILE), true, false)
+        .map_err(env_err)?
+        .ok_or_else(|| {
+            CliError::new(
+                ExitStatus::Environment,
+                format!("job `{id}` is running in another process"),
+            )
+            .hint(format!(
+                "`loopd status {id}` shows it; run this again when it has stopped"
+            ))
+        })
+}
+
+/// The job file of a foreground job (what `loopd resume` reads its
+/// settings from).
+fn spec_of(ws: &Workspace, job: &Job, flags: &JobFlags, id: &str) -> Result<JobSpec, CliError> {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| ws.root().to_path_buf());
+    Ok(JobSpec {
+        job_id: id.to_owned(),
+        repo: ws.root().to_path_buf(),
+        git_ref: "HEAD".into(),
+        commit: ws.head_commit()?.to_string(),
+        flags: flags.over.absolute(&cwd),
+        task: job.task.clone(),
+        goal: job.goal.iter().map(|s| s.run.clone()).collect(),
+        submitted_at: crate::util::now_rfc3339(),
+    })
+}
+
+/// `run --job-id` of a job the state dir already holds: its summary if it
+/// has ended, else on from where its journal stops (after a `kill -9`, an
+/// eviction, a reboot), in the tree it left — which holds the job's own
+/// work in progress, so it is not required to be clean.
+fn continue_job(
+    args: &RunArgs,
+    mut control: crate::job::Control,
+    ws: Workspace,
+    job: &Job,
+    id: &str,
+    replay: &crate::journal::Replay,
+) -> Result<ExitStatus, CliError> {
+    let usage = |m: String| CliError::new(ExitStatus::Usage, m);
+    if replay.task.as_deref() != Some(job.task.as_str())
+        || replay.repo.as_deref() != Some(ws.root())
+    {
+        return Err(usage(format!(
+            "job `{id}` in `{}` is another job: it was started on `{}` with the task {:?}",
+            job.state_dir.display(),
+            replay
+                .repo
+                .as_deref()
+                .unwrap_or(std::path::Path::new("?"))
+                .display(),
+            replay.task.as_deref().unwrap_or_default()
+        ))
+        .hint("a new job needs a new `--job-id`; `loopd report ID` shows what that one was"));
+    }
+    let run_dir = job.state_dir.join("runs").join(id);
+    // An ending the job decided is final: its summary, its code. One a
+    // scheduler retries (a signal, an environment failure) continues, as
+    // `loopd resume` would with the same caps: its parked work back in the
+    // tree, what it spent still counted.
+    let mut reopen = None;
+    if let crate::journal::Phase::Finalized(_) = replay.phase() {
+        let ending = replay.decided().expect("a finalized journal has an ending");
+        if !ExitStatus::from(ending.reason).retryable() {
+            if let Some(summary) = crate::util::read_text(&run_dir.join("summary.json"))
+                .ok()
+                .and_then(|t| serde_json::from_str::<report::Summary>(&t).ok())
+            {
+                tracing::info!(job_id = %id, reason = %summary.reason, "the job has ended; nothing to do");
+                print_summary(&summary, args.json);
+                return Ok(summary.reason.into());
+            }
+        } else {
+            tracing::info!(job_id = %id, reason = %ending.reason, "the job ended on a retryable condition; it continues");
+            reopen = Some(crate::journal::Event::Reopened {
+                budget_usd: None,
+                max_attempts: None,
+                timeout: None,
+                note: None,
+                restore: replay.parked.as_ref().and_then(|p| p.stash_commit.clone()),
+            });
+        }
+    }
+    if let Some(base) = &replay.base_ref {
+        let head = ws.head_commit()?.to_string();
+        if &head != base {
+            return Err(usage(format!(
+                "`{}` is at {head}, but job `{id}` started at BASE_REF {base}",
+                ws.root().display()
+            ))
+            .hint(format!(
+                "check the base out first: `git -C {} switch --detach {base}`",
+                crate::util::shell_quote(&ws.root().to_string_lossy())
+            )));
+        }
+    }
+    control.job_id = Some(id.to_owned());
+    if let Some(reopened) = reopen {
+        crate::journal::Journal::open(&run_dir)
+            .and_then(|mut j| j.append(reopened))
+            .map_err(|e| CliError::new(ExitStatus::Environment, e))?;
+    }
+    let spec = crate::util::read_text(&run_dir.join(SPEC_FILE))
+        .ok()
+        .and_then(|t| serde_json::from_str::<JobSpec>(&t).ok());
+    let spec = match spec {
+        Some(s) => s,
+        None => spec_of(&ws, job, &args.flags, id)?,
+    };
+    let mut state =
+        JobState::load(&job.state_dir, id).unwrap_or_else(|| JobState::foreground(&spec));
+    state.state = Status::Running;
+    state.pid = Some(std::process::id());
+    state.save(&job.state_dir);
+    finish_foreground(job, ws, control, state, args.json)
+}
+
+/// The lock of a foreground job's run directory.
+const LOCK_FILE: &str = "run.lock";
 
 /// A foreground job's job file in its run directory (what `loopd resume`
 /// reads its settings from).
@@ -110,14 +272,32 @@ pub fn finish_foreground(
         }
     };
     state.fill_from(&summary);
+    // The final state is the journal's first: a run of the same
+    // `--job-id` after this point prints the summary and does nothing.
+    {
+        let finalized = crate::journal::Journal::open(&summary.run_dir).and_then(|mut j| {
+            match j.state().finalized {
+                None => j.append(crate::journal::Event::Finalized { state: state.state }),
+                Some(_) => Ok(()),
+            }
+        });
+        if let Err(e) = finalized {
+            tracing::error!(error = %e, "cannot journal the final state");
+        }
+    }
     state.save(&job.state_dir);
     rt.block_on(notify_end(&job.notify, &state, summary.escalation.clone()));
-    eprint!("{}", report::render_human(&summary));
+    print_summary(&summary, json);
+    Ok(summary.reason.into())
+}
+
+/// The human summary on stderr; with `json`, the summary on stdout.
+fn print_summary(summary: &report::Summary, json: bool) {
+    eprint!("{}", report::render_human(summary));
     if json {
         crate::cli::out!(
             "{}",
-            serde_json::to_string(&summary).expect("the summary serializes")
+            serde_json::to_string(summary).expect("the summary serializes")
         );
     }
-    Ok(summary.reason.into())
 }

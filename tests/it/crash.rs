@@ -398,3 +398,171 @@ fn kill_9_at_every_crash_point_of_two_jobs_side_by_side() {
         parked: false,
     });
 }
+
+/// One `loopd run --job-id` job — one attempt, the critic fails it, the
+/// breaker parks the work — killed at `crash` and started again with the
+/// same command line, as a Kubernetes Job controller starts a pod again on
+/// the same volume; then once more, as a re-run of a job that has ended.
+fn run_walk(crash: Option<&str>) -> (Outcome, Vec<String>) {
+    let env = TestEnv::new();
+    let pick: Picker = std::sync::Arc::new(|role, body: &Value| {
+        let text = body.to_string();
+        Some(match role {
+            Role::Critic => usize::from(!text.contains("+def average_line")),
+            Role::Agent => usize::from(text.contains("Fix exactly these points")),
+        })
+    });
+    let model = ScriptedModel::start_per_dir_picking(fail_then_pass(), pick);
+    let head = env.git(&["rev-parse", "HEAD"]);
+    let id = "j0c0ffee123-0";
+    let trace = env.tmp.path().join("crash-trace.txt");
+    let run = |crash: Option<&str>| {
+        let mut cmd = env.loopd(Some(&model));
+        cmd.args(["run", "--json", "--job-id", id, "--max-attempts", "1"])
+            .env("LOOPD_CRASH_TRACE", &trace);
+        if let Some(point) = crash {
+            cmd.env("LOOPD_CRASH_AT", point);
+        }
+        cmd.output().expect("run loopd")
+    };
+    if let Some(point) = crash {
+        let out = run(Some(point));
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            out.status.signal(),
+            Some(9),
+            "killed at {point}, not {:?}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let r = finish(run(None));
+    assert_eq!(
+        r.code, 1,
+        "exhausted after a restart at {crash:?}: {}",
+        r.stderr
+    );
+    let summary = r.summary();
+    let sessions = (
+        model.session_count(Role::Agent),
+        model.session_count(Role::Critic),
+    );
+    // A job that has ended: its summary and its code, nothing run again.
+    let again = finish(run(None));
+    assert_eq!(again.code, 1, "{}", again.stderr);
+    assert_eq!(again.summary(), summary, "the ended job's own summary");
+    assert_eq!(
+        (
+            model.session_count(Role::Agent),
+            model.session_count(Role::Critic)
+        ),
+        sessions,
+        "a re-run of an ended job reached the model"
+    );
+    // Each finished session reached the model exactly once.
+    let run_dir = env.state.join("runs").join(id);
+    let mut finished = std::collections::BTreeMap::new();
+    for e in journal_of(&run_dir) {
+        if let Event::SessionFinished(f) = e {
+            *finished
+                .entry((f.attempt, format!("{:?}", f.role)))
+                .or_insert(0) += 1;
+        }
+    }
+    assert_eq!(finished.len(), 2, "{finished:?} at {crash:?}");
+    assert!(
+        finished.values().all(|&n| n == 1),
+        "{finished:?} at {crash:?}"
+    );
+    assert_eq!(sessions, (1, 1), "sessions the model saw at {crash:?}");
+    assert!(model.unscripted().is_empty(), "unscripted at {crash:?}");
+    // The work is parked under the job's ref; the checkout is back at its
+    // base, clean.
+    assert_eq!(
+        env.git(&["show", &format!("refs/loopd/stash/{id}:rechnung.py")]),
+        scope_creep_solution(),
+        "the parked work is pinned by its ref ({crash:?})"
+    );
+    assert_eq!(env.git(&["rev-parse", "HEAD"]), head);
+    assert_eq!(env.git(&["status", "--porcelain"]), "", "at {crash:?}");
+    let finished_spend = journal_of(&run_dir)
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::SessionFinished(f) => Some(f.spend),
+            _ => None,
+        })
+        .fold((0.0, 0, 0), |(u, i, o), s| {
+            (u + s.cost_usd, i + s.input_tokens, o + s.output_tokens)
+        });
+    let out = Outcome {
+        states: vec![summary["outcome"].as_str().expect("outcome").to_owned()],
+        cost_usd: vec![(finished_spend.0 * 1e9).round() / 1e9],
+        tokens: vec![(finished_spend.1, finished_spend.2)],
+        attempts: vec![summary["attempts"].as_array().expect("attempts").len()],
+    };
+    let points = std::fs::read_to_string(&trace).unwrap_or_default();
+    (out, points.lines().map(str::to_owned).collect())
+}
+
+/// `loopd run --job-id` killed at every crash point a foreground job
+/// passes, then run again with the same command: the same outcome and
+/// spend as an uninterrupted run, every session billed once, the work
+/// parked, and a further run of the ended job does nothing.
+#[test]
+fn kill_9_at_every_crash_point_of_a_run_with_a_job_id() {
+    let (reference, mut points) = run_walk(None);
+    assert_eq!(reference.states, vec!["exhausted".to_owned()]);
+    // The first process's points only: the re-runs pass `resumed` and more.
+    let first_end = points
+        .iter()
+        .position(|p| p == "journal:finalized#1")
+        .expect("the first run finalizes");
+    points.truncate(first_end + 1);
+    points.dedup();
+    for name in [
+        "journal:session_finished#1",
+        "journal:job_ended#1",
+        "park:stashed#1",
+        "journal:parked#1",
+        "journal:finalized#1",
+    ] {
+        assert!(
+            points.iter().any(|p| p == name),
+            "{name} not reached: {points:?}"
+        );
+    }
+    if let Ok(only) = std::env::var("LOOPD_CRASH_ONLY") {
+        points.retain(|p| only.split(',').any(|o| o == p));
+    }
+    let queue = std::sync::Mutex::new(points.clone());
+    let failures = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| loop {
+                let Some(point) = queue.lock().expect("queue").pop() else {
+                    return;
+                };
+                match std::panic::catch_unwind(|| run_walk(Some(&point)).0) {
+                    Ok(out) if out == reference => {}
+                    Ok(out) => failures
+                        .lock()
+                        .expect("failures")
+                        .push(format!("{point}: {out:?} != {reference:?}")),
+                    Err(e) => failures.lock().expect("failures").push(format!(
+                        "{point}: {}",
+                        e.downcast_ref::<String>().cloned().unwrap_or_default()
+                    )),
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().expect("failures");
+    assert!(
+        failures.is_empty(),
+        "{} of {} crash points broke a promise:\n{}",
+        failures.len(),
+        points.len(),
+        failures.join("\n")
+    );
+    eprintln!("walked {} crash points: {}", points.len(), points.join(" "));
+}

@@ -14,6 +14,7 @@ mod daemon;
 mod gateway;
 mod guards;
 mod hook;
+mod job_id;
 mod layers;
 mod lessons;
 mod live;

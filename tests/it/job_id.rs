@@ -1,0 +1,172 @@
+//! `loopd run --job-id`: a job a scheduler may start again anywhere — a
+//! pod restarted after a drain, a re-run of a CI job — continues where its
+//! journal stops and is never billed twice; the credential comes from a
+//! mounted file (`--credential-file`), never from a literal in the
+//! environment. The `kill -9` walk through this entry point is in
+//! `crash.rs`.
+
+use std::process::Stdio;
+
+use crate::support::model::{Role, ScriptedModel};
+use crate::support::*;
+
+/// A drained pod (SIGTERM, exit 4) started again with the same command
+/// line: the parked work comes back, the job goes on to acceptance, what
+/// the stopped session spent still counts; meanwhile a second process of
+/// the same job is refused (exit 5), a job id of another job is refused
+/// (exit 2), and a run of the ended job does nothing.
+#[test]
+fn a_drained_run_continues_on_the_next_start_with_its_credential_from_a_file() {
+    let env = TestEnv::new();
+    let partial = fixture("rechnung/repo/rechnung.py")
+        .replace("quantity + unit_price", "quantity * unit_price");
+    let model = ScriptedModel::start(scenario(
+        vec![
+            session(vec![
+                turn(vec![write("rechnung.py", &partial)]),
+                stalled(120_000),
+            ]),
+            agent_writes(&clean_solution()),
+        ],
+        vec![pass()],
+    ));
+    // The key as a Kubernetes Secret volume mounts it: a link into `..data`.
+    let key = unique_secret("sk-ant-file");
+    let secret = env.tmp.path().join("secret");
+    let data = secret.join("..2026_12_02_00_00_00.1");
+    std::fs::create_dir_all(&data).expect("secret dir");
+    std::fs::write(data.join("ANTHROPIC_API_KEY"), format!("{key}\n")).expect("key file");
+    std::os::unix::fs::symlink("..2026_12_02_00_00_00.1", secret.join("..data")).expect("link");
+    std::os::unix::fs::symlink("..data/ANTHROPIC_API_KEY", secret.join("ANTHROPIC_API_KEY"))
+        .expect("link");
+    let id = "j5eed5eed00-7";
+    let run = |extra: &[&str]| {
+        let mut cmd = env.loopd(Some(&model));
+        cmd.env_remove("ANTHROPIC_API_KEY")
+            .args(["run", "--json", "--job-id", id, "--credential-file"])
+            .arg(&secret)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    };
+
+    let first = run(&[]).spawn().expect("spawn loopd");
+    wait_for_requests(&model, 0, 2);
+    // One process per job: a second start while the first runs bills
+    // nothing and tells the scheduler to try again later.
+    let twin = finish(run(&[]).output().expect("run loopd"));
+    assert_eq!(twin.code, 5, "{}", twin.stderr);
+    assert!(
+        twin.stderr.contains("running in another process"),
+        "{}",
+        twin.stderr
+    );
+    send_signal(first.id(), libc::SIGTERM);
+    let r = finish(first.wait_with_output().expect("wait loopd"));
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    let stopped = r.summary();
+    assert_eq!(stopped["reason"], "signal");
+    let spent_before = stopped["totals"]["cost_usd"].as_f64().expect("cost");
+    assert!(spent_before > 0.0, "the stopped session spent something");
+    assert_eq!(env.git(&["status", "--porcelain"]), "", "parked");
+
+    // The engine starts it again: on from the journal, the work restored.
+    let r = finish(run(&[]).output().expect("run loopd"));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["job_id"], id);
+    assert_eq!(s["outcome"], "accepted");
+    let attempts = s["attempts"].as_array().expect("attempts");
+    assert_eq!(
+        attempts.len(),
+        2,
+        "the stopped attempt and the accepted one"
+    );
+    assert!(
+        s["totals"]["cost_usd"].as_f64().expect("cost") > spent_before,
+        "what the stopped session spent still counts"
+    );
+    assert_eq!(env.read_repo("rechnung.py"), clean_solution());
+    assert_eq!(
+        (
+            model.session_count(Role::Agent),
+            model.session_count(Role::Critic)
+        ),
+        (2, 1)
+    );
+    // The key came from the file, through the gateway, on every call.
+    let requests = model.requests();
+    assert!(!requests.is_empty());
+    assert!(
+        requests
+            .iter()
+            .all(|q| q.api_key.as_deref() == Some(key.as_str())),
+        "every upstream call carries the file's key"
+    );
+    env.assert_no_secret_in_state(&[&key]);
+
+    // A job that has ended: its summary and code, nothing run or billed.
+    let calls = model.requests().len();
+    let again = finish(run(&[]).output().expect("run loopd"));
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert_eq!(again.summary(), s);
+    assert_eq!(
+        model.requests().len(),
+        calls,
+        "an ended job reached the model"
+    );
+
+    // The id of another job: refused, naming it.
+    let other = finish(
+        run(&["--task", "Something else"])
+            .output()
+            .expect("run loopd"),
+    );
+    assert_eq!(other.code, 2, "{}", other.stderr);
+    assert!(other.stderr.contains(id), "{}", other.stderr);
+    let bad = finish(
+        env.loopd(None)
+            .args(["run", "--job-id", "../x"])
+            .output()
+            .expect("run loopd"),
+    );
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+}
+
+/// A credential file with a misspelt name is refused before anything runs,
+/// naming the file and the name, never the value.
+#[test]
+fn a_misspelt_credential_file_is_refused_naming_the_name_not_the_value() {
+    let env = TestEnv::new();
+    let file = env.tmp.path().join("credentials");
+    std::fs::write(&file, "ANTHROPIC_APIKEY=sk-ant-must-not-show\n").expect("write");
+    let out = finish(
+        env.loopd(None)
+            .env_remove("ANTHROPIC_API_KEY")
+            .args(["run", "--credential-file"])
+            .arg(&file)
+            .output()
+            .expect("run loopd"),
+    );
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert_contains_all(
+        &out.stderr,
+        &[
+            "ANTHROPIC_APIKEY",
+            &file.display().to_string(),
+            "ANTHROPIC_API_KEY",
+        ],
+        "the refusal",
+    );
+    assert!(
+        !out.stderr.contains("sk-ant-must-not-show"),
+        "{}",
+        out.stderr
+    );
+    assert!(env
+        .state
+        .join("runs")
+        .read_dir()
+        .map_or(true, |mut d| d.next().is_none()));
+}
