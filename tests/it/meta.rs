@@ -529,3 +529,92 @@ fn every_relative_link_in_the_docs_resolves() {
     }
     assert!(checked >= 20, "only {checked} relative links found");
 }
+
+/// The image recipe cannot be built here (no registry for its base
+/// images), so what it promises is checked from its text: the CLIs it pins
+/// are the ones the tests run against, the Rust image meets `rust-version`,
+/// every file it copies from the repository exists, and it ends as a
+/// non-root user on the `BASE` a repository chooses.
+#[test]
+fn the_containerfile_pins_what_the_tests_pin_and_runs_as_non_root() {
+    let root = manifest_dir();
+    let recipe = std::fs::read_to_string(root.join("Containerfile")).expect("Containerfile");
+    let install = std::fs::read_to_string(root.join("scripts/install-test-tools.sh"))
+        .expect("install script");
+    let pin = |text: &str, name: &str| -> String {
+        text.lines()
+            .find_map(|l| {
+                l.trim()
+                    .strip_prefix("ARG ")
+                    .unwrap_or(l.trim())
+                    .strip_prefix(&format!("{name}="))
+                    .map(str::to_owned)
+            })
+            .unwrap_or_else(|| panic!("no {name}= in the text"))
+    };
+    for name in ["CLAUDE_CODE_VERSION", "CODEX_VERSION"] {
+        assert_eq!(
+            pin(&recipe, name),
+            pin(&install, name),
+            "{name}: the Containerfile and scripts/install-test-tools.sh pin different CLIs"
+        );
+    }
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
+    let needed = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = "))
+        .expect("rust-version")
+        .trim_matches('"')
+        .to_owned();
+    let image = pin(&recipe, "RUST_IMAGE");
+    let tag = image
+        .strip_prefix("rust:")
+        .and_then(|t| t.split('-').next())
+        .expect("a rust:X.Y image");
+    let v = |s: &str| -> (u64, u64) {
+        let mut it = s.split('.').map(|p| p.parse::<u64>().expect("a number"));
+        (it.next().expect("major"), it.next().unwrap_or(0))
+    };
+    assert!(
+        v(tag) >= v(&needed),
+        "{image} is older than rust-version {needed}"
+    );
+    for line in recipe
+        .lines()
+        .filter(|l| l.starts_with("COPY ") && !l.contains("--from="))
+    {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        for src in &words[1..words.len() - 1] {
+            assert!(
+                root.join(src).exists(),
+                "`{line}`: {src} is not in the repository"
+            );
+        }
+    }
+    assert!(
+        recipe
+            .lines()
+            .any(|l| l.trim() == "FROM ${BASE} AS runtime"),
+        "the runtime stage is built on the repository's BASE"
+    );
+    let user = recipe
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("USER "))
+        .expect("a USER line");
+    let uid = user.split(':').next().expect("uid");
+    assert!(
+        uid.parse::<u32>().is_ok_and(|u| u >= 1000),
+        "the image runs as `{user}`: a numeric non-root uid (runAsNonRoot needs a number)"
+    );
+    let after_user = recipe
+        .split(&format!("USER {user}"))
+        .nth(1)
+        .expect("after USER");
+    assert!(
+        !after_user
+            .lines()
+            .any(|l| l.starts_with("RUN ") || l.starts_with("FROM ")),
+        "nothing runs as root after USER"
+    );
+}
