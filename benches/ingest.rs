@@ -72,16 +72,14 @@ fn ingest(agent: &dyn Agent, fixture: &str, target: usize) {
     }
     let bytes = std::fs::metadata(&input).expect("stat").len();
 
-    let budget = Budget {
-        caps: Caps {
-            budget_usd: 1e12,
-            max_turns: u64::MAX / 2,
-            max_tokens: u64::MAX / 2,
-            timeout: Duration::from_secs(3600),
-            attempt_timeout: Duration::from_secs(3600),
-            idle_timeout: Duration::from_secs(3600),
-        },
-    };
+    let budget = Budget::new(Caps {
+        budget_usd: 1e12,
+        max_turns: u64::MAX / 2,
+        max_tokens: u64::MAX / 2,
+        timeout: Duration::from_secs(3600),
+        attempt_timeout: Duration::from_secs(3600),
+        idle_timeout: Duration::from_secs(3600),
+    });
     let settings = GuardSettings::default();
     let text = std::fs::read_to_string(&input).expect("read input");
     let lines: Vec<&str> = text.lines().collect();

@@ -48,16 +48,14 @@ fn main() {
         .find_map(|a| a.parse().ok())
         .unwrap_or(30);
     let dir = tempfile::tempdir().expect("tempdir");
-    let budget = Budget {
-        caps: Caps {
-            budget_usd: 0.5,
-            max_turns: 100,
-            max_tokens: u64::MAX / 2,
-            timeout: Duration::from_secs(60),
-            attempt_timeout: Duration::from_secs(60),
-            idle_timeout: Duration::from_secs(60),
-        },
-    };
+    let budget = Budget::new(Caps {
+        budget_usd: 0.5,
+        max_turns: 100,
+        max_tokens: u64::MAX / 2,
+        timeout: Duration::from_secs(60),
+        attempt_timeout: Duration::from_secs(60),
+        idle_timeout: Duration::from_secs(60),
+    });
     let settings = GuardSettings::default();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

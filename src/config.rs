@@ -579,6 +579,11 @@ pub fn default_allowed_tools(goal: &[GoalStep]) -> Vec<String> {
 }
 
 impl Job {
+    /// The job's caps as the guards check them.
+    pub fn budget(&self) -> crate::guard::caps::Budget {
+        crate::guard::caps::Budget::new(self.caps.clone())
+    }
+
     /// The agent CLI of the agent sessions and the critic's.
     pub fn agents(&self) -> (&'static dyn Agent, &'static dyn Agent) {
         let get = |name: &str| {

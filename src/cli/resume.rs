@@ -8,7 +8,6 @@ use crate::cli::CliError;
 use crate::config::{Job, JobFlags};
 use crate::daemon::spool::{valid_id, JobSpec, Spool};
 use crate::daemon::state::{JobState, Status};
-use crate::guard::caps::Budget;
 use crate::journal::{self, Ending, Event, Journal, Replay};
 use crate::outcome::{ExitStatus, Outcome, Reason};
 use crate::workspace::Workspace;
@@ -84,9 +83,7 @@ fn resumable(replay: &Replay, ending: &Ending) -> bool {
 /// The raised caps must leave room for at least one more attempt.
 fn check_room(replay: &Replay, job: &Job) -> Result<(), CliError> {
     let spent = replay.spend();
-    let budget = Budget {
-        caps: job.caps.clone(),
-    };
+    let budget = job.budget();
     let (agent, _) = job.agents();
     let first = agent.first_request_bytes(crate::agent::Role::Agent);
     let price = crate::agent::Prices::new(agent.prices(), &job.prices)

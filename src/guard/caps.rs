@@ -34,6 +34,12 @@ pub struct Budget {
 }
 
 impl Budget {
+    /// The one way a budget is made: from the job's caps (a job's
+    /// `Job::budget`, a bench's own caps).
+    pub fn new(caps: Caps) -> Budget {
+        Budget { caps }
+    }
+
     /// The cap that `spend` has reached, if any. Money and tokens are used
     /// up when the cap is reached; `max_turns` allows that many turns and
     /// trips when one more starts.
@@ -95,16 +101,14 @@ mod tests {
     }
 
     fn budget(usd: f64, turns: u64, tokens: u64) -> Budget {
-        Budget {
-            caps: Caps {
-                budget_usd: usd,
-                max_turns: turns,
-                max_tokens: tokens,
-                timeout: Duration::from_secs(60),
-                attempt_timeout: Duration::from_secs(60),
-                idle_timeout: Duration::from_secs(60),
-            },
-        }
+        Budget::new(Caps {
+            budget_usd: usd,
+            max_turns: turns,
+            max_tokens: tokens,
+            timeout: Duration::from_secs(60),
+            attempt_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(60),
+        })
     }
 
     #[test]
