@@ -247,9 +247,7 @@ fn continue_job(
 /// The lock of a foreground job's run directory.
 const LOCK_FILE: &str = "run.lock";
 
-/// A foreground job's job file in its run directory (what `loopd resume`
-/// reads its settings from).
-pub const SPEC_FILE: &str = "spec.json";
+use crate::daemon::resume::SPEC_FILE;
 
 /// Run (or continue) a foreground job to its end: its state for `loopd
 /// status`, the webhooks, the human summary on stderr, `--json` on stdout.

@@ -30,6 +30,7 @@
 
 pub mod approval;
 pub mod intake;
+pub mod resume;
 pub mod spool;
 pub mod state;
 pub mod systemd;
