@@ -494,6 +494,42 @@ fn the_kubernetes_script_clones_once_and_passes_the_task_intact() {
         "check-jsonschema: {}\n{workflow}",
         text(&out)
     );
+    // …and its step evaluates it as the runner would (`eval "$LOOPD_RUN"`
+    // in bash), handing the task over intact.
+    let w = &yaml_docs(&tmp.path().join("github-actions.yaml"))[0];
+    let run = w["jobs"]["loopd-1"]["strategy"]["matrix"]["include"][0]["run"]
+        .as_str()
+        .expect("the matrix run");
+    let eval = Command::new("bash")
+        .args([
+            "--noprofile",
+            "--norc",
+            "-c",
+            "loopd() { printf '%s\\0' \"$@\"; }; eval \"$LOOPD_RUN\"",
+        ])
+        .env("LOOPD_RUN", run)
+        .env("GITHUB_WORKSPACE", "/ws")
+        .env("RUNNER_TEMP", "/rt")
+        .output()
+        .expect("bash");
+    assert!(eval.status.success(), "{}", text(&eval));
+    let args: Vec<String> = String::from_utf8(eval.stdout)
+        .expect("UTF-8")
+        .split_terminator('\0')
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        &args[3..9],
+        [
+            "-C",
+            "/ws/checkout",
+            "--state-dir",
+            "/rt/loopd/state",
+            "--credential-file",
+            "/rt/loopd-credentials"
+        ]
+    );
+    assert_eq!(&args[9..], ["--task", hostile, "--goal", hostile]);
 
     let volume = tmp.path().join("volume");
     let secrets = tmp.path().join("secrets");
