@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Install what the tests need into ./.tools (ignored by git), idempotently:
 #   - the pinned Claude Code and Codex CLIs from the npm registry,
-#   - pytest and ruff from PyPI (the fixture repository's goal test), and
-#     pyyaml (to check the example workflow parses).
+#   - pytest and ruff from PyPI (the fixture repository's goal test),
+#     pyyaml (to check the example workflow parses), and the two offline
+#     schema validators of `loopd export`: kubernetes-validate (the
+#     Kubernetes manifest, schemas bundled per Kubernetes version) and
+#     check-jsonschema (the GitHub Actions workflow, its schema vendored).
 # Prints the directories to put on PATH.
 #
 # `--demo` installs only what scripts/demo.sh needs: the pinned Claude Code
@@ -21,6 +24,8 @@ CODEX_VERSION=0.171.0
 PYTEST_VERSION=8.3.4
 RUFF_VERSION=0.8.4
 PYYAML_VERSION=6.0.2
+KUBERNETES_VALIDATE_VERSION=1.37.0
+CHECK_JSONSCHEMA_VERSION=0.39.0
 mkdir -p "$tools"
 demo=
 [ "${1:-}" = "--demo" ] && demo=1
@@ -81,11 +86,20 @@ fi
 [ -n "$demo" ] || "$tools/npm/node_modules/.bin/codex" --version >&2
 
 
+# The demo needs pytest and ruff only; the suite also needs pyyaml and the
+# export validators.
+py_packages=("pytest==$PYTEST_VERSION" "ruff==$RUFF_VERSION")
+[ -n "$demo" ] || py_packages+=("pyyaml==$PYYAML_VERSION" \
+  "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION" \
+  "check-jsonschema==$CHECK_JSONSCHEMA_VERSION")
 if ! "$tools/venv/bin/python" -m pytest --version >/dev/null 2>&1 \
    || ! "$tools/venv/bin/ruff" --version 2>/dev/null | grep -q "$RUFF_VERSION" \
-   || ! "$tools/venv/bin/python" -c "import yaml" >/dev/null 2>&1; then
-  echo "installing pytest==$PYTEST_VERSION ruff==$RUFF_VERSION pyyaml==$PYYAML_VERSION into $tools/venv" >&2
+   || { [ -z "$demo" ] && {
+        ! "$tools/venv/bin/python" -c "import yaml" >/dev/null 2>&1 \
+        || ! "$tools/venv/bin/kubernetes-validate" --version 2>/dev/null | grep -q "$KUBERNETES_VALIDATE_VERSION" \
+        || ! "$tools/venv/bin/check-jsonschema" --version 2>/dev/null | grep -q "$CHECK_JSONSCHEMA_VERSION"; }; }; then
+  echo "installing ${py_packages[*]} into $tools/venv" >&2
   python3 -m venv "$tools/venv"
-  "$tools/venv/bin/pip" install --quiet --disable-pip-version-check "pytest==$PYTEST_VERSION" "ruff==$RUFF_VERSION" "pyyaml==$PYYAML_VERSION" >&2
+  "$tools/venv/bin/pip" install --quiet --disable-pip-version-check "${py_packages[@]}" >&2
 fi
 echo "$tools/npm/node_modules/.bin:$tools/venv/bin"

@@ -47,7 +47,7 @@
 //! | 4 | [`report`], [`report_html`], [`breaker`], [`journal`], [`lessons`] | views (`report.html`: the page a human reads), parking, the job's truth, what a repository taught |
 //! | 5 | [`config`], [`live`] | `loopd.toml` + flags → a validated job; live progress lines from the journal |
 //! | 6 | [`job`] | the attempt loop, phase by phase |
-//! | 7 | [`daemon`], [`ci`] | the queue and approvals; the CI autofix |
+//! | 7 | [`daemon`], [`ci`], [`export`] | the queue and approvals; the CI autofix; many jobs as a Kubernetes Indexed Job or a GitHub Actions matrix |
 //! | 8 | [`cli`] | arguments → a command → an exit status |
 //!
 //! Exit codes are decided in one place: [`outcome`].
@@ -62,6 +62,7 @@ pub mod cli;
 pub mod config;
 pub mod critic;
 pub mod daemon;
+pub mod export;
 pub mod goal;
 pub mod guard;
 pub mod job;

@@ -9,6 +9,7 @@ pub mod ci;
 pub mod completions;
 pub mod daemon;
 pub mod escalate;
+pub mod export;
 pub mod hook;
 pub mod lessons_cmd;
 pub mod report_cmd;
@@ -55,6 +56,7 @@ pub enum Command {
     /// Reject an accepted job: nothing leaves the machine, the change stays parked.
     Reject(approve::DecideArgs),
     Ci(ci::CiArgs),
+    Export(export::ExportArgs),
     /// Entry points for Claude Code hooks.
     Hook(hook::HookArgs),
     Completions(completions::CompletionsArgs),
@@ -301,6 +303,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitStatus, CliError> {
         Command::Approve(args) => approve::approve(args),
         Command::Reject(args) => approve::reject(args),
         Command::Ci(args) => ci::ci(args, !cli.quiet),
+        Command::Export(args) => export::export(args),
         Command::Hook(args) => hook::hook(args),
         Command::Completions(args) => completions::completions(args),
         Command::Man(args) => completions::man(args),

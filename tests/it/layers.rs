@@ -16,7 +16,7 @@ const LAYERS: &[&[&str]] = &[
     &["report", "report_html", "breaker", "journal", "lessons"],
     &["config", "live"],
     &["job"],
-    &["ci", "daemon"],
+    &["ci", "daemon", "export"],
     &["cli"],
 ];
 

@@ -11,6 +11,7 @@ mod boundary;
 mod ci;
 mod crash;
 mod daemon;
+mod export;
 mod gateway;
 mod guards;
 mod hook;
