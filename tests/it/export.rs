@@ -695,3 +695,383 @@ fn the_workflow_pins_the_agent_clis_the_suite_tests() {
         ]
     );
 }
+
+/// What the Job controller does with a pod that ended: the generated
+/// `podFailurePolicy` and `backoffLimitPerIndex` read as Kubernetes reads
+/// them (rules in order, the first match acts; no match counts).
+struct Controller {
+    rules: Vec<Value>,
+    backoff_limit_per_index: u64,
+}
+
+#[derive(Debug, PartialEq)]
+enum Verdict {
+    Succeeded,
+    Failed,
+    Again,
+}
+
+impl Controller {
+    fn of(job: &Value) -> Controller {
+        let spec = &job["spec"];
+        Controller {
+            rules: spec["podFailurePolicy"]["rules"]
+                .as_array()
+                .expect("podFailurePolicy rules")
+                .clone(),
+            backoff_limit_per_index: spec["backoffLimitPerIndex"]
+                .as_u64()
+                .expect("backoffLimitPerIndex"),
+        }
+    }
+
+    /// After a pod of the index ended with `code` (128 + n when a signal
+    /// killed it), `disrupted` when the node evicted or drained it;
+    /// `failures` counts the index's counted failures so far.
+    fn decide(&self, code: i64, disrupted: bool, failures: &mut u64) -> Verdict {
+        if code == 0 {
+            return Verdict::Succeeded;
+        }
+        let matched = self.rules.iter().find(|r| {
+            if let Some(on) = r.get("onExitCodes") {
+                let values: Vec<i64> = on["values"]
+                    .as_array()
+                    .expect("values")
+                    .iter()
+                    .map(|v| v.as_i64().expect("an exit code"))
+                    .collect();
+                let hit = values.contains(&code);
+                match on["operator"].as_str() {
+                    Some("In") => hit,
+                    Some("NotIn") => !hit,
+                    other => panic!("operator {other:?}"),
+                }
+            } else {
+                disrupted
+                    && r["onPodConditions"]
+                        .as_array()
+                        .expect("onPodConditions")
+                        .iter()
+                        .any(|c| c["type"] == "DisruptionTarget")
+            }
+        });
+        match matched.map(|r| r["action"].as_str().expect("action")) {
+            Some("FailIndex") | Some("FailJob") => Verdict::Failed,
+            Some("Ignore") => Verdict::Again,
+            Some("Count") | None => {
+                *failures += 1;
+                if *failures > self.backoff_limit_per_index {
+                    Verdict::Failed
+                } else {
+                    Verdict::Again
+                }
+            }
+            Some(other) => panic!("action {other}"),
+        }
+    }
+}
+
+/// One index of an exported Job, played on this machine: the pod is the
+/// exported script, run with the volume and the Secret's mount moved into a
+/// temp dir, the real `loopd` on PATH and the scripted model upstream.
+struct Index {
+    env: crate::support::TestEnv,
+    script: PathBuf,
+    volume: PathBuf,
+    controller: Controller,
+    id: String,
+}
+
+impl Index {
+    fn export(env: crate::support::TestEnv, job: &str) -> Index {
+        let dir = env.tmp.path().join("export");
+        std::fs::create_dir_all(&dir).expect("dir");
+        let jobs = format!(
+            "[[job]]\nrepo = {}\n{job}",
+            toml::Value::String(env.repo.display().to_string())
+        );
+        export(
+            &dir,
+            "kubernetes",
+            "jobs.toml",
+            &jobs,
+            &["--backoff-limit-per-index", "2"],
+        );
+        let manifest = dir.join("kubernetes.yaml");
+        let docs = yaml_docs(&manifest);
+        let job = docs.iter().find(|d| d["kind"] == "Job").expect("a Job");
+        let volume = env.tmp.path().join("volume");
+        let secrets = env.tmp.path().join("secrets");
+        std::fs::create_dir_all(&secrets).expect("secrets");
+        std::fs::write(secrets.join("ANTHROPIC_API_KEY"), crate::support::API_KEY).expect("key");
+        let script = docs[0]["data"]["run.sh"]
+            .as_str()
+            .expect("script")
+            .replacen(
+                "volume=/var/lib/loopd\n",
+                &format!("volume='{}'\n", volume.display()),
+                1,
+            )
+            .replacen(
+                "credentials=/var/run/secrets/loopd\n",
+                &format!("credentials='{}'\n", secrets.display()),
+                1,
+            );
+        let path = env.tmp.path().join("run.sh");
+        std::fs::write(&path, script).expect("script");
+        let bin = env.tmp.path().join("bin");
+        std::fs::create_dir_all(&bin).expect("bin");
+        std::os::unix::fs::symlink(loopd_bin(), bin.join("loopd")).expect("loopd on PATH");
+        Index {
+            id: kubernetes_ids(&manifest)[0].clone(),
+            controller: Controller::of(job),
+            env,
+            script: path,
+            volume,
+        }
+    }
+
+    /// The pod's command, as the kubelet starts it.
+    fn pod(&self, model: &ScriptedModel, vars: &[(&str, &str)]) -> Command {
+        let mut path = std::ffi::OsString::from(self.env.tmp.path().join("bin"));
+        path.push(":");
+        path.push(crate::support::tools_path());
+        let mut cmd = self.env.loopd(Some(model));
+        cmd.env_remove("ANTHROPIC_API_KEY")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("LOOPD_STATE_DIR")
+            .env("PATH", path)
+            .env("JOB_COMPLETION_INDEX", "0")
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.invalid");
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        // `env.loopd` built the environment from a clear one; the pod runs
+        // the script in exactly that.
+        let mut sh = Command::new("sh");
+        sh.arg(&self.script).env_clear();
+        for (k, v) in cmd.get_envs() {
+            if let Some(v) = v {
+                sh.env(k, v);
+            }
+        }
+        sh
+    }
+
+    /// The pod's exit as the kubelet reports it (128 + n for signal n).
+    fn exit_code(status: std::process::ExitStatus) -> i64 {
+        use std::os::unix::process::ExitStatusExt;
+        status
+            .code()
+            .map(i64::from)
+            .unwrap_or_else(|| 128 + i64::from(status.signal().expect("a signal")))
+    }
+
+    fn run_dir(&self) -> PathBuf {
+        self.volume.join("state/runs").join(&self.id)
+    }
+
+    /// What the job's journal billed: each finished session's spend.
+    fn billed(&self) -> (f64, u64, u64) {
+        crate::support::journal_of(&self.run_dir())
+            .into_iter()
+            .filter_map(|e| match e {
+                loopd::journal::Event::SessionFinished(f) => Some(f.spend),
+                _ => None,
+            })
+            .fold((0.0, 0, 0), |(u, i, o), s| {
+                (u + s.cost_usd, i + s.input_tokens, o + s.output_tokens)
+            })
+    }
+
+    fn summary(&self) -> Value {
+        serde_json::from_str(
+            &std::fs::read_to_string(self.run_dir().join("summary.json")).expect("summary.json"),
+        )
+        .expect("json")
+    }
+}
+
+use crate::support::model::{Role, ScriptedModel};
+use crate::support::{
+    agent_writes, clean_solution, fail, pass, scenario, session, stalled, turn, write,
+};
+
+/// The exported Job, played by a Job controller on this machine: each
+/// index's pod is started again exactly when the generated policy says
+/// so, and what a restarted job ends with — outcome, spend, model calls —
+/// is what an uninterrupted one ends with. `kill -9` at a crash point (exit
+/// 137, counted) and a failed API call (exit 5, counted) are retried and
+/// continue; an eviction (exit 4 with `DisruptionTarget`) is retried
+/// without counting; a job that decided (exhausted, exit 1) fails its
+/// index at once; a failure past `backoffLimitPerIndex` fails it.
+#[test]
+fn the_job_controller_retries_exactly_what_loopd_run_continues() {
+    let accepted = |job: &Index| {
+        let s = job.summary();
+        (
+            s["outcome"].as_str().expect("outcome").to_owned(),
+            job.billed(),
+        )
+    };
+    let job_toml = "task = \"Make python3 -m pytest and ruff check . pass.\"\ngoal = [\"python3 -m pytest -q\", \"ruff check .\"]\n";
+    let play =
+        |index: &Index, model: &ScriptedModel, pods: &[&[(&str, &str)]]| -> (Verdict, usize) {
+            let mut failures = 0;
+            for (n, vars) in pods.iter().enumerate() {
+                let out = index.pod(model, vars).output().expect("the pod");
+                let code = Index::exit_code(out.status);
+                match index.controller.decide(code, false, &mut failures) {
+                    Verdict::Again => continue,
+                    v => return (v, n + 1),
+                }
+            }
+            (Verdict::Again, pods.len())
+        };
+
+    // The reference: one pod, accepted.
+    let reference = Index::export(crate::support::TestEnv::new(), job_toml);
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
+    assert_eq!(play(&reference, &model, &[&[]]), (Verdict::Succeeded, 1));
+    let expected = accepted(&reference);
+    assert_eq!(expected.0, "accepted");
+
+    // `kill -9` at a session boundary and at the summary: counted, retried,
+    // and the retry ends as the uninterrupted run did, billed once.
+    for point in [
+        "journal:session_finished#1",
+        "journal:goal_run#1",
+        "summary:written#1",
+    ] {
+        let index = Index::export(crate::support::TestEnv::new(), job_toml);
+        let model = ScriptedModel::start(scenario(
+            vec![agent_writes(&clean_solution())],
+            vec![pass()],
+        ));
+        let crash: &[(&str, &str)] = &[("LOOPD_CRASH_AT", point)];
+        assert_eq!(
+            play(&index, &model, &[crash, &[]]),
+            (Verdict::Succeeded, 2),
+            "{point}"
+        );
+        assert_eq!(accepted(&index), expected, "after kill -9 at {point}");
+        assert_eq!(
+            (
+                model.session_count(Role::Agent),
+                model.session_count(Role::Critic)
+            ),
+            (1, 1),
+            "each session reached the model once ({point})"
+        );
+    }
+
+    // A failed API call: exit 5, counted; the next pod continues the job.
+    let index = Index::export(crate::support::TestEnv::new(), job_toml);
+    let broken = crate::support::model::Turn {
+        error: Some(crate::support::model::HttpError {
+            status: 400,
+            message: "mock bad request".into(),
+        }),
+        ..Default::default()
+    };
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![broken]), agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
+    let first = index.pod(&model, &[]).output().expect("pod");
+    assert_eq!(
+        Index::exit_code(first.status),
+        5,
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let mut failures = 0;
+    assert_eq!(
+        index.controller.decide(5, false, &mut failures),
+        Verdict::Again
+    );
+    assert_eq!(failures, 1, "an environment failure counts");
+    let second = index.pod(&model, &[]).output().expect("pod");
+    assert_eq!(
+        Index::exit_code(second.status),
+        0,
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    assert_eq!(index.summary()["outcome"], "accepted");
+
+    // An eviction: SIGTERM, exit 4, the DisruptionTarget condition — not
+    // counted; the next pod continues with the work the first one parked.
+    let index = Index::export(crate::support::TestEnv::new(), job_toml);
+    let partial = fixture_text().replace("quantity + unit_price", "quantity * unit_price");
+    let model = ScriptedModel::start(scenario(
+        vec![
+            session(vec![
+                turn(vec![write("rechnung.py", &partial)]),
+                stalled(120_000),
+            ]),
+            agent_writes(&clean_solution()),
+        ],
+        vec![pass()],
+    ));
+    let pod = index
+        .pod(&model, &[])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("pod");
+    crate::support::wait_for_requests(&model, 0, 2);
+    // The kubelet signals the container's first process: the script has
+    // `exec`ed loopd, so that is loopd.
+    crate::support::send_signal(pod.id(), libc::SIGTERM);
+    let out = pod.wait_with_output().expect("pod");
+    let code = Index::exit_code(out.status);
+    assert_eq!(code, 4, "{}", String::from_utf8_lossy(&out.stderr));
+    let mut failures = 0;
+    assert_eq!(
+        index.controller.decide(code, true, &mut failures),
+        Verdict::Again
+    );
+    assert_eq!(failures, 0, "an eviction is not the job's failure");
+    assert_eq!(play(&index, &model, &[&[]]), (Verdict::Succeeded, 1));
+    assert_eq!(index.summary()["outcome"], "accepted");
+    assert_eq!(
+        index.summary()["attempts"]
+            .as_array()
+            .expect("attempts")
+            .len(),
+        2
+    );
+
+    // A job that decided: exhausted (exit 1) fails the index at once — a
+    // second pod would only print the same summary.
+    let index = Index::export(
+        crate::support::TestEnv::new(),
+        &format!("{job_toml}max_attempts = 1\n"),
+    );
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![fail(1, "rechnung.py", "the change is wrong", "do it right")],
+    ));
+    assert_eq!(play(&index, &model, &[&[], &[]]), (Verdict::Failed, 1));
+    assert_eq!(index.summary()["outcome"], "exhausted");
+
+    // Past backoffLimitPerIndex (2): the third counted failure fails it.
+    let index = Index::export(crate::support::TestEnv::new(), job_toml);
+    let mut failures = 0;
+    let verdicts: Vec<Verdict> = [137, 5, 137]
+        .iter()
+        .map(|c| index.controller.decide(*c, false, &mut failures))
+        .collect();
+    assert_eq!(verdicts, [Verdict::Again, Verdict::Again, Verdict::Failed]);
+}
+
+fn fixture_text() -> String {
+    crate::support::fixture("rechnung/repo/rechnung.py")
+}
