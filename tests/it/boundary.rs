@@ -285,7 +285,7 @@ fn issue20_5_the_real_home_is_not_readable() {
     let model = ScriptedModel::start(scenario(
         vec![session(vec![
             turn(vec![bash(&format!(
-                "cat {h}/.config/loopd/env {h}/.bash_history {h}/notes.txt; ls -la {h}; grep -r -a sk-ant {h}; echo MARK-home"
+                "cat {h}/.config/loopd/env {h}/.bash_history {h}/notes.txt; ls -la {h}; grep -r -a sk-ant {h}; echo MARK-$((40+2))-home"
             ))]),
             turn(vec![text("Done.")]),
         ])],
@@ -300,7 +300,9 @@ fn issue20_5_the_real_home_is_not_readable() {
         .expect("run");
     let r = finish(out);
     let bodies = all_bodies(&model);
-    assert!(bodies.contains("MARK-home"), "the attack ran: {}", r.stderr);
+    // Only a shell that ran the command prints the sum (the command's own
+    // text, which later requests repeat, holds `$((40+2))`).
+    assert!(bodies.contains("MARK-42-home"), "the attack ran: {}", r.stderr);
     assert!(!bodies.contains(&key), "the key leaked from HOME");
     assert!(!bodies.contains("PRIVATE-NOTES"), "HOME was readable");
     assert!(!bodies.contains("listed-only-xq7"), "HOME could be listed");
@@ -450,8 +452,9 @@ fn issue20_7_special_files_where_loopd_reads_never_hang_it_or_leak() {
     let model = ScriptedModel::start(scenario(
         vec![session(vec![
             turn(vec![bash(&format!(
-                "mkfifo \"$LOOPD_ESCALATION\" 2>/dev/null; mkfifo notes.fifo tests/more.fifo; ln -s /dev/zero zero.txt; \
-                 ln -s {} leak.txt; ln -s /proc/self/environ env.txt; truncate -s 64M big.bin; echo MARK-files",
+                "mkfifo tests/more.fifo 2>/dev/null; mkfifo notes.fifo; ln -s /dev/zero zero.txt; \
+                 ln -s {} leak.txt; ln -s /proc/self/environ env.txt; truncate -s 64M big.bin; \
+                 test -p notes.fifo && test -L leak.txt && test -s big.bin && echo MARK-$((40+2))-files",
                 env.home.join("secret.txt").display()
             ))]),
             turn(vec![read("rechnung.py")]),
@@ -480,7 +483,7 @@ fn issue20_7_special_files_where_loopd_reads_never_hang_it_or_leak() {
     }
     let r = finish(child.wait_with_output().expect("output"));
     assert!(
-        all_bodies(&model).contains("MARK-files"),
+        all_bodies(&model).contains("MARK-42-files"),
         "the attack ran: {}",
         r.stderr
     );
@@ -647,13 +650,13 @@ fn issue20_10_tamper_evidence_is_out_of_the_agents_reach() {
             turn(vec![write("tests/test_rechnung.py", "def test_nothing():\n    assert True\n")]),
             turn(vec![bash(&format!(
                 "for f in {state}/runs/*/hook-denials.jsonl {state}/runs/*/ledger.jsonl; do : > \"$f\" && echo TRUNC$((1))ATED \"$f\"; done; \
-                 echo x > {shm}; echo MARK-erase"
+                 echo x > {shm}; echo MARK-$((40+2))-erase"
             ))]),
         ],
     );
     let bodies = all_bodies(&model);
     assert!(
-        bodies.contains("MARK-erase"),
+        bodies.contains("MARK-42-erase"),
         "the attack ran: {}",
         r.stderr
     );
