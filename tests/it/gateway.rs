@@ -39,18 +39,18 @@ fn the_agent_reaches_no_credential_by_any_route() {
     let state = env.state.display().to_string();
     let model = ScriptedModel::start(scenario(
         vec![session(vec![
-            turn(vec![bash("env; echo MARK-env")]),
+            turn(vec![bash("env; echo MARK-$((40+2))-env")]),
             turn(vec![bash(
-                "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -a -E '^(ANTHROPIC|CLAUDE_CODE_OAUTH)'; echo MARK-environ",
+                "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -a -E '^(ANTHROPIC|CLAUDE_CODE_OAUTH)'; echo MARK-$((40+2))-environ",
             )]),
             turn(vec![bash(
-                "cat /proc/*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -a -o -E 'sk-ant-[A-Za-z0-9_-]+'; echo MARK-cmdline",
+                "cat /proc/*/cmdline 2>/dev/null | tr '\\0' ' ' | grep -a -o -E 'sk-ant-[A-Za-z0-9_-]+'; echo MARK-$((40+2))-cmdline",
             )]),
             turn(vec![bash(
-                "ps auxe | grep -a -o -E '(ANTHROPIC|CLAUDE_CODE_OAUTH)[A-Z_]*=[^ ]*'; echo MARK-ps",
+                "ps auxe | grep -a -o -E '(ANTHROPIC|CLAUDE_CODE_OAUTH)[A-Z_]*=[^ ]*'; echo MARK-$((40+2))-ps",
             )]),
             turn(vec![bash(&format!(
-                "cat {state}/runs/*/settings.json; grep -r -a -o -E 'sk-ant-[A-Za-z0-9_-]+' {state}; echo MARK-state"
+                "cat {state}/runs/*/settings.json; grep -r -a -o -E 'sk-ant-[A-Za-z0-9_-]+' {state}; echo MARK-$((40+2))-state"
             ))]),
             turn(vec![read("rechnung.py")]),
             turn(vec![write("rechnung.py", &clean_solution())]),
@@ -71,7 +71,9 @@ fn the_agent_reaches_no_credential_by_any_route() {
     // The routes were really tried: their output reached the model.
     assert_contains_all(
         &bodies,
-        &["MARK-env", "MARK-environ", "MARK-cmdline", "MARK-ps"],
+        // (a sum only a shell that ran the command prints: the command's
+        // own text is repeated in later requests)
+        &["MARK-42-env", "MARK-42-environ", "MARK-42-cmdline", "MARK-42-ps", "MARK-42-state"],
         "the agent's requests",
     );
     // The session's credential is the gateway's token...
@@ -280,7 +282,7 @@ fn a_nested_claude_is_metered_and_stopped_by_the_job_budget() {
         vec![
             session(vec![
                 turn(vec![bash(
-                    "C=claude; $C -p 'nested work' </dev/null; echo MARK-nested",
+                    "C=claude; $C -p 'nested work' </dev/null; echo MARK-$((40+2))-nested",
                 )]),
                 turn(vec![read("rechnung.py")]),
                 turn(vec![write("rechnung.py", &clean_solution())]),
@@ -312,7 +314,7 @@ fn a_nested_claude_is_metered_and_stopped_by_the_job_budget() {
     // The nested session's second call did not fit beside the first: the
     // gateway refused it before upstream.
     assert_eq!(model.session(Role::Agent, 1).len(), 1);
-    assert!(all_bodies(&model).contains("MARK-nested"));
+    assert!(all_bodies(&model).contains("MARK-42-nested"));
 }
 
 /// The hook denies starting `claude` from the agent's Bash outright.
