@@ -302,7 +302,11 @@ fn issue20_5_the_real_home_is_not_readable() {
     let bodies = all_bodies(&model);
     // Only a shell that ran the command prints the sum (the command's own
     // text, which later requests repeat, holds `$((40+2))`).
-    assert!(bodies.contains("MARK-42-home"), "the attack ran: {}", r.stderr);
+    assert!(
+        bodies.contains("MARK-42-home"),
+        "the attack ran: {}",
+        r.stderr
+    );
     assert!(!bodies.contains(&key), "the key leaked from HOME");
     assert!(!bodies.contains("PRIVATE-NOTES"), "HOME was readable");
     assert!(!bodies.contains("listed-only-xq7"), "HOME could be listed");

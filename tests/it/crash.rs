@@ -31,6 +31,20 @@ fn fail_then_pass() -> Scenario {
     )
 }
 
+/// The script follows the content, not the order: the critic fails a
+/// change that adds the unasked-for function and passes the clean one; the
+/// agent writes the clean solution when its prompt carries the critic's
+/// finding. A session run again after a crash gets the same answer.
+fn by_content() -> Picker {
+    std::sync::Arc::new(|role, body: &Value| {
+        let text = body.to_string();
+        Some(match role {
+            Role::Critic => usize::from(!text.contains("+def average_line")),
+            Role::Agent => usize::from(text.contains("Fix exactly these points")),
+        })
+    })
+}
+
 /// A daemon started with extra environment, killed or not by a crash point.
 fn daemon_with(
     env: &TestEnv,
@@ -87,15 +101,8 @@ fn outcome(env: &TestEnv, ids: &[String]) -> Outcome {
             .push(s["state"].as_str().expect("state").to_owned());
         // Billed once: what the finished sessions cost equals the crash-free
         // run's; the totals add only what interrupted sessions spent.
-        let run_dir = env.state.join("runs").join(id);
-        let finished = journal_of(&run_dir).into_iter().filter_map(|e| match e {
-            Event::SessionFinished(f) => Some(f.spend),
-            _ => None,
-        });
-        let (usd, tin, tout) = finished.fold((0.0, 0, 0), |(u, i, o), s| {
-            (u + s.cost_usd, i + s.input_tokens, o + s.output_tokens)
-        });
-        o.cost_usd.push((usd * 1e9).round() / 1e9);
+        let (usd, tin, tout) = billed(&env.state.join("runs").join(id));
+        o.cost_usd.push(usd);
         o.tokens.push((tin, tout));
         let total = sum["totals"]["cost_usd"].as_f64().expect("cost");
         assert!(
@@ -141,13 +148,7 @@ fn walk(plan: Plan, crash: Option<&str>) -> (Outcome, Vec<String>) {
     // session that was in flight when the daemon died (another job's, in
     // the two-job walk) is unfinished, so it runs again — and gets the
     // same answer.
-    let pick: Picker = std::sync::Arc::new(|role, body: &Value| {
-        let text = body.to_string();
-        Some(match role {
-            Role::Critic => usize::from(!text.contains("+def average_line")),
-            Role::Agent => usize::from(text.contains("Fix exactly these points")),
-        })
-    });
+    let pick = by_content();
     let model = ScriptedModel::start_per_dir_picking(fail_then_pass(), pick);
     let head = env.git(&["rev-parse", "HEAD"]);
     let args: &[&str] = if plan.parked {
@@ -341,7 +342,13 @@ fn walk_every_point(plan: Plan) {
     if let Ok(only) = std::env::var("LOOPD_CRASH_ONLY") {
         points.retain(|p| only.split(',').any(|o| o == p));
     }
-    let queue = std::sync::Mutex::new(points.clone());
+    walk_all(&points, &reference, |point| walk(plan, Some(point)).0);
+}
+
+/// Walk every point of `points`, two at a time, each on a fresh repository
+/// and state dir: every walk must end as `reference` did.
+fn walk_all(points: &[String], reference: &Outcome, walk: impl Fn(&str) -> Outcome + Sync) {
+    let queue = std::sync::Mutex::new(points.to_vec());
     let failures = std::sync::Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..2 {
@@ -349,9 +356,8 @@ fn walk_every_point(plan: Plan) {
                 let Some(point) = queue.lock().expect("queue").pop() else {
                     return;
                 };
-                let result = std::panic::catch_unwind(|| walk(plan, Some(&point)).0);
-                match result {
-                    Ok(out) if out == reference => {}
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| walk(&point))) {
+                    Ok(out) if out == *reference => {}
                     Ok(out) => failures
                         .lock()
                         .expect("failures")
@@ -405,13 +411,7 @@ fn kill_9_at_every_crash_point_of_two_jobs_side_by_side() {
 /// the same volume; then once more, as a re-run of a job that has ended.
 fn run_walk(crash: Option<&str>) -> (Outcome, Vec<String>) {
     let env = TestEnv::new();
-    let pick: Picker = std::sync::Arc::new(|role, body: &Value| {
-        let text = body.to_string();
-        Some(match role {
-            Role::Critic => usize::from(!text.contains("+def average_line")),
-            Role::Agent => usize::from(text.contains("Fix exactly these points")),
-        })
-    });
+    let pick = by_content();
     let model = ScriptedModel::start_per_dir_picking(fail_then_pass(), pick);
     let head = env.git(&["rev-parse", "HEAD"]);
     let id = "j0c0ffee123-0";
@@ -485,18 +485,10 @@ fn run_walk(crash: Option<&str>) -> (Outcome, Vec<String>) {
     );
     assert_eq!(env.git(&["rev-parse", "HEAD"]), head);
     assert_eq!(env.git(&["status", "--porcelain"]), "", "at {crash:?}");
-    let finished_spend = journal_of(&run_dir)
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::SessionFinished(f) => Some(f.spend),
-            _ => None,
-        })
-        .fold((0.0, 0, 0), |(u, i, o), s| {
-            (u + s.cost_usd, i + s.input_tokens, o + s.output_tokens)
-        });
+    let finished_spend = billed(&run_dir);
     let out = Outcome {
         states: vec![summary["outcome"].as_str().expect("outcome").to_owned()],
-        cost_usd: vec![(finished_spend.0 * 1e9).round() / 1e9],
+        cost_usd: vec![finished_spend.0],
         tokens: vec![(finished_spend.1, finished_spend.2)],
         attempts: vec![summary["attempts"].as_array().expect("attempts").len()],
     };
@@ -534,35 +526,5 @@ fn kill_9_at_every_crash_point_of_a_run_with_a_job_id() {
     if let Ok(only) = std::env::var("LOOPD_CRASH_ONLY") {
         points.retain(|p| only.split(',').any(|o| o == p));
     }
-    let queue = std::sync::Mutex::new(points.clone());
-    let failures = std::sync::Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..2 {
-            s.spawn(|| loop {
-                let Some(point) = queue.lock().expect("queue").pop() else {
-                    return;
-                };
-                match std::panic::catch_unwind(|| run_walk(Some(&point)).0) {
-                    Ok(out) if out == reference => {}
-                    Ok(out) => failures
-                        .lock()
-                        .expect("failures")
-                        .push(format!("{point}: {out:?} != {reference:?}")),
-                    Err(e) => failures.lock().expect("failures").push(format!(
-                        "{point}: {}",
-                        e.downcast_ref::<String>().cloned().unwrap_or_default()
-                    )),
-                }
-            });
-        }
-    });
-    let failures = failures.into_inner().expect("failures");
-    assert!(
-        failures.is_empty(),
-        "{} of {} crash points broke a promise:\n{}",
-        failures.len(),
-        points.len(),
-        failures.join("\n")
-    );
-    eprintln!("walked {} crash points: {}", points.len(), points.join(" "));
+    walk_all(&points, &reference, |point| run_walk(Some(point)).0);
 }

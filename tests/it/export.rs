@@ -874,17 +874,8 @@ impl Index {
         self.volume.join("state/runs").join(&self.id)
     }
 
-    /// What the job's journal billed: each finished session's spend.
     fn billed(&self) -> (f64, u64, u64) {
-        crate::support::journal_of(&self.run_dir())
-            .into_iter()
-            .filter_map(|e| match e {
-                loopd::journal::Event::SessionFinished(f) => Some(f.spend),
-                _ => None,
-            })
-            .fold((0.0, 0, 0), |(u, i, o), s| {
-                (u + s.cost_usd, i + s.input_tokens, o + s.output_tokens)
-            })
+        crate::support::billed(&self.run_dir())
     }
 
     fn summary(&self) -> Value {

@@ -73,7 +73,13 @@ fn the_agent_reaches_no_credential_by_any_route() {
         &bodies,
         // (a sum only a shell that ran the command prints: the command's
         // own text is repeated in later requests)
-        &["MARK-42-env", "MARK-42-environ", "MARK-42-cmdline", "MARK-42-ps", "MARK-42-state"],
+        &[
+            "MARK-42-env",
+            "MARK-42-environ",
+            "MARK-42-cmdline",
+            "MARK-42-ps",
+            "MARK-42-state",
+        ],
         "the agent's requests",
     );
     // The session's credential is the gateway's token...

@@ -273,6 +273,22 @@ pub fn journal_of(run_dir: &Path) -> Vec<loopd::journal::Event> {
         .collect()
 }
 
+/// What a job's journal billed: the finished sessions' spend — USD
+/// (rounded to 1e-9, so runs compare exactly), input and output tokens. A
+/// session cut off by a crash is not in it: it runs again.
+pub fn billed(run_dir: &Path) -> (f64, u64, u64) {
+    let (usd, tin, tout) = journal_of(run_dir)
+        .into_iter()
+        .filter_map(|e| match e {
+            loopd::journal::Event::SessionFinished(f) => Some(f.spend),
+            _ => None,
+        })
+        .fold((0.0, 0, 0), |(u, i, o), s| {
+            (u + s.cost_usd, i + s.input_tokens, o + s.output_tokens)
+        });
+    ((usd * 1e9).round() / 1e9, tin, tout)
+}
+
 /// The agent's tool calls, from the journal.
 pub fn agent_tool_calls(summary: &Value) -> Vec<loopd::guard::ToolCall> {
     journal(summary)
