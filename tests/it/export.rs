@@ -897,8 +897,10 @@ use crate::support::{
 /// is what an uninterrupted one ends with. `kill -9` at a crash point (exit
 /// 137, counted) and a failed API call (exit 5, counted) are retried and
 /// continue; an eviction (exit 4 with `DisruptionTarget`) is retried
-/// without counting; a job that decided (exhausted, exit 1) fails its
-/// index at once; a failure past `backoffLimitPerIndex` fails it.
+/// without counting; a job that decided — exhausted (1), a configuration
+/// error (2), a guard (3), nothing to fix (7) — fails its index on its
+/// first pod; a failure past `backoffLimitPerIndex` fails it. Needs a human
+/// (6) is held to `FailIndex` by the policy's unit test.
 #[test]
 fn the_job_controller_retries_exactly_what_loopd_run_continues() {
     let accepted = |job: &Index| {
@@ -1052,6 +1054,37 @@ fn the_job_controller_retries_exactly_what_loopd_run_continues() {
     ));
     assert_eq!(play(&index, &model, &[&[], &[]]), (Verdict::Failed, 1));
     assert_eq!(index.summary()["outcome"], "exhausted");
+
+    // The other endings a job decides fail the index on the first pod:
+    // a configuration error (2), a guard (3: a budget that cannot cover one
+    // call), nothing to fix (7: the goal is green already).
+    for (job, code) in [
+        (format!("{job_toml}rubric = \"no-such-rubric.toml\"\n"), 2),
+        (format!("{job_toml}budget_usd = 0.000001\n"), 3),
+        (
+            "task = \"Keep it green.\"\ngoal = [\"true\"]\n".to_owned(),
+            7,
+        ),
+    ] {
+        let index = Index::export(crate::support::TestEnv::new(), &job);
+        let model = ScriptedModel::start(scenario(vec![], vec![]));
+        let out = index.pod(&model, &[]).output().expect("pod");
+        assert_eq!(
+            Index::exit_code(out.status),
+            code,
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            play(&index, &model, &[&[], &[]]),
+            (Verdict::Failed, 1),
+            "exit {code}"
+        );
+        assert!(
+            model.requests().is_empty(),
+            "exit {code}: nothing reached the model"
+        );
+    }
 
     // Past backoffLimitPerIndex (2): the third counted failure fails it.
     let index = Index::export(crate::support::TestEnv::new(), job_toml);
