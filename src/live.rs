@@ -20,6 +20,16 @@ pub struct Progress {
 }
 
 impl Progress {
+    /// A journal observer that prints each entry's line on stderr: how a
+    /// foreground job speaks while it runs.
+    pub fn on_stderr(self) -> crate::journal::Observer {
+        Box::new(move |entry, state| {
+            if let Some(line) = self.line(entry, state) {
+                eprintln!("{line}");
+            }
+        })
+    }
+
     /// The line for `entry`, given the job's state *after* it was applied;
     /// `None` for an entry not worth a line (a model call, a pin).
     pub fn line(&self, entry: &Entry, state: &Replay) -> Option<String> {

@@ -245,13 +245,22 @@ impl FileLock {
     pub fn take(path: &Path, exclusive: bool, wait: bool) -> std::io::Result<Option<FileLock>> {
         use std::os::fd::AsRawFd;
         use std::os::unix::fs::OpenOptionsExt;
+        // Never through a link: a lock file planted as a link would have
+        // loopd create or lock a file elsewhere.
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
             .open(path)?;
+        if !file.metadata()?.is_file() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!("the lock `{}` is not a regular file", path.display()),
+            ));
+        }
         let mut op = if exclusive {
             libc::LOCK_EX
         } else {
@@ -346,7 +355,10 @@ pub fn shell_quote(s: &str) -> String {
 pub fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     let unsafe_char = |c: char| {
         (c.is_control() && c != '\n' && c != '\t')
-            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+            // Direction overrides and isolates, and the line and paragraph
+            // separators (a YAML parser, an editor, a terminal may break a
+            // line there).
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
     };
     if !text.chars().any(unsafe_char) {
         return std::borrow::Cow::Borrowed(text);
@@ -513,6 +525,9 @@ mod tests {
             printable("echo hi\u{1b}[1A\u{1b}[2K accepted\r\u{9b}2J\u{202e}x"),
             "echo hi\\u{1b}[1A\\u{1b}[2K accepted\\u{d}\\u{9b}2J\\u{202e}x"
         );
+        // Line and paragraph separators end a YAML comment and a line in
+        // editors: shown, not obeyed.
+        assert_eq!(printable("a\u{2028}b\u{2029}c"), "a\\u{2028}b\\u{2029}c");
     }
 
     #[test]

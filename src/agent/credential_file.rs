@@ -29,6 +29,12 @@ pub enum CredentialFileError {
     },
     #[error("`{name}` in the credential file `{path}` is not a credential variable")]
     UnknownName { path: PathBuf, name: String },
+    /// An entry whose name is not even a variable name: never echoed (it
+    /// may be a value written where a name belongs).
+    #[error("the credential file `{path}` holds an entry that is not a variable name")]
+    NotAName { path: PathBuf },
+    #[error("the value of `{name}` in the credential file `{path}` holds a line break or a control character")]
+    BadValue { path: PathBuf, name: String },
     #[error("line {line} of the credential file `{path}` is not `NAME=value`")]
     Malformed { path: PathBuf, line: usize },
     #[error("the credential file `{path}` holds no credential")]
@@ -61,14 +67,12 @@ pub fn read(path: &Path) -> Result<BTreeMap<String, String>, CredentialFileError
             if name.starts_with('.') {
                 continue;
             }
-            if !known.contains(&name.as_str()) {
-                return Err(CredentialFileError::UnknownName {
-                    path: path.to_path_buf(),
-                    name,
-                });
+            if !is_name(&name) || !known.contains(&name.as_str()) {
+                accept(path, &known, &name, "")?;
             }
             let value = read_one(&entry.path())?;
-            out.insert(name, value.trim().to_owned());
+            let (name, value) = accept(path, &known, &name, &value)?;
+            out.insert(name, value);
         }
     } else {
         let text = read_one(path)?;
@@ -84,13 +88,16 @@ pub fn read(path: &Path) -> Result<BTreeMap<String, String>, CredentialFileError
                 });
             };
             let name = name.trim();
-            if !known.contains(&name) {
-                return Err(CredentialFileError::UnknownName {
+            if !is_name(name) {
+                // `KEY: value`, `KEY value=`, a bare value with `=` in it:
+                // the line as a whole is wrong, and it may hold the secret.
+                return Err(CredentialFileError::Malformed {
                     path: path.to_path_buf(),
-                    name: name.to_owned(),
+                    line: i + 1,
                 });
             }
-            out.insert(name.to_owned(), value.trim().to_owned());
+            let (name, value) = accept(path, &known, name, value)?;
+            out.insert(name, value);
         }
     }
     out.retain(|_, v| !v.is_empty());
@@ -100,6 +107,44 @@ pub fn read(path: &Path) -> Result<BTreeMap<String, String>, CredentialFileError
         });
     }
     Ok(out)
+}
+
+/// `NAME` as the environment spells one: what an error may quote.
+fn is_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name.starts_with(|c: char| c.is_ascii_uppercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// Check one entry: a known name, a value of one line of printable text.
+fn accept(
+    path: &Path,
+    known: &[&str],
+    name: &str,
+    value: &str,
+) -> Result<(String, String), CredentialFileError> {
+    if !is_name(name) {
+        return Err(CredentialFileError::NotAName {
+            path: path.to_path_buf(),
+        });
+    }
+    if !known.contains(&name) {
+        return Err(CredentialFileError::UnknownName {
+            path: path.to_path_buf(),
+            name: name.to_owned(),
+        });
+    }
+    let value = value.trim();
+    if value.chars().any(char::is_control) {
+        return Err(CredentialFileError::BadValue {
+            path: path.to_path_buf(),
+            name: name.to_owned(),
+        });
+    }
+    Ok((name.to_owned(), value.to_owned()))
 }
 
 /// One file's text, links resolved (a Secret volume's files are links), a
@@ -161,6 +206,56 @@ mod tests {
 
         std::fs::write(&f, "ANTHROPIC_API_KEY=\n").unwrap();
         assert!(matches!(read(&f), Err(CredentialFileError::Empty { .. })));
+
+        // A value where a name belongs is never quoted back.
+        for line in [
+            "ANTHROPIC_API_KEY: sk-leak-abc==",
+            "ANTHROPIC_API_KEY sk-leak=1",
+            "sk-leak-bare==",
+        ] {
+            std::fs::write(&f, format!("{line}\n")).unwrap();
+            let e = read(&f).unwrap_err();
+            assert!(
+                matches!(e, CredentialFileError::Malformed { .. }),
+                "{line}: {e}"
+            );
+            assert!(!e.to_string().contains("sk-leak"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_value_with_a_line_break_or_a_control_character_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("ANTHROPIC_API_KEY"),
+            "sk-a\r\nX-Injected: yes\n",
+        )
+        .unwrap();
+        let e = read(dir.path()).unwrap_err();
+        assert!(matches!(e, CredentialFileError::BadValue { .. }), "{e}");
+        assert!(!e.to_string().contains("sk-a"), "{e}");
+        std::fs::write(dir.path().join("ANTHROPIC_API_KEY"), "sk-a\0b").unwrap();
+        assert!(matches!(
+            read(dir.path()),
+            Err(CredentialFileError::BadValue { .. })
+        ));
+        let f = dir.path().join("lines");
+        std::fs::write(&f, "OPENAI_API_KEY=sk-\u{1b}[2J\r\n").unwrap();
+        assert!(matches!(
+            read(&f),
+            Err(CredentialFileError::BadValue { .. })
+        ));
+        std::fs::write(&f, "OPENAI_API_KEY=sk-ok\r\n").unwrap();
+        assert_eq!(
+            read(&f).unwrap()["OPENAI_API_KEY"],
+            "sk-ok",
+            "a CRLF file is fine"
+        );
+        let d2 = tempfile::tempdir().unwrap();
+        std::fs::write(d2.path().join("sk-secret-as-a-name=="), "x").unwrap();
+        let e = read(d2.path()).unwrap_err();
+        assert!(matches!(e, CredentialFileError::NotAName { .. }), "{e}");
+        assert!(!e.to_string().contains("sk-secret"), "{e}");
     }
 
     #[test]

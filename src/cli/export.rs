@@ -140,6 +140,18 @@ pub fn export(args: ExportArgs) -> Result<ExitStatus, CliError> {
     };
     match output {
         Some(path) if path.as_os_str() != "-" => {
+            // Never over a file loopd did not write: not a device, a link,
+            // a FIFO, the jobs file itself, anything without the header.
+            if path.symlink_metadata().is_ok() && !export::is_ours(&path) {
+                return Err(CliError::new(
+                    ExitStatus::Usage,
+                    format!(
+                        "`{}` exists and is not a file `loopd export` wrote; refusing to overwrite it",
+                        path.display()
+                    ),
+                )
+                .hint("choose another path, or move that file away first"));
+            }
             crate::util::write_atomic(&path, text.as_bytes()).map_err(|e| {
                 CliError::new(
                     ExitStatus::Environment,

@@ -258,6 +258,22 @@ pub fn foreground_control(
     credentials: &CredentialArgs,
 ) -> Result<crate::job::Control, CliError> {
     let (agent, critic) = job.agents();
+    // A credential file the job's tree holds is a file the agent can read.
+    if let Some(path) = &credentials.credential_file {
+        let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+        let repo = std::fs::canonicalize(&job.repo).unwrap_or_else(|_| job.repo.clone());
+        if real.starts_with(&repo) {
+            return Err(CliError::new(
+                ExitStatus::Usage,
+                format!(
+                    "the credential file `{}` is inside the repository `{}`: the agent can read it",
+                    path.display(),
+                    repo.display()
+                ),
+            )
+            .hint("keep it outside the repository (a Secret volume, `$RUNNER_TEMP`, `/run/credentials`)"));
+        }
+    }
     use crate::agent::session::{StopCause, StopRequest};
     use crate::outcome::Reason;
     let (tx, rx) = tokio::sync::watch::channel(None);

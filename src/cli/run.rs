@@ -64,12 +64,12 @@ pub fn ready(ws: &Workspace, job: &Job) -> Result<(), CliError> {
 /// `progress`: print live progress lines on stderr (not with `-q`).
 pub fn run(args: RunArgs, progress: bool) -> Result<ExitStatus, CliError> {
     if let Some(id) = &args.job_id {
-        if !crate::daemon::spool::valid_id(id) {
+        if !crate::daemon::spool::valid_id(id) || id.starts_with('-') {
             return Err(CliError::new(
                 ExitStatus::Usage,
                 format!("`--job-id {id}` is not a job id"),
             )
-            .hint("letters, digits and `-`, at most 64 characters"));
+            .hint("letters, digits and `-` (not first), at most 64 characters"));
         }
     }
     let (ws, job) = prepare(&args.flags)?;
@@ -124,6 +124,17 @@ pub(crate) fn lock_job(
         let hint = e.hint();
         CliError::new(ExitStatus::Environment, e).hint(hint)
     })?;
+    // The run directory itself, never a link to one elsewhere (where
+    // another user could plant a journal or a summary).
+    if run_dir
+        .symlink_metadata()
+        .is_ok_and(|m| !m.file_type().is_dir())
+    {
+        return Err(env_err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "it is not a directory of its own (a link or a file)",
+        )));
+    }
     crate::util::private_dir(run_dir).map_err(env_err)?;
     crate::util::FileLock::take(&run_dir.join(LOCK_FILE), true, false)
         .map_err(env_err)?
@@ -188,12 +199,25 @@ fn continue_job(
     // `loopd resume` would with the same caps: its parked work back in the
     // tree, what it spent still counted.
     let mut reopen = None;
-    if let crate::journal::Phase::Finalized(_) = replay.phase() {
-        let ending = replay.decided().expect("a finalized journal has an ending");
+    let phase = replay.phase();
+    if let crate::journal::Phase::Finalized(_) = phase {
+        let ending = replay.decided().ok_or_else(|| {
+            CliError::new(
+                ExitStatus::Environment,
+                format!("the journal of job `{id}` says it was finalized but not how it ended"),
+            )
+            .hint(format!(
+                "`loopd report {id}` shows what it holds; a new job needs a new `--job-id`"
+            ))
+        })?;
         if !ExitStatus::from(ending.reason).retryable() {
-            if let Some(summary) = crate::util::read_text(&run_dir.join("summary.json"))
-                .ok()
-                .and_then(|t| serde_json::from_str::<report::Summary>(&t).ok())
+            // The summary is a view: trusted only where it says what the
+            // journal says (else the ending is written again from it).
+            if let Some(summary) =
+                crate::util::read_untrusted(&run_dir.join("summary.json"), 16 << 20)
+                    .ok()
+                    .and_then(|t| serde_json::from_slice::<report::Summary>(&t).ok())
+                    .filter(|s| s.job_id == id && s.reason == ending.reason)
             {
                 tracing::info!(job_id = %id, reason = %summary.reason, "the job has ended; nothing to do");
                 print_summary(&summary, args.json);
@@ -209,6 +233,15 @@ fn continue_job(
                 restore: replay.parked.as_ref().and_then(|p| p.stash_commit.clone()),
             });
         }
+    }
+    // The tree holds the job's own work from its first attempt until the
+    // breaker parks it (a kill -9 anywhere in between leaves it there);
+    // before that and after it, it must be clean, as for a new job:
+    // uncommitted work of yours is never taken into a job.
+    let holds_the_jobs_work =
+        (replay.current.is_some() || !replay.attempts.is_empty()) && replay.parked.is_none();
+    if !holds_the_jobs_work {
+        ready(&ws, job)?;
     }
     if let Some(base) = &replay.base_ref {
         let head = ws.head_commit()?.to_string();
@@ -259,6 +292,7 @@ pub fn finish_foreground(
     json: bool,
 ) -> Result<ExitStatus, CliError> {
     let rt = crate::cli::runtime()?;
+    let progress = control.progress;
     let summary = match rt.block_on(job::run(job, ws, control)) {
         Ok(s) => s,
         Err(e) => {
@@ -274,6 +308,14 @@ pub fn finish_foreground(
     // `--job-id` after this point prints the summary and does nothing.
     {
         let finalized = crate::journal::Journal::open(&summary.run_dir).and_then(|mut j| {
+            if progress {
+                j.observe(
+                    crate::live::Progress {
+                        budget_usd: Some(job.caps.budget_usd),
+                    }
+                    .on_stderr(),
+                );
+            }
             match j.state().finalized {
                 None => j.append(crate::journal::Event::Finalized { state: state.state }),
                 Some(_) => Ok(()),

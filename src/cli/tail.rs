@@ -65,7 +65,7 @@ pub fn follow(state_dir: &Path, job: &str, keep_following: bool) -> Result<ExitS
             Some(w)
         })
         .flatten();
-    loop {
+    let mut print_new = |state: &mut Replay| -> Result<(), CliError> {
         for entry in reader.read_new(&path).map_err(|e| {
             CliError::new(
                 ExitStatus::Environment,
@@ -73,21 +73,40 @@ pub fn follow(state_dir: &Path, job: &str, keep_following: bool) -> Result<ExitS
             )
         })? {
             state.apply(&entry);
-            if let Some(line) = live.line(&entry, &state) {
+            if let Some(line) = live.line(&entry, state) {
                 crate::cli::out!("{line}");
             }
         }
-        if !keep_following || over(&state, &run_dir) {
+        Ok(())
+    };
+    loop {
+        print_new(&mut state)?;
+        if !keep_following {
+            return Ok(ExitStatus::Success);
+        }
+        if over(&state, state_dir, job) {
+            // What was journaled before the state said so (the final state).
+            print_new(&mut state)?;
             return Ok(ExitStatus::Success);
         }
         let _ = rx.recv_timeout(Duration::from_secs(1));
     }
 }
 
-/// The job is over: its daemon state is final, or (a foreground job) its
-/// ending is recorded and its summary written.
-fn over(state: &Replay, run_dir: &Path) -> bool {
-    state.finalized.is_some() || (state.ending.is_some() && run_dir.join("summary.json").exists())
+/// The job is over: its final state is journaled, or its ending is, its
+/// summary written and its state file no longer says it runs (a job of an
+/// earlier version, which journaled no final state in the foreground).
+fn over(state: &Replay, state_dir: &Path, job: &str) -> bool {
+    use crate::daemon::state::{JobState, Status};
+    state.finalized.is_some()
+        || (state.ending.is_some()
+            && state_dir
+                .join("runs")
+                .join(job)
+                .join("summary.json")
+                .exists()
+            && JobState::load(state_dir, job)
+                .is_some_and(|s| !matches!(s.state, Status::Running | Status::Queued)))
 }
 
 /// The job's budget, from the resolved job the run directory keeps.

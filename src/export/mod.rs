@@ -255,11 +255,36 @@ fn id_of(sha256: &str, index: usize) -> String {
 /// Read and validate the jobs file at `path`: TOML, or JSON when its name
 /// ends in `.json`.
 pub fn load(path: &Path) -> Result<JobsFile, ExportError> {
-    let bytes = std::fs::read(path).map_err(|source| ExportError::Read {
+    let read_err = |source| ExportError::Read {
         file: path.to_path_buf(),
         source,
-    })?;
+    };
+    // A regular file of bounded size (links resolved): a FIFO is refused,
+    // not waited on, and `/dev/zero` is not read into memory.
+    let real = std::fs::canonicalize(path).map_err(read_err)?;
+    let bytes = crate::util::read_untrusted(&real, MAX_JOBS_FILE_BYTES).map_err(read_err)?;
     parse(path, &bytes)
+}
+
+/// The largest jobs file read: 10 000 jobs of a long task each fit.
+pub const MAX_JOBS_FILE_BYTES: u64 = 16 << 20;
+
+/// How the first lines of every export begin: what marks a file as one
+/// `loopd export` wrote (and may write again).
+pub const HEADER: &str = "# Written by `loopd export ";
+
+/// Whether `path` is a regular file `loopd export` wrote (its header in
+/// the first lines): the only kind of existing file an export replaces.
+pub fn is_ours(path: &Path) -> bool {
+    let Ok((mut file, _)) = crate::util::open_untrusted(path) else {
+        return false;
+    };
+    let mut head = vec![0u8; 512];
+    let n = std::io::Read::read(&mut file, &mut head).unwrap_or(0);
+    String::from_utf8_lossy(&head[..n])
+        .lines()
+        .take(3)
+        .any(|l| l.starts_with(HEADER))
 }
 
 /// [`load`] on bytes already read (`path` names the file in errors and

@@ -192,14 +192,12 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
         if let Err(e) = util::log_file::attach(&dir.join(LOG)) {
             tracing::warn!(error = %e, "cannot write the job's log file");
         }
-        let live = crate::live::Progress {
-            budget_usd: Some(job.caps.budget_usd),
-        };
-        journal.observe(Box::new(move |entry, state| {
-            if let Some(line) = live.line(entry, state) {
-                eprintln!("{line}");
+        journal.observe(
+            crate::live::Progress {
+                budget_usd: Some(job.caps.budget_usd),
             }
-        }));
+            .on_stderr(),
+        );
     }
     // BASE_REF is pinned once; a resumed job keeps the journal's.
     let base = match journal.state().base_ref.clone() {

@@ -18,6 +18,9 @@ const MAX_OUTPUT: usize = 16 * 1024;
 /// Escape text for HTML content and attribute values (`&`, `<`, `>`, both
 /// quotes): whatever the agent wrote stays text.
 pub fn escape(s: &str) -> String {
+    // Control characters and direction overrides first, as `\u{..}`: text
+    // an agent wrote cannot reorder what the page shows or hide in it.
+    let s = crate::util::printable(s);
     let mut out = String::with_capacity(s.len() + s.len() / 8);
     for c in s.chars() {
         match c {

@@ -1099,3 +1099,99 @@ fn the_job_controller_retries_exactly_what_loopd_run_continues() {
 fn fixture_text() -> String {
     crate::support::fixture("rechnung/repo/rechnung.py")
 }
+
+/// What the attack on `loopd export` found, each refused: `-o` over a file
+/// it did not write (a user's file, the jobs file itself, a link, a FIFO),
+/// a jobs file that is a FIFO (refused at once, never waited on), and a
+/// file name that would end the header's comment (U+2028) and inject YAML.
+#[test]
+fn export_never_overwrites_a_file_it_did_not_write_nor_waits_on_a_fifo() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let jobs = tmp.path().join("jobs.toml");
+    std::fs::write(
+        &jobs,
+        "[[job]]\nrepo = \"/srv/repo\"\ntask = \"t\"\ngoal = [\"true\"]\n",
+    )
+    .expect("jobs");
+    let run = |out: &Path| {
+        loopd(&[
+            "export",
+            "kubernetes",
+            "--jobs",
+            jobs.to_str().expect("UTF-8"),
+            "-o",
+            out.to_str().expect("UTF-8"),
+        ])
+    };
+    let mine = tmp.path().join("notes.txt");
+    std::fs::write(&mine, "mine\n").expect("write");
+    let fifo = tmp.path().join("fifo.yaml");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: mkfifo on a NUL-terminated path of this test.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let link = tmp.path().join("link.yaml");
+    std::os::unix::fs::symlink(&mine, &link).expect("link");
+    for target in [&mine, &jobs, &fifo, &link] {
+        let out = run(target);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{}: {}",
+            target.display(),
+            text(&out)
+        );
+        assert!(
+            text(&out).contains("refusing to overwrite"),
+            "{}",
+            text(&out)
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&mine).expect("mine"), "mine\n");
+    assert!(std::fs::read_to_string(&jobs)
+        .expect("jobs")
+        .starts_with("[[job]]"));
+    assert!(std::fs::symlink_metadata(&link)
+        .expect("link")
+        .file_type()
+        .is_symlink());
+    // Its own output it writes, and writes again.
+    let manifest = tmp.path().join("k.yaml");
+    assert!(run(&manifest).status.success());
+    let again = run(&manifest);
+    assert!(again.status.success(), "{}", text(&again));
+
+    // A FIFO as the jobs file: an error at once, not a hang.
+    let started = std::time::Instant::now();
+    let out = loopd(&[
+        "export",
+        "kubernetes",
+        "--jobs",
+        fifo.to_str().expect("UTF-8"),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "waited on the FIFO"
+    );
+
+    // A file name with a line separator stays inside the header's comment.
+    let odd = tmp
+        .path()
+        .join("p\u{2028}{kind: Pod, metadata: {name: pwn}}\u{2028}#.toml");
+    std::fs::copy(&jobs, &odd).expect("copy");
+    let out_file = tmp.path().join("odd.yaml");
+    let out = loopd(&[
+        "export",
+        "kubernetes",
+        "--jobs",
+        odd.to_str().expect("UTF-8"),
+        "-o",
+        out_file.to_str().expect("UTF-8"),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let kinds: Vec<String> = yaml_docs(&out_file)
+        .iter()
+        .filter_map(|d| d["kind"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(kinds, ["ConfigMap", "Job"], "no document was injected");
+}

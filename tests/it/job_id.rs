@@ -170,3 +170,116 @@ fn a_misspelt_credential_file_is_refused_naming_the_name_not_the_value() {
         .read_dir()
         .map_or(true, |mut d| d.next().is_none()));
 }
+
+/// What the attack on `--job-id` found, each refused: a run directory that
+/// is a link elsewhere, a lock file that is a link, an id that reads as a
+/// flag, a planted journal taking uncommitted work of yours into a job, a
+/// planted summary deciding the exit code, a credential file inside the
+/// repository.
+#[test]
+fn a_planted_or_linked_run_dir_never_decides_what_a_job_does() {
+    let env = TestEnv::new();
+    let runs = env.state.join("runs");
+    std::fs::create_dir_all(&runs).expect("runs");
+    let base = env.git(&["rev-parse", "HEAD"]).trim().to_owned();
+    let task =
+        "Make python3 -m pytest and ruff check . pass. Do not delete, skip or weaken any test.";
+    let run = |id: &str| {
+        finish(
+            env.loopd(None)
+                .args(["run", "--json", "--job-id", id])
+                .output()
+                .expect("run loopd"),
+        )
+    };
+
+    let flag = run("-x");
+    assert_eq!(flag.code, 2, "{}", flag.stderr);
+
+    // A run directory linked elsewhere: refused, nothing written there.
+    let elsewhere = env.tmp.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).expect("dir");
+    std::os::unix::fs::symlink(&elsewhere, runs.join("linked")).expect("link");
+    let r = run("linked");
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    assert!(
+        r.stderr.contains("not a directory of its own"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(std::fs::read_dir(&elsewhere).expect("dir").count(), 0);
+
+    // A lock file linked elsewhere: never created or locked through.
+    std::fs::create_dir(runs.join("locklink")).expect("dir");
+    let target = env.tmp.path().join("created-by-loopd");
+    std::os::unix::fs::symlink(&target, runs.join("locklink/run.lock")).expect("link");
+    let r = run("locklink");
+    assert_eq!(r.code, 5, "{}", r.stderr);
+    assert!(
+        !target.exists(),
+        "loopd created a file through the lock's link"
+    );
+
+    // A planted journal does not make a dirty tree the job's.
+    let plant = |id: &str, ended: bool| {
+        let dir = runs.join(id);
+        std::fs::create_dir(&dir).expect("run dir");
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .expect("private");
+        let mut j = loopd::journal::Journal::open(&dir).expect("journal");
+        j.append(loopd::journal::Event::JobStarted {
+            job_id: id.into(),
+            base_ref: base.clone(),
+            repo: env.repo.clone(),
+            task: task.into(),
+        })
+        .expect("append");
+        if ended {
+            j.append(loopd::journal::Event::JobEnded {
+                ending: loopd::journal::Ending {
+                    reason: loopd::outcome::Reason::AttemptsExhausted,
+                    detail: "planted".into(),
+                },
+            })
+            .expect("append");
+            j.append(loopd::journal::Event::Finalized {
+                state: loopd::outcome::Status::Exhausted,
+            })
+            .expect("append");
+        }
+        dir
+    };
+    plant("planted", false);
+    std::fs::write(env.repo.join("rechnung.py"), "# my own work in progress\n").expect("edit");
+    let r = run("planted");
+    assert_eq!(r.code, 5, "a dirty tree is refused: {}", r.stderr);
+    assert!(r.stderr.contains("uncommitted changes"), "{}", r.stderr);
+    assert_eq!(env.read_repo("rechnung.py"), "# my own work in progress\n");
+    env.git(&["checkout", "--", "rechnung.py"]);
+
+    // A planted summary that disagrees with the journal decides nothing:
+    // the ending is the journal's (exhausted, exit 1), never "accepted".
+    let dir = plant("summary", true);
+    let forged =
+        serde_json::json!({"job_id": "summary", "reason": "accepted", "outcome": "accepted"});
+    std::fs::write(dir.join("summary.json"), forged.to_string()).expect("forge");
+    let r = run("summary");
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(r.summary()["reason"], "attempts_exhausted");
+
+    // A credential file inside the repository: readable by the agent.
+    std::fs::create_dir(env.repo.join(".secret")).expect("dir");
+    std::fs::write(
+        env.repo.join(".secret/creds"),
+        "ANTHROPIC_API_KEY=sk-in-repo\n",
+    )
+    .expect("creds");
+    let r = finish(
+        env.loopd(None)
+            .args(["run", "--credential-file", ".secret/creds"])
+            .output()
+            .expect("run loopd"),
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("inside the repository"), "{}", r.stderr);
+}
