@@ -67,11 +67,8 @@ pub fn read(path: &Path) -> Result<BTreeMap<String, String>, CredentialFileError
             if name.starts_with('.') {
                 continue;
             }
-            if !is_name(&name) || !known.contains(&name.as_str()) {
-                accept(path, &known, &name, "")?;
-            }
-            let value = read_one(&entry.path())?;
-            let (name, value) = accept(path, &known, &name, &value)?;
+            check_name(path, &known, &name)?;
+            let value = check_value(path, &name, &read_one(&entry.path())?)?;
             out.insert(name, value);
         }
     } else {
@@ -96,8 +93,8 @@ pub fn read(path: &Path) -> Result<BTreeMap<String, String>, CredentialFileError
                     line: i + 1,
                 });
             }
-            let (name, value) = accept(path, &known, name, value)?;
-            out.insert(name, value);
+            check_name(path, &known, name)?;
+            out.insert(name.to_owned(), check_value(path, name, value)?);
         }
     }
     out.retain(|_, v| !v.is_empty());
@@ -119,13 +116,9 @@ fn is_name(name: &str) -> bool {
             .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
 }
 
-/// Check one entry: a known name, a value of one line of printable text.
-fn accept(
-    path: &Path,
-    known: &[&str],
-    name: &str,
-    value: &str,
-) -> Result<(String, String), CredentialFileError> {
+/// A name the file may hold: a variable name (else never quoted back: it
+/// may be a value written where a name belongs) that an agent reads.
+fn check_name(path: &Path, known: &[&str], name: &str) -> Result<(), CredentialFileError> {
     if !is_name(name) {
         return Err(CredentialFileError::NotAName {
             path: path.to_path_buf(),
@@ -137,6 +130,11 @@ fn accept(
             name: name.to_owned(),
         });
     }
+    Ok(())
+}
+
+/// A value: one line of printable text, trimmed.
+fn check_value(path: &Path, name: &str, value: &str) -> Result<String, CredentialFileError> {
     let value = value.trim();
     if value.chars().any(char::is_control) {
         return Err(CredentialFileError::BadValue {
@@ -144,7 +142,7 @@ fn accept(
             name: name.to_owned(),
         });
     }
-    Ok((name.to_owned(), value.to_owned()))
+    Ok(value.to_owned())
 }
 
 /// One file's text, links resolved (a Secret volume's files are links), a
