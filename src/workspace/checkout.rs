@@ -337,31 +337,137 @@ fn entry(path: &str, id: Oid, mode: u32, size: u32) -> git2::IndexEntry {
 /// has (the base it borrowed from).
 fn copy_objects(src: &Repository, dest: &Repository, commit: Oid) -> Result<(), git2::Error> {
     let (from, to) = (src.odb()?, dest.odb()?);
-    let mut todo = vec![commit];
-    let mut seen = std::collections::HashSet::new();
-    while let Some(id) = todo.pop() {
-        if !seen.insert(id) || to.exists(id) {
-            continue;
-        }
+    for id in copy_order(src, &to, commit)? {
         let obj = from.read(id)?;
-        match obj.kind() {
-            git2::ObjectType::Commit => {
-                let c = src.find_commit(id)?;
-                todo.push(c.tree_id());
-                todo.extend(c.parent_ids());
-            }
-            git2::ObjectType::Tree => {
-                let t = src.find_tree(id)?;
-                for e in t.iter() {
-                    // A submodule's commit lives in its own repository.
-                    if e.kind() != Some(git2::ObjectType::Commit) {
-                        todo.push(e.id());
-                    }
-                }
-            }
-            _ => {}
-        }
         to.write(obj.kind(), obj.data())?;
     }
     Ok(())
+}
+
+/// The objects `commit` reaches that `dest` lacks, each after everything
+/// it points to: an object present in `dest` always has all of its own, so
+/// a copy cut short by a kill leaves no commit without its tree, and the
+/// next copy (which skips what is present) completes it. Writing a commit
+/// before its tree lost the tree for good when a daemon was killed between
+/// the two (the crash walk of two jobs side by side found it).
+fn copy_order(
+    src: &Repository,
+    dest: &git2::Odb<'_>,
+    commit: Oid,
+) -> Result<Vec<Oid>, git2::Error> {
+    let mut order = Vec::new();
+    // (object, its children are already on the stack)
+    let mut stack = vec![(commit, false)];
+    let mut seen = std::collections::HashSet::new();
+    while let Some((id, expanded)) = stack.pop() {
+        if expanded {
+            order.push(id);
+            continue;
+        }
+        if !seen.insert(id) || dest.exists(id) {
+            continue;
+        }
+        stack.push((id, true));
+        match src.find_object(id, None)?.kind() {
+            Some(git2::ObjectType::Commit) => {
+                let c = src.find_commit(id)?;
+                stack.push((c.tree_id(), false));
+                stack.extend(c.parent_ids().map(|p| (p, false)));
+            }
+            Some(git2::ObjectType::Tree) => {
+                let t = src.find_tree(id)?;
+                // A submodule's commit lives in its own repository.
+                stack.extend(
+                    t.iter()
+                        .filter(|e| e.kind() != Some(git2::ObjectType::Commit))
+                        .map(|e| (e.id(), false)),
+                );
+            }
+            _ => {}
+        }
+    }
+    Ok(order)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Everything `id` points to directly (a submodule's commit aside).
+    fn children(repo: &Repository, id: Oid) -> Vec<Oid> {
+        match repo.find_object(id, None).expect("object").kind() {
+            Some(git2::ObjectType::Commit) => {
+                let c = repo.find_commit(id).expect("commit");
+                std::iter::once(c.tree_id()).chain(c.parent_ids()).collect()
+            }
+            Some(git2::ObjectType::Tree) => repo
+                .find_tree(id)
+                .expect("tree")
+                .iter()
+                .map(|e| e.id())
+                .collect(),
+            _ => vec![],
+        }
+    }
+
+    #[test]
+    fn every_object_is_copied_after_what_it_points_to() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let src = Repository::init(dir.path().join("src")).expect("src");
+        let dest = Repository::init(dir.path().join("dest")).expect("dest");
+        let sig = git2::Signature::now("t", "t@example.invalid").expect("sig");
+        // Two commits; the second shares a blob with the first and adds a
+        // subdirectory.
+        let blob = |text: &str| src.blob(text.as_bytes()).expect("blob");
+        let tree = |entries: &[(&str, Oid, i32)]| {
+            let mut b = src.treebuilder(None).expect("builder");
+            for (name, id, mode) in entries {
+                b.insert(name, *id, *mode).expect("insert");
+            }
+            b.write().expect("tree")
+        };
+        let shared = blob("shared\n");
+        let t1 = tree(&[("a.txt", shared, 0o100644)]);
+        let c1 = src
+            .commit(
+                None,
+                &sig,
+                &sig,
+                "one",
+                &src.find_tree(t1).expect("t1"),
+                &[],
+            )
+            .expect("c1");
+        let sub = tree(&[
+            ("b.txt", blob("b\n"), 0o100644),
+            ("a.txt", shared, 0o100644),
+        ]);
+        let t2 = tree(&[("a.txt", shared, 0o100644), ("sub", sub, 0o040000)]);
+        let parent = src.find_commit(c1).expect("c1");
+        let c2 = src
+            .commit(
+                None,
+                &sig,
+                &sig,
+                "two",
+                &src.find_tree(t2).expect("t2"),
+                &[&parent],
+            )
+            .expect("c2");
+        let order = copy_order(&src, &dest.odb().expect("odb"), c2).expect("order");
+        assert_eq!(order.last(), Some(&c2), "the commit is written last");
+        for (i, id) in order.iter().enumerate() {
+            for child in children(&src, *id) {
+                let at = order.iter().position(|o| *o == child).expect("copied");
+                assert!(at < i, "{child} is written before {id}, which points to it");
+            }
+        }
+        assert_eq!(order.len(), 7, "each object once: {order:?}");
+        // What dest has is skipped, and so is everything below it.
+        copy_objects(&src, &dest, c1).expect("copy c1");
+        let rest = copy_order(&src, &dest.odb().expect("odb"), c2).expect("order");
+        assert_eq!(rest.len(), 4, "c2, t2, sub and b.txt: {rest:?}");
+        copy_objects(&src, &dest, c2).expect("copy c2");
+        assert!(dest.find_commit(c2).expect("c2 home").tree().is_ok());
+    }
 }
