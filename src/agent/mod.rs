@@ -11,6 +11,8 @@ pub mod codex;
 pub mod credential_file;
 pub mod events;
 pub mod gateway;
+#[cfg(feature = "scripted-agent")]
+pub mod scripted;
 pub mod session;
 
 use std::ffi::OsString;
@@ -25,7 +27,22 @@ use gateway::{Access, CredentialError, Wire};
 
 /// Every agent loopd can drive, by name: adding one is a module and a line
 /// here.
-pub const AGENTS: &[&dyn Agent] = &[&claude::ClaudeCode, &codex::Codex];
+pub const AGENTS: &[&dyn Agent] = &[
+    &claude::ClaudeCode,
+    &codex::Codex,
+    // Test builds only: no CLI, no node (see the module).
+    #[cfg(feature = "scripted-agent")]
+    &scripted::Scripted,
+];
+
+/// One session as it runs ([`Agent::run_session`]).
+pub type SessionFuture<'a> = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = Result<session::SessionEnd, session::SessionError>>
+            + Send
+            + 'a,
+    >,
+>;
 
 /// The agent of this name (`--agent`, `loopd.toml`'s `agent`).
 pub fn by_name(name: &str) -> Option<&'static dyn Agent> {
@@ -43,7 +60,7 @@ pub fn names() -> Vec<&'static str> {
 /// `claude-code`, `codex`, `@openai/codex`).
 pub fn client_programs() -> Vec<&'static str> {
     let mut out = Vec::new();
-    for a in AGENTS {
+    for a in AGENTS.iter().filter(|a| a.nests()) {
         let package = a.install().rsplit(' ').next().unwrap_or_default();
         out.push(a.program());
         out.push(package);
@@ -57,11 +74,17 @@ pub fn client_programs() -> Vec<&'static str> {
 /// Every model credential variable of every agent: read once when loopd
 /// starts, then scrubbed from its own environment.
 pub fn credential_vars() -> Vec<&'static str> {
-    let mut out: Vec<&'static str> = AGENTS
+    // Agents share variables (the scripted agent of test builds takes
+    // Claude's), not always next to each other: first appearance wins.
+    let mut out: Vec<&'static str> = Vec::new();
+    for v in AGENTS
         .iter()
         .flat_map(|a| a.credential_vars().iter().copied())
-        .collect();
-    out.dedup();
+    {
+        if !out.contains(&v) {
+            out.push(v);
+        }
+    }
     out
 }
 
@@ -150,6 +173,12 @@ pub trait Agent: Send + Sync {
     /// How to install the pinned version (for the error when it is
     /// missing).
     fn install(&self) -> &'static str;
+    /// Does running its program start another session (so the hook
+    /// refuses it from the agent's shell)? True of every CLI; the scripted
+    /// agent of test builds names the shell it runs its tools with.
+    fn nests(&self) -> bool {
+        true
+    }
     /// The models used when none is named: (agent, critic) — a different
     /// model judges.
     fn default_models(&self) -> (&'static str, &'static str);
@@ -181,6 +210,19 @@ pub trait Agent: Send + Sync {
     /// The hook's answer, in the CLI's hook protocol: allowed (`None`) or
     /// denied with a reason the model reads.
     fn hook_reply(&self, deny: Option<&str>) -> HookReply;
+    /// Run one session under the observer. A CLI is a process loopd starts
+    /// and reads ([`session::run`]); only the scripted agent of test builds
+    /// runs in loopd's own process.
+    fn run_session<'a>(
+        &'a self,
+        spec: &'a session::SessionSpec,
+        parser: &'a mut dyn StreamParser,
+        observer: &'a mut (dyn session::Observer + Send),
+        stop: &'a mut tokio::sync::watch::Receiver<Option<session::StopRequest>>,
+        gateway: Option<&'a mut tokio::sync::mpsc::UnboundedReceiver<gateway::GatewayEvent>>,
+    ) -> SessionFuture<'a> {
+        Box::pin(session::run(spec, parser, observer, stop, gateway))
+    }
 }
 
 /// Prices in USD per million tokens: the gateway prices every call it

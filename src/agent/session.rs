@@ -154,13 +154,12 @@ pub async fn run(
     parser: &mut dyn StreamParser,
     observer: &mut (dyn Observer + Send),
     stop: &mut tokio::sync::watch::Receiver<Option<StopRequest>>,
-    mut gateway: Option<&mut tokio::sync::mpsc::UnboundedReceiver<GatewayEvent>>,
+    gateway: Option<&mut tokio::sync::mpsc::UnboundedReceiver<GatewayEvent>>,
 ) -> Result<SessionEnd, SessionError> {
     let started = Instant::now();
     let token = process::new_token(&spec.scope, spec.role.as_str());
-    let mut cmd = process::command(&spec.bin, &token);
+    let mut cmd = command_in(spec, &spec.bin, &token);
     cmd.args(&spec.args)
-        .current_dir(&spec.cwd)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .stdin(if spec.stdin.is_some() {
@@ -168,15 +167,6 @@ pub async fn run(
         } else {
             std::process::Stdio::null()
         });
-    for k in &spec.env_remove {
-        cmd.env_remove(k);
-    }
-    for (k, v) in &spec.env_set {
-        cmd.env(k, v);
-    }
-    if let Some(sandbox) = &spec.sandbox {
-        sandbox.apply(&mut cmd, &spec.cwd);
-    }
     let mut child = Contained::spawn(cmd, token).map_err(|source| SessionError::Spawn {
         bin: spec.bin.clone(),
         source,
@@ -206,6 +196,82 @@ pub async fn run(
         text
     });
 
+    let lines = BufReader::new(stdout).lines();
+    let Driven { result, stopped } = drive(spec, lines, parser, observer, stop, gateway).await?;
+
+    let (exit_code, leftovers) = match stopped {
+        Some(reason) => {
+            tracing::info!(role = spec.role.as_str(), %reason, "stopping the session");
+            // A hurried request (a second signal) skips the grace, whether it
+            // came first or arrives while the grace runs.
+            let status = child.stop_until(spec.grace, wait_for_hurry(stop)).await;
+            (status.and_then(|s| s.code()), 0)
+        }
+        None => {
+            let status = child.wait().await.ok();
+            let leftovers = child.sweep_until(spec.grace, wait_for_hurry(stop)).await;
+            if leftovers > 0 {
+                tracing::info!(
+                    role = spec.role.as_str(),
+                    leftovers,
+                    "stopped processes the session left running"
+                );
+            }
+            (status.and_then(|s| s.code()), leftovers)
+        }
+    };
+    let stderr_tail = stderr_task.await.unwrap_or_default();
+    Ok(SessionEnd {
+        result,
+        stopped,
+        exit_code,
+        stderr_tail,
+        wall: started.elapsed(),
+        leftovers,
+    })
+}
+
+/// `program` as the session's processes run: contained under `token`, in
+/// the session's directory, environment and sandbox.
+pub fn command_in(
+    spec: &SessionSpec,
+    program: &std::path::Path,
+    token: &str,
+) -> tokio::process::Command {
+    let mut cmd = process::command(program, token);
+    cmd.current_dir(&spec.cwd);
+    for k in &spec.env_remove {
+        cmd.env_remove(k);
+    }
+    for (k, v) in &spec.env_set {
+        cmd.env(k, v);
+    }
+    if let Some(sandbox) = &spec.sandbox {
+        sandbox.apply(&mut cmd, &spec.cwd);
+    }
+    cmd
+}
+
+/// What a session's stream said, and whether loopd stopped it.
+#[derive(Debug)]
+pub struct Driven {
+    pub result: Option<SessionResult>,
+    pub stopped: Option<Reason>,
+}
+
+/// Read a session's stream to its end, or until loopd stops it: every line
+/// is kept in the stream log and parsed, the observer sees every event and
+/// what the gateway reports, and the idle timeout, the deadline and stop
+/// requests are enforced. The one loop every session runs, whatever writes
+/// the lines (a CLI's stdout, or the in-process scripted agent of tests).
+pub async fn drive<R: tokio::io::AsyncBufRead + Unpin>(
+    spec: &SessionSpec,
+    mut lines: tokio::io::Lines<R>,
+    parser: &mut dyn StreamParser,
+    observer: &mut (dyn Observer + Send),
+    stop: &mut tokio::sync::watch::Receiver<Option<StopRequest>>,
+    mut gateway: Option<&mut tokio::sync::mpsc::UnboundedReceiver<GatewayEvent>>,
+) -> Result<Driven, SessionError> {
     let log_err = |source| SessionError::Log {
         path: spec.stream_log.clone(),
         source,
@@ -215,7 +281,6 @@ pub async fn run(
             .await
             .map_err(log_err)?,
     );
-    let mut lines = BufReader::new(stdout).lines();
     let mut result: Option<SessionResult> = None;
     let mut events: Vec<Event> = Vec::with_capacity(8);
     let mut stopped: Option<Reason> = None;
@@ -242,7 +307,7 @@ pub async fn run(
                 if line.trim().is_empty() {
                     continue;
                 }
-                                events.clear();
+                events.clear();
                 if let Err(e) = parser.line(&line, &mut events) {
                     tracing::warn!(error = %e, line = %line.chars().take(200).collect::<String>(), "unparsable stream line");
                 }
@@ -286,37 +351,7 @@ pub async fn run(
         }
     }
     log.flush().await.map_err(log_err)?;
-
-    let (exit_code, leftovers) = match stopped {
-        Some(reason) => {
-            tracing::info!(role = spec.role.as_str(), %reason, "stopping the session");
-            // A hurried request (a second signal) skips the grace, whether it
-            // came first or arrives while the grace runs.
-            let status = child.stop_until(spec.grace, wait_for_hurry(stop)).await;
-            (status.and_then(|s| s.code()), 0)
-        }
-        None => {
-            let status = child.wait().await.ok();
-            let leftovers = child.sweep_until(spec.grace, wait_for_hurry(stop)).await;
-            if leftovers > 0 {
-                tracing::info!(
-                    role = spec.role.as_str(),
-                    leftovers,
-                    "stopped processes the session left running"
-                );
-            }
-            (status.and_then(|s| s.code()), leftovers)
-        }
-    };
-    let stderr_tail = stderr_task.await.unwrap_or_default();
-    Ok(SessionEnd {
-        result,
-        stopped,
-        exit_code,
-        stderr_tail,
-        wall: started.elapsed(),
-        leftovers,
-    })
+    Ok(Driven { result, stopped })
 }
 
 /// The gateway's next event; never resolves without a gateway.

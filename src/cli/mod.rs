@@ -15,6 +15,8 @@ pub mod lessons_cmd;
 pub mod report_cmd;
 pub mod resume;
 pub mod run;
+#[cfg(feature = "scripted-agent")]
+pub mod scripted_call;
 pub mod status;
 pub mod submit;
 pub mod tail;
@@ -61,6 +63,10 @@ pub enum Command {
     Hook(hook::HookArgs),
     Completions(completions::CompletionsArgs),
     Man(completions::ManArgs),
+    /// The scripted agent's model call (test builds only).
+    #[cfg(feature = "scripted-agent")]
+    #[command(hide = true)]
+    ScriptedCall(scripted_call::ScriptedCallArgs),
 }
 
 /// An error at the command line's edge: what to print and how to exit.
@@ -323,5 +329,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitStatus, CliError> {
         Command::Hook(args) => hook::hook(args),
         Command::Completions(args) => completions::completions(args),
         Command::Man(args) => completions::man(args),
+        #[cfg(feature = "scripted-agent")]
+        Command::ScriptedCall(args) => scripted_call::scripted_call(args),
     }
 }

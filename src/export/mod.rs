@@ -440,7 +440,7 @@ fn validate(
     let agent = or(job.agent, &defaults.agent);
     if let Some(a) = &agent {
         if crate::agent::by_name(a).is_none() {
-            let names: Vec<&str> = crate::agent::AGENTS.iter().map(|a| a.name()).collect();
+            let names = crate::agent::names();
             return Err(invalid(
                 "agent",
                 format!("`{a}` is no agent loopd knows ({})", names.join(", ")),

@@ -9,7 +9,7 @@ use std::time::Instant;
 use super::{JobError, Run};
 use crate::agent::events::SessionResult;
 use crate::agent::gateway::{channel, GatewayEvent, Tag};
-use crate::agent::session::{self, Role, SessionEnd, SessionSpec};
+use crate::agent::session::{Role, SessionEnd, SessionSpec};
 use crate::agent::{CliLimits, Session};
 use crate::critic::CriticVerdict;
 use crate::goal::GoalReport;
@@ -271,14 +271,17 @@ impl Run<'_> {
                 &self.job.guard,
                 &mut self.journal,
             );
-            let end = session::run(
-                &spec,
-                cli.agent.parser().as_mut(),
-                &mut watch,
-                &mut stop,
-                Some(gateway.events()),
-            )
-            .await?;
+            let mut parser = cli.agent.parser();
+            let end = cli
+                .agent
+                .run_session(
+                    &spec,
+                    parser.as_mut(),
+                    &mut watch,
+                    &mut stop,
+                    Some(gateway.events()),
+                )
+                .await?;
             watch.flush_pending();
             (end, watch.live, watch.tool_calls)
         };

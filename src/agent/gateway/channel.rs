@@ -170,6 +170,19 @@ pub fn post(
     body: &[u8],
     timeout: Duration,
 ) -> Result<(u16, Vec<u8>), ClientError> {
+    post_with(gateway, token, path, &[], body, timeout, 4 << 20)
+}
+
+/// [`post`] with extra headers, reading at most `max` bytes of answer.
+pub fn post_with(
+    gateway: &str,
+    token: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    timeout: Duration,
+    max: u64,
+) -> Result<(u16, Vec<u8>), ClientError> {
     let addr = gateway
         .strip_prefix("http://")
         .map(|a| a.trim_end_matches('/'))
@@ -185,14 +198,18 @@ pub fn post(
     let mut stream = std::net::TcpStream::connect_timeout(&sock, timeout).map_err(io)?;
     stream.set_read_timeout(Some(timeout)).map_err(io)?;
     stream.set_write_timeout(Some(timeout)).map_err(io)?;
+    let extra: String = headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}\r\n"))
+        .collect();
     let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).map_err(io)?;
     stream.write_all(body).map_err(io)?;
     let mut resp = Vec::new();
-    stream.take(4 << 20).read_to_end(&mut resp).map_err(io)?;
+    stream.take(max).read_to_end(&mut resp).map_err(io)?;
     parse_response(&resp).ok_or(ClientError::Malformed)
 }
 
