@@ -55,7 +55,7 @@ fn refused_targets(summary: &Value) -> Vec<String> {
 /// is refused (403) and journaled.
 #[test]
 fn issue20_1_2_the_gateway_forwards_only_its_endpoints_on_the_raw_target() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let code = format!(
         r#"{PRELUDE}
 TARGETS = [("POST", "/v1/./messages"), ("POST", "/v1/x/../messages"), ("POST", "/v1/messages/."),
@@ -162,7 +162,7 @@ fn upstream_bill(model: &ScriptedModel) -> f64 {
 /// cannot together spend more than the cap — by the upstream's own count.
 #[test]
 fn issue20_3_parallel_calls_cannot_race_the_cap() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let code = format!(
         r#"{PRELUDE}
 def one(i):
@@ -211,7 +211,7 @@ ts = [threading.Thread(target=one, args=(i,)) for i in range(8)]
 /// output token it saw.
 #[test]
 fn issue20_4_an_aborted_stream_is_billed_at_its_reservation() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let code = format!(
         r#"{PRELUDE}
 s = socket.create_connection((HOST, PORT))
@@ -451,7 +451,7 @@ for path in [".git/refs/heads/release", ".git/index"]:
 /// hangs, and no link's target reaches a model.
 #[test]
 fn issue20_7_special_files_where_loopd_reads_never_hang_it_or_leak() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     std::fs::write(env.home.join("secret.txt"), "LINKED-SECRET\n").expect("secret");
     let model = ScriptedModel::start(scenario(
         vec![session(vec![
@@ -508,7 +508,7 @@ fn issue20_7_special_files_where_loopd_reads_never_hang_it_or_leak() {
 /// and the job cannot be resumed.
 #[test]
 fn issue20_8_escalating_after_tampering_ends_with_the_tampering() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let code = r#"
 open("tests/test_rechnung.py", "w").write("def test_nothing():\n    assert True\n")
 print("WEAKENED")
@@ -685,7 +685,7 @@ fn issue20_10_tamper_evidence_is_out_of_the_agents_reach() {
 /// no part of what the judges saw, and the daemon does not commit it.
 #[test]
 fn issue20_11_the_daemon_commits_exactly_what_was_judged() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let sneaky = format!(
         "{}\nimport os as _os  # noqa: E402\n\n_os.makedirs('.github/workflows', exist_ok=True)\nopen('.github/workflows/x.yml', 'w').write('on: push\\n')\n",
         clean_solution()
@@ -707,7 +707,7 @@ fn issue20_11_the_daemon_commits_exactly_what_was_judged() {
 /// Finding 12: a cap stop says what was spent once.
 #[test]
 fn issue20_12_a_cap_stop_counts_the_spend_once() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let turns: Vec<Turn> = (1..=8)
         .map(|i| turn_usage(vec![bash(&format!("echo {i}"))], 20_000, 2_000))
         .collect();
@@ -740,7 +740,7 @@ fn issue20_12_a_cap_stop_counts_the_spend_once() {
 /// cost input the request's size did not bound. Refused, not forwarded.
 #[test]
 fn issue20_13_content_the_provider_would_fetch_is_refused() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let code = format!(
         r#"{PRELUDE}
 BLOCKS = [
@@ -782,7 +782,7 @@ for block in BLOCKS:
 /// before the job: the planted file is set aside, and journaled.
 #[test]
 fn issue20_14_the_goal_test_never_runs_code_the_judges_do_not_see() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let fixed = clean_solution();
     let plant = format!(
         "cat > \"$TMPDIR/fixed.py\" <<'LOOPD_EOF'\n{fixed}\nLOOPD_EOF\n\

@@ -31,7 +31,7 @@ struct Ci {
 }
 
 fn ci_env() -> Ci {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let root = env.tmp.path().join("git");
     let remote = root.join("acme/rechnung.git");
     std::fs::create_dir_all(remote.parent().expect("owner dir")).expect("git root");
@@ -588,7 +588,7 @@ fn issue12_credentials_in_the_checkout_never_reach_the_agent_and_are_put_back() 
         "the Read's result reached the model"
     );
     assert!(
-        sent.contains("CLAUDECODE=1"),
+        sent.contains("ANTHROPIC_BASE_URL="),
         "the env output reached the model"
     );
     // ...and neither held a secret.

@@ -120,10 +120,17 @@ fn outcome(env: &TestEnv, ids: &[String]) -> Outcome {
 /// What a walk runs: how many jobs side by side, and whether they end
 /// accepted (critic FAIL → second attempt → PASS → commit) or parked (one
 /// attempt, critic FAIL → exhausted → the breaker stashes the work).
+///
+/// `real_cli`: the sessions are Claude Code's (`claude -p`), walked only at
+/// the points where a session starts or ends — what a real CLI's process
+/// tree does when loopd dies under it is the CLI's to prove; every other
+/// walk runs the scripted agent of test builds (the journal's bookkeeping
+/// is the same whichever agent wrote it).
 #[derive(Clone, Copy)]
 struct Plan {
     jobs: usize,
     parked: bool,
+    real_cli: bool,
 }
 
 impl Plan {
@@ -138,7 +145,11 @@ impl Plan {
 
 fn walk(plan: Plan, crash: Option<&str>) -> (Outcome, Vec<String>) {
     let jobs = plan.jobs;
-    let env = TestEnv::new();
+    let env = if plan.real_cli {
+        TestEnv::new()
+    } else {
+        TestEnv::scripted()
+    };
     // The script follows the content, not the order: the critic fails a
     // change that adds the unasked-for function and passes the clean one
     // (from attempt 2 on its input also quotes the finding and shows the
@@ -338,6 +349,9 @@ fn walk_every_point(plan: Plan) {
             "{name} not reached: {points:?}"
         );
     }
+    if plan.real_cli {
+        points.retain(|p| p.starts_with("journal:session_"));
+    }
     // To re-walk one point while debugging: LOOPD_CRASH_ONLY=point#k.
     if let Ok(only) = std::env::var("LOOPD_CRASH_ONLY") {
         points.retain(|p| only.split(',').any(|o| o == p));
@@ -386,6 +400,7 @@ fn kill_9_at_every_crash_point_of_a_job() {
     walk_every_point(Plan {
         jobs: 1,
         parked: false,
+        real_cli: false,
     });
 }
 
@@ -394,6 +409,20 @@ fn kill_9_at_every_crash_point_of_a_job_the_breaker_parks() {
     walk_every_point(Plan {
         jobs: 1,
         parked: true,
+        real_cli: false,
+    });
+}
+
+/// The real CLI at every session boundary of a job: `claude -p` sessions
+/// started and finished around each kill, billed from its real metered
+/// calls. (A kill while a real CLI is mid-request is
+/// `daemon::kill_9_mid_attempt_then_restart_completes_without_rerunning_a_finished_session`.)
+#[test]
+fn kill_9_at_the_session_boundaries_of_a_job_with_the_real_cli() {
+    walk_every_point(Plan {
+        jobs: 1,
+        parked: false,
+        real_cli: true,
     });
 }
 
@@ -402,6 +431,7 @@ fn kill_9_at_every_crash_point_of_two_jobs_side_by_side() {
     walk_every_point(Plan {
         jobs: 2,
         parked: false,
+        real_cli: false,
     });
 }
 
@@ -410,7 +440,7 @@ fn kill_9_at_every_crash_point_of_two_jobs_side_by_side() {
 /// same command line, as a Kubernetes Job controller starts a pod again on
 /// the same volume; then once more, as a re-run of a job that has ended.
 fn run_walk(crash: Option<&str>) -> (Outcome, Vec<String>) {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let pick = by_content();
     let model = ScriptedModel::start_per_dir_picking(fail_then_pass(), pick);
     let head = env.git(&["rev-parse", "HEAD"]);
@@ -475,7 +505,20 @@ fn run_walk(crash: Option<&str>) -> (Outcome, Vec<String>) {
         "{finished:?} at {crash:?}"
     );
     assert_eq!(sessions, (1, 1), "sessions the model saw at {crash:?}");
-    assert!(model.unscripted().is_empty(), "unscripted at {crash:?}");
+    assert!(
+        model.unscripted().is_empty(),
+        "unscripted at {crash:?}: {:?}",
+        model
+            .unscripted()
+            .iter()
+            .map(|r| (
+                r.role,
+                r.session,
+                r.turn,
+                r.prompt().chars().take(300).collect::<String>()
+            ))
+            .collect::<Vec<_>>()
+    );
     // The work is parked under the job's ref; the checkout is back at its
     // base, clean.
     assert_eq!(

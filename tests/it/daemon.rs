@@ -36,7 +36,7 @@ fn summary_of(s: &Value) -> Value {
 
 #[test]
 fn three_jobs_two_at_a_time_each_on_its_own_branch() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     // Every session plays the same script, so the interleaving of the two
     // concurrent jobs does not matter.
     let model = ScriptedModel::start(scenario(
@@ -202,7 +202,7 @@ fn sigterm_suspends_the_job_and_the_next_daemon_resumes_it() {
 
 #[test]
 fn cancel_a_running_and_a_queued_job() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let partial = fixture("rechnung/repo/rechnung.py").replace("lines[1:]", "lines");
     let model = ScriptedModel::start(scenario(
         vec![session(vec![
@@ -270,7 +270,7 @@ fn cancel_a_running_and_a_queued_job() {
 
 #[test]
 fn a_malformed_job_file_is_moved_aside_and_never_blocks_the_others() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let model = ScriptedModel::start(scenario(
         vec![agent_writes(&clean_solution())],
         vec![pass()],
@@ -543,7 +543,7 @@ fn a_job_cannot_queue_another_job() {
 
 #[test]
 fn a_second_daemon_on_the_same_state_dir_is_refused() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let model = ScriptedModel::start(scenario(
         vec![agent_writes(&clean_solution())],
         vec![pass()],

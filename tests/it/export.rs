@@ -926,7 +926,7 @@ fn the_job_controller_retries_exactly_what_loopd_run_continues() {
         };
 
     // The reference: one pod, accepted.
-    let reference = Index::export(crate::support::TestEnv::new(), job_toml);
+    let reference = Index::export(crate::support::TestEnv::scripted(), job_toml);
     let model = ScriptedModel::start(scenario(
         vec![agent_writes(&clean_solution())],
         vec![pass()],
@@ -942,7 +942,7 @@ fn the_job_controller_retries_exactly_what_loopd_run_continues() {
         "journal:goal_run#1",
         "summary:written#1",
     ] {
-        let index = Index::export(crate::support::TestEnv::new(), job_toml);
+        let index = Index::export(crate::support::TestEnv::scripted(), job_toml);
         let model = ScriptedModel::start(scenario(
             vec![agent_writes(&clean_solution())],
             vec![pass()],
@@ -965,7 +965,7 @@ fn the_job_controller_retries_exactly_what_loopd_run_continues() {
     }
 
     // A failed API call: exit 5, counted; the next pod continues the job.
-    let index = Index::export(crate::support::TestEnv::new(), job_toml);
+    let index = Index::export(crate::support::TestEnv::scripted(), job_toml);
     let broken = crate::support::model::Turn {
         error: Some(crate::support::model::HttpError {
             status: 400,
@@ -1001,7 +1001,7 @@ fn the_job_controller_retries_exactly_what_loopd_run_continues() {
 
     // An eviction: SIGTERM, exit 4, the DisruptionTarget condition — not
     // counted; the next pod continues with the work the first one parked.
-    let index = Index::export(crate::support::TestEnv::new(), job_toml);
+    let index = Index::export(crate::support::TestEnv::scripted(), job_toml);
     let partial = fixture_text().replace("quantity + unit_price", "quantity * unit_price");
     let model = ScriptedModel::start(scenario(
         vec![
@@ -1045,7 +1045,7 @@ fn the_job_controller_retries_exactly_what_loopd_run_continues() {
     // A job that decided: exhausted (exit 1) fails the index at once — a
     // second pod would only print the same summary.
     let index = Index::export(
-        crate::support::TestEnv::new(),
+        crate::support::TestEnv::scripted(),
         &format!("{job_toml}max_attempts = 1\n"),
     );
     let model = ScriptedModel::start(scenario(
@@ -1066,7 +1066,7 @@ fn the_job_controller_retries_exactly_what_loopd_run_continues() {
             7,
         ),
     ] {
-        let index = Index::export(crate::support::TestEnv::new(), &job);
+        let index = Index::export(crate::support::TestEnv::scripted(), &job);
         let model = ScriptedModel::start(scenario(vec![], vec![]));
         let out = index.pod(&model, &[]).output().expect("pod");
         assert_eq!(
@@ -1087,7 +1087,7 @@ fn the_job_controller_retries_exactly_what_loopd_run_continues() {
     }
 
     // Past backoffLimitPerIndex (2): the third counted failure fails it.
-    let index = Index::export(crate::support::TestEnv::new(), job_toml);
+    let index = Index::export(crate::support::TestEnv::scripted(), job_toml);
     let mut failures = 0;
     let verdicts: Vec<Verdict> = [137, 5, 137]
         .iter()

@@ -326,7 +326,7 @@ fn a_nested_claude_is_metered_and_stopped_by_the_job_budget() {
 /// The hook denies starting `claude` from the agent's Bash outright.
 #[test]
 fn the_hook_denies_starting_claude_from_the_agents_bash() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let model = ScriptedModel::start(scenario(
         vec![session(vec![
             turn(vec![bash("claude -p 'nested work' </dev/null")]),

@@ -117,7 +117,7 @@ fn the_same_read_repeated_is_nudged_then_stuck() {
 
 #[test]
 fn a_nudged_session_recovers_and_is_accepted() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let same = || turn(vec![read("rechnung.py")]);
     let model = ScriptedModel::start(scenario(
         vec![session(vec![
@@ -146,7 +146,7 @@ fn a_nudged_session_recovers_and_is_accepted() {
 
 #[test]
 fn reordered_nested_keys_are_the_same_call() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     // Three Grep calls whose inputs differ only in key order, at two depths.
     // (The CLI rejects the unknown nested field; the calls still appear in
     // the stream, which is what the guard hashes.)
@@ -182,7 +182,7 @@ fn reordered_nested_keys_are_the_same_call() {
 
 #[test]
 fn a_polling_command_repeated_is_not_stuck() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let poll = || turn(vec![bash("sleep 0.1")]);
     let model = ScriptedModel::start(scenario(
         vec![session(vec![
@@ -211,7 +211,7 @@ fn a_polling_command_repeated_is_not_stuck() {
 
 #[test]
 fn two_attempts_without_change_are_no_progress() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let idle = || {
         session(vec![
             turn(vec![read("rechnung.py")]),
@@ -243,7 +243,7 @@ fn two_attempts_without_change_are_no_progress() {
 
 #[test]
 fn a_diff_returning_to_an_earlier_state_means_the_judges_disagree() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let x = fixture("rechnung/repo/rechnung.py")
         .replace("quantity + unit_price", "quantity * unit_price");
     let y = fixture("rechnung/repo/rechnung.py").replace("lines[1:]", "lines");
@@ -285,7 +285,7 @@ fn a_diff_returning_to_an_earlier_state_means_the_judges_disagree() {
 /// cap, before the script runs out.
 #[test]
 fn usage_near_the_usd_cap_never_crosses_it() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     // Each call: 20000 in / 2000 out on haiku = $0.003; the cap is $0.03.
     let call = |offset: u64| read_at(offset, 20_000, 2_000);
     let model = ScriptedModel::start(scenario(
@@ -336,7 +336,7 @@ fn a_session_the_budget_cannot_cover_is_never_started() {
 
 #[test]
 fn turn_and_token_caps() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let call = |offset: u64| read_at(offset, 40_000, 100);
     let script = || {
         scenario(
@@ -355,7 +355,7 @@ fn turn_and_token_caps() {
     assert_eq!(r.summary()["reason"], "max_turns");
     assert!(model.session(Role::Agent, 0).len() <= 4);
 
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let model = ScriptedModel::start(script());
     // Each call reserves its request's size in input tokens beside the
     // 40,100 it is billed: the call that does not fit under the cap is
@@ -371,7 +371,7 @@ fn turn_and_token_caps() {
 
 #[test]
 fn a_stalled_model_is_an_idle_timeout() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let model = ScriptedModel::start(scenario(
         vec![session(vec![
             turn(vec![read("rechnung.py")]),
@@ -394,13 +394,13 @@ fn a_stalled_model_is_an_idle_timeout() {
 
 #[test]
 fn wall_clock_and_attempt_timeouts() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let model = ScriptedModel::start(scenario(vec![session(vec![stalled(120_000)])], vec![]));
     let r = env.run(&model, &["--attempt-timeout", "2s"]);
     assert_eq!(r.code, 3, "{}", r.stderr);
     assert_eq!(r.summary()["reason"], "attempt_timeout");
 
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let model = ScriptedModel::start(scenario(vec![session(vec![stalled(120_000)])], vec![]));
     let r = env.run(&model, &["--timeout", "3s"]);
     assert_eq!(r.code, 3, "{}", r.stderr);

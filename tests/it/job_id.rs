@@ -17,7 +17,7 @@ use crate::support::*;
 /// (exit 2), and a run of the ended job does nothing.
 #[test]
 fn a_drained_run_continues_on_the_next_start_with_its_credential_from_a_file() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let partial = fixture("rechnung/repo/rechnung.py")
         .replace("quantity + unit_price", "quantity * unit_price");
     let model = ScriptedModel::start(scenario(

@@ -37,7 +37,7 @@ pub fn two_jobs() -> crate::support::model::Scenario {
 
 #[test]
 fn the_second_job_is_told_what_the_first_had_to_fix() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let model = ScriptedModel::start(two_jobs());
     let r = env.run(&model, &[]);
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -115,7 +115,7 @@ fn the_second_job_is_told_what_the_first_had_to_fix() {
 
 #[test]
 fn a_lesson_that_would_touch_the_tests_is_refused_by_the_audit() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let model = ScriptedModel::start(scope_creep_then_clean(
         1,
         "the totals disagree with the tests",

@@ -152,7 +152,7 @@ fn finished_sessions_in(run_dir: &std::path::Path) -> usize {
 
 #[test]
 fn quiet_prints_no_progress_lines() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let model = ScriptedModel::start(scenario(
         vec![agent_writes(&clean_solution())],
         vec![pass()],
@@ -182,7 +182,7 @@ fn tail_names_a_job_it_does_not_know() {
 
 #[test]
 fn a_foreground_job_killed_mid_run_shows_as_interrupted_not_running() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let model = slow_clean_fix();
     let (mut child, lines) = spawn_run(&env, &model);
     for line in lines {

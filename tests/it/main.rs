@@ -1,6 +1,8 @@
-//! One integration-test binary (jj's layout): every test drives the real
-//! `loopd` binary and the real Claude Code CLI against the scripted model on
-//! a fixture repository built by `fixtures/rechnung/make-repo.sh`.
+//! One integration-test binary (jj's layout): most tests drive the real
+//! `loopd` binary on a fixture repository built by
+//! `fixtures/rechnung/make-repo.sh`, its agent the scripted agent of test
+//! builds or a real CLI, against the scripted model; `README.md` here says
+//! which test uses which, and why.
 
 #[path = "../support/mod.rs"]
 mod support;

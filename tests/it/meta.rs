@@ -58,7 +58,10 @@ fn doc_page(rel: &str) -> String {
 
 fn cargo() -> Command {
     let mut cmd = Command::new(env!("CARGO"));
-    cmd.current_dir(manifest_dir());
+    // `scripts/test.sh` runs the test binaries with RUSTC_BOOTSTRAP=1 (for
+    // `--report-time`); the cargo run here is a stable one.
+    cmd.current_dir(manifest_dir())
+        .env_remove("RUSTC_BOOTSTRAP");
     cmd
 }
 
@@ -616,5 +619,155 @@ fn the_containerfile_pins_what_the_tests_pin_and_runs_as_non_root() {
             .lines()
             .any(|l| l.starts_with("RUN ") || l.starts_with("FROM ")),
         "nothing runs as root after USER"
+    );
+}
+
+/// Each test function of the suite as (module, name, body): the module is
+/// the file's stem, the body runs to the next test or top-level function.
+fn suite_tests() -> Vec<(String, String, String)> {
+    let dir = manifest_dir().join("tests/it");
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(&dir).expect("tests/it") {
+        let path = entry.expect("an entry").path();
+        let module = path
+            .file_stem()
+            .expect("a stem")
+            .to_string_lossy()
+            .into_owned();
+        if path.extension().is_none_or(|e| e != "rs") || module == "main" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).expect("a test file");
+        // A test is its attribute's line up to the next test or top-level
+        // `fn` after its own.
+        let mut current: Option<(Option<String>, String)> = None;
+        for line in text.split_inclusive('\n') {
+            let attribute = line.trim() == "#[test]" || line.trim().starts_with("#[tokio::test");
+            let named = current.as_ref().is_some_and(|(name, _)| name.is_some());
+            if attribute || (line.starts_with("fn ") && named) || current.is_none() {
+                if let Some((Some(name), body)) = current.take() {
+                    out.push((module.clone(), name, body));
+                }
+                if !attribute {
+                    continue;
+                }
+                current = Some((None, String::new()));
+            }
+            let (name, body) = current.as_mut().expect("inside a test");
+            if name.is_none() {
+                if let Some((_, rest)) = line.split_once("fn ") {
+                    *name = rest.split_once('(').map(|(n, _)| n.trim().to_owned());
+                }
+            }
+            body.push_str(line);
+        }
+        if let Some((Some(name), body)) = current {
+            out.push((module.clone(), name, body));
+        }
+    }
+    out
+}
+
+/// The inventory in `tests/it/README.md` has a row for every test, and its
+/// "agent" column is true where the source can tell: a test marked
+/// `scripted` builds its job on the scripted agent (`TestEnv::scripted()`,
+/// itself or through a helper of its file), and one marked `real CLI` does
+/// not. A test moved between the two without its row is caught here.
+#[test]
+fn the_suite_inventory_names_each_test_with_the_agent_it_uses() {
+    let readme = doc_page("tests/it/README.md");
+    let mut rows = std::collections::BTreeMap::new();
+    let mut module = String::new();
+    for line in readme.lines() {
+        if let Some(m) = line.strip_prefix("## ") {
+            module = m.trim().to_owned();
+        }
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        if !line.starts_with("| ") || cells.len() != 4 || cells[0] == "test" || cells[0] == "class"
+        {
+            continue;
+        }
+        let name = cells[0].split(' ').next().expect("a name").to_owned();
+        rows.insert((module.clone(), name), cells[1].to_owned());
+    }
+    let tests = suite_tests();
+    // Whether `body` calls `call` (`name(`), not a longer name ending so.
+    let calls = |body: &str, call: &str| {
+        body.match_indices(call).any(|(i, _)| {
+            !body[..i]
+                .chars()
+                .next_back()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.')
+        })
+    };
+    // Helpers that set a job up on the scripted agent, per file: those
+    // that call `TestEnv::scripted()`, and those that call one of them.
+    let mut helpers: Vec<(String, String)> = Vec::new();
+    let mut functions: Vec<(String, String, String)> = Vec::new();
+    for entry in std::fs::read_dir(manifest_dir().join("tests/it")).expect("tests/it") {
+        let path = entry.expect("an entry").path();
+        let module = path
+            .file_stem()
+            .expect("a stem")
+            .to_string_lossy()
+            .into_owned();
+        let text = std::fs::read_to_string(&path).expect("a test file");
+        for chunk in text.split("\nfn ").chain(text.split("\npub fn ")).skip(1) {
+            let chunk = chunk.split("\n#[").next().expect("a chunk");
+            let name = chunk.split_once('(').map_or(chunk, |(n, _)| n);
+            functions.push((module.clone(), format!("{name}("), chunk.to_owned()));
+        }
+    }
+    loop {
+        let before = helpers.len();
+        for (module, call, body) in &functions {
+            let known = helpers.iter().any(|(m, h)| m == module && h == call);
+            let scripted = body.contains("TestEnv::scripted()")
+                || helpers.iter().any(|(m, h)| m == module && calls(body, h));
+            if scripted && !known {
+                helpers.push((module.clone(), call.clone()));
+            }
+        }
+        if helpers.len() == before {
+            break;
+        }
+    }
+    let mut wrong = Vec::new();
+    for (module, name, body) in &tests {
+        let Some(agent) = rows.remove(&(module.clone(), name.clone())) else {
+            wrong.push(format!("{module}::{name} has no row"));
+            continue;
+        };
+        let scripted = if body.contains("real_cli: true") {
+            false
+        } else {
+            body.contains("TestEnv::scripted()")
+                || body.contains("real_cli: false")
+                || helpers.iter().any(|(m, h)| m == module && calls(body, h))
+        };
+        // A job that never starts a session may be set up either way.
+        let fits = if agent.starts_with("scripted") {
+            scripted
+        } else {
+            !(agent.starts_with("real CLI") && scripted)
+        };
+        if !fits {
+            wrong.push(format!(
+                "{module}::{name}: the row says `{agent}`, the source {}",
+                if scripted {
+                    "uses the scripted agent"
+                } else {
+                    "does not use the scripted agent"
+                }
+            ));
+        }
+    }
+    for ((module, name), _) in rows {
+        wrong.push(format!("{module}::{name} has a row but no test"));
+    }
+    assert!(
+        wrong.is_empty(),
+        "tests/it/README.md is out of date:\n{}",
+        wrong.join("\n")
     );
 }

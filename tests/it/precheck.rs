@@ -29,7 +29,7 @@ pub fn agent_applies(variant: &str) -> SessionScript {
 /// job's sandbox (`[sandbox] read`: nothing outside the worktree is,
 /// unless granted).
 pub fn variants_env() -> TestEnv {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     env.sandbox_reads(&[&manifest_dir().join("fixtures/rechnung")]);
     env
 }

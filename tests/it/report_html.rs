@@ -129,7 +129,7 @@ fn luma([r, g, b]: [u8; 3]) -> f64 {
 fn the_html_report_of_a_real_job_renders_in_headless_chromium() {
     // The demo's scenario: attempt 1 is rejected by the pre-critic (a debug
     // print, rechnung.py:18), attempt 2 is accepted by the critic.
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let model = ScriptedModel::start(load_scenario(
         &manifest_dir().join("fixtures/scenarios/demo.toml"),
     ));
@@ -393,7 +393,7 @@ fn one_page_for_the_night_indexes_every_job_of_a_batch() {
     use loopd::outcome::Reason;
     // A real job (the demo: accepted at attempt 2), its run dir downloaded
     // as an artifact that holds a state dir.
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let model = ScriptedModel::start(load_scenario(
         &manifest_dir().join("fixtures/scenarios/demo.toml"),
     ));

@@ -12,7 +12,7 @@ fn attempts(summary: &Value) -> &Vec<Value> {
 
 #[test]
 fn accepted_in_attempt_one() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let model = ScriptedModel::start(scenario(
         vec![agent_writes(&clean_solution())],
         vec![pass()],
@@ -176,7 +176,7 @@ fn green_but_dirty_is_rejected_then_fixed() {
 
 #[test]
 fn red_goal_test_skips_the_critic_and_feeds_back_the_failing_step() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     // Attempt 1 fixes only line_total: pytest stays red.
     let partial = fixture("rechnung/repo/rechnung.py")
         .replace("quantity + unit_price", "quantity * unit_price");
@@ -205,7 +205,7 @@ fn red_goal_test_skips_the_critic_and_feeds_back_the_failing_step() {
 
 #[test]
 fn a_critic_answering_in_prose_is_a_rejection() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     // The CLI reminds the model once to use the tool; prose twice ends the
     // session without structured_output.
     let prose = session(vec![
@@ -233,7 +233,7 @@ fn a_critic_answering_in_prose_is_a_rejection() {
 
 #[test]
 fn attempts_exhausted_exits_one_and_parks_the_work() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let only_mult = fixture("rechnung/repo/rechnung.py")
         .replace("quantity + unit_price", "quantity * unit_price");
     let only_slice = fixture("rechnung/repo/rechnung.py").replace("lines[1:]", "lines");
@@ -277,7 +277,7 @@ fn attempts_exhausted_exits_one_and_parks_the_work() {
 
 #[test]
 fn new_untracked_files_are_in_the_critics_diff() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let helper = "\"\"\"Helpers for invoices.\"\"\"\n\nUNTRACKED_MARKER = 42\n";
     let agent = session(vec![
         turn(vec![read("rechnung.py")]),
@@ -469,7 +469,7 @@ fn check_shows_the_sandbox_and_refuses_a_relative_sandbox_path() {
 
 #[test]
 fn a_job_without_the_sandbox_says_so_loudly() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
     std::fs::write(
         env.repo.join("loopd.toml"),
@@ -513,7 +513,7 @@ fn check_prints_the_resolved_job() {
 
 #[test]
 fn preflight_a_goal_that_cannot_run_or_has_nothing_to_fix_spends_nothing() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let model = ScriptedModel::start(scenario(
         vec![agent_writes(&clean_solution())],
         vec![pass()],

@@ -165,7 +165,7 @@ fn gateway_only_without_namespaces_or_landlock_is_refused_and_unset_falls_back_l
         assert!(r.stderr.contains(says), "{var}: {}", r.stderr);
         assert_eq!(model.session_count(Role::Agent), 0, "no agent ran");
     }
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let model = ScriptedModel::start(scenario(
         vec![agent_writes(&clean_solution())],
         vec![pass()],
@@ -184,7 +184,7 @@ fn gateway_only_without_namespaces_or_landlock_is_refused_and_unset_falls_back_l
 
 #[test]
 fn without_landlock_loopd_says_so_and_require_sandbox_refuses() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let model = ScriptedModel::start(scenario(
         vec![agent_writes(&clean_solution())],
         vec![pass()],

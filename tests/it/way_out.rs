@@ -160,7 +160,7 @@ fn an_impossible_task_is_escalated_not_forced() {
 
 #[test]
 fn turned_off_there_is_no_way_out() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let cfg = env.read_repo("loopd.toml");
     std::fs::write(
         env.repo.join("loopd.toml"),
@@ -195,7 +195,7 @@ fn turned_off_there_is_no_way_out() {
 
 #[test]
 fn a_note_answers_an_escalation_and_the_job_resumes_on_its_work() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     // Before any job: an empty table says so.
     let st = env.exec(&["status"]);
     assert_eq!(st.code, 0, "{}", st.stderr);
@@ -270,7 +270,7 @@ fn a_note_answers_an_escalation_and_the_job_resumes_on_its_work() {
 
 #[test]
 fn a_job_stopped_by_its_budget_resumes_with_a_raised_budget() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     // Each call: 60000 in / 2000 out on haiku = $0.007; the cap is $0.014:
     // the first call fits beside its worst case, the second does not (the
     // gateway refuses it), and a resume has no room either.
@@ -333,7 +333,7 @@ fn a_job_stopped_by_its_budget_resumes_with_a_raised_budget() {
 #[test]
 fn a_daemon_job_that_escalated_is_queued_again_with_the_note() {
     use crate::support::daemon::{final_state, submit, wait_for, Daemon};
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let model = ScriptedModel::start(scenario(
         vec![
             session(vec![
@@ -388,7 +388,7 @@ fn a_daemon_job_that_escalated_is_queued_again_with_the_note() {
 
 #[test]
 fn a_late_attempt_that_detects_the_test_runner_is_rejected_with_file_and_line() {
-    let env = TestEnv::new();
+    let env = TestEnv::scripted();
     let original = fixture("rechnung/repo/rechnung.py");
     let only_mult = original.replace("quantity + unit_price", "quantity * unit_price");
     let only_slice = original.replace("lines[1:]", "lines");

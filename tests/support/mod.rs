@@ -119,6 +119,28 @@ impl TestEnv {
         }
     }
 
+    /// A fresh environment whose jobs run the scripted agent of test builds
+    /// (`agent = "scripted"` for the agent and the critic, committed in the
+    /// fixture's `loopd.toml`): no CLI and no node. The scripted model still
+    /// answers through the job's gateway, the job's hook still decides every
+    /// tool call and every tool runs in the job's sandbox; what only a real
+    /// CLI proves stays with the tests that start one (`tests/it/README.md`).
+    pub fn scripted() -> TestEnv {
+        let env = TestEnv::new();
+        let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("loopd.toml");
+        std::fs::write(
+            env.repo.join("loopd.toml"),
+            format!("agent = \"scripted\"\ncritic_agent = \"scripted\"\n{cfg}"),
+        )
+        .expect("loopd.toml");
+        env.git(&[
+            "commit",
+            "-qam",
+            "the scripted agent runs this repository's jobs",
+        ]);
+        env
+    }
+
     /// Grant the job's sandbox reading `paths` (`[sandbox] read` in the
     /// fixture's `loopd.toml`, committed).
     pub fn sandbox_reads(&self, paths: &[&Path]) {
