@@ -349,6 +349,7 @@ fn walk_every_point(plan: Plan) {
             "{name} not reached: {points:?}"
         );
     }
+    eprintln!("{} crash points: {points:?}", points.len());
     if plan.real_cli {
         points.retain(|p| p.starts_with("journal:session_"));
     }

@@ -622,12 +622,11 @@ fn the_containerfile_pins_what_the_tests_pin_and_runs_as_non_root() {
     );
 }
 
-/// Each test function of the suite as (module, name, body): the module is
-/// the file's stem, the body runs to the next test or top-level function.
-fn suite_tests() -> Vec<(String, String, String)> {
-    let dir = manifest_dir().join("tests/it");
+/// Each file of the suite but `main.rs`, as (module, text): the module is
+/// the file's stem.
+fn suite_files() -> Vec<(String, String)> {
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(&dir).expect("tests/it") {
+    for entry in std::fs::read_dir(manifest_dir().join("tests/it")).expect("tests/it") {
         let path = entry.expect("an entry").path();
         let module = path
             .file_stem()
@@ -637,7 +636,16 @@ fn suite_tests() -> Vec<(String, String, String)> {
         if path.extension().is_none_or(|e| e != "rs") || module == "main" {
             continue;
         }
-        let text = std::fs::read_to_string(&path).expect("a test file");
+        out.push((module, std::fs::read_to_string(&path).expect("a test file")));
+    }
+    out
+}
+
+/// Each test function of the suite as (module, name, body): the body runs
+/// to the next test or top-level function.
+fn suite_tests() -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for (module, text) in suite_files() {
         // A test is its attribute's line up to the next test or top-level
         // `fn` after its own.
         let mut current: Option<(Option<String>, String)> = None;
@@ -704,14 +712,7 @@ fn the_suite_inventory_names_each_test_with_the_agent_it_uses() {
     // that call `TestEnv::scripted()`, and those that call one of them.
     let mut helpers: Vec<(String, String)> = Vec::new();
     let mut functions: Vec<(String, String, String)> = Vec::new();
-    for entry in std::fs::read_dir(manifest_dir().join("tests/it")).expect("tests/it") {
-        let path = entry.expect("an entry").path();
-        let module = path
-            .file_stem()
-            .expect("a stem")
-            .to_string_lossy()
-            .into_owned();
-        let text = std::fs::read_to_string(&path).expect("a test file");
+    for (module, text) in suite_files() {
         for chunk in text.split("\nfn ").chain(text.split("\npub fn ")).skip(1) {
             let chunk = chunk.split("\n#[").next().expect("a chunk");
             let name = chunk.split_once('(').map_or(chunk, |(n, _)| n);

@@ -104,8 +104,36 @@ pub fn wait_for_within(
             "job {id} never got {what}: {s}\ndaemon log:\n{}",
             std::fs::read_to_string(env.tmp.path().join("daemon.log")).unwrap_or_default()
         );
-        std::thread::sleep(Duration::from_millis(25));
+        // The next `loopd status` (a process) when what it reads changed,
+        // at the latest after a second (a process that died changes no
+        // file); looking is a few syscalls, asking is a process start.
+        let seen = status_inputs(env, id);
+        let recheck = Instant::now() + Duration::from_secs(1);
+        while status_inputs(env, id) == seen && Instant::now() < recheck {
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
+}
+
+/// What `loopd status` of job `id` is made of, as sizes and times: its
+/// state file, its run dir's files and the spool's listing.
+fn status_inputs(env: &TestEnv, id: &str) -> Vec<(String, u64, Option<std::time::SystemTime>)> {
+    let mut seen = Vec::new();
+    let mut look = |dir: std::path::PathBuf| {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let meta = entry.metadata().ok();
+            seen.push((
+                entry.path().to_string_lossy().into_owned(),
+                meta.as_ref().map_or(0, |m| m.len()),
+                meta.and_then(|m| m.modified().ok()),
+            ));
+        }
+    };
+    look(env.state.join("runs").join(id));
+    for dir in ["incoming", "running", "done", "rejected", "cancel"] {
+        look(env.state.join("spool").join(dir));
+    }
+    seen
 }
 
 pub fn final_state(env: &TestEnv, id: &str) -> Value {
