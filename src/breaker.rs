@@ -16,20 +16,9 @@
 use std::path::{Path, PathBuf};
 
 use crate::outcome::Reason;
-use crate::report::{FailureReport, Totals};
+use crate::record::{FailureReport, Parked, Totals};
 use crate::util::shell_quote;
 use crate::workspace::{SubmoduleParked, Workspace};
-
-/// Where the work went: recorded in the journal before any report.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Parked {
-    /// The stash commit (`None`: nothing to park, or parking failed).
-    pub stash_commit: Option<String>,
-    /// Why parking failed, if it did: the work is then still in the tree.
-    pub error: Option<String>,
-    /// The submodules that had something to park (or failed to).
-    pub submodules: Vec<SubmoduleParked>,
-}
 
 /// Everything the report needs from the job.
 pub struct Trip<'a> {

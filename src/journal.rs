@@ -37,7 +37,7 @@ use crate::guard::finding::Finding;
 use crate::guard::progress::DiffHistory;
 use crate::guard::{ModelCall, Nudge, Record, Recorder, ToolCall};
 use crate::outcome::{Escalation, Reason, Status};
-use crate::report::{AttemptRecord, Summary, Totals};
+use crate::record::{AttemptRecord, Summary, Totals};
 use crate::workspace::gitdir::Pinned;
 use crate::workspace::Artefacts;
 
@@ -747,7 +747,7 @@ pub struct Replay {
     /// Suspended and not resumed since.
     pub suspended: bool,
     /// Where the breaker parked the work, once it did.
-    pub parked: Option<crate::breaker::Parked>,
+    pub parked: Option<crate::record::Parked>,
     pub committed: Option<String>,
     /// The tree of the accepted attempt's change, as the judges took it:
     /// what loopd commits (never the working tree as it is later).
@@ -1069,7 +1069,7 @@ impl Replay {
                 error,
                 submodules,
             } => {
-                self.parked = Some(crate::breaker::Parked {
+                self.parked = Some(crate::record::Parked {
                     stash_commit: stash_commit.clone(),
                     error: error.clone(),
                     submodules: submodules.clone(),

@@ -44,11 +44,13 @@
 //! | 1 | [`outcome`], [`process`], [`sandbox`] | reasons → exit codes (the one place); process trees; the Landlock sandbox of a job's processes |
 //! | 2 | [`workspace`], [`agent`], [`notify`] | git (the diff, the pinned `.git/`, held credentials); the agent CLI seam (one module per CLI: `agent::claude`, `agent::codex`) and the vendor-neutral metering gateway; webhooks |
 //! | 3 | [`guard`], [`goal`], [`rubric`], [`critic`] | the judges and their settings |
-//! | 4 | [`report`], [`report_html`], [`breaker`], [`journal`], [`lessons`] | views (`report.html`: the page a human reads), parking, the job's truth, what a repository taught |
-//! | 5 | [`config`], [`live`] | `loopd.toml` + flags → a validated job; live progress lines from the journal |
-//! | 6 | [`job`] | the attempt loop, phase by phase |
-//! | 7 | [`daemon`], [`ci`], [`export`] | the queue and approvals; the CI autofix; many jobs as a Kubernetes Indexed Job or a GitHub Actions matrix |
-//! | 8 | [`cli`] | arguments → a command → an exit status |
+//! | 4 | [`record`] | what a job leaves for its views: the summary, its attempts and totals, the failure record, where the work was parked |
+//! | 5 | [`journal`] | the job's truth, folded into those records |
+//! | 6 | [`report`], [`report_html`], [`breaker`], [`lessons`] | views (`report.html`: the page a human reads), parking, what a repository taught |
+//! | 7 | [`config`], [`live`] | `loopd.toml` + flags → a validated job; live progress lines from the journal |
+//! | 8 | [`job`] | the attempt loop, phase by phase |
+//! | 9 | [`daemon`], [`ci`], [`export`] | the queue and approvals; the CI autofix; many jobs as a Kubernetes Indexed Job or a GitHub Actions matrix |
+//! | 10 | [`cli`] | arguments → a command → an exit status |
 //!
 //! Exit codes are decided in one place: [`outcome`].
 
@@ -72,6 +74,7 @@ pub mod live;
 pub mod notify;
 pub mod outcome;
 pub mod process;
+pub mod record;
 pub mod report;
 pub mod report_html;
 pub mod rubric;

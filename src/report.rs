@@ -1,152 +1,14 @@
-//! The views a job leaves behind, outside the repository: `summary.json`
-//! (also what `--json` prints) and `failure.json`, both derived from the
-//! journal (`ledger.jsonl`, [`crate::journal`]), and their human rendering.
+//! The human rendering of what a job leaves behind, outside the repository:
+//! `summary.json` (also what `--json` prints) and `failure.json`, whose
+//! types live in [`crate::record`] and are folded from the journal
+//! (`ledger.jsonl`, [`crate::journal`]); the markdown report, the interdiffs
+//! and how to get the work back.
 //! Nothing here ever contains the API key: it is never given to this module.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use serde::{Deserialize, Serialize};
-
-use crate::critic::Violation;
-use crate::guard::caps::Spend;
-use crate::outcome::{Escalation, Outcome, Reason};
-
-/// One attempt, as the summary reports it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AttemptRecord {
-    pub n: u32,
-    pub goal_passed: bool,
-    pub failed_step: Option<String>,
-    /// `PASS` | `FAIL` | `invalid` | `skipped`.
-    pub critic: String,
-    /// Why the verdict was invalid, when it was.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub critic_note: Option<String>,
-    pub violations: Vec<Violation>,
-    /// Findings of the deterministic gates (tamper checks), one per line.
-    #[serde(default)]
-    pub gate_findings: Vec<String>,
-    /// The gate that rejected this attempt (`protected_path`, `skip_marker`,
-    /// `test_count_dropped`), if one did.
-    #[serde(default)]
-    pub rejected_by: Option<Reason>,
-    /// Files that differ between the previous attempt's tree and this one's
-    /// (`attempt-<n>/interdiff.patch` has the diff).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub interdiff_files: Vec<String>,
-    /// The scope check: files this attempt changed that no finding of the
-    /// previous rejection named. A warning, not a gate.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub scope_warnings: Vec<String>,
-    /// Tool calls loopd's hook denied during the agent session.
-    #[serde(default)]
-    pub denied_tool_calls: usize,
-    pub cost_usd: f64,
-    pub turns: u64,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub diff_sha256: String,
-    /// Set when a guard ended the job during this attempt.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stopped: Option<Reason>,
-    /// The prompt the agent was given.
-    pub prompt_file: PathBuf,
-}
-
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
-pub struct Totals {
-    pub cost_usd: f64,
-    pub turns: u64,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub wall_ms: u64,
-}
-
-/// Costs to a billionth of a dollar: sums of float prices print as
-/// `0.015985` rather than `0.015985000000000003`.
-pub fn round_usd(x: f64) -> f64 {
-    (x * 1e9).round() / 1e9
-}
-
-impl Totals {
-    pub fn from_spend(s: &Spend, wall_ms: u64) -> Totals {
-        Totals {
-            cost_usd: round_usd(s.cost_usd),
-            turns: s.turns,
-            input_tokens: s.input_tokens,
-            output_tokens: s.output_tokens,
-            wall_ms,
-        }
-    }
-}
-
-/// `summary.json`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Summary {
-    pub job_id: String,
-    pub repo: PathBuf,
-    pub base_ref: String,
-    pub task: String,
-    pub outcome: Outcome,
-    pub reason: Reason,
-    /// A sentence on what happened, for humans.
-    pub detail: String,
-    pub attempts: Vec<AttemptRecord>,
-    /// The agent's claim, when the job ended `escalated`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub escalation: Option<Escalation>,
-    pub totals: Totals,
-    pub stash_commit: Option<String>,
-    pub failure_report: Option<PathBuf>,
-    /// How the agent, the critic and the goal steps were confined:
-    /// `landlock`, `unsupported` or `off`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<crate::sandbox::Confinement>,
-    /// The network the job's processes got (`gateway-only` or `open`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network: Option<crate::sandbox::Network>,
-    pub run_dir: PathBuf,
-    pub started_at: String,
-    pub finished_at: String,
-}
-
-impl Summary {
-    pub fn outcome_word(&self) -> &'static str {
-        outcome_word(self.outcome)
-    }
-
-    /// The task's first line, short enough for a commit or PR title.
-    pub fn headline(&self) -> String {
-        self.task
-            .lines()
-            .next()
-            .unwrap_or("")
-            .chars()
-            .take(60)
-            .collect()
-    }
-}
-
-/// `failure.json`: what a human needs when the job did not end in acceptance.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct FailureReport {
-    pub job_id: String,
-    pub reason: Reason,
-    pub detail: String,
-    pub timestamp: String,
-    pub repo: PathBuf,
-    pub base_ref: String,
-    pub stash_commit: Option<String>,
-    /// The submodules' own stashes (a git stash never looks inside one).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub submodule_stashes: Vec<crate::workspace::SubmoduleParked>,
-    /// The one command that gets the work back (every stash applied).
-    pub restore: String,
-    pub totals: Totals,
-    pub attempts: usize,
-    pub last_events: Vec<serde_json::Value>,
-}
+use crate::record::{FailureReport, Summary};
 
 /// The branch a daemon job's change lives on.
 pub struct Branch<'a> {
@@ -343,7 +205,7 @@ pub fn render_human(s: &Summary) -> String {
     out.push_str(&format!(
         "loopd {}: {} ({})\n",
         s.job_id,
-        outcome_word(s.outcome),
+        s.outcome_word(),
         s.reason
     ));
     out.push_str(&format!("  {}\n", s.detail));
@@ -410,16 +272,4 @@ pub fn render_human(s: &Summary) -> String {
     }
     out.push_str(&format!("  run dir: `{}`\n", s.run_dir.display()));
     crate::util::printable(&out).into_owned()
-}
-
-fn outcome_word(o: Outcome) -> &'static str {
-    match o {
-        Outcome::Accepted => "accepted",
-        Outcome::Exhausted => "exhausted",
-        Outcome::Stopped => "stopped",
-        Outcome::Interrupted => "interrupted",
-        Outcome::Error => "error",
-        Outcome::NothingToFix => "nothing to fix",
-        Outcome::NeedsHuman => "needs a human",
-    }
 }

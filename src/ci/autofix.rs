@@ -24,7 +24,7 @@ use crate::config::Job;
 use crate::job::{self, Control};
 use crate::journal::{Event, Journal, JournalError};
 use crate::outcome::Outcome;
-use crate::report::Summary;
+use crate::record::Summary;
 use crate::workspace::credentials::{self, CredentialError};
 use crate::workspace::Workspace;
 

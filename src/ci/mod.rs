@@ -24,7 +24,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::report::Summary;
+use crate::record::Summary;
 use crate::workspace::Workspace;
 
 /// The trailer every loopd commit carries (no recursion on loopd's commits).

@@ -6,7 +6,8 @@ use crate::cli::daemon::state_dir_or_default;
 use crate::cli::CliError;
 use crate::daemon::state::JobState;
 use crate::outcome::ExitStatus;
-use crate::report::{interdiffs, markdown, Branch, FailureReport, Summary};
+use crate::record::{FailureReport, Summary};
+use crate::report::{interdiffs, markdown, Branch};
 use crate::report_html::{self, BranchInfo, Inputs};
 
 /// Print the account of a job: attempts, verdicts, gates, each attempt's

@@ -216,7 +216,7 @@ fn continue_job(
             if let Some(summary) =
                 crate::util::read_untrusted(&run_dir.join("summary.json"), 16 << 20)
                     .ok()
-                    .and_then(|t| serde_json::from_slice::<report::Summary>(&t).ok())
+                    .and_then(|t| serde_json::from_slice::<crate::record::Summary>(&t).ok())
                     .filter(|s| s.job_id == id && s.reason == ending.reason)
             {
                 tracing::info!(job_id = %id, reason = %summary.reason, "the job has ended; nothing to do");
@@ -332,7 +332,7 @@ pub fn finish_foreground(
 }
 
 /// The human summary on stderr; with `json`, the summary on stdout.
-fn print_summary(summary: &report::Summary, json: bool) {
+fn print_summary(summary: &crate::record::Summary, json: bool) {
     eprint!("{}", report::render_human(summary));
     if json {
         crate::cli::out!(

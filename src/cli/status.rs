@@ -72,7 +72,7 @@ pub fn collect(state_dir: &Path) -> Vec<Value> {
                         .as_ref()
                         .map_or(replay.attempts.len() as u32, |c| c.attempt);
                     v["attempt"] = json!(attempt);
-                    v["spent_usd"] = json!(crate::report::round_usd(replay.spend().cost_usd));
+                    v["spent_usd"] = json!(crate::record::round_usd(replay.spend().cost_usd));
                 }
             }
             seen.insert(id, v);
@@ -107,7 +107,7 @@ pub fn collect(state_dir: &Path) -> Vec<Value> {
                 .as_ref()
                 .map_or(replay.attempts.len() as u32, |c| c.attempt);
             v["attempt"] = json!(attempt);
-            v["spent_usd"] = json!(crate::report::round_usd(replay.spend().cost_usd));
+            v["spent_usd"] = json!(crate::record::round_usd(replay.spend().cost_usd));
         }
         seen.insert(id, v);
     }

@@ -82,7 +82,7 @@ impl JobState {
     }
 
     /// Take the ending from a job's summary.
-    pub fn fill_from(&mut self, summary: &crate::report::Summary) {
+    pub fn fill_from(&mut self, summary: &crate::record::Summary) {
         self.attempt = summary.attempts.last().map_or(0, |a| a.n);
         self.spent_usd = summary.totals.cost_usd;
         self.reason = Some(summary.reason.to_string());

@@ -24,7 +24,7 @@ use crate::agent::session::{StopCause, StopRequest};
 use crate::config::{Job, JobFlags};
 use crate::job::{self, Control};
 use crate::journal::{Event, Journal};
-use crate::report::Summary;
+use crate::record::Summary;
 use crate::workspace::Workspace;
 
 /// What every job of a daemon shares.

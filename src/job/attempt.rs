@@ -18,7 +18,7 @@ use crate::guard::testcount::Counts;
 use crate::guard::{escalation, Watch};
 use crate::journal::{AttemptEnd, Current, Ending, Event, SessionFinished};
 use crate::outcome::Reason;
-use crate::report::{round_usd, AttemptRecord};
+use crate::record::{round_usd, AttemptRecord};
 use crate::util;
 
 /// How long a session's last response may take to drain through the

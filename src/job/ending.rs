@@ -7,11 +7,12 @@
 //! disk never hides where the work went (it is logged and printed).
 
 use super::Run;
-use crate::breaker::{self, Parked, Trip};
+use crate::breaker::{self, Trip};
 use crate::journal::{Ending, Event};
 use crate::lessons;
 use crate::outcome::Reason;
-use crate::report::{Summary, Totals};
+use crate::record::Parked;
+use crate::record::{Summary, Totals};
 
 impl Run<'_> {
     pub(super) fn finish(mut self, ending: Ending) -> Result<Summary, super::JobError> {

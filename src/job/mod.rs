@@ -57,7 +57,7 @@ use crate::guard::{escalation, tamper};
 use crate::journal::{Ending, Event, Journal, JournalError, Phase};
 use crate::lessons;
 use crate::outcome::Reason;
-use crate::report::Summary;
+use crate::record::Summary;
 use crate::util;
 use crate::workspace::credentials::{self, CredentialError, Released};
 use crate::workspace::gitdir::Pin;

@@ -21,7 +21,7 @@ use serde::Deserialize;
 use super::render::{escape, ms, outcome_badge, outcome_class, usd, CSS};
 use super::{read_run, read_run_file, BranchInfo, HtmlError, Inputs, MARKER, MAX_RECORD_FILE};
 use crate::outcome::{ExitStatus, Outcome, Reason, Status};
-use crate::report::{FailureReport, Summary};
+use crate::record::{FailureReport, Summary};
 
 /// How deep below DIR a run directory is looked for: deep enough for an
 /// artifact folder holding a state dir (`DIR/loopd-<id>/runs/<id>`, 3) with
@@ -254,7 +254,7 @@ impl Batch {
         let needs_human = in_group(Group::NeedsHuman).count();
         let not_accepted = in_group(Group::NotAccepted).count();
         let unreadable = self.jobs.iter().filter(|j| j.read.is_err()).count();
-        let cost = crate::report::round_usd(summaries().map(|(s, _)| s.totals.cost_usd).sum());
+        let cost = crate::record::round_usd(summaries().map(|(s, _)| s.totals.cost_usd).sum());
         let attempts: usize = summaries().map(|(s, _)| s.attempts.len()).sum();
         let wall_ms: u64 = summaries().map(|(s, _)| s.totals.wall_ms).sum();
         let cls = if needs_human > 0 {

@@ -34,7 +34,7 @@ use serde::Deserialize;
 
 use crate::goal::GoalReport;
 use crate::journal::Replay;
-use crate::report::{FailureReport, Summary};
+use crate::record::{FailureReport, Summary};
 
 pub use render::{escape, render};
 pub use timeline::{AttemptTimeline, Phase, PhaseKind};

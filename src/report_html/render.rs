@@ -8,7 +8,8 @@ use super::timeline::{gate_label, AttemptTimeline, PhaseKind};
 use super::{CacheTokens, Inputs, MARKER};
 use crate::journal::AttemptEnd;
 use crate::outcome::Outcome;
-use crate::report::{work_back, AttemptRecord, Branch, WorkBack};
+use crate::record::AttemptRecord;
+use crate::report::{work_back, Branch, WorkBack};
 
 pub(super) const CSS: &str = include_str!("style.css");
 
@@ -826,7 +827,7 @@ fn patch(h: &mut String, id: &str, title: &str, text: &str, open: bool) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::report::{Summary, Totals};
+    use crate::record::{Summary, Totals};
     use std::collections::BTreeMap;
     use std::path::PathBuf;
 

@@ -254,7 +254,7 @@ fn the_html_report_is_written_only_where_it_may_be() {
     let job = "20261130-120000000-abcd";
     let run_dir = env.state.join("runs").join(job);
     std::fs::create_dir_all(&run_dir).expect("run dir");
-    let summary = loopd::report::Summary {
+    let summary = loopd::record::Summary {
         job_id: job.into(),
         repo: env.repo.clone(),
         base_ref: "1".repeat(40),
@@ -263,7 +263,7 @@ fn the_html_report_is_written_only_where_it_may_be() {
         reason: loopd::outcome::Reason::AttemptsExhausted,
         detail: "no attempt was accepted".into(),
         attempts: vec![],
-        totals: loopd::report::Totals::default(),
+        totals: loopd::record::Totals::default(),
         escalation: None,
         sandbox: None,
         network: None,
@@ -351,13 +351,13 @@ fn write_summary(
     repo: &Path,
     reason: loopd::outcome::Reason,
     cost_usd: f64,
-) -> loopd::report::Summary {
+) -> loopd::record::Summary {
     let job = run_dir
         .file_name()
         .expect("a name")
         .to_string_lossy()
         .into_owned();
-    let summary = loopd::report::Summary {
+    let summary = loopd::record::Summary {
         job_id: job,
         repo: repo.to_path_buf(),
         base_ref: "1".repeat(40),
@@ -366,7 +366,7 @@ fn write_summary(
         reason,
         detail: "as the test says".into(),
         attempts: vec![],
-        totals: loopd::report::Totals {
+        totals: loopd::record::Totals {
             cost_usd,
             ..Default::default()
         },

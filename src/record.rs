@@ -1,0 +1,170 @@
+//! What a job leaves for its views to show: the summary and its attempts
+//! and totals, the failure report's record, and where the work was parked.
+//! The journal folds its events into these; `report`, `report_html` and
+//! `breaker` render or write them. Living here, below the journal, they
+//! keep the journal from importing any view of itself.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::critic::Violation;
+use crate::guard::caps::Spend;
+use crate::outcome::{Escalation, Outcome, Reason};
+use crate::workspace::SubmoduleParked;
+
+/// One attempt, as the summary reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    pub n: u32,
+    pub goal_passed: bool,
+    pub failed_step: Option<String>,
+    /// `PASS` | `FAIL` | `invalid` | `skipped`.
+    pub critic: String,
+    /// Why the verdict was invalid, when it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub critic_note: Option<String>,
+    pub violations: Vec<Violation>,
+    /// Findings of the deterministic gates (tamper checks), one per line.
+    #[serde(default)]
+    pub gate_findings: Vec<String>,
+    /// The gate that rejected this attempt (`protected_path`, `skip_marker`,
+    /// `test_count_dropped`), if one did.
+    #[serde(default)]
+    pub rejected_by: Option<Reason>,
+    /// Files that differ between the previous attempt's tree and this one's
+    /// (`attempt-<n>/interdiff.patch` has the diff).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interdiff_files: Vec<String>,
+    /// The scope check: files this attempt changed that no finding of the
+    /// previous rejection named. A warning, not a gate.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scope_warnings: Vec<String>,
+    /// Tool calls loopd's hook denied during the agent session.
+    #[serde(default)]
+    pub denied_tool_calls: usize,
+    pub cost_usd: f64,
+    pub turns: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub diff_sha256: String,
+    /// Set when a guard ended the job during this attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<Reason>,
+    /// The prompt the agent was given.
+    pub prompt_file: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
+pub struct Totals {
+    pub cost_usd: f64,
+    pub turns: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub wall_ms: u64,
+}
+
+/// Costs to a billionth of a dollar: sums of float prices print as
+/// `0.015985` rather than `0.015985000000000003`.
+pub fn round_usd(x: f64) -> f64 {
+    (x * 1e9).round() / 1e9
+}
+
+impl Totals {
+    pub fn from_spend(s: &Spend, wall_ms: u64) -> Totals {
+        Totals {
+            cost_usd: round_usd(s.cost_usd),
+            turns: s.turns,
+            input_tokens: s.input_tokens,
+            output_tokens: s.output_tokens,
+            wall_ms,
+        }
+    }
+}
+
+/// `summary.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Summary {
+    pub job_id: String,
+    pub repo: PathBuf,
+    pub base_ref: String,
+    pub task: String,
+    pub outcome: Outcome,
+    pub reason: Reason,
+    /// A sentence on what happened, for humans.
+    pub detail: String,
+    pub attempts: Vec<AttemptRecord>,
+    /// The agent's claim, when the job ended `escalated`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation: Option<Escalation>,
+    pub totals: Totals,
+    pub stash_commit: Option<String>,
+    pub failure_report: Option<PathBuf>,
+    /// How the agent, the critic and the goal steps were confined:
+    /// `landlock`, `unsupported` or `off`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::sandbox::Confinement>,
+    /// The network the job's processes got (`gateway-only` or `open`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::sandbox::Network>,
+    pub run_dir: PathBuf,
+    pub started_at: String,
+    pub finished_at: String,
+}
+
+impl Summary {
+    /// The outcome in the words a human reads.
+    pub fn outcome_word(&self) -> &'static str {
+        match self.outcome {
+            Outcome::Accepted => "accepted",
+            Outcome::Exhausted => "exhausted",
+            Outcome::Stopped => "stopped",
+            Outcome::Interrupted => "interrupted",
+            Outcome::Error => "error",
+            Outcome::NothingToFix => "nothing to fix",
+            Outcome::NeedsHuman => "needs a human",
+        }
+    }
+
+    /// The task's first line, short enough for a commit or PR title.
+    pub fn headline(&self) -> String {
+        self.task
+            .lines()
+            .next()
+            .unwrap_or("")
+            .chars()
+            .take(60)
+            .collect()
+    }
+}
+
+/// `failure.json`: what a human needs when the job did not end in acceptance.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FailureReport {
+    pub job_id: String,
+    pub reason: Reason,
+    pub detail: String,
+    pub timestamp: String,
+    pub repo: PathBuf,
+    pub base_ref: String,
+    pub stash_commit: Option<String>,
+    /// The submodules' own stashes (a git stash never looks inside one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub submodule_stashes: Vec<crate::workspace::SubmoduleParked>,
+    /// The one command that gets the work back (every stash applied).
+    pub restore: String,
+    pub totals: Totals,
+    pub attempts: usize,
+    pub last_events: Vec<serde_json::Value>,
+}
+
+/// Where the work went: recorded in the journal before any report.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Parked {
+    /// The stash commit (`None`: nothing to park, or parking failed).
+    pub stash_commit: Option<String>,
+    /// Why parking failed, if it did: the work is then still in the tree.
+    pub error: Option<String>,
+    /// The submodules that had something to park (or failed to).
+    pub submodules: Vec<SubmoduleParked>,
+}
