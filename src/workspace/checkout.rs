@@ -29,12 +29,18 @@ use super::{ChangeKind, Diff, Workspace, WorkspaceError};
 /// the size gate long before).
 const MAX_BLOB: u64 = 1 << 30;
 
+/// Written into a job's git directory once its repository is complete
+/// (objects borrowed, branch made, tree checked out): a directory without
+/// it is what a kill in the middle of making it left, never a job's work.
+const COMPLETE: &str = "loopd-checkout-complete";
+
 impl Workspace {
     /// Make a daemon job's repository: a git directory at `git_dir` whose
     /// objects are borrowed from `user_repo`, the working tree at
     /// `worktree` (with a `.git` file pointing back), the branch `branch` at
-    /// `commit`, checked out. Idempotent for a job that was suspended: an
-    /// existing one is opened as it is.
+    /// `commit`, checked out. Idempotent for a job that was suspended: a
+    /// complete one is opened as it is. One a kill left half made (no
+    /// [`COMPLETE`] marker: the job never ran in it) is made again.
     pub fn job_checkout(
         user_repo: &Path,
         commit: Oid,
@@ -49,8 +55,23 @@ impl Workspace {
                 source,
             }
         };
-        if git_dir.join("HEAD").exists() && worktree.exists() {
+        if git_dir.join(COMPLETE).exists() && worktree.exists() {
             return Workspace::open_job(git_dir, user_repo);
+        }
+        for dir in [git_dir, worktree] {
+            match std::fs::remove_dir_all(dir) {
+                Ok(()) => {
+                    tracing::warn!(path = %dir.display(), "a half-made job repository, made again")
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(WorkspaceError::Io {
+                        operation: "remove a half-made job repository",
+                        path: dir.to_path_buf(),
+                        source,
+                    })
+                }
+            }
         }
         let user = Repository::open(user_repo).map_err(|_| WorkspaceError::NotARepository {
             path: user_repo.to_path_buf(),
@@ -65,6 +86,8 @@ impl Workspace {
             .external_template(false);
         let repo =
             Repository::init_opts(git_dir, &opts).map_err(git("init the job's repository"))?;
+        // A kill here leaves a repository with HEAD and nothing else.
+        crate::util::crash_point("workspace:initialised");
         let info = git_dir.join("objects").join("info");
         std::fs::create_dir_all(&info).map_err(|source| WorkspaceError::Io {
             operation: "create objects/info",
@@ -96,6 +119,13 @@ impl Workspace {
             .map_err(git("check out the pinned commit"))?;
         drop(target);
         drop(repo);
+        crate::util::write_atomic(&git_dir.join(COMPLETE), b"").map_err(|source| {
+            WorkspaceError::Io {
+                operation: "mark the job's repository complete",
+                path: git_dir.to_path_buf(),
+                source,
+            }
+        })?;
         Workspace::open_job(git_dir, user_repo)
     }
 
@@ -408,6 +438,48 @@ mod tests {
                 .collect(),
             _ => vec![],
         }
+    }
+
+    /// A kill between `git init` and the end of the checkout left a git
+    /// dir with HEAD and an empty working tree: it was opened as the job's
+    /// repository, every tracked file missing.
+    #[test]
+    fn a_half_made_job_repository_is_made_again_and_a_complete_one_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let user = Repository::init(dir.path().join("user")).expect("user");
+        std::fs::write(dir.path().join("user/a.txt"), "a\n").expect("a.txt");
+        let mut index = user.index().expect("index");
+        index.add_path(Path::new("a.txt")).expect("add");
+        let tree = user
+            .find_tree(index.write_tree().expect("tree"))
+            .expect("tree");
+        let sig = git2::Signature::now("t", "t@example.invalid").expect("sig");
+        let commit = user
+            .commit(Some("HEAD"), &sig, &sig, "c", &tree, &[])
+            .expect("commit");
+        let (git_dir, worktree) = (dir.path().join("gitdir"), dir.path().join("work"));
+        // What the kill left: an initialised repository, nothing checked out.
+        let mut opts = git2::RepositoryInitOptions::new();
+        opts.no_dotgit_dir(true)
+            .mkpath(true)
+            .workdir_path(&worktree);
+        Repository::init_opts(&git_dir, &opts).expect("init");
+        assert!(git_dir.join("HEAD").exists() && worktree.exists());
+        let user_path = dir.path().join("user");
+        Workspace::job_checkout(&user_path, commit, "loopd/j", &git_dir, &worktree)
+            .expect("made again");
+        assert_eq!(
+            std::fs::read_to_string(worktree.join("a.txt")).expect("checked out"),
+            "a\n"
+        );
+        // A complete one holds the job's work: opened as it is.
+        std::fs::write(worktree.join("a.txt"), "work\n").expect("work");
+        Workspace::job_checkout(&user_path, commit, "loopd/j", &git_dir, &worktree)
+            .expect("opened");
+        assert_eq!(
+            std::fs::read_to_string(worktree.join("a.txt")).expect("kept"),
+            "work\n"
+        );
     }
 
     #[test]

@@ -92,11 +92,12 @@ fn outcome(env: &TestEnv, ids: &[String]) -> Outcome {
                 Some("queued" | "running" | "interrupted")
             )
         });
-        let sum: Value = serde_json::from_str(
-            &std::fs::read_to_string(s["summary"].as_str().expect("summary path"))
-                .expect("summary"),
-        )
-        .expect("json");
+        let log = || std::fs::read_to_string(env.tmp.path().join("daemon.log")).unwrap_or_default();
+        let path = s["summary"]
+            .as_str()
+            .unwrap_or_else(|| panic!("job {id} ended without a summary: {s}\n{}", log()));
+        let sum: Value =
+            serde_json::from_str(&std::fs::read_to_string(path).expect("summary")).expect("json");
         o.states
             .push(s["state"].as_str().expect("state").to_owned());
         // Billed once: what the finished sessions cost equals the crash-free
@@ -343,6 +344,7 @@ fn walk_every_point(plan: Plan) {
     );
     let required: &[&str] = if plan.parked {
         &[
+            "workspace:initialised#1",
             "journal:session_finished#1",
             "journal:job_ended#1",
             "park:stashed#1",
@@ -352,6 +354,7 @@ fn walk_every_point(plan: Plan) {
         ]
     } else {
         &[
+            "workspace:initialised#1",
             "journal:session_finished#1",
             "journal:attempt_ended#1",
             "journal:job_ended#1",
