@@ -173,13 +173,14 @@ impl Spool {
         tracing::error!(file = %to.display(), why, "job file rejected");
     }
 
-    /// Say why a file in `rejected/` is there: `<name>.error` beside it.
+    /// Say why a file in `rejected/` is there: `<name>.error` beside it,
+    /// written whole or not at all (a reader never sees it empty).
     pub fn explain(&self, rejected: &Path, why: &str) {
         let name = rejected.file_name().expect("a job file has a name");
         let err = self
             .dir("rejected")
             .join(format!("{}.error", name.to_string_lossy()));
-        if let Err(e) = std::fs::write(&err, format!("{why}\n")) {
+        if let Err(e) = crate::util::write_atomic(&err, format!("{why}\n").as_bytes()) {
             tracing::error!(file = %err.display(), error = %e, "cannot say why a job file was rejected");
         }
     }
