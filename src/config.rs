@@ -424,6 +424,402 @@ pub const DEFAULT_AGENT: &str = "claude";
 
 pub const DEFAULT_TOOLS: [&str; 5] = ["Read", "Edit", "Write", "Glob", "Grep"];
 pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(600);
+/// The configuration file (`--config`, else `loopd.toml` at the root if
+/// there is one): where it is, what it says, and its text (for the judge
+/// integrity check). No file is an empty configuration.
+fn read_config(
+    flags: &JobFlags,
+    repo_root: &Path,
+) -> Result<(Option<PathBuf>, ConfigFile, Option<String>), ConfigError> {
+    let config_path = match &flags.config {
+        Some(p) => Some(if p.is_absolute() {
+            p.clone()
+        } else {
+            std::env::current_dir()
+                .map(|d| d.join(p))
+                .unwrap_or_else(|_| p.clone())
+        }),
+        None => {
+            let p = repo_root.join(CONFIG_FILE);
+            p.is_file().then_some(p)
+        }
+    };
+    let (file, config_text) = match &config_path {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|source| {
+                ConfigError::from(FileError::Read {
+                    file: p.clone(),
+                    source,
+                })
+            })?;
+            let text = text
+                .strip_prefix('\u{feff}')
+                .map(str::to_owned)
+                .unwrap_or(text);
+            let parsed: ConfigFile = toml::from_str(&text).map_err(|e| {
+                ConfigError::from(FileError::Parse {
+                    file: p.clone(),
+                    message: e.to_string(),
+                })
+            })?;
+            (parsed, Some(text))
+        }
+        None => (ConfigFile::default(), None),
+    };
+    Ok((config_path, file, config_text))
+}
+
+/// `--goal` steps: each a command line, named by itself.
+fn goal_from_flags(o: &Origin<'_>, runs: &[String]) -> Result<Vec<GoalStep>, ConfigError> {
+    runs.iter()
+        .map(|run| {
+            if run.trim().is_empty() {
+                return Err(o.invalid("goal", "a shell command line", "\"\""));
+            }
+            Ok(GoalStep {
+                name: run.trim().to_owned(),
+                run: run.trim().to_owned(),
+                timeout: DEFAULT_STEP_TIMEOUT,
+                report: Preset::infer(run),
+            })
+        })
+        .collect()
+}
+
+/// `[[goal]]` steps: a command line each, a unique name, a timeout and
+/// the test report it prints.
+fn goal_from_file(o: &Origin<'_>, file: Vec<GoalStepFile>) -> Result<Vec<GoalStep>, ConfigError> {
+    let mut steps = Vec::new();
+    for (i, step) in file.into_iter().enumerate() {
+        let run = match step.run {
+            Some(r) if !r.trim().is_empty() => r.trim().to_owned(),
+            _ => {
+                return Err(o.invalid(&format!("goal[{i}].run"), "a shell command line", "nothing"))
+            }
+        };
+        let name = match step.name {
+            Some(n) if !n.trim().is_empty() => n.trim().to_owned(),
+            Some(_) => {
+                return Err(o.invalid(&format!("goal[{i}].name"), "a non-empty string", "\"\""))
+            }
+            None => run.clone(),
+        };
+        if steps.iter().any(|s: &GoalStep| s.name == name) {
+            return Err(o.invalid(
+                &format!("goal[{i}].name"),
+                "a name no other step uses",
+                format!("`{name}`"),
+            ));
+        }
+        let timeout = duration(
+            o,
+            &format!("goal[{i}].timeout"),
+            step.timeout.as_deref(),
+            DEFAULT_STEP_TIMEOUT,
+        )?;
+        let report = match step.report.as_deref().map(str::trim) {
+            None => Preset::infer(&run),
+            Some("none") => None,
+            Some(name) => Some(Preset::parse_name(name).ok_or_else(|| {
+                o.invalid(
+                    &format!("goal[{i}].report"),
+                    "one of `pytest`, `cargo`, `nextest`, `go`, `jest`, `vitest`, `node`, `none`",
+                    format!("`{name}`"),
+                )
+            })?),
+        };
+        steps.push(GoalStep {
+            name,
+            run,
+            timeout,
+            report,
+        });
+    }
+    Ok(steps)
+}
+
+/// `[prices."model"]`: prices over the agents' own tables, all four
+/// kinds of token each.
+fn price_overrides(
+    o: &Origin<'_>,
+    table: &BTreeMap<String, PriceFile>,
+) -> Result<BTreeMap<String, Price>, ConfigError> {
+    let mut prices = BTreeMap::new();
+    for (model, p) in table {
+        let field = |k: &str| format!("prices.\"{model}\".{k}");
+        let get = |k: &str, v: Option<f64>| match v {
+            Some(x) if x.is_finite() && x >= 0.0 => Ok(x),
+            Some(x) => Err(o.invalid(
+                &field(k),
+                "a price in USD per million tokens (0 or more)",
+                x,
+            )),
+            None => Err(o.invalid(
+                &field(k),
+                "a price in USD per million tokens",
+                "nothing (all four of input, output, cache_read, cache_write are needed)",
+            )),
+        };
+        let price = Price {
+            input: get("input", p.input)?,
+            output: get("output", p.output)?,
+            cache_read: get("cache_read", p.cache_read)?,
+            cache_write: get("cache_write", p.cache_write)?,
+        };
+        prices.insert(model.clone(), price);
+    }
+    Ok(prices)
+}
+
+/// The caps: budget, turns, tokens and the three timeouts, each from its
+/// flag or the file, checked.
+fn caps<'a>(
+    flags: &JobFlags,
+    file: &ConfigFile,
+    origin: &dyn Fn(bool) -> Origin<'a>,
+) -> Result<Caps, ConfigError> {
+    let (v, f) = pick(flags.budget_usd, file.budget_usd);
+    let budget_usd = match v {
+        None => DEFAULT_BUDGET_USD,
+        Some(x) if x.is_finite() && x > 0.0 => x,
+        Some(x) => {
+            return Err(origin(f).invalid("budget_usd", "a positive number of US dollars", x))
+        }
+    };
+    let (v, f) = pick(flags.max_turns, file.max_turns);
+    let max_turns = positive(&origin(f), "max_turns", v, DEFAULT_MAX_TURNS)?;
+    let (v, f) = pick(flags.max_tokens, file.max_tokens);
+    let max_tokens = positive(&origin(f), "max_tokens", v, DEFAULT_MAX_TOKENS)?;
+    let (v, f) = pick(flags.timeout.clone(), file.timeout.clone());
+    let timeout = duration(&origin(f), "timeout", v.as_deref(), DEFAULT_TIMEOUT)?;
+    let (v, f) = pick(flags.attempt_timeout.clone(), file.attempt_timeout.clone());
+    let attempt_timeout = duration(
+        &origin(f),
+        "attempt_timeout",
+        v.as_deref(),
+        DEFAULT_ATTEMPT_TIMEOUT,
+    )?;
+    let (v, f) = pick(flags.idle_timeout.clone(), file.idle_timeout.clone());
+    let idle_timeout = duration(
+        &origin(f),
+        "idle_timeout",
+        v.as_deref(),
+        DEFAULT_IDLE_TIMEOUT,
+    )?;
+    Ok(Caps {
+        budget_usd,
+        max_turns,
+        max_tokens,
+        timeout,
+        attempt_timeout,
+        idle_timeout,
+    })
+}
+
+/// `[guard]`: the stuck and progress guards' settings, checked.
+fn guard_settings(o: &Origin<'_>, g: GuardFile) -> Result<GuardSettings, ConfigError> {
+    let defaults = GuardSettings::default();
+    let stuck_window = positive(
+        o,
+        "guard.stuck_window",
+        g.stuck_window,
+        defaults.stuck_window as u64,
+    )? as usize;
+    let stuck_repeat = positive(
+        o,
+        "guard.stuck_repeat",
+        g.stuck_repeat,
+        defaults.stuck_repeat as u64,
+    )? as usize;
+    if stuck_repeat < 2 || stuck_repeat > stuck_window {
+        return Err(o.invalid(
+            "guard.stuck_repeat",
+            &format!("an integer from 2 to guard.stuck_window ({stuck_window})"),
+            stuck_repeat,
+        ));
+    }
+    let strict_from = match g.strict_from {
+        None => defaults.strict_from,
+        Some(n) if (0..=i64::from(u32::MAX)).contains(&n) => n as u32,
+        Some(n) => return Err(o.invalid("guard.strict_from", "an attempt number (0: never)", n)),
+    };
+    let poll_patterns = g.poll_patterns.unwrap_or(defaults.poll_patterns);
+    let grace = duration(o, "guard.grace", g.grace.as_deref(), defaults.grace)?;
+
+    let max_diff_kb = positive(o, "guard.max_diff_kb", g.max_diff_kb, defaults.max_diff_kb)?;
+    if max_diff_kb > crate::guard::MAX_MAX_DIFF_KB {
+        return Err(o.invalid(
+            "guard.max_diff_kb",
+            &format!("a size in KiB from 1 to {}", crate::guard::MAX_MAX_DIFF_KB),
+            max_diff_kb,
+        ));
+    }
+    Ok(GuardSettings {
+        stuck_window,
+        stuck_repeat,
+        poll_patterns,
+        grace,
+        escalation: g.escalation.unwrap_or(defaults.escalation),
+        nudge: g.nudge.unwrap_or(defaults.nudge),
+        strict_from,
+        max_diff_kb,
+    })
+}
+
+/// `[protect]`: what besides the tests no agent may change, checked.
+fn protect_settings(o: &Origin<'_>, p: ProtectFile) -> Result<ProtectSettings, ConfigError> {
+    let protect = ProtectSettings {
+        paths: p.paths.unwrap_or_default(),
+        skip_markers: p.skip_markers,
+        allow_submodules: p.allow_submodules.unwrap_or(false),
+    };
+    for (i, p) in protect.paths.iter().enumerate() {
+        if p.trim().is_empty() || globset::Glob::new(p).is_err() {
+            return Err(o.invalid(
+                &format!("protect.paths[{i}]"),
+                "a glob such as `Makefile` or `ci/**`",
+                format!("`{p}`"),
+            ));
+        }
+    }
+    for (i, m) in protect.skip_markers.iter().flatten().enumerate() {
+        if regex::Regex::new(m).is_err() {
+            return Err(o.invalid(
+                &format!("protect.skip_markers[{i}]"),
+                "a regular expression",
+                format!("`{m}`"),
+            ));
+        }
+    }
+    Ok(protect)
+}
+
+/// `[sandbox]`: what a job's processes may read, write and reach; a
+/// `--require-sandbox` flag or `require = true` refuses to run without it.
+fn sandbox_settings(
+    o: &Origin<'_>,
+    s: SandboxFile,
+    require_flag: bool,
+) -> Result<SandboxSettings, ConfigError> {
+    let extra = |paths: Option<Vec<PathBuf>>, field: &str| -> Result<Vec<PathBuf>, ConfigError> {
+        let paths = paths.unwrap_or_default();
+        for (i, p) in paths.iter().enumerate() {
+            if !p.is_absolute() {
+                return Err(o.invalid(
+                    &format!("sandbox.{field}[{i}]"),
+                    "an absolute path",
+                    p.display().to_string(),
+                ));
+            }
+        }
+        Ok(paths)
+    };
+    let sandbox = SandboxSettings {
+        enabled: s.enabled.unwrap_or(true),
+        require: require_flag || s.require.unwrap_or(false),
+        read: extra(s.read, "read")?,
+        read_write: extra(s.read_write, "read_write")?,
+        network: match s.network.as_deref() {
+            None => None,
+            Some("open") => Some(crate::sandbox::Network::Open),
+            Some("gateway-only") => Some(crate::sandbox::Network::GatewayOnly),
+            Some(other) => {
+                return Err(o.invalid(
+                    "sandbox.network",
+                    "`open` or `gateway-only`",
+                    format!("`{other}`"),
+                ))
+            }
+        },
+    };
+    if !sandbox.enabled && sandbox.network == Some(crate::sandbox::Network::GatewayOnly) {
+        return Err(o.invalid(
+            "sandbox.network",
+            "`open` when `enabled = false` (only the sandbox can confine the network)",
+            "`gateway-only`",
+        ));
+    }
+    Ok(sandbox)
+}
+
+/// `[ci]`: the risk policy of `loopd ci`, checked.
+fn ci_policy(o: &Origin<'_>, c: &CiFile) -> Result<RiskPolicy, ConfigError> {
+    let mut policy = RiskPolicy::default();
+    if let Some(x) = c.budget_usd {
+        if !(x.is_finite() && x > 0.0) {
+            return Err(o.invalid("ci.budget_usd", "a positive number of US dollars", x));
+        }
+        policy.budget_usd = x;
+    }
+    if let Some(n) = c.max_attempts {
+        policy.max_attempts = positive(o, "ci.max_attempts", Some(n), 1)? as u32;
+    }
+    if let Some(n) = c.max_files {
+        policy.max_files = positive(o, "ci.max_files", Some(n), 1)? as usize;
+    }
+    if let Some(n) = c.max_lines {
+        policy.max_lines = positive(o, "ci.max_lines", Some(n), 1)? as usize;
+    }
+    if let Some(list) = &c.never_touch {
+        for (i, g) in list.iter().enumerate() {
+            if globset::Glob::new(g).is_err() {
+                return Err(o.invalid(
+                    &format!("ci.never_touch[{i}]"),
+                    "a glob such as `.github/**`",
+                    format!("`{g}`"),
+                ));
+            }
+        }
+        policy.never_touch = list.clone();
+    }
+    policy.allow_new_dependencies = c.allow_new_dependencies.unwrap_or(false);
+    policy.allow_forks = c.allow_forks.unwrap_or(false);
+    Ok(policy)
+}
+
+/// `[approval]`: whether an accepted daemon job waits for a human, and
+/// what approving it does.
+fn approval_settings(o: &Origin<'_>, a: &ApprovalFile) -> Result<ApprovalSettings, ConfigError> {
+    let action = match a.action.as_deref() {
+        None | Some("merge") => ApprovalAction::Merge,
+        Some("pull_request") => ApprovalAction::PullRequest,
+        Some(other) => {
+            return Err(o.invalid(
+                "approval.action",
+                "`merge` or `pull_request`",
+                format!("`{other}`"),
+            ))
+        }
+    };
+    Ok(ApprovalSettings {
+        required: a.required.unwrap_or(false),
+        action,
+        merge_into: non_empty(o, "approval.merge_into", a.merge_into.clone(), "main")?,
+        remote: non_empty(o, "approval.remote", a.remote.clone(), "origin")?,
+        base: non_empty(o, "approval.base", a.base.clone(), "main")?,
+    })
+}
+
+/// `[[notify]]`: the webhooks told of each ending (their URLs are
+/// secrets: never shown in an error).
+fn webhooks(o: &Origin<'_>, list: &[NotifyFile]) -> Result<Vec<Webhook>, ConfigError> {
+    let mut notify = Vec::new();
+    for (i, n) in list.iter().enumerate() {
+        match n.url.as_deref().map(str::trim) {
+            Some(u) if u.starts_with("http://") || u.starts_with("https://") => {
+                notify.push(Webhook { url: u.to_owned() })
+            }
+            _ => {
+                return Err(o.invalid(
+                    &format!("notify[{i}].url"),
+                    "an http:// or https:// URL",
+                    "something else (not shown: webhook URLs are secrets)",
+                ))
+            }
+        }
+    }
+    Ok(notify)
+}
 
 /// Where a value came from, for error messages.
 struct Origin<'a> {
@@ -625,41 +1021,7 @@ impl Job {
     /// Resolve `loopd.toml` (if any) and the flags into a job for the
     /// repository at `repo_root` (already located by the caller).
     pub fn resolve(flags: &JobFlags, repo_root: &Path) -> Result<Job, ConfigError> {
-        let config_path = match &flags.config {
-            Some(p) => Some(if p.is_absolute() {
-                p.clone()
-            } else {
-                std::env::current_dir()
-                    .map(|d| d.join(p))
-                    .unwrap_or_else(|_| p.clone())
-            }),
-            None => {
-                let p = repo_root.join(CONFIG_FILE);
-                p.is_file().then_some(p)
-            }
-        };
-        let (file, config_text) = match &config_path {
-            Some(p) => {
-                let text = std::fs::read_to_string(p).map_err(|source| {
-                    ConfigError::from(FileError::Read {
-                        file: p.clone(),
-                        source,
-                    })
-                })?;
-                let text = text
-                    .strip_prefix('\u{feff}')
-                    .map(str::to_owned)
-                    .unwrap_or(text);
-                let parsed: ConfigFile = toml::from_str(&text).map_err(|e| {
-                    ConfigError::from(FileError::Parse {
-                        file: p.clone(),
-                        message: e.to_string(),
-                    })
-                })?;
-                (parsed, Some(text))
-            }
-            None => (ConfigFile::default(), None),
-        };
+        let (config_path, file, config_text) = read_config(flags, repo_root)?;
         let file_name = config_path
             .clone()
             .unwrap_or_else(|| repo_root.join(CONFIG_FILE));
@@ -667,6 +1029,9 @@ impl Job {
             file: &file_name,
             from_flag,
         };
+
+        // Read before the fields below are taken out of `file`.
+        let caps = caps(flags, &file, &origin)?;
 
         let (task, from_flag) = pick(flags.task.clone(), file.task);
         let task = match task {
@@ -676,79 +1041,9 @@ impl Job {
         };
 
         let goal = if !flags.goal.is_empty() {
-            let o = origin(true);
-            flags
-                .goal
-                .iter()
-                .map(|run| {
-                    if run.trim().is_empty() {
-                        return Err(o.invalid("goal", "a shell command line", "\"\""));
-                    }
-                    Ok(GoalStep {
-                        name: run.trim().to_owned(),
-                        run: run.trim().to_owned(),
-                        timeout: DEFAULT_STEP_TIMEOUT,
-                        report: Preset::infer(run),
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?
+            goal_from_flags(&origin(true), &flags.goal)?
         } else {
-            let o = origin(false);
-            let mut steps = Vec::new();
-            for (i, step) in file.goal.into_iter().enumerate() {
-                let run = match step.run {
-                    Some(r) if !r.trim().is_empty() => r.trim().to_owned(),
-                    _ => {
-                        return Err(o.invalid(
-                            &format!("goal[{i}].run"),
-                            "a shell command line",
-                            "nothing",
-                        ))
-                    }
-                };
-                let name = match step.name {
-                    Some(n) if !n.trim().is_empty() => n.trim().to_owned(),
-                    Some(_) => {
-                        return Err(o.invalid(
-                            &format!("goal[{i}].name"),
-                            "a non-empty string",
-                            "\"\"",
-                        ))
-                    }
-                    None => run.clone(),
-                };
-                if steps.iter().any(|s: &GoalStep| s.name == name) {
-                    return Err(o.invalid(
-                        &format!("goal[{i}].name"),
-                        "a name no other step uses",
-                        format!("`{name}`"),
-                    ));
-                }
-                let timeout = duration(
-                    &o,
-                    &format!("goal[{i}].timeout"),
-                    step.timeout.as_deref(),
-                    DEFAULT_STEP_TIMEOUT,
-                )?;
-                let report = match step.report.as_deref().map(str::trim) {
-                    None => Preset::infer(&run),
-                    Some("none") => None,
-                    Some(name) => Some(Preset::parse_name(name).ok_or_else(|| {
-                        o.invalid(
-                            &format!("goal[{i}].report"),
-                            "one of `pytest`, `cargo`, `nextest`, `go`, `jest`, `vitest`, `node`, `none`",
-                            format!("`{name}`"),
-                        )
-                    })?),
-                };
-                steps.push(GoalStep {
-                    name,
-                    run,
-                    timeout,
-                    report,
-                });
-            }
-            steps
+            goal_from_file(&origin(false), file.goal)?
         };
         if goal.is_empty() {
             return Err(ConfigError::NoGoal { file: file_name });
@@ -818,31 +1113,7 @@ impl Job {
             v,
             critic_agent.default_models().1,
         )?;
-        let mut prices = BTreeMap::new();
-        for (model, p) in &file.prices {
-            let o = origin(false);
-            let field = |k: &str| format!("prices.\"{model}\".{k}");
-            let get = |k: &str, v: Option<f64>| match v {
-                Some(x) if x.is_finite() && x >= 0.0 => Ok(x),
-                Some(x) => Err(o.invalid(
-                    &field(k),
-                    "a price in USD per million tokens (0 or more)",
-                    x,
-                )),
-                None => Err(o.invalid(
-                    &field(k),
-                    "a price in USD per million tokens",
-                    "nothing (all four of input, output, cache_read, cache_write are needed)",
-                )),
-            };
-            let price = Price {
-                input: get("input", p.input)?,
-                output: get("output", p.output)?,
-                cache_read: get("cache_read", p.cache_read)?,
-                cache_write: get("cache_write", p.cache_write)?,
-            };
-            prices.insert(model.clone(), price);
-        }
+        let prices = price_overrides(&origin(false), &file.prices)?;
         // Default-deny on cost: a model loopd cannot price is a model whose
         // calls it cannot cap.
         for (field, model, cli, from_flag) in [
@@ -894,217 +1165,14 @@ impl Job {
             }
         };
 
-        let (v, f) = pick(flags.budget_usd, file.budget_usd);
-        let budget_usd = match v {
-            None => DEFAULT_BUDGET_USD,
-            Some(x) if x.is_finite() && x > 0.0 => x,
-            Some(x) => {
-                return Err(origin(f).invalid("budget_usd", "a positive number of US dollars", x))
-            }
-        };
-        let (v, f) = pick(flags.max_turns, file.max_turns);
-        let max_turns = positive(&origin(f), "max_turns", v, DEFAULT_MAX_TURNS)?;
-        let (v, f) = pick(flags.max_tokens, file.max_tokens);
-        let max_tokens = positive(&origin(f), "max_tokens", v, DEFAULT_MAX_TOKENS)?;
-        let (v, f) = pick(flags.timeout.clone(), file.timeout);
-        let timeout = duration(&origin(f), "timeout", v.as_deref(), DEFAULT_TIMEOUT)?;
-        let (v, f) = pick(flags.attempt_timeout.clone(), file.attempt_timeout);
-        let attempt_timeout = duration(
-            &origin(f),
-            "attempt_timeout",
-            v.as_deref(),
-            DEFAULT_ATTEMPT_TIMEOUT,
-        )?;
-        let (v, f) = pick(flags.idle_timeout.clone(), file.idle_timeout);
-        let idle_timeout = duration(
-            &origin(f),
-            "idle_timeout",
-            v.as_deref(),
-            DEFAULT_IDLE_TIMEOUT,
-        )?;
-
         let o = origin(false);
-        let defaults = GuardSettings::default();
-        let stuck_window = positive(
-            &o,
-            "guard.stuck_window",
-            file.guard.stuck_window,
-            defaults.stuck_window as u64,
-        )? as usize;
-        let stuck_repeat = positive(
-            &o,
-            "guard.stuck_repeat",
-            file.guard.stuck_repeat,
-            defaults.stuck_repeat as u64,
-        )? as usize;
-        if stuck_repeat < 2 || stuck_repeat > stuck_window {
-            return Err(o.invalid(
-                "guard.stuck_repeat",
-                &format!("an integer from 2 to guard.stuck_window ({stuck_window})"),
-                stuck_repeat,
-            ));
-        }
-        let strict_from = match file.guard.strict_from {
-            None => defaults.strict_from,
-            Some(n) if (0..=i64::from(u32::MAX)).contains(&n) => n as u32,
-            Some(n) => {
-                return Err(o.invalid("guard.strict_from", "an attempt number (0: never)", n))
-            }
-        };
-        let poll_patterns = file.guard.poll_patterns.unwrap_or(defaults.poll_patterns);
-        let grace = duration(
-            &o,
-            "guard.grace",
-            file.guard.grace.as_deref(),
-            defaults.grace,
-        )?;
+        let guard = guard_settings(&o, file.guard)?;
+        let protect = protect_settings(&o, file.protect)?;
+        let sandbox = sandbox_settings(&o, file.sandbox, flags.require_sandbox)?;
 
-        let max_diff_kb = positive(
-            &o,
-            "guard.max_diff_kb",
-            file.guard.max_diff_kb,
-            defaults.max_diff_kb,
-        )?;
-        if max_diff_kb > crate::guard::MAX_MAX_DIFF_KB {
-            return Err(o.invalid(
-                "guard.max_diff_kb",
-                &format!("a size in KiB from 1 to {}", crate::guard::MAX_MAX_DIFF_KB),
-                max_diff_kb,
-            ));
-        }
-        let protect = ProtectSettings {
-            paths: file.protect.paths.unwrap_or_default(),
-            skip_markers: file.protect.skip_markers,
-            allow_submodules: file.protect.allow_submodules.unwrap_or(false),
-        };
-        let extra =
-            |paths: Option<Vec<PathBuf>>, field: &str| -> Result<Vec<PathBuf>, ConfigError> {
-                let paths = paths.unwrap_or_default();
-                for (i, p) in paths.iter().enumerate() {
-                    if !p.is_absolute() {
-                        return Err(o.invalid(
-                            &format!("sandbox.{field}[{i}]"),
-                            "an absolute path",
-                            p.display().to_string(),
-                        ));
-                    }
-                }
-                Ok(paths)
-            };
-        let sandbox = SandboxSettings {
-            enabled: file.sandbox.enabled.unwrap_or(true),
-            require: flags.require_sandbox || file.sandbox.require.unwrap_or(false),
-            read: extra(file.sandbox.read, "read")?,
-            read_write: extra(file.sandbox.read_write, "read_write")?,
-            network: match file.sandbox.network.as_deref() {
-                None => None,
-                Some("open") => Some(crate::sandbox::Network::Open),
-                Some("gateway-only") => Some(crate::sandbox::Network::GatewayOnly),
-                Some(other) => {
-                    return Err(o.invalid(
-                        "sandbox.network",
-                        "`open` or `gateway-only`",
-                        format!("`{other}`"),
-                    ))
-                }
-            },
-        };
-        if !sandbox.enabled && sandbox.network == Some(crate::sandbox::Network::GatewayOnly) {
-            return Err(o.invalid(
-                "sandbox.network",
-                "`open` when `enabled = false` (only the sandbox can confine the network)",
-                "`gateway-only`",
-            ));
-        }
-        for (i, p) in protect.paths.iter().enumerate() {
-            if p.trim().is_empty() || globset::Glob::new(p).is_err() {
-                return Err(o.invalid(
-                    &format!("protect.paths[{i}]"),
-                    "a glob such as `Makefile` or `ci/**`",
-                    format!("`{p}`"),
-                ));
-            }
-        }
-        for (i, m) in protect.skip_markers.iter().flatten().enumerate() {
-            if regex::Regex::new(m).is_err() {
-                return Err(o.invalid(
-                    &format!("protect.skip_markers[{i}]"),
-                    "a regular expression",
-                    format!("`{m}`"),
-                ));
-            }
-        }
-
-        let ci = {
-            let c = &file.ci;
-            let mut policy = RiskPolicy::default();
-            if let Some(x) = c.budget_usd {
-                if !(x.is_finite() && x > 0.0) {
-                    return Err(o.invalid("ci.budget_usd", "a positive number of US dollars", x));
-                }
-                policy.budget_usd = x;
-            }
-            if let Some(n) = c.max_attempts {
-                policy.max_attempts = positive(&o, "ci.max_attempts", Some(n), 1)? as u32;
-            }
-            if let Some(n) = c.max_files {
-                policy.max_files = positive(&o, "ci.max_files", Some(n), 1)? as usize;
-            }
-            if let Some(n) = c.max_lines {
-                policy.max_lines = positive(&o, "ci.max_lines", Some(n), 1)? as usize;
-            }
-            if let Some(list) = &c.never_touch {
-                for (i, g) in list.iter().enumerate() {
-                    if globset::Glob::new(g).is_err() {
-                        return Err(o.invalid(
-                            &format!("ci.never_touch[{i}]"),
-                            "a glob such as `.github/**`",
-                            format!("`{g}`"),
-                        ));
-                    }
-                }
-                policy.never_touch = list.clone();
-            }
-            policy.allow_new_dependencies = c.allow_new_dependencies.unwrap_or(false);
-            policy.allow_forks = c.allow_forks.unwrap_or(false);
-            policy
-        };
-        let approval = {
-            let a = &file.approval;
-            let action = match a.action.as_deref() {
-                None | Some("merge") => ApprovalAction::Merge,
-                Some("pull_request") => ApprovalAction::PullRequest,
-                Some(other) => {
-                    return Err(o.invalid(
-                        "approval.action",
-                        "`merge` or `pull_request`",
-                        format!("`{other}`"),
-                    ))
-                }
-            };
-            ApprovalSettings {
-                required: a.required.unwrap_or(false),
-                action,
-                merge_into: non_empty(&o, "approval.merge_into", a.merge_into.clone(), "main")?,
-                remote: non_empty(&o, "approval.remote", a.remote.clone(), "origin")?,
-                base: non_empty(&o, "approval.base", a.base.clone(), "main")?,
-            }
-        };
-        let mut notify = Vec::new();
-        for (i, n) in file.notify.iter().enumerate() {
-            match n.url.as_deref().map(str::trim) {
-                Some(u) if u.starts_with("http://") || u.starts_with("https://") => {
-                    notify.push(Webhook { url: u.to_owned() })
-                }
-                _ => {
-                    return Err(o.invalid(
-                        &format!("notify[{i}].url"),
-                        "an http:// or https:// URL",
-                        "something else (not shown: webhook URLs are secrets)",
-                    ))
-                }
-            }
-        }
+        let ci = ci_policy(&o, &file.ci)?;
+        let approval = approval_settings(&o, &file.approval)?;
+        let notify = webhooks(&o, &file.notify)?;
 
         let agent_bin = flags
             .agent_bin
@@ -1142,24 +1210,8 @@ impl Job {
             critic_bin,
             prices,
             state_dir,
-            caps: Caps {
-                budget_usd,
-                max_turns,
-                max_tokens,
-                timeout,
-                attempt_timeout,
-                idle_timeout,
-            },
-            guard: GuardSettings {
-                stuck_window,
-                stuck_repeat,
-                poll_patterns,
-                grace,
-                escalation: file.guard.escalation.unwrap_or(defaults.escalation),
-                nudge: file.guard.nudge.unwrap_or(defaults.nudge),
-                strict_from,
-                max_diff_kb,
-            },
+            caps,
+            guard,
             protect,
             ci,
             approval,
