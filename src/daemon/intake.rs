@@ -139,6 +139,33 @@ pub struct Intake {
     listener: tokio::net::UnixListener,
 }
 
+/// How long a daemon waits for the daemon lock before it says another
+/// one serves the spool: see [`take_daemon_lock`].
+const LOCK_GRACE: Duration = Duration::from_secs(2);
+
+/// The daemon lock, waiting a moment for a dead daemon's last child. A
+/// `kill -9` can land while the daemon is between fork and exec of a
+/// child: the child holds a copy of every descriptor, the lock's too,
+/// until its exec closes it — a few milliseconds, longer on a loaded
+/// machine — and a restart in that window was refused (the crash walks
+/// saw it). A live daemon holds the lock for good, so a bounded wait tells
+/// the two apart; it blocks the starting daemon only, before it serves.
+fn take_daemon_lock(
+    path: &Path,
+    grace: Duration,
+) -> Result<Option<crate::util::FileLock>, IntakeError> {
+    let give_up = std::time::Instant::now() + grace;
+    loop {
+        if let Some(lock) = Lock::take(path, true, false)? {
+            return Ok(Some(lock));
+        }
+        if std::time::Instant::now() >= give_up {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn socket_path(spool: &Spool) -> Result<PathBuf, IntakeError> {
     let path = spool.root.join(SOCKET);
     if path.as_os_str().len() > 107 {
@@ -152,7 +179,7 @@ impl Intake {
     /// was queued while no daemon ran. Inside a tokio runtime.
     pub fn open(spool: &Spool) -> Result<Intake, IntakeError> {
         let lock_path = spool.root.join(DAEMON_LOCK);
-        let daemon_lock = Lock::take(&lock_path, true, false)?.ok_or(IntakeError::Busy {
+        let daemon_lock = take_daemon_lock(&lock_path, LOCK_GRACE)?.ok_or(IntakeError::Busy {
             path: spool.root.clone(),
         })?;
         let path = socket_path(spool)?;
@@ -335,5 +362,30 @@ fn hand_over(path: &Path, spec: &JobSpec) -> Result<Option<Delivered>, IntakeErr
         Ok(Reply::Queued) => Ok(Some(Delivered::Daemon)),
         Ok(Reply::Refused(why)) => Err(IntakeError::Refused(why)),
         Err(e) => Err(IntakeError::Protocol(format!("{e}: `{}`", line.trim()))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lock a dead daemon's child still holds for a moment is taken once
+    /// it lets go; one held for good is not, after the grace.
+    #[test]
+    fn the_daemon_lock_waits_out_a_brief_holder_but_not_a_daemon() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("daemon.lock");
+        let brief = crate::util::FileLock::take(&path, true, false)
+            .expect("lock")
+            .expect("free");
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(brief);
+        });
+        let taken = take_daemon_lock(&path, Duration::from_secs(10)).expect("no error");
+        release.join().expect("released");
+        assert!(taken.is_some(), "taken once the brief holder let go");
+        let second = take_daemon_lock(&path, Duration::from_millis(200)).expect("no error");
+        assert!(second.is_none(), "a daemon holding it keeps it");
     }
 }

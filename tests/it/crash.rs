@@ -46,12 +46,36 @@ fn by_content() -> Picker {
 }
 
 /// A daemon started with extra environment, killed or not by a crash point.
+/// A daemon of a walk, killed when the walk ends — a failed assertion
+/// included, so no walk leaves a daemon running.
+struct WalkDaemon(std::process::Child);
+
+impl std::ops::Deref for WalkDaemon {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for WalkDaemon {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for WalkDaemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn daemon_with(
     env: &TestEnv,
     model: &ScriptedModel,
     jobs: usize,
     vars: &[(&str, &str)],
-) -> std::process::Child {
+) -> WalkDaemon {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -64,7 +88,7 @@ fn daemon_with(
     for (k, v) in vars {
         cmd.env(k, v);
     }
-    cmd.spawn().expect("spawn daemon")
+    WalkDaemon(cmd.spawn().expect("spawn daemon"))
 }
 
 /// What a finished walk (or the crash-free run) leaves, for comparison.
