@@ -330,7 +330,8 @@ fn walk(plan: Plan, crash: Option<&str>) -> (Outcome, Vec<String>) {
             assert_eq!(
                 env.git(&["show", &format!("loopd/{id}:rechnung.py")]),
                 clean_solution(),
-                "the accepted change is on the job's branch ({crash:?})"
+                "the accepted change is on the job's branch ({crash:?})\n{}",
+                log()
             );
         }
     }
