@@ -400,10 +400,6 @@ impl Player {
         self.stderr
     }
 
-    fn prices_of(&self) -> fn(&str) -> Option<Price> {
-        ClaudeCode.prices()
-    }
-
     /// Write one line of the stream (lost only if loopd stopped reading).
     async fn emit(&mut self, line: Value) {
         let mut text = line.to_string();
@@ -423,7 +419,7 @@ impl Player {
         structured: Option<Value>,
         text: &str,
     ) {
-        let cost = (self.prices_of())(&self.call.model).map_or(0.0, |p| p.cost(&usage));
+        let cost = ClaudeCode.prices()(&self.call.model).map_or(0.0, |p| p.cost(&usage));
         let is_error = terminal_reason.is_some();
         let mut result = json!({
             "type": "result",
