@@ -54,17 +54,38 @@ pub fn names() -> Vec<&'static str> {
     AGENTS.iter().map(|a| a.name()).collect()
 }
 
+/// An npm package at a pinned version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Package {
+    /// `@scope/name`.
+    pub name: &'static str,
+    /// The exact version (`2.1.328`).
+    pub version: &'static str,
+}
+
+impl std::fmt::Display for Package {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}", self.name, self.version)
+    }
+}
+
+/// The npm packages of every registered agent, pinned: what a machine that
+/// may run any of them installs.
+pub fn packages() -> Vec<Package> {
+    AGENTS.iter().filter_map(|a| a.package()).collect()
+}
+
 /// The names a program that starts an agent session goes by: each
-/// agent's program, its npm package (the last word of its install command)
-/// and the package's own name (`claude`, `@anthropic-ai/claude-code`,
+/// agent's program, its npm package and the package's own name (`claude`, `@anthropic-ai/claude-code`,
 /// `claude-code`, `codex`, `@openai/codex`).
 pub fn client_programs() -> Vec<&'static str> {
     let mut out = Vec::new();
     for a in AGENTS.iter().filter(|a| a.nests()) {
-        let package = a.install().rsplit(' ').next().unwrap_or_default();
         out.push(a.program());
-        out.push(package);
-        out.push(package.rsplit('/').next().unwrap_or(package));
+        if let Some(p) = a.package() {
+            out.push(p.name);
+            out.push(p.name.rsplit('/').next().unwrap_or(p.name));
+        }
     }
     out.sort_unstable();
     out.dedup();
@@ -170,9 +191,18 @@ pub trait Agent: Send + Sync {
     fn name(&self) -> &'static str;
     /// The program looked up on `PATH` when no binary is named.
     fn program(&self) -> &'static str;
-    /// How to install the pinned version (for the error when it is
-    /// missing).
-    fn install(&self) -> &'static str;
+    /// The npm package and the version the suite tests (the install
+    /// script installs it, and so does an exported CI workflow); `None`
+    /// for an agent that is not an npm package.
+    fn package(&self) -> Option<Package>;
+    /// How to install the version the suite tests (for the error when the
+    /// program is missing).
+    fn install(&self) -> String {
+        match self.package() {
+            Some(p) => format!("npm install -g {p}"),
+            None => format!("put `{}` on PATH", self.program()),
+        }
+    }
     /// Does running its program start another session (so the hook
     /// refuses it from the agent's shell)? True of every CLI; the scripted
     /// agent of test builds names the shell it runs its tools with.

@@ -79,8 +79,12 @@ impl Agent for Scripted {
         "sh"
     }
 
-    fn install(&self) -> &'static str {
-        "cargo build --features scripted-agent"
+    fn package(&self) -> Option<super::Package> {
+        None
+    }
+
+    fn install(&self) -> String {
+        "cargo build --features scripted-agent".to_owned()
     }
 
     /// `sh` starts no session: the shell is only what its tools run with.

@@ -12,10 +12,17 @@ use crate::export::{github_repository, run_command, ExportError, Job, JobsFile, 
 /// GitHub's limit on the entries of one matrix.
 pub const MATRIX_MAX: usize = 256;
 
-/// The agent CLIs the runner installs, at the versions the suite tests
-/// (`scripts/install-test-tools.sh`; a test keeps the two equal). Both:
-/// a repository's `loopd.toml` may pick either agent or critic.
-pub const AGENT_PACKAGES: &[&str] = &["@anthropic-ai/claude-code@2.1.328", "@openai/codex@0.171.0"];
+/// The agent CLIs the runner installs: every registered agent's package at
+/// the version the suite tests (`scripts/install-test-tools.sh`; a test
+/// keeps the two equal), since a repository's `loopd.toml` may pick any
+/// of them as agent or critic.
+pub fn agent_packages() -> String {
+    crate::agent::packages()
+        .iter()
+        .map(|p| p.to_string())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
 
 /// The actions the workflow uses, pinned by major version: a major version
 /// is the maintainers' promise of compatibility, and GitHub's own actions
@@ -201,7 +208,7 @@ fn steps(opts: &Options) -> Node {
         ),
         step(
             "Install loopd and the agent CLIs",
-            [("run", format!("npm install --global {}\n{}\n", AGENT_PACKAGES.join(" "), opts.install.trim_end()).into())],
+            [("run", format!("npm install --global {}\n{}\n", agent_packages(), opts.install.trim_end()).into())],
         ),
         step(
             "Write the credential file",

@@ -675,25 +675,49 @@ fn the_kubernetes_script_clones_once_and_passes_the_task_intact() {
     assert_eq!(out.status.code(), Some(5), "{}", text(&out));
 }
 
-/// The workflow installs the agent CLIs at the versions the suite tests.
+/// The workflow installs every registered agent CLI at the version the
+/// suite tests: each agent's pinned package is what the install script
+/// installs (`"<name>@$VAR"` with `VAR=<version>`), and the exported
+/// workflow's install step names them all.
 #[test]
 fn the_workflow_pins_the_agent_clis_the_suite_tests() {
     let script = std::fs::read_to_string(manifest_dir().join("scripts/install-test-tools.sh"))
         .expect("install script");
-    let pin = |var: &str| -> String {
-        script
+    let packages = loopd::agent::packages();
+    assert!(
+        packages.len() >= 2,
+        "claude and codex are npm packages: {packages:?}"
+    );
+    for p in &packages {
+        let var = script
+            .split(&format!("\"{}@$", p.name))
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .unwrap_or_else(|| panic!("scripts/install-test-tools.sh installs {}", p.name));
+        let pinned = script
             .lines()
             .find_map(|l| l.strip_prefix(&format!("{var}=")))
-            .unwrap_or_else(|| panic!("{var} in scripts/install-test-tools.sh"))
-            .to_owned()
-    };
-    assert_eq!(
-        loopd::export::github_actions::AGENT_PACKAGES,
-        [
-            format!("@anthropic-ai/claude-code@{}", pin("CLAUDE_CODE_VERSION")),
-            format!("@openai/codex@{}", pin("CODEX_VERSION")),
-        ]
-    );
+            .unwrap_or_else(|| panic!("{var}= in scripts/install-test-tools.sh"));
+        assert_eq!(
+            pinned, p.version,
+            "{} in the install script and in the agent's module",
+            p.name
+        );
+    }
+    let installs = loopd::export::github_actions::agent_packages();
+    let words: Vec<&str> = installs.split(' ').collect();
+    for name in ["@anthropic-ai/claude-code", "@openai/codex"] {
+        let pinned = packages
+            .iter()
+            .find(|p| p.name == name)
+            .expect(name)
+            .to_string();
+        assert!(
+            words.contains(&pinned.as_str()),
+            "the workflow installs {pinned}: {installs}"
+        );
+    }
+    assert_eq!(words.len(), packages.len(), "{installs}");
 }
 
 /// What the Job controller does with a pod that ended: the generated

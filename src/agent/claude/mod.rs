@@ -64,8 +64,11 @@ impl Agent for ClaudeCode {
         "claude"
     }
 
-    fn install(&self) -> &'static str {
-        "npm install -g @anthropic-ai/claude-code"
+    fn package(&self) -> Option<super::Package> {
+        Some(super::Package {
+            name: "@anthropic-ai/claude-code",
+            version: "2.1.328",
+        })
     }
 
     fn default_models(&self) -> (&'static str, &'static str) {

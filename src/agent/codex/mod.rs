@@ -55,8 +55,11 @@ impl Agent for Codex {
         "codex"
     }
 
-    fn install(&self) -> &'static str {
-        "npm install -g @openai/codex"
+    fn package(&self) -> Option<super::Package> {
+        Some(super::Package {
+            name: "@openai/codex",
+            version: "0.171.0",
+        })
     }
 
     fn default_models(&self) -> (&'static str, &'static str) {
