@@ -159,6 +159,11 @@ pub enum Event {
         report: GoalReport,
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         artefacts: BTreeMap<String, String>,
+        /// Goal steps with a test-count preset whose baseline output had no
+        /// summary loopd could read (step → why): their count gate is off
+        /// for the whole job, and every view says so.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        test_count_off: BTreeMap<String, String>,
     },
     AttemptStarted {
         attempt: u32,
@@ -721,6 +726,8 @@ pub struct Replay {
     pub task: Option<String>,
     pub base_ref: Option<String>,
     pub baseline: Option<GoalReport>,
+    /// Steps whose test-count gate is off (see [`Event::Baseline`]).
+    pub test_count_off: BTreeMap<String, String>,
     /// Ended attempts, in order.
     pub attempts: Vec<AttemptRecord>,
     /// How the last ended attempt ended.
@@ -913,8 +920,13 @@ impl Replay {
             Event::CredentialsHeld { .. } => self.credentials_held = true,
             Event::CredentialsReleased { .. } => self.credentials_held = false,
             Event::GitDirPinned { files } => self.git_dir_pin = Some(files.clone()),
-            Event::Baseline { report, artefacts } => {
+            Event::Baseline {
+                report,
+                artefacts,
+                test_count_off,
+            } => {
                 self.baseline = Some(report.clone());
+                self.test_count_off = test_count_off.clone();
                 self.last_goal = Some(report.clone());
                 self.artefacts.from_goal.extend(artefacts.clone());
             }
@@ -1131,6 +1143,7 @@ impl Replay {
             failure_report,
             sandbox: self.sandbox,
             network: self.network,
+            test_count_off: self.test_count_off.clone(),
             run_dir: run_dir.to_path_buf(),
             started_at: self.started_at.clone().unwrap_or_default(),
             finished_at: crate::util::now_rfc3339(),
@@ -1244,6 +1257,7 @@ mod tests {
             Event::Baseline {
                 report: goal(false),
                 artefacts: BTreeMap::new(),
+                test_count_off: BTreeMap::new(),
             },
             Event::AttemptStarted {
                 attempt: 1,

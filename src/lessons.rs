@@ -214,6 +214,10 @@ fn text_of_kind(finding: &Finding) -> Option<(String, String)> {
             "gate:test_count_dropped",
             "Keep every test running that ran before; never deselect or filter tests.",
         ),
+        (None, Reason::TestCountUnreadable) => (
+            "gate:test_count_unreadable",
+            "Leave the test runner's output as it was: its summary line is how the tests are counted.",
+        ),
         _ => return None,
     };
     Some((key.to_owned(), text.to_owned()))

@@ -38,15 +38,27 @@ impl Progress {
                 format!("job {job_id}: {}", first_line(task))
             }
             Event::Resumed { pid } => format!("resumed by process {pid}"),
-            Event::Baseline { report, .. } => match report.failed_step() {
-                Some(s) => format!(
-                    "baseline: red at `{}` ({} of {} steps fail)",
-                    s.name,
-                    report.steps.iter().filter(|s| !s.passed).count(),
-                    report.steps.len()
-                ),
-                None => "baseline: every goal step passes".to_owned(),
-            },
+            Event::Baseline {
+                report,
+                test_count_off,
+                ..
+            } => {
+                let mut line = match report.failed_step() {
+                    Some(s) => format!(
+                        "baseline: red at `{}` ({} of {} steps fail)",
+                        s.name,
+                        report.steps.iter().filter(|s| !s.passed).count(),
+                        report.steps.len()
+                    ),
+                    None => "baseline: every goal step passes".to_owned(),
+                };
+                for (step, why) in test_count_off {
+                    line.push_str(&format!(
+                        "\nTEST COUNT GATE OFF for `{step}`: {why}"
+                    ));
+                }
+                line
+            }
             Event::AttemptStarted { attempt, .. } => format!("attempt {attempt}: started"),
             Event::SessionStarted { attempt, role, .. } => {
                 format!("attempt {attempt}: {} session started", role_name(*role))

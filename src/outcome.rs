@@ -20,6 +20,9 @@ pub enum Reason {
     JudgesDisagree,
     ProtectedPath,
     TestCountDropped,
+    /// The baseline's test summary was read, the last attempt's was not:
+    /// the gate cannot count, so the change is not accepted.
+    TestCountUnreadable,
     SkipMarker,
     /// The pre-critic found debug output, commented-out code, a swallowed
     /// error or a drive-by rename in the added lines.
@@ -78,6 +81,7 @@ impl Reason {
         Reason::JudgesDisagree,
         Reason::ProtectedPath,
         Reason::TestCountDropped,
+        Reason::TestCountUnreadable,
         Reason::SkipMarker,
         Reason::Precheck,
         Reason::DiffTooLarge,
@@ -106,6 +110,7 @@ impl Reason {
             Reason::JudgesDisagree => "judges_disagree",
             Reason::ProtectedPath => "protected_path",
             Reason::TestCountDropped => "test_count_dropped",
+            Reason::TestCountUnreadable => "test_count_unreadable",
             Reason::SkipMarker => "skip_marker",
             Reason::Precheck => "precheck",
             Reason::DiffTooLarge => "diff_too_large",
@@ -370,6 +375,7 @@ mod tests {
                 | Reason::JudgesDisagree
                 | Reason::ProtectedPath
                 | Reason::TestCountDropped
+                | Reason::TestCountUnreadable
                 | Reason::SkipMarker
                 | Reason::Precheck
                 | Reason::DiffTooLarge
@@ -404,6 +410,7 @@ mod tests {
             Reason::Accepted,
             Reason::StuckNoProgress,
             Reason::TestCountDropped,
+            Reason::TestCountUnreadable,
             Reason::BudgetUsd,
             Reason::Precheck,
             Reason::DiffTooLarge,
@@ -416,6 +423,7 @@ mod tests {
         assert_eq!(ExitStatus::from(Reason::BudgetUsd).code(), 3);
         assert_eq!(ExitStatus::from(Reason::ConfigTampered).code(), 3);
         assert_eq!(ExitStatus::from(Reason::Precheck).code(), 3);
+        assert_eq!(ExitStatus::from(Reason::TestCountUnreadable).code(), 3);
         assert_eq!(ExitStatus::from(Reason::DiffTooLarge).code(), 3);
         assert_eq!(ExitStatus::from(Reason::GoalChangedTree).code(), 3);
         assert_eq!(ExitStatus::from(Reason::Signal).code(), 4);

@@ -4,6 +4,7 @@
 //! `breaker` render or write them. Living here, below the journal, they
 //! keep the journal from importing any view of itself.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -107,6 +108,10 @@ pub struct Summary {
     /// The network the job's processes got (`gateway-only` or `open`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<crate::sandbox::Network>,
+    /// Goal steps whose test-count gate was off because their baseline
+    /// output had no summary loopd could read (step → why).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub test_count_off: BTreeMap<String, String>,
     pub run_dir: PathBuf,
     pub started_at: String,
     pub finished_at: String,

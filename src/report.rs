@@ -124,6 +124,11 @@ pub fn markdown(
         summary.totals.output_tokens,
         summary.totals.wall_ms as f64 / 1000.0
     ));
+    for (step, why) in &summary.test_count_off {
+        md.push_str(&format!(
+            "**The test-count gate was off for `{step}`**: {why}\n\n"
+        ));
+    }
     if let Some(e) = &summary.escalation {
         md.push_str(&format!(
             "## The agent escalated (attempt {})\n\n- test: `{}`\n- claim: {}\n\nGoal test output:\n\n```\n{}\n```\n\nThe diff it left:\n\n```diff\n{}\n```\n\nAnswer with `loopd resume {} --note \"...\"` (the note becomes the next prompt's first paragraph).\n\n",
@@ -223,6 +228,9 @@ pub fn render_human(s: &Summary) -> String {
             "  NO SANDBOX: `[sandbox] enabled = false`; the agent could read and write whatever this user can\n",
         ),
         Some(crate::sandbox::Confinement::Landlock) | None => {}
+    }
+    for (step, why) in &s.test_count_off {
+        out.push_str(&format!("  TEST COUNT GATE OFF for `{step}`: {why}\n"));
     }
     for a in &s.attempts {
         let goal = if a.goal_passed {

@@ -249,6 +249,30 @@ fn preflight(job: &Job, root: &std::path::Path) -> Result<(String, ExitStatus), 
         .block_on(goal::run(&job.goal, root, goal::Mode::All, &limits))
         .map_err(|e| CliError::new(ExitStatus::Environment, e.to_string()))?;
     eprint!("{}", report.render());
+    // What the test-count gate would read at this baseline.
+    for (step, result) in job.goal.iter().zip(&report.steps) {
+        let Some(preset) = step.report else { continue };
+        match crate::guard::testcount::read(preset, &result.output) {
+            Ok(c) => eprintln!(
+                "test count at `{}`: {} ran ({} passed, {} failed), {} skipped, {} deselected{}",
+                step.name,
+                c.ran,
+                c.passed,
+                c.failed,
+                c.skipped,
+                c.deselected,
+                if c.subtests > 0 {
+                    format!(", {} subtests", c.subtests)
+                } else {
+                    String::new()
+                }
+            ),
+            Err(why) => eprintln!(
+                "warning: goal step `{}`: the test-count gate would be off for the whole job: {why}",
+                step.name
+            ),
+        }
+    }
     Ok(match report.preflight() {
         Preflight::Ready => {
             let red = report.failed_step().map_or("?", |s| s.name.as_str());

@@ -7,6 +7,7 @@
 //! summary; each goal step names a preset (or one is inferred from its
 //! command).
 
+use std::borrow::Cow;
 use std::sync::OnceLock;
 
 use regex::Regex;
@@ -37,6 +38,28 @@ impl Preset {
             "jest" | "vitest" => Some(Preset::Jest),
             "node" => Some(Preset::Node),
             _ => None,
+        }
+    }
+
+    /// The name `report = "…"` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Pytest => "pytest",
+            Preset::Cargo => "cargo",
+            Preset::Go => "go",
+            Preset::Jest => "jest",
+            Preset::Node => "node",
+        }
+    }
+
+    /// What the runner must print for loopd to count its tests.
+    fn hint(self) -> &'static str {
+        match self {
+            Preset::Pytest => "loopd reads pytest's last summary line (`3 passed, 1 skipped in 0.1s`); a run that stops before it (a collection or conftest error, `-p no:terminal`, `--collect-only`) prints none",
+            Preset::Cargo => "loopd reads `cargo test`'s `test result:` lines and `cargo nextest run`'s `Summary [` line; a build error or `--format json` prints neither",
+            Preset::Go => "run `go test -v`: without it go prints no per-test `--- PASS`/`--- FAIL` lines to count",
+            Preset::Jest => "loopd reads jest's `Tests: …` and vitest's `Tests  … (N)` line; a reporter that prints neither (`--json`, `--silent` with a custom reporter) cannot be counted",
+            Preset::Node => "loopd reads `node --test`'s `# tests N` (tap) or `ℹ tests N` (spec) lines; other reporters cannot be counted",
         }
     }
 
@@ -76,40 +99,149 @@ pub struct Counts {
     pub skipped: u64,
     /// Deselected or filtered out.
     pub deselected: u64,
+    /// Subtests that ran (pytest ≥ 9's `subtests` fixture, or the plugin
+    /// before it), counted apart from the tests they run inside.
+    #[serde(default)]
+    pub subtests: u64,
 }
+
+/// Why a runner's output could not be read: the gate cannot count, and
+/// says so instead of counting zero.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    pub preset: Preset,
+    /// The last line that looked like the runner's summary but did not
+    /// read as one (cut to a readable length), if there was one.
+    pub line: Option<String>,
+}
+
+impl Unreadable {
+    /// What went wrong and what to do about it, in one sentence.
+    pub fn explain(&self) -> String {
+        let seen = match &self.line {
+            Some(l) => format!("the last line like one was `{l}`"),
+            None => "no line looked like one".to_owned(),
+        };
+        format!(
+            "no {} summary loopd can read in its output ({seen}); {}",
+            self.preset.name(),
+            self.preset.hint()
+        )
+    }
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.explain())
+    }
+}
+
+/// The longest summary-looking line an [`Unreadable`] quotes.
+const QUOTED_LINE: usize = 160;
 
 fn re(cell: &'static OnceLock<Regex>, pattern: &str) -> &'static Regex {
     cell.get_or_init(|| Regex::new(pattern).expect("a valid built-in regex"))
 }
 
-/// Read the counts from a runner's output; `None` if there is no summary.
-pub fn parse(preset: Preset, output: &str) -> Option<Counts> {
-    match preset {
-        Preset::Pytest => parse_pytest(output),
-        Preset::Cargo => parse_cargo(output),
-        Preset::Go => parse_go(output),
-        Preset::Jest => parse_jest(output),
-        Preset::Node => parse_node(output),
+/// The output without terminal escapes: a runner forced into colour
+/// (`--color=yes`, `FORCE_COLOR`, a TTY-faking wrapper) wraps every number
+/// of its summary in SGR sequences, and hyperlinks in OSC 8.
+pub fn plain(output: &str) -> Cow<'_, str> {
+    static ESCAPES: OnceLock<Regex> = OnceLock::new();
+    if !output.contains('\u{1b}') {
+        return Cow::Borrowed(output);
     }
+    let escapes = re(
+        &ESCAPES,
+        r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]",
+    );
+    escapes.replace_all(output, "")
 }
 
-fn parse_pytest(output: &str) -> Option<Counts> {
-    static LINE: OnceLock<Regex> = OnceLock::new();
-    static PAIR: OnceLock<Regex> = OnceLock::new();
-    let line_re = re(
-        &LINE,
-        r"^=*\s*((?:\d+ \w+(?:, )?)+|no tests ran) in [\d.]+s\b.*$",
-    );
-    let pair_re = re(&PAIR, r"(\d+) (\w+)");
-    let line = output
+/// Read the counts from a runner's output (escapes removed first).
+pub fn read(preset: Preset, output: &str) -> Result<Counts, Unreadable> {
+    let text = plain(output);
+    let counts = match preset {
+        Preset::Pytest => read_pytest(&text),
+        Preset::Cargo => read_cargo(&text),
+        Preset::Go => read_go(&text),
+        Preset::Jest => read_jest(&text),
+        Preset::Node => read_node(&text),
+    };
+    counts.ok_or_else(|| Unreadable {
+        preset,
+        line: summary_like(preset, &text),
+    })
+}
+
+/// The last line of `text` that looks like `preset`'s summary, loosely:
+/// what an [`Unreadable`] quotes so that a human sees what loopd saw.
+fn summary_like(preset: Preset, text: &str) -> Option<String> {
+    static PYTEST: OnceLock<Regex> = OnceLock::new();
+    static CARGO: OnceLock<Regex> = OnceLock::new();
+    static GO: OnceLock<Regex> = OnceLock::new();
+    static JEST: OnceLock<Regex> = OnceLock::new();
+    static NODE: OnceLock<Regex> = OnceLock::new();
+    let loose = match preset {
+        Preset::Pytest => re(
+            &PYTEST,
+            r"\b(?:passed|failed|errors?|skipped|deselected|no tests ran)\b|^={5,} .* ={5,}$",
+        ),
+        Preset::Cargo => re(&CARGO, r"test result:|Summary \[|^running \d+ tests?"),
+        Preset::Go => re(&GO, r"^(?:ok|FAIL|---|PASS)\b"),
+        Preset::Jest => re(&JEST, r"^\s*Tests?\b|\b(?:passed|failed)\b"),
+        Preset::Node => re(&NODE, r"^\s*(?:#|ℹ|not ok|ok) "),
+    };
+    let line = text
         .lines()
         .rev()
         .map(str::trim)
-        .find(|l| line_re.is_match(l))?;
+        .find(|l| loose.is_match(l))?;
+    let mut quoted: String = line.chars().take(QUOTED_LINE).collect();
+    if quoted.len() < line.len() {
+        quoted.push('…');
+    }
+    Some(quoted)
+}
+
+/// Read the counts from a runner's output; `None` if there is no summary
+/// ([`read`] says why).
+pub fn parse(preset: Preset, output: &str) -> Option<Counts> {
+    read(preset, output).ok()
+}
+
+/// pytest's last summary line: `N label, N label … in 0.1s`, where a label
+/// is one word (`passed`) or two (`subtests passed`, pytest ≥ 9), or
+/// `no tests ran`. A failed subtest is also counted in `N failed`, though
+/// it is not a test: it is taken out again, counted from the parent's
+/// `contains N failed subtests` or from the `SUBFAILED` lines (`-rN` with
+/// `--tb=no` prints neither; then it stays counted as a failed test).
+fn read_pytest(output: &str) -> Option<Counts> {
+    static LINE: OnceLock<Regex> = OnceLock::new();
+    static ITEM: OnceLock<Regex> = OnceLock::new();
+    static CONTAINS: OnceLock<Regex> = OnceLock::new();
+    static SUBFAILED: OnceLock<Regex> = OnceLock::new();
+    let line_re = re(
+        &LINE,
+        r"^=*\s*((?:\d+ [a-z]+(?: [a-z]+)?)(?:, \d+ [a-z]+(?: [a-z]+)?)*|no tests ran) in [\d.]+s\b.*$",
+    );
+    let item_re = re(&ITEM, r"^(\d+) ([a-z]+(?: [a-z]+)?)$");
+    let caps = output
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find_map(|l| line_re.captures(l))?;
     let mut c = Counts::default();
     let mut xpassed = 0;
     let mut errors = 0;
-    for cap in pair_re.captures_iter(line) {
+    let mut subtests_failed = 0;
+    // pytest's default mode leaves `N subtests passed` out of the line
+    // (`-q` prints it): subtests are counted only where it is printed.
+    let mut subtests_shown = false;
+    for item in caps[1].split(", ") {
+        let Some(cap) = item_re.captures(item) else {
+            continue;
+        };
         let n: u64 = cap[1].parse().ok()?;
         match &cap[2] {
             "passed" => c.passed += n,
@@ -118,8 +250,30 @@ fn parse_pytest(output: &str) -> Option<Counts> {
             "deselected" => c.deselected += n,
             "xpassed" => xpassed += n,
             "error" | "errors" => errors += n,
+            "subtests passed" | "subtests xpassed" => {
+                subtests_shown = true;
+                c.subtests += n
+            }
+            "subtests failed" => {
+                subtests_shown = true;
+                subtests_failed += n
+            }
+            label if label.starts_with("subtests ") => subtests_shown = true,
             _ => {}
         }
+    }
+    // Failed subtests the summary folded into `N failed`.
+    let contains = re(&CONTAINS, r"(?m)^contains (\d+) failed subtests?\s*$");
+    let from_parents: u64 = contains
+        .captures_iter(output)
+        .filter_map(|c| c[1].parse::<u64>().ok())
+        .sum();
+    let subfailed = re(&SUBFAILED, r"(?m)^SUBFAILED\b");
+    let from_lines = subfailed.find_iter(output).count() as u64;
+    let folded = from_parents.max(from_lines).min(c.failed);
+    c.failed = c.failed.saturating_sub(folded);
+    if subtests_shown {
+        c.subtests += subtests_failed + folded;
     }
     c.passed += xpassed;
     c.failed += errors;
@@ -127,7 +281,7 @@ fn parse_pytest(output: &str) -> Option<Counts> {
     Some(c)
 }
 
-fn parse_cargo(output: &str) -> Option<Counts> {
+fn read_cargo(output: &str) -> Option<Counts> {
     static RESULT: OnceLock<Regex> = OnceLock::new();
     static NEXTEST: OnceLock<Regex> = OnceLock::new();
     static NEXTEST_PART: OnceLock<Regex> = OnceLock::new();
@@ -169,7 +323,7 @@ fn parse_cargo(output: &str) -> Option<Counts> {
     Some(c)
 }
 
-fn parse_go(output: &str) -> Option<Counts> {
+fn read_go(output: &str) -> Option<Counts> {
     static LINE: OnceLock<Regex> = OnceLock::new();
     let line_re = re(&LINE, r"(?m)^\s*--- (PASS|FAIL|SKIP): ");
     let mut c = Counts::default();
@@ -189,7 +343,7 @@ fn parse_go(output: &str) -> Option<Counts> {
     Some(c)
 }
 
-fn parse_jest(output: &str) -> Option<Counts> {
+fn read_jest(output: &str) -> Option<Counts> {
     static LINE: OnceLock<Regex> = OnceLock::new();
     static PAIR: OnceLock<Regex> = OnceLock::new();
     let line_re = re(&LINE, r"(?m)^\s*Tests:?\s+(.*)$");
@@ -208,7 +362,7 @@ fn parse_jest(output: &str) -> Option<Counts> {
     Some(c)
 }
 
-fn parse_node(output: &str) -> Option<Counts> {
+fn read_node(output: &str) -> Option<Counts> {
     static LINE: OnceLock<Regex> = OnceLock::new();
     let line_re = re(
         &LINE,
@@ -259,6 +413,12 @@ pub fn compare(baseline: &Counts, now: &Counts) -> Option<String> {
             now.deselected, baseline.deselected
         ));
     }
+    if now.subtests < baseline.subtests {
+        problems.push(format!(
+            "{} subtests ran, {} at baseline",
+            now.subtests, baseline.subtests
+        ));
+    }
     (!problems.is_empty()).then(|| problems.join("; "))
 }
 
@@ -277,7 +437,8 @@ mod tests {
                 passed: 2,
                 failed: 4,
                 skipped: 0,
-                deselected: 0
+                deselected: 0,
+                subtests: 0,
             })
         );
         let out = "..ss\n2 passed, 2 skipped, 3 deselected, 1 xfailed in 0.02s\n";
@@ -288,7 +449,8 @@ mod tests {
                 passed: 2,
                 failed: 0,
                 skipped: 3,
-                deselected: 3
+                deselected: 3,
+                subtests: 0,
             })
         );
         let out = "========= 6 passed, 1 warning in 0.12s =========\n";
@@ -311,7 +473,8 @@ mod tests {
                 passed: 38,
                 failed: 2,
                 skipped: 1,
-                deselected: 4
+                deselected: 4,
+                subtests: 0,
             })
         );
         let nextest = "     Summary [   0.123s] 12 tests run: 11 passed, 1 failed, 2 skipped\n";
@@ -322,7 +485,8 @@ mod tests {
                 passed: 11,
                 failed: 1,
                 skipped: 2,
-                deselected: 0
+                deselected: 0,
+                subtests: 0,
             })
         );
     }
@@ -337,7 +501,8 @@ mod tests {
                 passed: 1,
                 failed: 1,
                 skipped: 1,
-                deselected: 0
+                deselected: 0,
+                subtests: 0,
             })
         );
         assert_eq!(parse(Preset::Go, "ok  \texample.com/x\t0.01s\n"), None);
@@ -349,7 +514,8 @@ mod tests {
                 passed: 5,
                 failed: 1,
                 skipped: 2,
-                deselected: 0
+                deselected: 0,
+                subtests: 0,
             })
         );
         let vitest =
@@ -361,7 +527,8 @@ mod tests {
                 passed: 5,
                 failed: 2,
                 skipped: 1,
-                deselected: 0
+                deselected: 0,
+                subtests: 0,
             })
         );
         let node =
@@ -373,7 +540,8 @@ mod tests {
                 passed: 5,
                 failed: 1,
                 skipped: 0,
-                deselected: 0
+                deselected: 0,
+                subtests: 0,
             })
         );
     }
@@ -386,6 +554,7 @@ mod tests {
             failed: 4,
             skipped: 0,
             deselected: 0,
+            subtests: 0,
         };
         assert_eq!(
             compare(
@@ -434,6 +603,118 @@ mod tests {
             }
         )
         .is_some());
+    }
+
+    const PYTEST9_Q: &str = include_str!("../../fixtures/runner-output/pytest9-q.txt");
+    const PYTEST9_Q_COLOR: &str = include_str!("../../fixtures/runner-output/pytest9-q-color.txt");
+    const PYTEST9_COLOR_RN: &str =
+        include_str!("../../fixtures/runner-output/pytest9-color-rN.txt");
+    const PYTEST9_FIXED: &str = include_str!("../../fixtures/runner-output/pytest9-fixed.txt");
+    const PYTEST9_FIXED_Q_COLOR: &str =
+        include_str!("../../fixtures/runner-output/pytest9-fixed-q-color.txt");
+
+    /// pytest ≥ 9 prints two-word labels (`4 subtests passed`) and, forced
+    /// into colour, wraps each number in escapes: both were unreadable, so
+    /// the gate was off, or counted an honest fix as a drop.
+    #[test]
+    fn pytest_nine_subtests_and_colour_are_read() {
+        let base = read(Preset::Pytest, PYTEST9_Q).expect("pytest 9 -q is read");
+        assert_eq!(
+            base,
+            Counts {
+                ran: 4,
+                passed: 2,
+                failed: 2,
+                skipped: 2,
+                deselected: 0,
+                subtests: 5,
+            },
+            "the failed subtest is a subtest, not a fifth test"
+        );
+        assert_eq!(read(Preset::Pytest, PYTEST9_Q_COLOR), Ok(base), "colour");
+        let fixed = read(Preset::Pytest, PYTEST9_FIXED_Q_COLOR).expect("the fix, in colour");
+        assert_eq!(
+            fixed,
+            Counts {
+                ran: 4,
+                passed: 4,
+                failed: 0,
+                skipped: 2,
+                deselected: 0,
+                subtests: 5,
+            }
+        );
+        assert_eq!(compare(&base, &fixed), None, "an honest fix is no drop");
+
+        // The default mode leaves subtests out of the line; `-rN` leaves
+        // out the `SUBFAILED` lines, and the parent's failure says it.
+        let base = read(Preset::Pytest, PYTEST9_COLOR_RN).expect("default mode, colour, -rN");
+        assert_eq!((base.ran, base.failed, base.subtests), (4, 2, 0));
+        let fixed = read(Preset::Pytest, PYTEST9_FIXED).expect("the fix, default mode");
+        assert_eq!((fixed.ran, fixed.passed), (4, 4));
+        assert_eq!(compare(&base, &fixed), None);
+    }
+
+    #[test]
+    fn fewer_subtests_is_a_drop() {
+        let base = read(Preset::Pytest, PYTEST9_Q).expect("read");
+        let now = read(
+            Preset::Pytest,
+            "4 passed, 1 skipped, 1 xfailed, 3 subtests passed in 0.02s\n",
+        )
+        .expect("read");
+        let problem = compare(&base, &now).expect("dropped");
+        assert!(
+            problem.contains("3 subtests ran, 5 at baseline"),
+            "{problem}"
+        );
+        // A green run's stray `contains N failed subtests` cannot add any.
+        let now = read(
+            Preset::Pytest,
+            "contains 9 failed subtests\n4 passed, 1 skipped, 1 xfailed, 3 subtests passed in 0.02s\n",
+        )
+        .expect("read");
+        assert_eq!(now.subtests, 3);
+    }
+
+    #[test]
+    fn colour_is_read_for_every_runner() {
+        let cargo = "test result: \x1b[32mok\x1b[0m. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.00s\n";
+        assert_eq!(read(Preset::Cargo, cargo).map(|c| c.passed), Ok(3));
+        let nextest = "\x1b[32;1m     Summary\x1b[0m [   0.012s] \x1b[1m2\x1b[0m tests run: \x1b[1m2\x1b[0m \x1b[32;1mpassed\x1b[0m, \x1b[1m0\x1b[0m \x1b[33;1mskipped\x1b[0m\n";
+        assert_eq!(read(Preset::Cargo, nextest).map(|c| c.ran), Ok(2));
+        let go = "\x1b[32m--- PASS\x1b[0m: TestA (0.00s)\n";
+        assert_eq!(read(Preset::Go, go).map(|c| c.passed), Ok(1));
+        let vitest = "\x1b[2m      Tests \x1b[22m \x1b[1m\x1b[31m1 failed\x1b[39m\x1b[22m\x1b[2m | \x1b[22m\x1b[1m\x1b[32m2 passed\x1b[39m\x1b[22m\x1b[90m (3)\x1b[39m\n";
+        assert_eq!(
+            read(Preset::Jest, vitest).map(|c| (c.ran, c.failed)),
+            Ok((3, 1))
+        );
+        let link =
+            "\x1b]8;;file:///t.py\x1b\\t.py\x1b]8;;\x1b\\ \x1b[32m1 passed\x1b[0m in 0.01s\n";
+        assert_eq!(plain(link), "t.py 1 passed in 0.01s\n");
+    }
+
+    /// An output the gate cannot read says what loopd looked at and what
+    /// the runner must print, instead of counting nothing.
+    #[test]
+    fn an_unreadable_summary_says_what_was_seen() {
+        let e = read(
+            Preset::Pytest,
+            "ImportError while loading conftest '/r/conftest.py'.\n",
+        )
+        .expect_err("no summary");
+        assert_eq!(e.line, None);
+        assert!(e.explain().contains("collection or conftest error"), "{e}");
+        let odd = "===== 3 passed, 2 rerun-later in 0.10s =====";
+        let e = read(Preset::Pytest, &format!("..\n{odd}\n")).expect_err("odd label");
+        assert_eq!(e.line.as_deref(), Some(odd));
+        let e = read(Preset::Go, "ok  \texample.com/x\t0.01s\n").expect_err("no -v");
+        assert_eq!(e.line.as_deref(), Some("ok  \texample.com/x\t0.01s"));
+        assert!(e.explain().contains("go test -v"), "{e}");
+        let long = format!("test result: {}", "x".repeat(400));
+        let e = read(Preset::Cargo, &long).expect_err("no numbers");
+        assert!(e.line.expect("quoted").chars().count() <= QUOTED_LINE + 1);
     }
 
     #[test]

@@ -21,7 +21,7 @@ use crate::guard::finding::{Check, Finding};
 use crate::guard::precheck::{self, Lang};
 use crate::guard::size;
 use crate::guard::tamper;
-use crate::guard::testcount::{self, Counts};
+use crate::guard::testcount::{self, Counts, Unreadable};
 use crate::journal::{Ending, Event, Gate};
 use crate::outcome::{Escalation, Reason};
 use crate::workspace::{self, Interdiff, Snapshot};
@@ -34,22 +34,46 @@ const SNAPSHOT: &str = "tree.json";
 const ESCALATION_GOAL: usize = 8 * 1024;
 const ESCALATION_DIFF: usize = 16 * 1024;
 
+/// Each goal step with a test-count preset, and what its baseline output
+/// reads as.
+fn baseline_reads<'a>(
+    job: &'a Job,
+    baseline: &'a GoalReport,
+) -> impl Iterator<Item = (&'a str, Result<Counts, Unreadable>)> + 'a {
+    job.goal
+        .iter()
+        .zip(&baseline.steps)
+        .filter_map(|(step, result)| {
+            Some((
+                step.name.as_str(),
+                testcount::read(step.report?, &result.output),
+            ))
+        })
+}
+
 /// The test counts of each goal step at baseline (steps with a report).
 pub fn baseline_counts(job: &Job, baseline: &GoalReport) -> BTreeMap<String, Counts> {
-    let mut out = BTreeMap::new();
-    for (step, result) in job.goal.iter().zip(&baseline.steps) {
-        let Some(preset) = step.report else { continue };
-        match testcount::parse(preset, &result.output) {
-            Some(counts) => {
-                tracing::debug!(step = %step.name, ran = counts.ran, passed = counts.passed, skipped = counts.skipped, "baseline test count");
-                out.insert(step.name.clone(), counts);
-            }
-            None => {
-                tracing::warn!(step = %step.name, preset = ?preset, "no test summary in the baseline output; the test-count gate is off for this step")
-            }
-        }
-    }
-    out
+    baseline_reads(job, baseline)
+        .filter_map(|(step, read)| {
+            let counts = read.ok()?;
+            tracing::debug!(step = %step, ran = counts.ran, passed = counts.passed, skipped = counts.skipped, "baseline test count");
+            Some((step.to_owned(), counts))
+        })
+        .collect()
+}
+
+/// The goal steps whose test-count gate is off for the job because their
+/// baseline output cannot be read, each with why: said in the journal, the
+/// live view, the summary, both reports and the critic's prompt, never
+/// silently.
+pub fn test_count_off(job: &Job, baseline: &GoalReport) -> BTreeMap<String, String> {
+    baseline_reads(job, baseline)
+        .filter_map(|(step, read)| {
+            let why = read.err()?.explain();
+            tracing::warn!(step = %step, why = %why, "the test-count gate is off for this step");
+            Some((step.to_owned(), why))
+        })
+        .collect()
 }
 
 impl Run<'_> {
@@ -654,20 +678,33 @@ impl Run<'_> {
             let (Some(preset), Some(base)) = (step.report, counts.get(&step.name)) else {
                 continue;
             };
-            let problem = match testcount::parse(preset, &result.output) {
-                None => Some("its output no longer has a test summary".to_owned()),
-                Some(now) => testcount::compare(base, &now),
-            };
-            if let Some(problem) = problem {
-                out.push(Finding {
-                    reason: Reason::TestCountDropped,
-                    path: format!("goal step `{}`", step.name),
+            let path = format!("goal step `{}`", step.name);
+            match testcount::read(preset, &result.output) {
+                Err(unreadable) => out.push(Finding {
+                    reason: Reason::TestCountUnreadable,
+                    path,
                     line: None,
                     rule: self.job.rubric.tests_rule(),
                     check: None,
-                    problem: format!("the test count dropped: {problem}"),
-                    fix: "run every test that ran at baseline, none skipped or deselected; fix the code, not the test selection".into(),
-                });
+                    problem: format!(
+                        "the test count cannot be read, though {} tests ran at baseline: {unreadable}",
+                        base.ran
+                    ),
+                    fix: "leave how the goal step's tests run and report as it was at baseline; fix the code, not the runner's output".into(),
+                }),
+                Ok(now) => {
+                    if let Some(problem) = testcount::compare(base, &now) {
+                        out.push(Finding {
+                            reason: Reason::TestCountDropped,
+                            path,
+                            line: None,
+                            rule: self.job.rubric.tests_rule(),
+                            check: None,
+                            problem: format!("the test count dropped: {problem}"),
+                            fix: "run every test that ran at baseline, none skipped or deselected; fix the code, not the test selection".into(),
+                        });
+                    }
+                }
             }
         }
         out
@@ -718,6 +755,18 @@ fn gates_statement(job: &Job, goal: &GoalReport, counts: &BTreeMap<String, Count
         s.push_str(&format!(
             "; the test count did not drop ({})",
             lines.join("; ")
+        ));
+    }
+    let off: Vec<String> = job
+        .goal
+        .iter()
+        .filter(|step| step.report.is_some() && !counts.contains_key(&step.name))
+        .map(|step| format!("`{}`", step.name))
+        .collect();
+    if !off.is_empty() {
+        s.push_str(&format!(
+            "; but the test count could NOT be read at the baseline of {}, so for it no gate checked that every test still runs: check yourself that the change deselects, filters or skips no test",
+            off.join(", ")
         ));
     }
     s.push_str(&format!(

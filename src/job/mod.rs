@@ -649,6 +649,7 @@ impl Run<'_> {
         self.journal.append(Event::Baseline {
             report: baseline.clone(),
             artefacts,
+            test_count_off: judge::test_count_off(self.job, &baseline),
         })?;
         Ok(Ok(baseline))
     }

@@ -561,6 +561,14 @@ fn baseline(h: &mut String, inputs: &Inputs) {
         );
     }
     h.push_str("</tbody></table>\n");
+    for (step, why) in &inputs.summary.test_count_off {
+        let _ = writeln!(
+            h,
+            "<p class=\"fail-text\"><strong>The test-count gate was off for <code>{}</code></strong>: {}</p>",
+            escape(step),
+            escape(why)
+        );
+    }
     for st in b.steps.iter().filter(|s| !s.output.trim().is_empty()) {
         let _ = writeln!(
             h,
@@ -878,6 +886,7 @@ pub(crate) mod tests {
             escalation: None,
             sandbox: None,
             network: None,
+            test_count_off: Default::default(),
             stash_commit: None,
             failure_report: None,
             run_dir: PathBuf::from("/state/runs/20261130-120000000-abcd"),
