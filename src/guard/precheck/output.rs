@@ -1,0 +1,433 @@
+//! Calls that write to the terminal, however the added code spells them.
+//!
+//! A line regex anchored at `print(` was evaded by `print ("DEBUG", x)`,
+//! `_ = print(x)`, `if x: print(x)`, `sys.stdout.write`, `builtins.print`
+//! and an alias (`out = print`). This reads a line's *code* — its string
+//! literals emptied and its trailing comment cut, so that neither hides
+//! nor fakes a call — and looks for a call of any name that writes to the
+//! terminal anywhere in it, the file's own aliases of those names included
+//! (`import sys as s`, `from sys import stdout`, `p = print`,
+//! `const log = console.log`). It is lexical, not a parser: an alias made
+//! through a container or a function's return value is not followed.
+
+use std::collections::BTreeSet;
+
+use regex::Regex;
+
+use super::Lang;
+
+/// What an added line's call writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Output {
+    /// A print or a write to stdout/stderr (what it is, for the finding).
+    Print(&'static str),
+    /// A logger call at debug level where the file, before the change,
+    /// logged at no debug level: not the project's usual level.
+    NewDebugLog,
+    /// A logger call at the project's usual levels: output only when what
+    /// it says reads as debugging.
+    Log,
+}
+
+/// The names that write to the terminal in one file: the language's own,
+/// and the aliases the file's new text makes of them.
+pub(super) struct Writers {
+    lang: Lang,
+    calls: Regex,
+    log: Regex,
+    /// The file logged at debug level before the change.
+    debug_was_usual: bool,
+}
+
+/// Python's writers: called as these, they print.
+const PY_WRITERS: &[&str] = &[
+    "print",
+    "pprint",
+    "pprint.pprint",
+    "pprint.pp",
+    "builtins.print",
+    "__builtins__.print",
+];
+/// Python's terminal streams: their `write`/`writelines` print.
+const PY_STREAMS: &[&str] = &[
+    "sys.stdout",
+    "sys.stderr",
+    "sys.__stdout__",
+    "sys.__stderr__",
+];
+const JS_WRITERS: &[&str] = &[
+    "console.log",
+    "console.debug",
+    "console.trace",
+    "console.dir",
+    "console.table",
+    "process.stdout.write",
+    "process.stderr.write",
+];
+const GO_WRITERS: &[&str] = &[
+    "print",
+    "println",
+    "fmt.Print",
+    "fmt.Println",
+    "fmt.Printf",
+    "os.Stdout.Write",
+    "os.Stdout.WriteString",
+    "os.Stderr.Write",
+    "os.Stderr.WriteString",
+];
+
+impl Writers {
+    /// The writers of a file whose new text is `new` (its old text `old`).
+    pub(super) fn of(lang: Lang, new: Option<&str>, old: Option<&str>) -> Writers {
+        let names = match lang {
+            Lang::Python => python_names(new.unwrap_or("")),
+            Lang::Js => js_names(new.unwrap_or("")),
+            Lang::Go => GO_WRITERS.iter().map(|s| (*s).to_owned()).collect(),
+            // Rust's are macros, matched by their own pattern below.
+            Lang::Rust => BTreeSet::new(),
+        };
+        let calls = match lang {
+            Lang::Rust => {
+                r"(?:^|[^\w.:])(?:std::)?e?print(?:ln)?!\s*[(\[{]|(?:^|[^\w])std::io::std(?:out|err)\(\)\s*\.\s*write".to_owned()
+            }
+            _ => {
+                let mut names: Vec<String> = names.into_iter().collect();
+                // Longest first, so `pprint.pprint` wins over `pprint`.
+                names.sort_by_key(|n| std::cmp::Reverse(n.len()));
+                let alternation: Vec<String> = names.iter().map(|n| regex::escape(n)).collect();
+                let fmt_fprint = if lang == Lang::Go {
+                    r"|(?:^|[^\w.])fmt\.Fprint(?:ln|f)?\s*\(\s*os\.Std(?:out|err)\b"
+                } else {
+                    ""
+                };
+                format!(
+                    r"(?:^|[^\w.])(?:{})\s*\({fmt_fprint}",
+                    alternation.join("|")
+                )
+            }
+        };
+        let log = match lang {
+            Lang::Python => {
+                r"(?:^|[^\w.])(?:self\.|cls\.)?(?:_*log(?:ger)?|LOG(?:GER)?|logging)\.(debug|info|warning|warn|error|exception|critical)\s*\("
+            }
+            Lang::Js => {
+                r"(?:^|[^\w.])(?:this\.)?(?:log(?:ger)?)\.(debug|trace|info|warn|error)\s*\("
+            }
+            Lang::Go => {
+                r"(?:^|[^\w.])(?:slog|log|logger)\.(Debug|Info|Warn|Error|Print|Printf|Println)\w*\s*\("
+            }
+            Lang::Rust => r"(?:^|[^\w])(?:log::|tracing::)?(debug|info|warn|error|trace)!\s*\(",
+        };
+        let log = Regex::new(log).expect("a built-in logger pattern is valid");
+        let debug_was_usual = old.is_some_and(|old| {
+            old.lines().any(|l| {
+                log.captures(&code_of(lang, l))
+                    .is_some_and(|c| c[1].eq_ignore_ascii_case("debug") || &c[1] == "trace")
+            })
+        });
+        Writers {
+            lang,
+            calls: Regex::new(&calls).expect("escaped writer names make a valid pattern"),
+            log,
+            debug_was_usual,
+        }
+    }
+
+    /// The output call on `line` (raw text), if it makes one.
+    pub(super) fn call(&self, line: &str) -> Option<Output> {
+        let code = code_of(self.lang, line);
+        if defines(self.lang, &code) {
+            return None;
+        }
+        if self.calls.is_match(&code) {
+            return Some(Output::Print(match self.lang {
+                Lang::Js => "a console print",
+                _ => "a print",
+            }));
+        }
+        let level = self.log.captures(&code)?;
+        let debug = level[1].eq_ignore_ascii_case("debug") || &level[1] == "trace";
+        Some(if debug && !self.debug_was_usual {
+            Output::NewDebugLog
+        } else {
+            Output::Log
+        })
+    }
+}
+
+/// A definition (`def print(…)`, `fn print(…)`, `function log(…)`), not a
+/// call.
+fn defines(lang: Lang, code: &str) -> bool {
+    let t = code.trim_start();
+    let words: &[&str] = match lang {
+        Lang::Python => &["def ", "async def ", "class "],
+        Lang::Rust => &["fn ", "pub fn ", "pub(crate) fn ", "macro_rules!"],
+        Lang::Js => &["function ", "async function "],
+        Lang::Go => &["func "],
+    };
+    words.iter().any(|w| t.starts_with(w))
+}
+
+/// `line` with the contents of its string literals removed (the quotes
+/// kept) and its trailing line comment cut: what the line *does*.
+pub(super) fn code_of(lang: Lang, line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut quote: Option<char> = None;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match quote {
+            Some(q) => {
+                if c == '\\' {
+                    chars.next();
+                } else if c == q {
+                    out.push(c);
+                    quote = None;
+                }
+            }
+            None => {
+                let opens = match lang {
+                    Lang::Python => c == '"' || c == '\'',
+                    // `'a` is a lifetime in Rust, `'a'` a char: only `"`.
+                    Lang::Rust => c == '"',
+                    Lang::Js | Lang::Go => c == '"' || c == '\'' || c == '`',
+                };
+                let comment = match lang {
+                    Lang::Python => c == '#',
+                    _ => c == '/' && chars.peek() == Some(&'/'),
+                };
+                if comment {
+                    break;
+                }
+                out.push(c);
+                if opens {
+                    quote = Some(c);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Python's writer names, with the file's aliases of them.
+fn python_names(text: &str) -> BTreeSet<String> {
+    let mut writers: BTreeSet<String> = PY_WRITERS.iter().map(|s| (*s).to_owned()).collect();
+    let mut streams: BTreeSet<String> = PY_STREAMS.iter().map(|s| (*s).to_owned()).collect();
+    let import_as = Regex::new(r"^\s*import\s+(builtins|sys|pprint)\s+as\s+(\w+)\s*$")
+        .expect("a valid pattern");
+    let from_import =
+        Regex::new(r"^\s*from\s+(builtins|sys|pprint)\s+import\s+(.+)$").expect("a valid pattern");
+    let assign = Regex::new(
+        r"^\s*([A-Za-z_]\w*)\s*(?::\s*[\w.\[\], ]+)?=\s*(?:functools\.)?(?:partial\(\s*)?([A-Za-z_][\w.]*)\s*[,)]?",
+    )
+    .expect("a valid pattern");
+    let code: Vec<String> = text.lines().map(|l| code_of(Lang::Python, l)).collect();
+    // Twice: an alias of an alias (`p = print`, then `q = p`).
+    for _ in 0..2 {
+        for line in &code {
+            if let Some(c) = import_as.captures(line) {
+                let alias = &c[2];
+                match &c[1] {
+                    "builtins" => {
+                        writers.insert(format!("{alias}.print"));
+                    }
+                    "sys" => {
+                        streams.insert(format!("{alias}.stdout"));
+                        streams.insert(format!("{alias}.stderr"));
+                    }
+                    _ => {
+                        writers.insert(format!("{alias}.pprint"));
+                        writers.insert(format!("{alias}.pp"));
+                    }
+                }
+            } else if let Some(c) = from_import.captures(line) {
+                let module = c[1].to_owned();
+                for item in c[2].trim_matches(|ch| ch == '(' || ch == ')').split(',') {
+                    let mut parts = item.split_whitespace();
+                    let Some(name) = parts.next() else { continue };
+                    let alias = match (parts.next(), parts.next()) {
+                        (Some("as"), Some(a)) => a,
+                        _ => name,
+                    };
+                    match (module.as_str(), name) {
+                        ("builtins", "print") | ("pprint", "pprint" | "pp") => {
+                            writers.insert(alias.to_owned());
+                        }
+                        ("sys", "stdout" | "stderr" | "__stdout__" | "__stderr__") => {
+                            streams.insert(alias.to_owned());
+                        }
+                        _ => {}
+                    }
+                }
+            } else if let Some(c) = assign.captures(line) {
+                let (alias, target) = (c[1].to_owned(), c[2].to_owned());
+                if writers.contains(&target) {
+                    writers.insert(alias);
+                } else if streams.contains(&target) {
+                    streams.insert(alias);
+                } else if let Some(stream) = target
+                    .strip_suffix(".write")
+                    .or_else(|| target.strip_suffix(".writelines"))
+                {
+                    if streams.contains(stream) {
+                        writers.insert(alias);
+                    }
+                }
+            }
+        }
+    }
+    for s in streams {
+        writers.insert(format!("{s}.write"));
+        writers.insert(format!("{s}.writelines"));
+    }
+    writers
+}
+
+/// JavaScript's writer names, with the file's aliases of them
+/// (`const log = console.log`, `const { log } = console`).
+fn js_names(text: &str) -> BTreeSet<String> {
+    let mut writers: BTreeSet<String> = JS_WRITERS.iter().map(|s| (*s).to_owned()).collect();
+    let assign = Regex::new(
+        r"(?:^|[;\s])(?:const|let|var)?\s*([A-Za-z_$][\w$]*)\s*=\s*([A-Za-z_$][\w$.]*)(?:\.bind\([^)]*\))?\s*;?\s*$",
+    )
+    .expect("a valid pattern");
+    let destructure =
+        Regex::new(r"(?:const|let|var)\s*\{([^}]*)\}\s*=\s*console\b").expect("a valid pattern");
+    for line in text.lines().map(|l| code_of(Lang::Js, l)) {
+        if let Some(c) = destructure.captures(&line) {
+            for item in c[1].split(',') {
+                let (name, alias) = match item.split_once(':') {
+                    Some((n, a)) => (n.trim(), a.trim()),
+                    None => (item.trim(), item.trim()),
+                };
+                if writers.contains(&format!("console.{name}")) && !alias.is_empty() {
+                    writers.insert(alias.to_owned());
+                }
+            }
+        } else if let Some(c) = assign.captures(&line) {
+            if writers.contains(&c[2]) {
+                writers.insert(c[1].to_owned());
+            }
+        }
+    }
+    writers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn py(text: &str, line: &str) -> Option<Output> {
+        Writers::of(Lang::Python, Some(text), Some("")).call(line)
+    }
+
+    #[test]
+    fn strings_and_comments_neither_hide_nor_fake_a_call() {
+        assert_eq!(
+            code_of(Lang::Python, r#"x = "print(1) # no" + 'a\'b'  # print(2)"#),
+            r#"x = "" + ''  "#
+        );
+        assert_eq!(
+            code_of(Lang::Rust, r#"let s = "//"; // x"#),
+            r#"let s = ""; "#
+        );
+        assert_eq!(code_of(Lang::Js, "f(`a ${b}`) // c"), "f(``) ");
+        assert_eq!(py("", "msg = 'call print(x) to see'"), None);
+        assert_eq!(py("", "# print(x)"), None);
+    }
+
+    #[test]
+    fn every_spelling_of_a_python_print_is_one() {
+        let print = Some(Output::Print("a print"));
+        for line in [
+            "print (\"DEBUG\", x)",
+            "_ = print(x)",
+            "if x: print(x)",
+            "sys.stdout.write(f\"{x}\\n\")",
+            "sys.stderr.writelines([x])",
+            "builtins.print(x)",
+            "pprint.pprint(x)",
+        ] {
+            assert_eq!(py("", line), print, "{line}");
+        }
+        let aliased = "import sys as s\nfrom sys import stderr as err\nfrom builtins import print as show\nout = print\nw = s.stdout.write\nq = out\nemit = functools.partial(print, flush=True)\n";
+        for line in [
+            "s.stdout.write(x)",
+            "err.write(x)",
+            "show(x)",
+            "out(x)",
+            "w(x)",
+            "q(x)",
+            "emit(x)",
+        ] {
+            assert_eq!(py(aliased, line), print, "{line}");
+        }
+    }
+
+    #[test]
+    fn what_is_not_a_print_stays_unflagged() {
+        for line in [
+            "self.print(x)",
+            "printer.print_report(x)",
+            "def print(self, x):",
+            "traceback_text = format_exc()",
+            "reprint(x)",
+            "log_print = 3",
+        ] {
+            assert_eq!(py("", line), None, "{line}");
+        }
+    }
+
+    #[test]
+    fn logging_at_a_new_debug_level_and_at_the_usual_levels() {
+        let w = Writers::of(
+            Lang::Python,
+            Some(""),
+            Some("log = logging.getLogger(__name__)\n"),
+        );
+        assert_eq!(w.call("logger.debug('x=%s', x)"), Some(Output::NewDebugLog));
+        assert_eq!(w.call("self._log.warning('x=%s', x)"), Some(Output::Log));
+        let usual = Writers::of(Lang::Python, Some(""), Some("    log.debug('start')\n"));
+        assert_eq!(usual.call("log.debug('x=%s', x)"), Some(Output::Log));
+    }
+
+    #[test]
+    fn other_languages() {
+        let rs = Writers::of(Lang::Rust, Some(""), Some(""));
+        assert!(matches!(
+            rs.call("if x { println!(\"{x}\") }"),
+            Some(Output::Print(_))
+        ));
+        assert!(matches!(
+            rs.call("let _ = std::io::stdout().write_all(b)"),
+            Some(Output::Print(_))
+        ));
+        assert_eq!(rs.call("writeln!(f, \"{x}\")?;"), None);
+        assert_eq!(
+            rs.call("tracing::debug!(x, \"step\");"),
+            Some(Output::NewDebugLog)
+        );
+        let js = Writers::of(
+            Lang::Js,
+            Some("const { log: say } = console;\nconst out = console.log.bind(console);\n"),
+            None,
+        );
+        assert!(matches!(js.call("say(x)"), Some(Output::Print(_))));
+        assert!(matches!(js.call("out(x)"), Some(Output::Print(_))));
+        assert!(matches!(
+            js.call("process.stdout.write(x)"),
+            Some(Output::Print(_))
+        ));
+        assert_eq!(js.call("this.console.log(x)"), None);
+        let go = Writers::of(Lang::Go, Some(""), Some(""));
+        assert!(matches!(
+            go.call("if x { println(x) }"),
+            Some(Output::Print(_))
+        ));
+        assert!(matches!(
+            go.call("fmt.Fprintln(os.Stderr, x)"),
+            Some(Output::Print(_))
+        ));
+        assert_eq!(go.call("fmt.Fprintln(w, x)"), None);
+        assert_eq!(go.call("func print(x int) {"), None);
+    }
+}
