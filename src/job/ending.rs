@@ -113,10 +113,20 @@ impl Run<'_> {
                 return;
             }
         };
+        // The values the failing tests expected at the baseline: what a
+        // lesson must never tell a later job to return.
+        let expected: Vec<String> = self
+            .journal
+            .state()
+            .baseline
+            .iter()
+            .flat_map(|b| &b.steps)
+            .flat_map(|s| crate::guard::precheck::failing_expected(&s.output))
+            .collect();
         let mut kept = Vec::new();
         let mut audits = Vec::new();
         for c in candidates {
-            let refused = lessons::audit(&c.text, &policy).err();
+            let refused = lessons::audit(&c.text, &policy, &expected).err();
             if let Some(why) = &refused {
                 tracing::warn!(key = %c.key, why = %why, "a lesson was refused by the audit");
             }
