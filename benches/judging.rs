@@ -10,7 +10,11 @@
 //!    first prompt carries the lesson; once with the memory, once with the
 //!    lesson forgotten between the jobs.
 //!
-//! Every run is a real `loopd run` against the real Claude Code CLI and the
+//! 3. The pre-critic's own cost: milliseconds per attempt on a 2,000-line
+//!    added diff in each language (in process, no model; the median of 15
+//!    runs).
+//!
+//! Every run in 1 and 2 is a real `loopd run` against the real Claude Code CLI and the
 //! scripted model. A model call is one request the CLI sent to the model
 //! (agent and critic turns alike).
 //!
@@ -117,6 +121,8 @@ fn two_jobs(forget: bool) -> (usize, usize, usize, usize) {
 }
 
 fn main() {
+    precheck_cost();
+    println!();
     precheck();
     println!();
     println!(
@@ -176,4 +182,74 @@ fn precheck() {
          {with_total} ({with_critic}) with it: {} fewer calls",
         without_total - with_total
     );
+}
+
+/// The pre-critic on a 2,000-line added diff per language: 40 files of 50
+/// lines, ordinary library code with aliases and a print in every file.
+fn precheck_cost() {
+    use loopd::guard::precheck::{Plan, PrecheckSettings};
+    use loopd::workspace::{AddedLine, ChangedText};
+    const RULES: [(u32, &str); 4] = [
+        (1, "No test was deleted, skipped or weakened."),
+        (
+            2,
+            "No debug prints, dead code or commented-out blocks were added.",
+        ),
+        (3, "Errors are handled, not silently swallowed."),
+        (
+            4,
+            "The change stays inside the task; no drive-by refactoring.",
+        ),
+    ];
+    let plan = Plan::new(&PrecheckSettings::default(), RULES);
+    println!(
+        "the pre-critic on a 2,000-line added diff (40 files of 50 lines), median of 15 runs\n"
+    );
+    println!("{:<12} {:>10} {:>10}", "language", "ms", "findings");
+    let bodies: [(&str, &str, &str); 4] = [
+        ("python", "py", "import sys as s\nout = s.stdout.write\n\ndef f{i}(x, y):\n    total = x * {i} + y  # the sum\n    if total > 10 and 'print(' in str(y):\n        return total - 1\n    out('done')\n    return total\n\n"),
+        ("javascript", "js", "const {{ log: say }} = console;\nexport function f{i}(x, y) {{\n  const total = x * {i} + y; // the sum\n  if (total > 10 && `${{y}}`.includes('log(')) {{\n    return total - 1;\n  }}\n  say('done');\n  return total;\n}}\n\n"),
+        ("rust", "rs", "pub fn f{i}(x: u64, y: u64) -> u64 {{\n    let total = x * {i} + y; // the sum\n    if total > 10 && format!(\"{{y}}\").contains(\"println!(\") {{\n        return total - 1;\n    }}\n    println!(\"done\");\n    total\n}}\n\n"),
+        ("go", "go", "func F{i}(x, y int) int {{\n\ttotal := x*{i} + y // the sum\n\tif total > 10 && strings.Contains(fmt.Sprint(y), \"Println(\") {{\n\t\treturn total - 1\n\t}}\n\tfmt.Println(\"done\")\n\treturn total\n}}\n\n"),
+    ];
+    for (name, ext, body) in bodies {
+        let mut added = Vec::new();
+        let mut files = Vec::new();
+        for file in 0..40 {
+            let path = format!("pkg/mod{file}.{ext}");
+            let mut text = String::new();
+            while text.lines().count() < 50 {
+                let i = text.len();
+                text.push_str(
+                    &body
+                        .replace("{i}", &i.to_string())
+                        .replace("{{", "{")
+                        .replace("}}", "}"),
+                );
+            }
+            let text: String = text.lines().take(50).map(|l| format!("{l}\n")).collect();
+            for (n, line) in text.lines().enumerate() {
+                added.push(AddedLine {
+                    path: path.clone(),
+                    line: n as u32 + 1,
+                    text: line.to_owned(),
+                });
+            }
+            files.push(ChangedText {
+                path,
+                old: Some(String::new()),
+                new: Some(text),
+            });
+        }
+        assert_eq!(added.len(), 2000);
+        let mut times = Vec::new();
+        let mut found = 0;
+        for _ in 0..15 {
+            let t = std::time::Instant::now();
+            found = plan.run("t", &added, &files).len();
+            times.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        times.sort_by(f64::total_cmp);
+        println!("{name:<12} {:>10.2} {found:>10}", times[times.len() / 2]);
+    }
 }

@@ -1,7 +1,7 @@
 //! The guards that watch a session as it streams: resource caps
 //! ([`caps`]), the progress guard ([`progress`]), the tamper gates that run
 //! at the tool call and on the diff after each attempt ([`tamper`],
-//! [`testcount`]), the size gate ([`size`]), the drift gate after the goal
+//! [`runner`], [`testcount`]), the size gate ([`size`]), the drift gate after the goal
 //! test ([`drift`]), and the pre-critic on the added lines ([`precheck`]).
 //!
 //! [`Watch`] is the observer a session runs under. On the hot path it does
@@ -16,6 +16,7 @@ pub mod finding;
 pub mod precheck;
 pub mod progress;
 pub mod risk;
+pub mod runner;
 pub mod size;
 pub mod tamper;
 pub mod testcount;

@@ -24,7 +24,7 @@ use crate::guard::tamper;
 use crate::guard::testcount::{self, Counts, Unreadable};
 use crate::journal::{Ending, Event, Gate};
 use crate::outcome::{Escalation, Reason};
-use crate::workspace::{self, Interdiff, Snapshot};
+use crate::workspace::{self, Diff, Interdiff, Snapshot};
 
 /// Each attempt's tree (the changed files' contents), for the next
 /// attempt's interdiff.
@@ -113,6 +113,7 @@ impl Run<'_> {
                 .compile()
                 .map_err(JobError::Policy)?
                 .diff_findings(&diff, run.job.rubric.tests_rule());
+            findings.extend(run.runner_findings(&diff));
             findings.extend(size::findings(&diff, run.job.guard.max_diff_bytes()));
             Ok(findings)
         })?;
@@ -207,6 +208,7 @@ impl Run<'_> {
                 .compile()
                 .map_err(JobError::Policy)?
                 .diff_findings(&after, run.job.rubric.tests_rule());
+            findings.extend(run.runner_findings(&after));
             for f in &mut findings {
                 f.problem = format!("{}, while the goal test ran this attempt's code", f.problem);
             }
@@ -665,6 +667,15 @@ impl Run<'_> {
             })?;
         }
         self.restore_git_dir(&dir.join("git-dir-changed"))
+    }
+
+    /// The runner's configuration inside shared files (`package.json`'s
+    /// scripts, `[tool.pytest]`, a conftest's hooks, ...), compared parsed.
+    fn runner_findings(&self, diff: &Diff) -> Vec<Finding> {
+        let files = self
+            .ws
+            .changed_texts(self.base_oid, diff, crate::guard::runner::wanted);
+        crate::guard::runner::findings(&files, self.job.rubric.tests_rule())
     }
 
     /// The test-count gate for the steps of a green goal test.
