@@ -469,8 +469,42 @@ fn read_config(
     Ok((config_path, file, config_text))
 }
 
+/// The largest `package.json` whose scripts are read for inference.
+const MAX_PACKAGE_JSON: u64 = 1024 * 1024;
+
+/// `package.json`'s `scripts` at the repository's root (none when it is
+/// absent, not a regular file, too large or not JSON): what `npm test` runs,
+/// for the test-count preset.
+fn package_scripts(repo_root: &Path) -> BTreeMap<String, String> {
+    let path = repo_root.join("package.json");
+    let regular = std::fs::symlink_metadata(&path)
+        .is_ok_and(|m| m.file_type().is_file() && m.len() <= MAX_PACKAGE_JSON);
+    if !regular {
+        return BTreeMap::new();
+    }
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return BTreeMap::new();
+    };
+    let Ok(json) = serde_json::from_str::<serde_json::Value>(&text) else {
+        tracing::debug!(path = %path.display(), "package.json is not JSON; its scripts are not read");
+        return BTreeMap::new();
+    };
+    json.get("scripts")
+        .and_then(|s| s.as_object())
+        .map(|o| {
+            o.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// `--goal` steps: each a command line, named by itself.
-fn goal_from_flags(o: &Origin<'_>, runs: &[String]) -> Result<Vec<GoalStep>, ConfigError> {
+fn goal_from_flags(
+    o: &Origin<'_>,
+    runs: &[String],
+    scripts: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<GoalStep>, ConfigError> {
     runs.iter()
         .map(|run| {
             if run.trim().is_empty() {
@@ -480,7 +514,7 @@ fn goal_from_flags(o: &Origin<'_>, runs: &[String]) -> Result<Vec<GoalStep>, Con
                 name: run.trim().to_owned(),
                 run: run.trim().to_owned(),
                 timeout: DEFAULT_STEP_TIMEOUT,
-                report: Preset::infer(run),
+                report: Preset::infer_through_scripts(run, scripts),
             })
         })
         .collect()
@@ -488,7 +522,11 @@ fn goal_from_flags(o: &Origin<'_>, runs: &[String]) -> Result<Vec<GoalStep>, Con
 
 /// `[[goal]]` steps: a command line each, a unique name, a timeout and
 /// the test report it prints.
-fn goal_from_file(o: &Origin<'_>, file: Vec<GoalStepFile>) -> Result<Vec<GoalStep>, ConfigError> {
+fn goal_from_file(
+    o: &Origin<'_>,
+    file: Vec<GoalStepFile>,
+    scripts: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<GoalStep>, ConfigError> {
     let mut steps = Vec::new();
     for (i, step) in file.into_iter().enumerate() {
         let run = match step.run {
@@ -518,7 +556,7 @@ fn goal_from_file(o: &Origin<'_>, file: Vec<GoalStepFile>) -> Result<Vec<GoalSte
             DEFAULT_STEP_TIMEOUT,
         )?;
         let report = match step.report.as_deref().map(str::trim) {
-            None => Preset::infer(&run),
+            None => Preset::infer_through_scripts(&run, scripts),
             Some("none") => None,
             Some(name) => Some(Preset::parse_name(name).ok_or_else(|| {
                 o.invalid(
@@ -1040,10 +1078,12 @@ impl Job {
             None => return Err(ConfigError::NoTask { file: file_name }),
         };
 
+        let package = package_scripts(repo_root);
+        let scripts = |name: &str| package.get(name).cloned();
         let goal = if !flags.goal.is_empty() {
-            goal_from_flags(&origin(true), &flags.goal)?
+            goal_from_flags(&origin(true), &flags.goal, &scripts)?
         } else {
-            goal_from_file(&origin(false), file.goal)?
+            goal_from_file(&origin(false), file.goal, &scripts)?
         };
         if goal.is_empty() {
             return Err(ConfigError::NoGoal { file: file_name });

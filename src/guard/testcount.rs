@@ -82,6 +82,48 @@ impl Preset {
     }
 }
 
+/// How many scripts deep `npm test` is followed (`test` → `test:unit` → …).
+const SCRIPT_DEPTH: usize = 4;
+
+impl Preset {
+    /// The preset of a command, looking through package scripts: `npm
+    /// test`, `yarn test`, `pnpm run test:unit`, `bun run test` run a
+    /// script of `package.json`, and that script's command says which
+    /// runner it is (`scripts` looks a script up by name). So a script
+    /// that runs fewer tests is caught by the count gate too.
+    pub fn infer_through_scripts(
+        command: &str,
+        scripts: &dyn Fn(&str) -> Option<String>,
+    ) -> Option<Preset> {
+        static SCRIPT: OnceLock<Regex> = OnceLock::new();
+        let script = re(
+            &SCRIPT,
+            r"(?:^|[;&|(\s])(?:npm|pnpm|yarn|bun)\s+(?:(?:run(?:-script)?|--silent|-s)\s+)*([\w:.-]+)",
+        );
+        let mut command = command.to_owned();
+        for _ in 0..SCRIPT_DEPTH {
+            if let Some(p) = Preset::infer(&command) {
+                return Some(p);
+            }
+            let next: Vec<String> = script
+                .captures_iter(&command)
+                .filter_map(|c| {
+                    let name = match &c[1] {
+                        "t" => "test",
+                        n => n,
+                    };
+                    scripts(name)
+                })
+                .collect();
+            if next.is_empty() {
+                return None;
+            }
+            command = next.join(" && ");
+        }
+        None
+    }
+}
+
 /// Does this command look like it runs tests (for `loopd check`'s warning)?
 pub fn looks_like_tests(command: &str) -> bool {
     let c = command.to_ascii_lowercase();
@@ -715,6 +757,25 @@ mod tests {
         let long = format!("test result: {}", "x".repeat(400));
         let e = read(Preset::Cargo, &long).expect_err("no numbers");
         assert!(e.line.expect("quoted").chars().count() <= QUOTED_LINE + 1);
+    }
+
+    #[test]
+    fn inference_through_package_scripts() {
+        let scripts = |name: &str| match name {
+            "test" => Some("npm run test:unit --silent".to_owned()),
+            "test:unit" => Some("vitest run".to_owned()),
+            "check" => Some("node --test test/".to_owned()),
+            "loop" => Some("npm run loop".to_owned()),
+            _ => None,
+        };
+        let infer = |c: &str| Preset::infer_through_scripts(c, &scripts);
+        assert_eq!(infer("npm test"), Some(Preset::Jest));
+        assert_eq!(infer("npm t"), Some(Preset::Jest));
+        assert_eq!(infer("yarn test:unit"), Some(Preset::Jest));
+        assert_eq!(infer("npm ci && pnpm run check"), Some(Preset::Node));
+        assert_eq!(infer("python3 -m pytest"), Some(Preset::Pytest));
+        assert_eq!(infer("npm run lint"), None);
+        assert_eq!(infer("npm run loop"), None, "a loop ends");
     }
 
     #[test]
