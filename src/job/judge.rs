@@ -246,24 +246,31 @@ impl Run<'_> {
                     .changed_texts(run.base_oid, &diff, |p| Lang::of(p).is_some());
                 let plan = &run.job.rubric.precheck_plan;
                 let mut found = plan.run(&run.job.task, &diff.added, &files);
-                if run.strict(n) {
-                    let failing: Vec<String> = baseline
-                        .steps
-                        .iter()
-                        .flat_map(|s| precheck::failing_tests(&s.output))
-                        .collect();
-                    let expected: Vec<String> = baseline
-                        .steps
-                        .iter()
-                        .flat_map(|s| precheck::failing_expected(&s.output))
-                        .collect();
-                    for mut f in
-                        precheck::test_special_casing(&diff.added, &files, &failing, &expected)
-                    {
-                        f.rule = run.job.rubric.tests_rule();
-                        f.check = Some(Check::TestSpecialCasing);
-                        found.push(f);
-                    }
+                // Runner markers on every attempt; names, expected values
+                // and conventions from a late attempt on.
+                let late = run.strict(n);
+                let (failing, expected): (Vec<String>, Vec<String>) = if late {
+                    (
+                        baseline
+                            .steps
+                            .iter()
+                            .flat_map(|s| precheck::failing_tests(&s.output))
+                            .collect(),
+                        baseline
+                            .steps
+                            .iter()
+                            .flat_map(|s| precheck::failing_expected(&s.output))
+                            .collect(),
+                    )
+                } else {
+                    (Vec::new(), Vec::new())
+                };
+                for mut f in
+                    precheck::test_special_casing(&diff.added, &files, late, &failing, &expected)
+                {
+                    f.rule = run.job.rubric.tests_rule();
+                    f.check = Some(Check::TestSpecialCasing);
+                    found.push(f);
                 }
                 Ok(found)
             })?;
