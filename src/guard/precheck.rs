@@ -374,23 +374,78 @@ pub fn failing_tests(output: &str) -> Vec<String> {
 /// `20`) are left out: too common to mean anything.
 pub fn failing_expected(output: &str) -> Vec<String> {
     static LINE: OnceLock<Regex> = OnceLock::new();
-    static LIT: OnceLock<Regex> = OnceLock::new();
     let line = re(&LINE, r"(?m)^E\s+(?:AssertionError: )?assert .+? == (.+)$");
-    let lit = re(&LIT, r#"'([^']{3,})'|"([^"]{3,})"|\b(\d+\.\d+|\d{3,})\b"#);
     let mut out: Vec<String> = line
         .captures_iter(output)
-        .flat_map(|c| {
-            let rhs = c.get(1).map_or("", |m| m.as_str());
-            lit.captures_iter(rhs)
-                .filter_map(|l| {
-                    l.get(1)
-                        .or(l.get(2))
-                        .or(l.get(3))
-                        .map(|m| m.as_str().to_owned())
-                })
-                .collect::<Vec<_>>()
-        })
+        .flat_map(|c| literals(c.get(1).map_or("", |m| m.as_str())))
         .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The literals of an assertion's expected side worth matching: quoted
+/// strings of three characters or more, numbers with a fraction or three
+/// digits.
+fn literals(rhs: &str) -> Vec<String> {
+    static LIT: OnceLock<Regex> = OnceLock::new();
+    let lit = re(&LIT, r#"'([^']{3,})'|"([^"]{3,})"|\b(\d+\.\d+|\d{3,})\b"#);
+    lit.captures_iter(rhs)
+        .filter_map(|l| {
+            l.get(1)
+                .or(l.get(2))
+                .or(l.get(3))
+                .map(|m| m.as_str().to_owned())
+        })
+        .collect()
+}
+
+/// The values the tests named in `failing` expect, read from their own
+/// bodies in a test file's text: what a baseline that fails with
+/// `NotImplementedError` (and so prints no expected value) still tells. A
+/// test's body is its definition line and the lines indented under it;
+/// its expected side is the right of `==` in an `assert`, the second
+/// argument of `assertEqual`/`assert_eq!`/`assert.equal`, the argument of
+/// `toBe`/`toEqual`, or a Go `want`.
+pub fn expected_in_tests(path: &str, text: &str, failing: &[String]) -> Vec<String> {
+    static DEF: OnceLock<Regex> = OnceLock::new();
+    static EXPECT: OnceLock<Regex> = OnceLock::new();
+    let Some(lang) = Lang::of(path) else {
+        return Vec::new();
+    };
+    let def = re(
+        &DEF,
+        r#"^\s*(?:async\s+)?(?:def|fn|func|pub\s+fn)\s+(\w+)|^\s*(?:test|it)\s*\(\s*['"`]([^'"`]+)['"`]"#,
+    );
+    let expect = re(
+        &EXPECT,
+        r"\bassert\b[^=]*==\s*(.+)$|\bassert_?(?:Equals?|_eq!|\.(?:strictEqual|equal|deepStrictEqual|deepEqual))\s*\([^,]+,\s*(.+)$|\.to(?:Be|Equal|StrictEqual)\s*\((.+)$|\bwant\w*\s*:?=\s*(.+)$",
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let named = def.captures(lines[i]).and_then(|c| {
+            let name = c.get(1).or(c.get(2))?.as_str().trim();
+            failing.iter().any(|f| f == name).then_some(())
+        });
+        if named.is_none() {
+            i += 1;
+            continue;
+        }
+        let depth = indent(lines[i]);
+        let mut j = i + 1;
+        while j < lines.len() && (lines[j].trim().is_empty() || indent(lines[j]) > depth) {
+            if lang.comment(lines[j]).is_none() {
+                if let Some(c) = expect.captures(lines[j]) {
+                    let rhs = (1..=4).find_map(|k| c.get(k)).map_or("", |m| m.as_str());
+                    out.extend(literals(rhs));
+                }
+            }
+            j += 1;
+        }
+        i = j;
+    }
     out.sort();
     out.dedup();
     out
@@ -1574,6 +1629,40 @@ mod tests {
                    E       assert 7 == 20\n\
                    E       assert 'ab' == 'hello world'\n";
         assert_eq!(failing_expected(out), ["7.50", "hello world"]);
+    }
+
+    /// A baseline failing with `NotImplementedError` prints no expected
+    /// value: the failing tests' own bodies still say what they expect, and
+    /// a passing test's values are not taken (an honest fix may share them).
+    #[test]
+    fn expected_values_come_from_the_failing_tests_bodies() {
+        let py = "from rechnung import gross_total\n\n\ndef test_gross_total():\n    assert gross_total([(1, 100)]) == Decimal(\"119.00\")\n    # assert x == \"commented\"\n\n\ndef test_currency():\n    assert currency() == \"EUR\"\n    self.assertEqual(label(), 'Rechnung Nr. 7')\n";
+        let failing = vec!["test_gross_total".to_owned()];
+        assert_eq!(
+            expected_in_tests("tests/test_r.py", py, &failing),
+            ["119.00"]
+        );
+        let failing = vec!["test_gross_total".to_owned(), "test_currency".to_owned()];
+        assert_eq!(
+            expected_in_tests("tests/test_r.py", py, &failing),
+            ["119.00", "EUR", "Rechnung Nr. 7"]
+        );
+        let js = "test('formats the total', () => {\n  expect(format(1190)).toBe('11,90 EUR');\n  assert.strictEqual(round(1.005), 1.01);\n});\n";
+        let failing = vec!["formats the total".to_owned()];
+        assert_eq!(
+            expected_in_tests("t/format.test.js", js, &failing),
+            ["1.01", "11,90 EUR"]
+        );
+        let go = "func TestTotal(t *testing.T) {\n\twant := \"119.00\"\n\tif got := Total(); got != want {\n\t\tt.Fatal(got)\n\t}\n}\n";
+        assert_eq!(
+            expected_in_tests("total_test.go", go, &["TestTotal".to_owned()]),
+            ["119.00"]
+        );
+        let rs = "    #[test]\n    fn totals() {\n        assert_eq!(total(), 1190);\n    }\n";
+        assert_eq!(
+            expected_in_tests("tests/t.rs", rs, &["totals".to_owned()]),
+            ["1190"]
+        );
     }
 
     #[test]

@@ -30,6 +30,10 @@ use crate::workspace::{self, Diff, Interdiff, Snapshot};
 /// attempt's interdiff.
 const SNAPSHOT: &str = "tree.json";
 
+/// The most test files of BASE_REF a late attempt's special-casing check
+/// reads for the values the failing tests expect.
+const EXPECTED_FILES: usize = 500;
+
 /// The most of the goal output and of the diff an escalation carries.
 const ESCALATION_GOAL: usize = 8 * 1024;
 const ESCALATION_DIFF: usize = 16 * 1024;
@@ -249,19 +253,8 @@ impl Run<'_> {
                 // Runner markers on every attempt; names, expected values
                 // and conventions from a late attempt on.
                 let late = run.strict(n);
-                let (failing, expected): (Vec<String>, Vec<String>) = if late {
-                    (
-                        baseline
-                            .steps
-                            .iter()
-                            .flat_map(|s| precheck::failing_tests(&s.output))
-                            .collect(),
-                        baseline
-                            .steps
-                            .iter()
-                            .flat_map(|s| precheck::failing_expected(&s.output))
-                            .collect(),
-                    )
+                let (failing, expected) = if late {
+                    run.failing_and_expected(baseline)
                 } else {
                     (Vec::new(), Vec::new())
                 };
@@ -674,6 +667,42 @@ impl Run<'_> {
             })?;
         }
         self.restore_git_dir(&dir.join("git-dir-changed"))
+    }
+
+    /// The tests that failed at baseline, and the values they expect: from
+    /// the runner's output and from the failing tests' own bodies in the
+    /// test files of BASE_REF (at most [`EXPECTED_FILES`] of them).
+    fn failing_and_expected(&self, baseline: &GoalReport) -> (Vec<String>, Vec<String>) {
+        let failing: Vec<String> = baseline
+            .steps
+            .iter()
+            .flat_map(|s| precheck::failing_tests(&s.output))
+            .collect();
+        let mut expected: Vec<String> = baseline
+            .steps
+            .iter()
+            .flat_map(|s| precheck::failing_expected(&s.output))
+            .collect();
+        if !failing.is_empty() {
+            let tests = self
+                .env
+                .policy
+                .files
+                .iter()
+                .filter(|(path, why)| {
+                    why.as_str() == crate::guard::tamper::TEST_AT_BASE && Lang::of(path).is_some()
+                })
+                .take(EXPECTED_FILES);
+            for (path, _) in tests {
+                if let workspace::Content::Text { text } = self.ws.base_content(self.base_oid, path)
+                {
+                    expected.extend(precheck::expected_in_tests(path, &text, &failing));
+                }
+            }
+        }
+        expected.sort();
+        expected.dedup();
+        (failing, expected)
     }
 
     /// The runner's configuration inside shared files (`package.json`'s
