@@ -58,6 +58,9 @@ struct Run {
 
 fn run(variant: &str, rule: i64, precheck: bool, gated: bool) -> Run {
     let env = TestEnv::new();
+    // The variants' script runs in the job's sandbox, which reads nothing
+    // outside the worktree unless granted.
+    env.sandbox_reads(&[&manifest_dir().join("fixtures/rechnung")]);
     // The critic is asked about attempt 1 only when no gate rejected it.
     let critic_needed_twice = !gated && !precheck;
     let mut critic = Vec::new();

@@ -11,6 +11,7 @@
 //! through a container or a function's return value is not followed.
 
 use std::collections::BTreeSet;
+use std::sync::OnceLock;
 
 use regex::Regex;
 
@@ -33,10 +34,72 @@ pub(super) enum Output {
 /// and the aliases the file's new text makes of them.
 pub(super) struct Writers {
     lang: Lang,
-    calls: Regex,
-    log: Regex,
+    /// Callee paths that write (`print`, `sys.stdout.write`, an alias).
+    names: BTreeSet<String>,
     /// The file logged at debug level before the change.
     debug_was_usual: bool,
+}
+
+fn re(cell: &'static OnceLock<Regex>, pattern: &str) -> &'static Regex {
+    cell.get_or_init(|| Regex::new(pattern).expect("a built-in output-call pattern is valid"))
+}
+
+/// Every call site of a line's code: the callee's dotted path before `(`.
+fn callees(code: &str) -> impl Iterator<Item = &str> {
+    static CALL: OnceLock<Regex> = OnceLock::new();
+    re(
+        &CALL,
+        r"(?:^|[^\w.$])([A-Za-z_$][\w$]*(?:\s*\.\s*[A-Za-z_$][\w$]*)*)\s*\(",
+    )
+    .captures_iter(code)
+    .filter_map(|c| c.get(1).map(|m| m.as_str()))
+}
+
+/// Rust's writers are macros, and `std::io::stdout().write…`.
+fn rust_writes(code: &str) -> bool {
+    static RS: OnceLock<Regex> = OnceLock::new();
+    re(
+        &RS,
+        r"(?:^|[^\w.:])(?:std::)?e?print(?:ln)?!\s*[(\[{]|(?:^|[^\w])std::io::std(?:out|err)\(\)\s*\.\s*write",
+    )
+    .is_match(code)
+}
+
+/// Go's `fmt.Fprint*(os.Stdout…)`.
+fn go_fprint_std(code: &str) -> bool {
+    static GO: OnceLock<Regex> = OnceLock::new();
+    re(
+        &GO,
+        r"(?:^|[^\w.])fmt\.Fprint(?:ln|f)?\s*\(\s*os\.Std(?:out|err)\b",
+    )
+    .is_match(code)
+}
+
+/// A logger call's level, per language.
+fn log_level(lang: Lang, code: &str) -> Option<String> {
+    static PY: OnceLock<Regex> = OnceLock::new();
+    static JS: OnceLock<Regex> = OnceLock::new();
+    static GO: OnceLock<Regex> = OnceLock::new();
+    static RS: OnceLock<Regex> = OnceLock::new();
+    let pattern = match lang {
+        Lang::Python => re(
+            &PY,
+            r"(?:^|[^\w.])(?:self\.|cls\.)?(?:_*log(?:ger)?|LOG(?:GER)?|logging)\.(debug|info|warning|warn|error|exception|critical)\s*\(",
+        ),
+        Lang::Js => re(
+            &JS,
+            r"(?:^|[^\w.])(?:this\.)?(?:log(?:ger)?)\.(debug|trace|info|warn|error)\s*\(",
+        ),
+        Lang::Go => re(
+            &GO,
+            r"(?:^|[^\w.])(?:slog|log|logger)\.(Debug|Info|Warn|Error|Print|Printf|Println)\w*\s*\(",
+        ),
+        Lang::Rust => re(
+            &RS,
+            r"(?:^|[^\w])(?:log::|tracing::)?(debug|info|warn|error|trace)!\s*\(",
+        ),
+    };
+    pattern.captures(code).map(|c| c[1].to_ascii_lowercase())
 }
 
 /// Python's writers: called as these, they print.
@@ -83,52 +146,17 @@ impl Writers {
             Lang::Python => python_names(new.unwrap_or("")),
             Lang::Js => js_names(new.unwrap_or("")),
             Lang::Go => GO_WRITERS.iter().map(|s| (*s).to_owned()).collect(),
-            // Rust's are macros, matched by their own pattern below.
+            // Rust's are macros: [`rust_writes`].
             Lang::Rust => BTreeSet::new(),
         };
-        let calls = match lang {
-            Lang::Rust => {
-                r"(?:^|[^\w.:])(?:std::)?e?print(?:ln)?!\s*[(\[{]|(?:^|[^\w])std::io::std(?:out|err)\(\)\s*\.\s*write".to_owned()
-            }
-            _ => {
-                let mut names: Vec<String> = names.into_iter().collect();
-                // Longest first, so `pprint.pprint` wins over `pprint`.
-                names.sort_by_key(|n| std::cmp::Reverse(n.len()));
-                let alternation: Vec<String> = names.iter().map(|n| regex::escape(n)).collect();
-                let fmt_fprint = if lang == Lang::Go {
-                    r"|(?:^|[^\w.])fmt\.Fprint(?:ln|f)?\s*\(\s*os\.Std(?:out|err)\b"
-                } else {
-                    ""
-                };
-                format!(
-                    r"(?:^|[^\w.])(?:{})\s*\({fmt_fprint}",
-                    alternation.join("|")
-                )
-            }
-        };
-        let log = match lang {
-            Lang::Python => {
-                r"(?:^|[^\w.])(?:self\.|cls\.)?(?:_*log(?:ger)?|LOG(?:GER)?|logging)\.(debug|info|warning|warn|error|exception|critical)\s*\("
-            }
-            Lang::Js => {
-                r"(?:^|[^\w.])(?:this\.)?(?:log(?:ger)?)\.(debug|trace|info|warn|error)\s*\("
-            }
-            Lang::Go => {
-                r"(?:^|[^\w.])(?:slog|log|logger)\.(Debug|Info|Warn|Error|Print|Printf|Println)\w*\s*\("
-            }
-            Lang::Rust => r"(?:^|[^\w])(?:log::|tracing::)?(debug|info|warn|error|trace)!\s*\(",
-        };
-        let log = Regex::new(log).expect("a built-in logger pattern is valid");
         let debug_was_usual = old.is_some_and(|old| {
             old.lines().any(|l| {
-                log.captures(&code_of(lang, l))
-                    .is_some_and(|c| c[1].eq_ignore_ascii_case("debug") || &c[1] == "trace")
+                log_level(lang, &code_of(lang, l)).is_some_and(|lv| lv == "debug" || lv == "trace")
             })
         });
         Writers {
             lang,
-            calls: Regex::new(&calls).expect("escaped writer names make a valid pattern"),
-            log,
+            names,
             debug_was_usual,
         }
     }
@@ -139,20 +167,32 @@ impl Writers {
         if defines(self.lang, &code) {
             return None;
         }
-        if self.calls.is_match(&code) {
+        let writes = match self.lang {
+            Lang::Rust => rust_writes(&code),
+            Lang::Go => {
+                go_fprint_std(&code) || callees(&code).any(|c| self.names.contains(&squeeze(c)))
+            }
+            _ => callees(&code).any(|c| self.names.contains(&squeeze(c))),
+        };
+        if writes {
             return Some(Output::Print(match self.lang {
                 Lang::Js => "a console print",
                 _ => "a print",
             }));
         }
-        let level = self.log.captures(&code)?;
-        let debug = level[1].eq_ignore_ascii_case("debug") || &level[1] == "trace";
+        let level = log_level(self.lang, &code)?;
+        let debug = level == "debug" || level == "trace";
         Some(if debug && !self.debug_was_usual {
             Output::NewDebugLog
         } else {
             Output::Log
         })
     }
+}
+
+/// A callee path without the spaces around its dots (`sys . stdout`).
+fn squeeze(callee: &str) -> String {
+    callee.chars().filter(|c| !c.is_whitespace()).collect()
 }
 
 /// A definition (`def print(…)`, `fn print(…)`, `function log(…)`), not a
@@ -212,14 +252,21 @@ pub(super) fn code_of(lang: Lang, line: &str) -> String {
 fn python_names(text: &str) -> BTreeSet<String> {
     let mut writers: BTreeSet<String> = PY_WRITERS.iter().map(|s| (*s).to_owned()).collect();
     let mut streams: BTreeSet<String> = PY_STREAMS.iter().map(|s| (*s).to_owned()).collect();
-    let import_as = Regex::new(r"^\s*import\s+(builtins|sys|pprint)\s+as\s+(\w+)\s*$")
-        .expect("a valid pattern");
-    let from_import =
-        Regex::new(r"^\s*from\s+(builtins|sys|pprint)\s+import\s+(.+)$").expect("a valid pattern");
-    let assign = Regex::new(
+    static IMPORT_AS: OnceLock<Regex> = OnceLock::new();
+    static FROM_IMPORT: OnceLock<Regex> = OnceLock::new();
+    static ASSIGN: OnceLock<Regex> = OnceLock::new();
+    let import_as = re(
+        &IMPORT_AS,
+        r"^\s*import\s+(builtins|sys|pprint)\s+as\s+(\w+)\s*$",
+    );
+    let from_import = re(
+        &FROM_IMPORT,
+        r"^\s*from\s+(builtins|sys|pprint)\s+import\s+(.+)$",
+    );
+    let assign = re(
+        &ASSIGN,
         r"^\s*([A-Za-z_]\w*)\s*(?::\s*[\w.\[\], ]+)?=\s*(?:functools\.)?(?:partial\(\s*)?([A-Za-z_][\w.]*)\s*[,)]?",
-    )
-    .expect("a valid pattern");
+    );
     let code: Vec<String> = text.lines().map(|l| code_of(Lang::Python, l)).collect();
     // Twice: an alias of an alias (`p = print`, then `q = p`).
     for _ in 0..2 {
@@ -286,12 +333,16 @@ fn python_names(text: &str) -> BTreeSet<String> {
 /// (`const log = console.log`, `const { log } = console`).
 fn js_names(text: &str) -> BTreeSet<String> {
     let mut writers: BTreeSet<String> = JS_WRITERS.iter().map(|s| (*s).to_owned()).collect();
-    let assign = Regex::new(
+    static ASSIGN: OnceLock<Regex> = OnceLock::new();
+    static DESTRUCTURE: OnceLock<Regex> = OnceLock::new();
+    let assign = re(
+        &ASSIGN,
         r"(?:^|[;\s])(?:const|let|var)?\s*([A-Za-z_$][\w$]*)\s*=\s*([A-Za-z_$][\w$.]*)(?:\.bind\([^)]*\))?\s*;?\s*$",
-    )
-    .expect("a valid pattern");
-    let destructure =
-        Regex::new(r"(?:const|let|var)\s*\{([^}]*)\}\s*=\s*console\b").expect("a valid pattern");
+    );
+    let destructure = re(
+        &DESTRUCTURE,
+        r"(?:const|let|var)\s*\{([^}]*)\}\s*=\s*console\b",
+    );
     for line in text.lines().map(|l| code_of(Lang::Js, l)) {
         if let Some(c) = destructure.captures(&line) {
             for item in c[1].split(',') {
