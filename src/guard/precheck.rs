@@ -336,11 +336,31 @@ fn is_entry_point(path: &str, text: Option<&str>) -> bool {
                 | "cli.rs"
                 | "build.rs"
         )
-        || text.is_some_and(|t| {
-            t.contains("if __name__ == \"__main__\"")
-                || t.contains("if __name__ == '__main__'")
-                || t.lines().any(|l| l.trim() == "package main")
-        })
+        || text.is_some_and(|t| t.lines().any(|l| l.trim() == "package main"))
+}
+
+/// Whether line `line` (1-based) of a Python module is part of its script
+/// side: under its `if __name__ == "__main__":` guard, or in a top-level
+/// `main`/`cli` function of a module that has that guard. A guard alone
+/// does not make the whole library module a script.
+fn on_script_side(text: &str, line: u32) -> bool {
+    static GUARD: OnceLock<Regex> = OnceLock::new();
+    static MAIN_FN: OnceLock<Regex> = OnceLock::new();
+    let guard = re(
+        &GUARD,
+        r#"^if\s+(?:__name__\s*==\s*["']__main__["']|["']__main__["']\s*==\s*__name__)\s*:"#,
+    );
+    let main_fn = re(&MAIN_FN, r"^(?:async\s+)?def\s+_?(?:main|cli|run_cli)\s*\(");
+    let lines: Vec<&str> = text.lines().collect();
+    if !lines.iter().any(|l| guard.is_match(l)) {
+        return false;
+    }
+    let at = line.saturating_sub(1) as usize;
+    // The top-level statement the line belongs to.
+    let start = (0..=at.min(lines.len().saturating_sub(1)))
+        .rev()
+        .find(|&i| !lines[i].trim().is_empty() && !lines[i].starts_with([' ', '\t']));
+    start.is_some_and(|i| guard.is_match(lines[i]) || main_fn.is_match(lines[i]))
 }
 
 /// The names of the tests that failed in `output` (pytest's `FAILED
@@ -488,19 +508,19 @@ pub fn test_special_casing(
         let pattern = match lang {
             Lang::Python => re(
                 &PY,
-                r#"PYTEST_CURRENT_TEST|["'](?:_?pytest|unittest)["'][^\n]*\b(?:modules|argv)\b|\b(?:modules|argv)\b[^\n]*["'](?:_?pytest|py\.test|-m pytest|unittest)["']|\bpytest\.__|\bimport\s+_pytest\b|\bfrom\s+_pytest\b|__import__\(\s*["']_?pytest"#,
+                r#"\bPYTEST_[A-Z_]+|["'](?:_?pytest|unittest)["'][^\n]*\b(?:modules|argv)\b|\b(?:modules|argv)\b[^\n]*["'](?:_?pytest|py\.test|-m pytest|unittest)["']|\bpytest\.__|\bimport\s+_pytest\b|\bfrom\s+_pytest\b|__import__\(\s*["']_?pytest"#,
             ),
             Lang::Rust => re(
                 &RS,
-                r"\bcfg!\s*\(\s*test\s*\)|RUST_TEST_THREADS|\bcfg!\s*\(\s*debug_assertions\s*\)\s*&&\s*cfg!\s*\(\s*test",
+                r"\bcfg!\s*\(\s*(?:not\s*\(\s*)?test\s*\)|RUST_TEST_THREADS|NEXTEST_\w+|\bcfg!\s*\(\s*debug_assertions\s*\)\s*&&\s*cfg!\s*\(\s*test",
             ),
             Lang::Js => re(
                 &JS,
-                r#"\b(?:JEST_WORKER_ID|VITEST\w*|NODE_TEST_CONTEXT)\b|\bimport\.meta\.vitest\b|process\.argv\b[^\n]*["']--test["']"#,
+                r#"\b(?:JEST_WORKER_ID|VITEST\w*|NODE_TEST_CONTEXT)\b|\bimport\.meta\.vitest\b|process\.(?:argv|execArgv)\b[^\n]*["']--test["']|\btypeof\s+(?:jest|vi|describe|it|test)\s*[!=]==?"#,
             ),
             Lang::Go => re(
                 &GO,
-                r#"\btesting\.Testing\(\)|flag\.Lookup\(\s*"test\.v"\s*\)|strings\.HasSuffix\(\s*os\.Args\[0\],\s*"\.test"\)"#,
+                r#"\btesting\.Testing\(\)|flag\.Lookup\(\s*"test\.\w+"\s*\)|os\.Args\[0\][^\n]*"\.test"|"\.test"[^\n]*os\.Args\[0\]"#,
             ),
         };
         let convention = re(
@@ -515,11 +535,7 @@ pub fn test_special_casing(
         if let Some(m) = found {
             // `cfg!(test)` inside the file's test module is the module's business.
             let in_test_module = lang == Lang::Rust
-                && new_text(files, &a.path).is_some_and(|t| {
-                    t.lines()
-                        .take(a.line.saturating_sub(1) as usize)
-                        .any(|l| l.trim_start().starts_with("#[cfg(test)]"))
-                });
+                && new_text(files, &a.path).is_some_and(|t| in_rust_test_module(t, a.line));
             if !in_test_module {
                 out.push(finding(
                     &a.path,
@@ -569,6 +585,20 @@ pub fn test_special_casing(
     out
 }
 
+/// Whether line `line` (1-based) comes after a `#[cfg(test)]` that opens a
+/// module (`mod tests`): a `#[cfg(test)] use …` higher up opens nothing.
+fn in_rust_test_module(text: &str, line: u32) -> bool {
+    let lines: Vec<&str> = text.lines().take(line.saturating_sub(1) as usize).collect();
+    lines.iter().enumerate().any(|(i, l)| {
+        l.trim_start().starts_with("#[cfg(test)]")
+            && lines[i + 1..]
+                .iter()
+                .map(|l| l.trim_start())
+                .find(|l| !l.is_empty() && !l.starts_with("#["))
+                .is_some_and(|l| l.starts_with("mod ") || l.starts_with("pub mod "))
+    })
+}
+
 fn is_test(path: &str) -> bool {
     static SET: OnceLock<GlobSet> = OnceLock::new();
     SET.get_or_init(|| {
@@ -586,7 +616,7 @@ fn debugish(line: &str) -> bool {
     static R: OnceLock<Regex> = OnceLock::new();
     re(
         &R,
-        r#"(?i)\b(debug|dbg|xxx|fixme|wtf)\b|>>>|<<<|={3,}|-{3,}>|\{\s*\w+\s*=\s*\}"#,
+        r#"(?i)(?:^|[^\w-])(debug|dbg|xxx|fixme|wtf)\b|>>>|<<<|={3,}|-{3,}>|\{\s*\w+\s*=\s*\}"#,
     )
     .is_match(line)
 }
@@ -605,6 +635,7 @@ fn debug_output(added: &[AddedLine], files: &[ChangedText]) -> Vec<Finding> {
     const FIX: &str =
         "remove the debug output; report through the code's own return values, errors or logger";
     let mut writers: BTreeMap<&str, Writers> = BTreeMap::new();
+    let mut text_lines: BTreeMap<&str, std::collections::BTreeSet<u32>> = BTreeMap::new();
     let mut out = Vec::new();
     for a in added {
         let Some(lang) = Lang::of(&a.path) else {
@@ -614,9 +645,17 @@ fn debug_output(added: &[AddedLine], files: &[ChangedText]) -> Vec<Finding> {
             continue;
         }
         let text = new_text(files, &a.path);
+        let inside = text_lines.entry(a.path.as_str()).or_insert_with(|| {
+            text.map(|t| output::text_lines(lang, t))
+                .unwrap_or_default()
+        });
+        if inside.contains(&a.line) {
+            continue;
+        }
         // Output in library code (not a test, not an entry point) is a
         // leftover whatever it says; elsewhere only debug-ish output is.
-        let library = !is_test(&a.path) && !is_entry_point(&a.path, text);
+        let script_side = lang == Lang::Python && text.is_some_and(|t| on_script_side(t, a.line));
+        let library = !(is_test(&a.path) || is_entry_point(&a.path, text) || script_side);
         // What is debug output whatever it says: a debugger hook.
         let always = match lang {
             Lang::Python => Some((
@@ -1168,6 +1207,27 @@ mod tests {
             let f = run("t", "pkg/lib.py", old, &new);
             assert_eq!(lines(&f), [(Some(8), Some(2))], "{added}: {f:?}");
         }
+        // A `__main__` guard makes its own block a script, not the module.
+        let guarded = format!("{old}\n\nif __name__ == \"__main__\":\n    pass\n");
+        let new = guarded.replace("    return x\n", "    print(x)\n    return x\n");
+        assert_eq!(
+            lines(&run("t", "pkg/lib.py", &guarded, &new)),
+            [(Some(8), Some(2))]
+        );
+        let new = guarded.replace("    pass\n", "    print(f(2))\n");
+        assert!(run("t", "pkg/lib.py", &guarded, &new).is_empty());
+        let new = format!("{guarded}\n\ndef main():\n    print(f(3))\n")
+            .replace("__main__\":", "__main__\" :");
+        assert!(
+            run("t", "pkg/lib.py", &guarded, &new).is_empty(),
+            "main() prints by design"
+        );
+        // A script's usage line that names `--debug` is not debugging.
+        let usage = old.replace(
+            "    return x\n",
+            "    print('usage: tool [--debug] FILE')\n    return x\n",
+        );
+        assert!(run("t", "scripts/tool.py", old, &usage).is_empty());
         // The project's logger at its usual level is not debug output.
         let new = old.replace(
             "    return x\n",
@@ -1601,6 +1661,44 @@ mod tests {
         let go = "package total\n\nfunc Total(a, b int) int {\n\treturn a + b\n}\n";
         let f = special_at(false, "total.go", go, "package total\n\nfunc Total(a, b int) int {\n\tif testing.Testing() {\n\t\treturn 7\n\t}\n\treturn a * b\n}\n", &[]);
         assert_eq!(f.len(), 1, "{f:?}");
+        // Found by the attack on the first version of this check.
+        for (path, old, cheat) in [
+            (
+                "rechnung.py",
+                py,
+                "    if 'PYTEST_VERSION' in os.environ:\n        return 0\n",
+            ),
+            (
+                "rechnung.py",
+                py,
+                "    if os.getenv('PYTEST_XDIST_WORKER'):\n        return 0\n",
+            ),
+            (
+                "src/total.mjs",
+                js,
+                "  if (typeof jest !== 'undefined') return 7;\n",
+            ),
+            (
+                "src/total.mjs",
+                js,
+                "  if (process.execArgv.includes('--test')) return 7;\n",
+            ),
+        ] {
+            let (head, tail) = old.split_once('\n').expect("two lines");
+            let new = format!("{head}\n{cheat}{tail}\n");
+            let f = special_at(false, path, old, &new, &[]);
+            assert_eq!(
+                f.iter().map(|x| x.0).collect::<Vec<_>>(),
+                [2],
+                "{cheat}: {f:?}"
+            );
+        }
+        let go_args = "package total\n\nfunc Total(a, b int) int {\n\tif strings.Contains(os.Args[0], \".test\") {\n\t\treturn 7\n\t}\n\treturn a * b\n}\n";
+        assert_eq!(special_at(false, "total.go", go, go_args, &[]).len(), 1);
+        // A `#[cfg(test)] use` higher up opens no test module.
+        let rs = "pub fn total(a: u32, b: u32) -> u32 {\n    a + b\n}\n";
+        let bypass = "#[cfg(test)]\nuse std::fmt;\n\npub fn total(a: u32, b: u32) -> u32 {\n    if cfg!(not(test)) {\n        return a * b;\n    }\n    7\n}\n";
+        assert_eq!(special_at(false, "src/lib.rs", rs, bypass, &[]).len(), 1);
         // Not on an early attempt: the NODE_ENV convention (apps use it
         // honestly), a failing test's name, a value a test expects.
         let new = "export function total(a, b) {\n  if (process.env.NODE_ENV === 'test') return 7;\n  return a * b;\n}\n";

@@ -49,7 +49,7 @@ fn callees(code: &str) -> impl Iterator<Item = &str> {
     static CALL: OnceLock<Regex> = OnceLock::new();
     re(
         &CALL,
-        r"(?:^|[^\w.$])([A-Za-z_$][\w$]*(?:\s*\.\s*[A-Za-z_$][\w$]*)*)\s*\(",
+        r"(?:^|[^\w.$])([A-Za-z_$][\w$]*(?:\s*\??\.\s*[A-Za-z_$][\w$]*)*)\s*(?:\?\.)?\s*\(",
     )
     .captures_iter(code)
     .filter_map(|c| c.get(1).map(|m| m.as_str()))
@@ -60,7 +60,7 @@ fn rust_writes(code: &str) -> bool {
     static RS: OnceLock<Regex> = OnceLock::new();
     re(
         &RS,
-        r"(?:^|[^\w.:])(?:std::)?e?print(?:ln)?!\s*[(\[{]|(?:^|[^\w])std::io::std(?:out|err)\(\)\s*\.\s*write",
+        r"(?:^|[^\w.])(?:(?:::)?std::)?e?print(?:ln)?!\s*[(\[{]|(?:^|[^\w])(?:(?:::)?std::)?(?:io::)?std(?:out|err)\(\)\s*\.\s*(?:lock\(\)\s*\.\s*)?write|\bwrite(?:ln)?!\s*\(\s*&?\s*(?:mut\s+)?(?:(?:::)?std::)?(?:io::)?std(?:out|err)\(\)",
     )
     .is_match(code)
 }
@@ -120,6 +120,7 @@ const PY_STREAMS: &[&str] = &[
 ];
 const JS_WRITERS: &[&str] = &[
     "console.log",
+    "console.info",
     "console.debug",
     "console.trace",
     "console.dir",
@@ -190,9 +191,22 @@ impl Writers {
     }
 }
 
-/// A callee path without the spaces around its dots (`sys . stdout`).
+/// A callee path without the spaces around its dots (`sys . stdout`),
+/// optional chaining (`console?.log`) and the global object's prefix
+/// (`globalThis.console.log`).
 fn squeeze(callee: &str) -> String {
-    callee.chars().filter(|c| !c.is_whitespace()).collect()
+    let s: String = callee
+        .chars()
+        .filter(|c| !c.is_whitespace() && *c != '?')
+        .collect();
+    for global in ["globalThis.", "window.", "self.", "global."] {
+        if let Some(rest) = s.strip_prefix(global) {
+            if rest.starts_with("console.") || rest.starts_with("process.") {
+                return rest.to_owned();
+            }
+        }
+    }
+    s
 }
 
 /// A definition (`def print(…)`, `fn print(…)`, `function log(…)`), not a
@@ -211,38 +225,177 @@ fn defines(lang: Lang, code: &str) -> bool {
 /// `line` with the contents of its string literals removed (the quotes
 /// kept) and its trailing line comment cut: what the line *does*.
 pub(super) fn code_of(lang: Lang, line: &str) -> String {
+    let chars: Vec<char> = line.chars().collect();
     let mut out = String::with_capacity(line.len());
-    let mut quote: Option<char> = None;
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        match quote {
-            Some(q) => {
-                if c == '\\' {
-                    chars.next();
-                } else if c == q {
-                    out.push(c);
-                    quote = None;
-                }
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let comment = match lang {
+            Lang::Python => c == '#',
+            _ => c == '/' && chars.get(i + 1) == Some(&'/'),
+        };
+        if comment {
+            break;
+        }
+        // A Rust char literal (`'"'`, `'\''`) is not a string's start; a
+        // lifetime (`'a`) is neither.
+        if lang == Lang::Rust && c == '\'' {
+            let len = if chars.get(i + 1) == Some(&'\\') {
+                4
+            } else {
+                3
+            };
+            if chars.get(i + len - 1) == Some(&'\'') {
+                out.push_str("' '");
+                i += len;
+                continue;
             }
-            None => {
-                let opens = match lang {
-                    Lang::Python => c == '"' || c == '\'',
-                    // `'a` is a lifetime in Rust, `'a'` a char: only `"`.
-                    Lang::Rust => c == '"',
-                    Lang::Js | Lang::Go => c == '"' || c == '\'' || c == '`',
-                };
-                let comment = match lang {
-                    Lang::Python => c == '#',
-                    _ => c == '/' && chars.peek() == Some(&'/'),
-                };
-                if comment {
-                    break;
-                }
-                out.push(c);
-                if opens {
-                    quote = Some(c);
-                }
+        }
+        let opens = match lang {
+            Lang::Python => c == '"' || c == '\'',
+            Lang::Rust => c == '"',
+            Lang::Js | Lang::Go => c == '"' || c == '\'' || c == '`',
+        };
+        out.push(c);
+        i += 1;
+        if !opens {
+            continue;
+        }
+        // Code inside the string: an f-string's `{…}`, a JS template's
+        // `${…}`. It is kept, so that a call there is still seen.
+        let interpolates = match lang {
+            Lang::Python => {
+                let prefix: String = out
+                    .chars()
+                    .rev()
+                    .skip(1)
+                    .take_while(|p| p.is_ascii_alphabetic())
+                    .collect();
+                prefix.len() <= 2 && prefix.to_ascii_lowercase().contains('f')
             }
+            Lang::Js => c == '`',
+            _ => false,
+        };
+        while i < chars.len() {
+            let d = chars[i];
+            if d == '\\' {
+                i += 2;
+                continue;
+            }
+            if d == c {
+                out.push(d);
+                i += 1;
+                break;
+            }
+            let opens_code = interpolates
+                && match lang {
+                    Lang::Js => d == '$' && chars.get(i + 1) == Some(&'{'),
+                    _ => d == '{' && chars.get(i + 1) != Some(&'{'),
+                };
+            if interpolates && lang == Lang::Python && d == '{' && chars.get(i + 1) == Some(&'{') {
+                i += 2;
+                continue;
+            }
+            if opens_code {
+                i += if lang == Lang::Js { 2 } else { 1 };
+                out.push(' ');
+                let mut depth = 0usize;
+                while i < chars.len() {
+                    match chars[i] {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => break,
+                        '}' => depth -= 1,
+                        _ => {}
+                    }
+                    out.push(chars[i]);
+                    i += 1;
+                }
+                out.push(' ');
+            }
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The lines (1-based) that start inside a multi-line string or comment:
+/// a docstring's example, a JSDoc block, a Go raw string. They are text,
+/// whatever they look like.
+pub(super) fn text_lines(lang: Lang, text: &str) -> BTreeSet<u32> {
+    #[derive(PartialEq)]
+    enum At {
+        Code,
+        Triple(char),
+        Block,
+        Backtick,
+    }
+    let mut at = At::Code;
+    let mut out = BTreeSet::new();
+    for (n, line) in text.lines().enumerate() {
+        if at != At::Code {
+            out.insert(n as u32 + 1);
+        }
+        let chars: Vec<char> = line.chars().collect();
+        let mut i = 0;
+        let mut quote: Option<char> = None;
+        while i < chars.len() {
+            let c = chars[i];
+            let next = chars.get(i + 1).copied();
+            match &at {
+                At::Triple(q) => {
+                    if c == '\\' {
+                        i += 1;
+                    } else if c == *q && next == Some(*q) && chars.get(i + 2) == Some(q) {
+                        at = At::Code;
+                        i += 2;
+                    }
+                }
+                At::Block => {
+                    if c == '*' && next == Some('/') {
+                        at = At::Code;
+                        i += 1;
+                    }
+                }
+                At::Backtick => {
+                    if c == '\\' {
+                        i += 1;
+                    } else if c == '`' {
+                        at = At::Code;
+                    }
+                }
+                At::Code => match quote {
+                    Some(q) => {
+                        if c == '\\' {
+                            i += 1;
+                        } else if c == q {
+                            quote = None;
+                        }
+                    }
+                    None => match lang {
+                        Lang::Python if c == '#' => break,
+                        Lang::Python
+                            if (c == '"' || c == '\'')
+                                && next == Some(c)
+                                && chars.get(i + 2) == Some(&c) =>
+                        {
+                            at = At::Triple(c);
+                            i += 2;
+                        }
+                        Lang::Python if c == '"' || c == '\'' => quote = Some(c),
+                        Lang::Python => {}
+                        _ if c == '/' && next == Some('/') => break,
+                        _ if c == '/' && next == Some('*') => {
+                            at = At::Block;
+                            i += 1;
+                        }
+                        Lang::Js | Lang::Go if c == '`' => at = At::Backtick,
+                        Lang::Js | Lang::Go if c == '"' || c == '\'' => quote = Some(c),
+                        Lang::Rust if c == '"' => quote = Some(c),
+                        _ => {}
+                    },
+                },
+            }
+            i += 1;
         }
     }
     out
@@ -381,7 +534,8 @@ mod tests {
             code_of(Lang::Rust, r#"let s = "//"; // x"#),
             r#"let s = ""; "#
         );
-        assert_eq!(code_of(Lang::Js, "f(`a ${b}`) // c"), "f(``) ");
+        // The code inside an interpolation stays code.
+        assert_eq!(code_of(Lang::Js, "f(`a ${b}`) // c"), "f(` b `) ");
         assert_eq!(py("", "msg = 'call print(x) to see'"), None);
         assert_eq!(py("", "# print(x)"), None);
     }
@@ -412,6 +566,53 @@ mod tests {
         ] {
             assert_eq!(py(aliased, line), print, "{line}");
         }
+    }
+
+    /// What a helper found past the first version (stop 35's attack).
+    #[test]
+    fn spellings_found_by_the_attack() {
+        let print = Some(Output::Print("a print"));
+        assert_eq!(py("", "msg = f'{print(x)}'"), print);
+        assert_eq!(
+            py("", "msg = f'{{print(x)}}'"),
+            None,
+            "doubled braces are text"
+        );
+        let rs = Writers::of(Lang::Rust, Some(""), Some(""));
+        for line in [
+            "io::stdout().write_all(b)?;",
+            "std::io::stdout().lock().write_all(b)?;",
+            "writeln!(std::io::stderr(), \"x\")?;",
+            "::std::println!(\"x\");",
+            "let q = '\"'; println!(\"{q}\");",
+        ] {
+            assert!(matches!(rs.call(line), Some(Output::Print(_))), "{line}");
+        }
+        let js = Writers::of(Lang::Js, Some(""), None);
+        for line in [
+            "console.info(x)",
+            "globalThis.console.log(x)",
+            "console.log?.(x)",
+            "const s = `${console.log(x)}`;",
+        ] {
+            assert!(matches!(js.call(line), Some(Output::Print(_))), "{line}");
+        }
+        assert_eq!(js.call("console.error('deprecated: use g()')"), None);
+    }
+
+    #[test]
+    fn docstrings_and_block_comments_are_text() {
+        let py = "def f(x):\n    \"\"\"Double x.\n\n    >>> print(f(2))\n    4\n    \"\"\"\n    return 2 * x\n";
+        assert_eq!(
+            text_lines(Lang::Python, py).into_iter().collect::<Vec<_>>(),
+            [3, 4, 5, 6]
+        );
+        let js = "/**\n * console.log(f(1));\n */\nexport const s = `a\nconsole.log(1)\n`;\n";
+        assert_eq!(
+            text_lines(Lang::Js, js).into_iter().collect::<Vec<_>>(),
+            [2, 3, 5, 6]
+        );
+        assert!(text_lines(Lang::Python, "x = '\"\"\"'\nprint(x)\n").is_empty());
     }
 
     #[test]
