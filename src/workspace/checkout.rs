@@ -260,6 +260,7 @@ impl Workspace {
             .repo
             .commit(None, &sig, &sig, message, &tree, &[&parent])
             .map_err(&git)?;
+        clear_stale_ref_lock(&self.repo, &refname, STALE_REF_LOCK);
         self.repo
             .reference(&refname, oid, true, "loopd: the judged change")
             .map_err(&git)?;
@@ -294,6 +295,7 @@ impl Workspace {
             }
             _ => {}
         }
+        clear_stale_ref_lock(&dest, refname, STALE_REF_LOCK);
         dest.reference(refname, commit, true, message)
             .map_err(git("move the job's branch"))?;
         Ok(())
@@ -423,6 +425,33 @@ fn copy_order(
     Ok(order)
 }
 
+/// How long a lock on one of loopd's own refs may be held by a live git
+/// before it is taken for one a killed process left behind.
+const STALE_REF_LOCK: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A `<ref>.lock` that outlives [`STALE_REF_LOCK`] on a ref only this job
+/// writes (`refs/heads/loopd/<job-id>`, under the job's run lock) was left
+/// by a process killed mid-update (`kill -9`, a crash): git never removes
+/// it, and every later update of the ref would fail. A live git holds such
+/// a lock for milliseconds, so it is waited out first.
+fn clear_stale_ref_lock(repo: &git2::Repository, refname: &str, wait: std::time::Duration) {
+    if !refname.starts_with("refs/heads/loopd/") || refname.contains("..") {
+        return;
+    }
+    let lock = repo.commondir().join(format!("{refname}.lock"));
+    let started = std::time::Instant::now();
+    while lock.exists() {
+        if started.elapsed() >= wait {
+            tracing::warn!(lock = %lock.display(), "removing a stale lock on the job's own branch (left by a killed process)");
+            if let Err(e) = std::fs::remove_file(&lock) {
+                tracing::warn!(lock = %lock.display(), error = %e, "cannot remove the stale ref lock");
+            }
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -545,5 +574,34 @@ mod tests {
         assert_eq!(rest.len(), 4, "c2, t2, sub and b.txt: {rest:?}");
         copy_objects(&src, &dest, c2).expect("copy c2");
         assert!(dest.find_commit(c2).expect("c2 home").tree().is_ok());
+    }
+
+    #[test]
+    fn a_stale_lock_on_the_jobs_own_branch_is_cleared_and_no_other() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let repo = git2::Repository::init(dir.path()).expect("init");
+        let sig = git2::Signature::now("t", "t@t").expect("sig");
+        let tree = repo
+            .find_tree(repo.index().expect("index").write_tree().expect("tree"))
+            .expect("tree");
+        let c = repo
+            .commit(None, &sig, &sig, "c", &tree, &[])
+            .expect("commit");
+        let heads = repo.commondir().join("refs/heads");
+        std::fs::create_dir_all(heads.join("loopd")).expect("dirs");
+        std::fs::write(heads.join("loopd/j1.lock"), "").expect("lock");
+        std::fs::write(heads.join("main.lock"), "").expect("lock");
+        assert!(
+            repo.reference("refs/heads/loopd/j1", c, true, "m").is_err(),
+            "locked"
+        );
+        clear_stale_ref_lock(&repo, "refs/heads/loopd/j1", std::time::Duration::ZERO);
+        repo.reference("refs/heads/loopd/j1", c, true, "m")
+            .expect("the lock is gone");
+        clear_stale_ref_lock(&repo, "refs/heads/main", std::time::Duration::ZERO);
+        assert!(
+            heads.join("main.lock").exists(),
+            "a user's ref lock is never touched"
+        );
     }
 }
