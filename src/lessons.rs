@@ -23,6 +23,8 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use regex::Regex;
+
+use crate::util::once_regex as regex;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -376,10 +378,11 @@ pub fn audit(text: &str, policy: &Compiled<'_>, expected: &[String]) -> Result<(
     if let Some(m) = policy.skip_marker(text) {
         return Err(format!("it carries a skip marker: `{m}`"));
     }
-    let steer = Regex::new(
+    static STEER: OnceLock<Regex> = OnceLock::new();
+    let steer = regex(
+        &STEER,
         r"(?i)\b(skip|xfail|disable|deselect|ignore|delete|remove|weaken|loosen|relax|edit|change|modify|rewrite|update|touch)\w*\b[^.;]*\b(tests?|test_\w+|asserts?|assertions?|loopd\.toml|rubric|conftest|pytest\.ini|configuration)\b",
-    )
-    .expect("the audit regex is valid");
+    );
     for sentence in text.split(['.', ';', '—']) {
         if let Some(m) = steer.find(sentence) {
             if !negated_just_before(&sentence[..m.start()]) {
@@ -391,10 +394,6 @@ pub fn audit(text: &str, policy: &Compiled<'_>, expected: &[String]) -> Result<(
         }
     }
     Ok(())
-}
-
-fn regex(cell: &'static OnceLock<Regex>, pattern: &str) -> &'static Regex {
-    cell.get_or_init(|| Regex::new(pattern).expect("a built-in audit regex is valid"))
 }
 
 /// Words before an instruction that make it a prohibition.

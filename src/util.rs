@@ -90,6 +90,15 @@ pub enum FileError {
     },
 }
 
+/// A built-in regex, compiled once into `cell` on first use: what the
+/// gates and parsers match with, never rebuilt per line or per file.
+pub fn once_regex(
+    cell: &'static std::sync::OnceLock<regex::Regex>,
+    pattern: &str,
+) -> &'static regex::Regex {
+    cell.get_or_init(|| regex::Regex::new(pattern).expect("a built-in regex is valid"))
+}
+
 /// Now, as RFC 3339 with milliseconds (UTC).
 pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()

@@ -32,6 +32,8 @@ use std::sync::OnceLock;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use regex::Regex;
+
+use crate::util::once_regex as re;
 use serde::Serialize;
 
 mod output;
@@ -303,10 +305,6 @@ fn quote(text: &str) -> String {
     } else {
         t.to_owned()
     }
-}
-
-fn re(cell: &'static OnceLock<Regex>, pattern: &str) -> &'static Regex {
-    cell.get_or_init(|| Regex::new(pattern).expect("a built-in pre-critic regex is valid"))
 }
 
 /// Paths where output is the program's job, not a leftover.

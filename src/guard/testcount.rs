@@ -11,6 +11,8 @@ use std::borrow::Cow;
 use std::sync::OnceLock;
 
 use regex::Regex;
+
+use crate::util::once_regex as re;
 use serde::{Deserialize, Serialize};
 
 /// Test runners whose summaries loopd reads.
@@ -180,10 +182,6 @@ impl std::fmt::Display for Unreadable {
 
 /// The longest summary-looking line an [`Unreadable`] quotes.
 const QUOTED_LINE: usize = 160;
-
-fn re(cell: &'static OnceLock<Regex>, pattern: &str) -> &'static Regex {
-    cell.get_or_init(|| Regex::new(pattern).expect("a valid built-in regex"))
-}
 
 /// The output without terminal escapes: a runner forced into colour
 /// (`--color=yes`, `FORCE_COLOR`, a TTY-faking wrapper) wraps every number

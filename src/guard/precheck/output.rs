@@ -15,6 +15,8 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
+use crate::util::once_regex as re;
+
 use super::Lang;
 
 /// What an added line's call writes.
@@ -38,10 +40,6 @@ pub(super) struct Writers {
     names: BTreeSet<String>,
     /// The file logged at debug level before the change.
     debug_was_usual: bool,
-}
-
-fn re(cell: &'static OnceLock<Regex>, pattern: &str) -> &'static Regex {
-    cell.get_or_init(|| Regex::new(pattern).expect("a built-in output-call pattern is valid"))
 }
 
 /// Every call site of a line's code: the callee's dotted path before `(`.
