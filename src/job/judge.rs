@@ -711,7 +711,24 @@ impl Run<'_> {
         let files = self
             .ws
             .changed_texts(self.base_oid, diff, crate::guard::runner::wanted);
-        crate::guard::runner::findings(&files, self.job.rubric.tests_rule())
+        let used_at_base = |name: &str| {
+            self.env
+                .policy
+                .files
+                .iter()
+                .filter(|(path, why)| {
+                    why.as_str() == crate::guard::tamper::TEST_AT_BASE && path.ends_with(".py")
+                })
+                .any(
+                    |(path, _)| match self.ws.base_content(self.base_oid, path) {
+                        workspace::Content::Text { text } => text
+                            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                            .any(|w| w == name),
+                        _ => false,
+                    },
+                )
+        };
+        crate::guard::runner::findings(&files, self.job.rubric.tests_rule(), &used_at_base)
     }
 
     /// The test-count gate for the steps of a green goal test.

@@ -1,0 +1,452 @@
+//! A `conftest.py` read as pytest reads it: a sequence of top-level
+//! statements, each of which may register hooks, skip or deselect tests, or
+//! patch pytest itself at import. The gate is an allow-list: of what a
+//! conftest may hold, only three kinds of *new* statement are provably not
+//! the runner's —
+//!
+//! - a fixture (`@pytest.fixture`, not `autouse`) under a name that no test
+//!   file at BASE_REF uses (so it cannot replace a fixture an existing test
+//!   requests) and that is not one of pytest's own;
+//! - a plain function under a new name that no other statement of the file
+//!   mentions (so an unchanged hook cannot be calling it);
+//! - an `import` of names that are not pytest's hooks, from a module that is
+//!   not pytest's or pluggy's, and never `*`.
+//!
+//! Every statement that was there at BASE_REF must be there unchanged.
+//! Anything else — module-level code, an `if`, a class, a hook however it is
+//! spelled or imported, `collect_ignore`, `pytest_plugins`, an autouse
+//! fixture — is the runner's.
+
+use std::collections::BTreeSet;
+
+/// pytest's built-in fixtures and the common plugins': a new fixture under
+/// one of these names replaces what an existing test requests.
+const BUILTIN_FIXTURES: &[&str] = &[
+    "cache",
+    "capfd",
+    "capfdbinary",
+    "caplog",
+    "capsys",
+    "capsysbinary",
+    "capteesys",
+    "config",
+    "doctest_namespace",
+    "monkeypatch",
+    "pytestconfig",
+    "record_property",
+    "record_testsuite_property",
+    "record_xml_attribute",
+    "recwarn",
+    "request",
+    "subtests",
+    "testdir",
+    "pytester",
+    "tmp_path",
+    "tmp_path_factory",
+    "tmpdir",
+    "tmpdir_factory",
+    "mocker",
+    "event_loop",
+    "benchmark",
+];
+
+/// One top-level statement: its decorators, its first line and the rest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Statement {
+    /// The statement's code lines (comments and blank lines dropped), as
+    /// written: what "unchanged" compares.
+    pub text: String,
+    /// 1-based line of its first line.
+    pub line: u32,
+}
+
+/// Split Python source into top-level statements. Strings (single, triple,
+/// with prefixes), comments, brackets and backslash continuations are
+/// followed, so nothing that Python reads as one statement is read here as
+/// two (a hook hidden in the "body" of a fixture would be indented, and
+/// Python would put it inside the fixture too).
+pub(super) fn statements(source: &str) -> Vec<Statement> {
+    let mut out: Vec<Statement> = Vec::new();
+    let mut current: Option<Statement> = None;
+    let mut depth: i32 = 0;
+    let mut in_string: Option<&'static str> = None;
+    let mut continued = false;
+    let mut decorators = String::new();
+    let mut decorators_line = 0;
+    for (i, raw) in source.lines().enumerate() {
+        let line_no = u32::try_from(i + 1).unwrap_or(u32::MAX);
+        let starts_inside = in_string.is_some() || depth > 0 || continued;
+        let (code, state) = scan(raw, in_string, depth);
+        in_string = state.0;
+        depth = state.1;
+        continued =
+            in_string.is_none() && raw.trim_end().ends_with('\\') && !code.trim().is_empty();
+        let blank = code.trim().is_empty() && !starts_inside && in_string.is_none();
+        if blank {
+            continue;
+        }
+        let indented = raw.starts_with([' ', '\t']);
+        if starts_inside || indented {
+            match current.as_mut() {
+                Some(s) => {
+                    s.text.push_str(raw.trim_end());
+                    s.text.push('\n');
+                }
+                // Indented code before any statement: Python refuses it,
+                // and here it is a statement of its own (never allowed).
+                None => {
+                    current = Some(Statement {
+                        text: format!("{}\n", raw.trim_end()),
+                        line: line_no,
+                    })
+                }
+            }
+            continue;
+        }
+        if let Some(s) = current.take() {
+            out.push(s);
+        }
+        let text = format!("{}\n", raw.trim_end());
+        if raw.trim_start().starts_with('@') && depth == 0 && in_string.is_none() {
+            // A decorator belongs to the statement after it.
+            if decorators.is_empty() {
+                decorators_line = line_no;
+            }
+            decorators.push_str(&text);
+            continue;
+        }
+        let (text, line) = if decorators.is_empty() {
+            (text, line_no)
+        } else {
+            (
+                format!("{}{text}", std::mem::take(&mut decorators)),
+                decorators_line,
+            )
+        };
+        current = Some(Statement { text, line });
+    }
+    if !decorators.is_empty() {
+        out.extend(current.take());
+        current = Some(Statement {
+            text: decorators,
+            line: decorators_line,
+        });
+    }
+    out.extend(current);
+    out
+}
+
+/// The code of one line with string contents and the comment removed, and
+/// the string/bracket state it leaves for the next line.
+fn scan(
+    line: &str,
+    mut in_string: Option<&'static str>,
+    mut depth: i32,
+) -> (String, (Option<&'static str>, i32)) {
+    let mut code = String::new();
+    let b = line.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if let Some(quote) = in_string {
+            if b[i] == b'\\' {
+                i += 2;
+                continue;
+            }
+            if line[i..].starts_with(quote) {
+                in_string = None;
+                i += quote.len();
+                code.push('"');
+                continue;
+            }
+            i += 1;
+            continue;
+        }
+        match b[i] {
+            b'#' => break,
+            b'"' | b'\'' => {
+                let q = if b[i] == b'"' { "\"" } else { "'" };
+                let triple = if q == "\"" { "\"\"\"" } else { "'''" };
+                let quote = if line[i..].starts_with(triple) {
+                    triple
+                } else {
+                    q
+                };
+                in_string = Some(quote);
+                code.push('"');
+                i += quote.len();
+                continue;
+            }
+            b'(' | b'[' | b'{' => depth += 1,
+            b')' | b']' | b'}' => depth = (depth - 1).max(0),
+            _ => {}
+        }
+        code.push(char::from(b[i]));
+        i += 1;
+    }
+    // A single-quoted string does not span lines (but for a backslash
+    // continuation, which keeps it open): close it at the line's end.
+    if matches!(in_string, Some("\"" | "'")) && !line.ends_with('\\') {
+        in_string = None;
+    }
+    (code, (in_string, depth))
+}
+
+/// What one new statement is, for the allow-list.
+fn kind(s: &Statement) -> Kind {
+    let mut decorators = Vec::new();
+    let mut rest = "";
+    for line in s.text.lines() {
+        let t = line.trim_start();
+        if t.starts_with('@') && rest.is_empty() {
+            decorators.push(t.trim_end());
+        } else if rest.is_empty() {
+            rest = t;
+        }
+    }
+    let code = |s: &str| scan(s, None, 0).0;
+    if let Some(def) = rest
+        .strip_prefix("def ")
+        .or_else(|| rest.strip_prefix("async def "))
+    {
+        let name = def.split('(').next().unwrap_or("").trim().to_owned();
+        let fixture = match decorators.as_slice() {
+            [] => return Kind::Helper(name),
+            [one] => {
+                let d = code(one);
+                let d = d.trim();
+                (d == "@pytest.fixture" || d.starts_with("@pytest.fixture("))
+                    && !d.contains("autouse")
+                    && !d.contains("name")
+            }
+            _ => false,
+        };
+        return if fixture {
+            Kind::Fixture(name)
+        } else {
+            Kind::Other
+        };
+    }
+    if !decorators.is_empty() {
+        return Kind::Other;
+    }
+    let flat: String = code(&s.text.replace(['\n', '\\'], " "));
+    let flat = flat.trim();
+    let (module, names): (&str, Vec<String>) = if let Some(r) = flat.strip_prefix("import ") {
+        (
+            r,
+            r.split(',')
+                .map(|n| n.split_whitespace().last().unwrap_or("").to_owned())
+                .collect(),
+        )
+    } else if let Some(r) = flat.strip_prefix("from ") {
+        let Some((module, names)) = r.split_once(" import ") else {
+            return Kind::Other;
+        };
+        let names = names.trim().trim_start_matches('(').trim_end_matches(')');
+        (
+            module,
+            names
+                .split(',')
+                .filter(|n| !n.trim().is_empty())
+                .map(|n| n.split_whitespace().last().unwrap_or("").to_owned())
+                .collect(),
+        )
+    } else {
+        return Kind::Other;
+    };
+    let root = module.trim().split(['.', ' ', ',']).next().unwrap_or("");
+    // pytest's public names are imported by honest conftests (`fixture`,
+    // `approx`); its internals and pluggy's are how a conftest rewires it.
+    let runner_module = matches!(root, "_pytest" | "pluggy");
+    // `import x as pytest` would make `@pytest.fixture` whatever `x` says.
+    let runner_name = names.iter().any(|n| {
+        n == "*"
+            || n.starts_with("pytest_")
+            || n.starts_with("collect_ignore")
+            || (n == "pytest" && flat != "import pytest")
+    });
+    if runner_module || runner_name || flat.contains(';') {
+        Kind::Other
+    } else {
+        Kind::Import(names)
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Kind {
+    Fixture(String),
+    Helper(String),
+    Import(Vec<String>),
+    Other,
+}
+
+/// The identifiers a text mentions.
+fn words(text: &str) -> BTreeSet<&str> {
+    text.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// What changed in the runner's part of a conftest: one entry per
+/// statement, naming it and its line. `used_at_base` says whether a name
+/// is mentioned by a test file at BASE_REF.
+pub(super) fn changed(old: &str, new: &str, used_at_base: &dyn Fn(&str) -> bool) -> Vec<String> {
+    let old_s = statements(old);
+    let new_s = statements(new);
+    let mut unmatched: Vec<&Statement> = new_s.iter().collect();
+    let mut out = Vec::new();
+    for s in &old_s {
+        match unmatched.iter().position(|n| n.text == s.text) {
+            Some(i) => {
+                unmatched.remove(i);
+            }
+            None => out.push(format!(
+                "the statement at BASE_REF line {} (changed or removed)",
+                s.line
+            )),
+        }
+    }
+    let old_words: BTreeSet<&str> = old_s.iter().flat_map(|o| words(&o.text)).collect();
+    for s in unmatched {
+        let own = new_s.iter().position(|n| std::ptr::eq(n, s)).unwrap_or(0);
+        let allowed = match kind(s) {
+            Kind::Fixture(name) => {
+                !name.starts_with("pytest_")
+                    && !BUILTIN_FIXTURES.contains(&name.as_str())
+                    && !used_at_base(&name)
+                    && !old_words.contains(name.as_str())
+            }
+            Kind::Helper(name) => {
+                !name.starts_with("pytest_")
+                    && !used_at_base(&name)
+                    && !old_words.contains(name.as_str())
+                    && !mentioned_by_runner_code(&new_s, own, &name)
+            }
+            Kind::Import(names) => names.iter().all(|n| !old_words.contains(n.as_str())),
+            Kind::Other => false,
+        };
+        if !allowed {
+            let first = s
+                .text
+                .lines()
+                .find(|l| !l.trim_start().starts_with('@'))
+                .or_else(|| s.text.lines().next())
+                .unwrap_or("")
+                .trim();
+            let first: String = first.chars().take(60).collect();
+            out.push(format!("`{first}` (line {})", s.line));
+        }
+    }
+    out
+}
+
+/// Whether a helper's name is used by a statement that is not an allowed
+/// new fixture or helper: a hook (even a refused one) or module code that
+/// calls it would make the helper part of the runner.
+fn mentioned_by_runner_code(all: &[Statement], own: usize, name: &str) -> bool {
+    all.iter().enumerate().any(|(i, s)| {
+        i != own
+            && words(&s.text).contains(name)
+            && !matches!(kind(s), Kind::Fixture(_) | Kind::Helper(_))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn none(_: &str) -> bool {
+        false
+    }
+
+    #[test]
+    fn statements_follow_strings_brackets_and_decorators() {
+        let src = "import pytest\n\n\n@pytest.fixture\ndef lines():\n    return \"\"\"\ndef pytest_x(): pass\n\"\"\"\n\npytest_plugins = [\n    \"a\",\n]\nx = (1 # (\n)\n";
+        let s = statements(src);
+        let firsts: Vec<&str> = s.iter().map(|s| s.text.lines().next().unwrap()).collect();
+        assert_eq!(
+            firsts,
+            [
+                "import pytest",
+                "@pytest.fixture",
+                "pytest_plugins = [",
+                "x = (1 # ("
+            ]
+        );
+        assert!(s[1].text.contains("def pytest_x"), "{:?}", s[1]);
+        assert_eq!(s[1].line, 4);
+    }
+
+    #[test]
+    fn only_new_fixtures_helpers_and_imports_are_allowed() {
+        let old = "import pytest\n\n\n@pytest.fixture\ndef lines():\n    return [1, 2]\n";
+        let honest = format!("{old}\nfrom decimal import Decimal\n\n@pytest.fixture\ndef money():\n    return Decimal('1.10')\n\n\ndef cents(x):\n    return int(x * 100)\n");
+        assert_eq!(changed(old, &honest, &none), Vec::<String>::new());
+        for (cheat, what) in [
+            (
+                "@pytest.fixture(autouse=True)\ndef _skip():\n    pytest.skip('x')\n",
+                "def _skip",
+            ),
+            (
+                "if True:\n    def pytest_collection_modifyitems(items):\n        items.clear()\n",
+                "if True",
+            ),
+            (
+                "from plugin import pytest_collection_modifyitems\n",
+                "from plugin",
+            ),
+            ("from helpers import *\n", "from helpers"),
+            ("from _pytest import runner\n", "from _pytest"),
+            ("import os; os._exit(0)\n", "import os"),
+            (
+                "def pytest_sessionfinish(session):\n    session.exitstatus = 0\n",
+                "def pytest_sessionfinish",
+            ),
+            (
+                "globals()['pytest_' + 'collection_modifyitems'] = lambda items: items.clear()\n",
+                "globals()",
+            ),
+            (
+                "collect_ignore = ['tests/test_total.py']\n",
+                "collect_ignore",
+            ),
+            ("class Plugin:\n    pass\n", "class Plugin"),
+            (
+                "@pytest.fixture\ndef tmp_path():\n    return 1\n",
+                "def tmp_path",
+            ),
+            (
+                "@pytest.fixture(name='lines')\ndef other():\n    return []\n",
+                "def other",
+            ),
+            (
+                "@pytest.fixture\ndef lines():\n    return []\n",
+                "def lines",
+            ),
+        ] {
+            let new = format!("{old}\n{cheat}");
+            let c = changed(old, &new, &none);
+            assert!(c.iter().any(|c| c.contains(what)), "{cheat}: {c:?}");
+        }
+        // A helper an existing hook calls is the runner's: its new body
+        // changes what the hook does.
+        let hooked = "def pytest_collection_modifyitems(items):\n    keep(items)\n";
+        let c = changed(
+            hooked,
+            &format!("{hooked}\ndef keep(items):\n    items.clear()\n"),
+            &none,
+        );
+        assert!(c.iter().any(|c| c.contains("def keep")), "{c:?}");
+        // A fixture an existing test requests, defined anew in a new
+        // conftest, replaces the one it had.
+        let c = changed(
+            "",
+            "import pytest\n\n@pytest.fixture\ndef lines():\n    return []\n",
+            &|n| n == "lines",
+        );
+        assert!(c.iter().any(|c| c.contains("def lines")), "{c:?}");
+        // A statement of BASE_REF that changed.
+        let c = changed(old, &old.replace("[1, 2]", "[1]"), &none);
+        assert!(c.iter().any(|c| c.contains("BASE_REF line 4")), "{c:?}");
+    }
+}
