@@ -18,6 +18,7 @@ pub mod progress;
 pub mod risk;
 pub mod runner;
 pub mod size;
+pub mod syntax;
 pub mod tamper;
 pub mod testcount;
 

@@ -19,6 +19,8 @@
 
 use std::collections::BTreeSet;
 
+use crate::guard::syntax::{python_statements as statements, scan, Statement};
+
 /// pytest's built-in fixtures and the common plugins': a new fixture under
 /// one of these names replaces what an existing test requests.
 const BUILTIN_FIXTURES: &[&str] = &[
@@ -49,147 +51,6 @@ const BUILTIN_FIXTURES: &[&str] = &[
     "event_loop",
     "benchmark",
 ];
-
-/// One top-level statement: its decorators, its first line and the rest.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Statement {
-    /// The statement's code lines (comments and blank lines dropped), as
-    /// written: what "unchanged" compares.
-    pub text: String,
-    /// 1-based line of its first line.
-    pub line: u32,
-}
-
-/// Split Python source into top-level statements. Strings (single, triple,
-/// with prefixes), comments, brackets and backslash continuations are
-/// followed, so nothing that Python reads as one statement is read here as
-/// two (a hook hidden in the "body" of a fixture would be indented, and
-/// Python would put it inside the fixture too).
-pub(super) fn statements(source: &str) -> Vec<Statement> {
-    let mut out: Vec<Statement> = Vec::new();
-    let mut current: Option<Statement> = None;
-    let mut depth: i32 = 0;
-    let mut in_string: Option<&'static str> = None;
-    let mut continued = false;
-    let mut decorators = String::new();
-    let mut decorators_line = 0;
-    for (i, raw) in source.lines().enumerate() {
-        let line_no = u32::try_from(i + 1).unwrap_or(u32::MAX);
-        let starts_inside = in_string.is_some() || depth > 0 || continued;
-        let (code, state) = scan(raw, in_string, depth);
-        in_string = state.0;
-        depth = state.1;
-        continued =
-            in_string.is_none() && raw.trim_end().ends_with('\\') && !code.trim().is_empty();
-        let blank = code.trim().is_empty() && !starts_inside && in_string.is_none();
-        if blank {
-            continue;
-        }
-        let indented = raw.starts_with([' ', '\t']);
-        if starts_inside || indented {
-            match current.as_mut() {
-                Some(s) => {
-                    s.text.push_str(raw.trim_end());
-                    s.text.push('\n');
-                }
-                // Indented code before any statement: Python refuses it,
-                // and here it is a statement of its own (never allowed).
-                None => {
-                    current = Some(Statement {
-                        text: format!("{}\n", raw.trim_end()),
-                        line: line_no,
-                    })
-                }
-            }
-            continue;
-        }
-        if let Some(s) = current.take() {
-            out.push(s);
-        }
-        let text = format!("{}\n", raw.trim_end());
-        if raw.trim_start().starts_with('@') && depth == 0 && in_string.is_none() {
-            // A decorator belongs to the statement after it.
-            if decorators.is_empty() {
-                decorators_line = line_no;
-            }
-            decorators.push_str(&text);
-            continue;
-        }
-        let (text, line) = if decorators.is_empty() {
-            (text, line_no)
-        } else {
-            (
-                format!("{}{text}", std::mem::take(&mut decorators)),
-                decorators_line,
-            )
-        };
-        current = Some(Statement { text, line });
-    }
-    if !decorators.is_empty() {
-        out.extend(current.take());
-        current = Some(Statement {
-            text: decorators,
-            line: decorators_line,
-        });
-    }
-    out.extend(current);
-    out
-}
-
-/// The code of one line with string contents and the comment removed, and
-/// the string/bracket state it leaves for the next line.
-fn scan(
-    line: &str,
-    mut in_string: Option<&'static str>,
-    mut depth: i32,
-) -> (String, (Option<&'static str>, i32)) {
-    let mut code = String::new();
-    let b = line.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if let Some(quote) = in_string {
-            if b[i] == b'\\' {
-                i += 2;
-                continue;
-            }
-            if line[i..].starts_with(quote) {
-                in_string = None;
-                i += quote.len();
-                code.push('"');
-                continue;
-            }
-            i += 1;
-            continue;
-        }
-        match b[i] {
-            b'#' => break,
-            b'"' | b'\'' => {
-                let q = if b[i] == b'"' { "\"" } else { "'" };
-                let triple = if q == "\"" { "\"\"\"" } else { "'''" };
-                let quote = if line[i..].starts_with(triple) {
-                    triple
-                } else {
-                    q
-                };
-                in_string = Some(quote);
-                code.push('"');
-                i += quote.len();
-                continue;
-            }
-            b'(' | b'[' | b'{' => depth += 1,
-            b')' | b']' | b'}' => depth = (depth - 1).max(0),
-            _ => {}
-        }
-        code.push(char::from(b[i]));
-        i += 1;
-    }
-    // A single-quoted string does not span lines (but for a backslash
-    // continuation, which keeps it open): close it at the line's end.
-    if matches!(in_string, Some("\"" | "'")) && !line.ends_with('\\') {
-        in_string = None;
-    }
-    (code, (in_string, depth))
-}
 
 /// What one new statement is, for the allow-list.
 fn kind(s: &Statement) -> Kind {
