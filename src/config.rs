@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::agent::{Agent, Price};
+pub use crate::goal::held_out::HeldOutStep;
 pub use crate::goal::GoalStep;
 pub use crate::guard::caps::Caps;
 use crate::guard::risk::RiskPolicy;
@@ -134,6 +135,11 @@ pub struct Overrides {
     /// Refuse to run (exit 5) when the kernel cannot sandbox the agent (Landlock).
     #[arg(long)]
     pub require_sandbox: bool,
+    /// The held-out tests' directory, for every `held_out` goal step (over
+    /// their `files`): in CI, a path the workflow provides outside the checkout.
+    #[arg(long, value_name = "DIR")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_out: Option<PathBuf>,
 }
 
 impl Overrides {
@@ -152,6 +158,7 @@ impl Overrides {
         Overrides {
             config: abs(&self.config),
             rubric: abs(&self.rubric),
+            held_out: abs(&self.held_out),
             ..self.clone()
         }
     }
@@ -322,6 +329,8 @@ struct GoalStepFile {
     run: Option<String>,
     timeout: Option<String>,
     report: Option<String>,
+    held_out: Option<bool>,
+    files: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -335,6 +344,7 @@ struct GuardFile {
     nudge: Option<bool>,
     strict_from: Option<i64>,
     max_diff_kb: Option<i64>,
+    held_out_feedback: Option<String>,
 }
 
 /// What approving does.
@@ -379,6 +389,9 @@ pub struct Job {
     pub config_file: Option<PathBuf>,
     pub task: String,
     pub goal: Vec<GoalStep>,
+    /// Goal steps the agent never sees the files of, run after the visible
+    /// goal is green on a judge-only tree ([`crate::goal::held_out`]).
+    pub held_out: Vec<HeldOutStep>,
     pub rubric: Rubric,
     pub rubric_source: String,
     pub max_attempts: u32,
@@ -521,14 +534,26 @@ fn goal_from_flags(
 }
 
 /// `[[goal]]` steps: a command line each, a unique name, a timeout and
-/// the test report it prints.
+/// the test report it prints; the visible ones, and the held-out ones with
+/// their `files` as written.
+#[allow(clippy::type_complexity)]
 fn goal_from_file(
     o: &Origin<'_>,
     file: Vec<GoalStepFile>,
     scripts: &dyn Fn(&str) -> Option<String>,
-) -> Result<Vec<GoalStep>, ConfigError> {
+) -> Result<(Vec<GoalStep>, Vec<(GoalStep, Option<PathBuf>)>), ConfigError> {
     let mut steps = Vec::new();
+    let mut held_out: Vec<(GoalStep, Option<PathBuf>)> = Vec::new();
     for (i, step) in file.into_iter().enumerate() {
+        let hidden = step.held_out.unwrap_or(false);
+        let files = step.files.clone();
+        if !hidden && files.is_some() {
+            return Err(o.invalid(
+                &format!("goal[{i}].files"),
+                "`files` only on a step with `held_out = true`",
+                "`files` on a visible step",
+            ));
+        }
         let run = match step.run {
             Some(r) if !r.trim().is_empty() => r.trim().to_owned(),
             _ => {
@@ -542,7 +567,11 @@ fn goal_from_file(
             }
             None => run.clone(),
         };
-        if steps.iter().any(|s: &GoalStep| s.name == name) {
+        if steps
+            .iter()
+            .chain(held_out.iter().map(|(s, _)| s))
+            .any(|s: &GoalStep| s.name == name)
+        {
             return Err(o.invalid(
                 &format!("goal[{i}].name"),
                 "a name no other step uses",
@@ -566,14 +595,78 @@ fn goal_from_file(
                 )
             })?),
         };
-        steps.push(GoalStep {
+        let step = GoalStep {
             name,
             run,
             timeout,
             report,
-        });
+        };
+        if hidden {
+            held_out.push((step, files));
+        } else {
+            steps.push(step);
+        }
     }
-    Ok(steps)
+    Ok((steps, held_out))
+}
+
+/// The held-out steps' directories: `--held-out` over each step's
+/// `files` (relative to the configuration file), each an existing
+/// directory outside the repository that does not hold it either — what
+/// the sandbox hides must not be where the job works.
+fn held_out_steps<'a>(
+    origin: &dyn Fn(bool) -> Origin<'a>,
+    steps: Vec<(GoalStep, Option<PathBuf>)>,
+    flag: Option<&Path>,
+    config_dir: &Path,
+    repo_root: &Path,
+) -> Result<Vec<HeldOutStep>, ConfigError> {
+    let repo = repo_root
+        .canonicalize()
+        .unwrap_or_else(|_| repo_root.to_path_buf());
+    let mut out = Vec::new();
+    for (step, files) in steps {
+        let from_flag = flag.is_some();
+        let o = origin(from_flag);
+        let field = if from_flag {
+            "held-out".to_owned()
+        } else {
+            format!("goal (held-out step `{}`).files", step.name)
+        };
+        let Some(dir) = flag.map(Path::to_path_buf).or(files) else {
+            return Err(o.invalid(
+                &field,
+                "the directory of the held-out tests, outside the repository (or pass `--held-out DIR`)",
+                "nothing",
+            ));
+        };
+        let dir = if dir.is_absolute() {
+            dir
+        } else if from_flag {
+            std::env::current_dir().map(|d| d.join(&dir)).unwrap_or(dir)
+        } else {
+            config_dir.join(dir)
+        };
+        let full = match dir.canonicalize() {
+            Ok(p) if p.is_dir() => p,
+            _ => {
+                return Err(o.invalid(
+                    &field,
+                    "an existing directory",
+                    format!("`{}`", dir.display()),
+                ))
+            }
+        };
+        if full.starts_with(&repo) || repo.starts_with(&full) {
+            return Err(o.invalid(
+                &field,
+                "a directory outside the repository that does not hold it (the agent reads the whole repository)",
+                format!("`{}`", full.display()),
+            ));
+        }
+        out.push(HeldOutStep { step, files: full });
+    }
+    Ok(out)
 }
 
 /// `[prices."model"]`: prices over the agents' own tables, all four
@@ -701,6 +794,16 @@ fn guard_settings(o: &Origin<'_>, g: GuardFile) -> Result<GuardSettings, ConfigE
         nudge: g.nudge.unwrap_or(defaults.nudge),
         strict_from,
         max_diff_kb,
+        held_out_feedback: match g.held_out_feedback.as_deref() {
+            None => defaults.held_out_feedback,
+            Some(v) => crate::guard::held_out::Feedback::parse(v).ok_or_else(|| {
+                o.invalid(
+                    "guard.held_out_feedback",
+                    "one of `ids`, `none`, `full`",
+                    format!("`{v}`"),
+                )
+            })?,
+        },
     })
 }
 
@@ -1080,11 +1183,24 @@ impl Job {
 
         let package = package_scripts(repo_root);
         let scripts = |name: &str| package.get(name).cloned();
+        let (file_goal, held_out) = goal_from_file(&origin(false), file.goal, &scripts)?;
         let goal = if !flags.goal.is_empty() {
             goal_from_flags(&origin(true), &flags.goal, &scripts)?
         } else {
-            goal_from_file(&origin(false), file.goal, &scripts)?
+            file_goal
         };
+        let config_dir = config_path
+            .as_deref()
+            .and_then(Path::parent)
+            .unwrap_or(repo_root)
+            .to_path_buf();
+        let held_out = held_out_steps(
+            &origin,
+            held_out,
+            flags.held_out.as_deref(),
+            &config_dir,
+            repo_root,
+        )?;
         if goal.is_empty() {
             return Err(ConfigError::NoGoal { file: file_name });
         }
@@ -1209,6 +1325,13 @@ impl Job {
         let guard = guard_settings(&o, file.guard)?;
         let protect = protect_settings(&o, file.protect)?;
         let sandbox = sandbox_settings(&o, file.sandbox, flags.require_sandbox)?;
+        if !sandbox.enabled && !held_out.is_empty() {
+            return Err(o.invalid(
+                "sandbox.enabled",
+                "`true` while goal steps are held out: the sandbox is what keeps their files from the agent",
+                "false",
+            ));
+        }
 
         let ci = ci_policy(&o, &file.ci)?;
         let approval = approval_settings(&o, &file.approval)?;
@@ -1237,6 +1360,7 @@ impl Job {
             config_file: config_path,
             task,
             goal,
+            held_out,
             rubric,
             rubric_source,
             max_attempts,
@@ -1314,6 +1438,65 @@ mod tests {
             "{OK}[prices.\"m\"]\ninput = -1\noutput = 1\ncache_read = 1\ncache_write = 1\n"
         );
         assert!(resolve_with(&negative, JobFlags::default()).is_err());
+    }
+
+    #[test]
+    fn held_out_steps_are_checked_and_kept_apart() {
+        let outside = tempfile::tempdir().expect("held-out dir");
+        let step = |files: &str| {
+            format!("{OK}[[goal]]\nname = \"hidden\"\nrun = \"pytest -q hidden\"\nheld_out = true\n{files}")
+        };
+        let job = resolve_with(
+            &format!(
+                "{}\n[guard]\nheld_out_feedback = \"none\"\n",
+                step(&format!("files = \"{}\"\n", outside.path().display()))
+            ),
+            JobFlags::default(),
+        )
+        .expect("resolve");
+        assert_eq!(job.goal.len(), 2, "not a visible step");
+        assert_eq!(job.held_out.len(), 1);
+        assert_eq!(
+            job.held_out[0].files,
+            outside.path().canonicalize().unwrap()
+        );
+        assert_eq!(
+            job.guard.held_out_feedback,
+            crate::guard::held_out::Feedback::None
+        );
+        // `--held-out` stands in for `files`.
+        let mut flags = JobFlags::default();
+        flags.over.held_out = Some(outside.path().to_path_buf());
+        assert_eq!(
+            resolve_with(&step(""), flags).expect("flag").held_out.len(),
+            1
+        );
+        for (toml, field) in [
+            (step(""), "files"),
+            (step("files = \"/no/such/dir\"\n"), "files"),
+            (step("files = \".\"\n"), "files"),
+            (
+                format!("{OK}[[goal]]\nrun = \"x\"\nfiles = \"/tmp\"\n"),
+                "goal[2].files",
+            ),
+            (
+                format!(
+                    "{}\n[guard]\nheld_out_feedback = \"all\"\n",
+                    step(&format!("files = \"{}\"\n", outside.path().display()))
+                ),
+                "held_out_feedback",
+            ),
+            (
+                format!(
+                    "{}\n[sandbox]\nenabled = false\n",
+                    step(&format!("files = \"{}\"\n", outside.path().display()))
+                ),
+                "sandbox.enabled",
+            ),
+        ] {
+            let e = resolve_with(&toml, JobFlags::default()).expect_err(&toml);
+            assert!(e.to_string().contains(field), "{toml}: {e}");
+        }
     }
 
     #[test]

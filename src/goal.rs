@@ -14,6 +14,8 @@ use crate::agent::session::{self, StopRequest};
 use crate::guard::testcount::Preset;
 use crate::process::{self, Contained};
 
+pub mod held_out;
+
 /// Output kept per step: the head and tail of anything longer.
 pub const MAX_STEP_OUTPUT: usize = 64 * 1024;
 

@@ -119,6 +119,9 @@ pub enum Gate {
     /// The pre-critic on the added lines of a green attempt, before the
     /// critic ([`crate::guard::precheck`]).
     Precheck,
+    /// The held-out goal steps on the judge-only tree, after the
+    /// pre-critic and before the critic ([`crate::guard::held_out`]).
+    HeldOut,
 }
 
 /// Every fact of a job, in the order it happened.
@@ -164,6 +167,10 @@ pub enum Event {
         /// for the whole job, and every view says so.
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         test_count_off: BTreeMap<String, String>,
+        /// The held-out steps at BASE_REF, on a judge-only tree: what their
+        /// test counts are compared with.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        held_out: Option<GoalReport>,
     },
     AttemptStarted {
         attempt: u32,
@@ -234,6 +241,14 @@ pub enum Event {
         report: GoalReport,
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         artefacts: BTreeMap<String, String>,
+    },
+    /// The held-out steps on this attempt's judge-only tree (`files`: how
+    /// many held-out files it held). Only loopd reads this: the agent
+    /// learns what `[guard] held_out_feedback` allows, through the gate.
+    HeldOutRun {
+        attempt: u32,
+        report: GoalReport,
+        files: usize,
     },
     /// What changed between attempt `from`'s tree and this attempt's
     /// (`interdiff.patch`), and which of those files no finding that
@@ -362,6 +377,7 @@ impl Event {
             Event::SetAside { .. } => "set_aside",
             Event::GateChecked { .. } => "gate_checked",
             Event::GoalRun { .. } => "goal_run",
+            Event::HeldOutRun { .. } => "held_out_run",
             Event::InterdiffTaken { .. } => "interdiff_taken",
             Event::AttemptEnded { .. } => "attempt_ended",
             Event::JobEnded { .. } => "job_ended",
@@ -607,6 +623,8 @@ pub struct Current {
     pub goal: Option<GoalReport>,
     pub test_count_gate: Option<Vec<Finding>>,
     pub precheck_gate: Option<Vec<Finding>>,
+    pub held_out: Option<GoalReport>,
+    pub held_out_gate: Option<Vec<Finding>>,
     /// The interdiff's files and the scope check's unnamed files.
     pub interdiff: Option<(Vec<String>, Vec<String>)>,
     pub critic: Option<SessionFinished>,
@@ -626,6 +644,7 @@ impl Current {
             Gate::GitDir => self.git_dir_gate.as_ref(),
             Gate::GitDirAfterGoal => self.git_dir_after_goal.as_ref(),
             Gate::DiffAfterGoal => self.diff_after_goal.as_ref(),
+            Gate::HeldOut => self.held_out_gate.as_ref(),
         }
     }
 
@@ -639,6 +658,7 @@ impl Current {
             &self.diff_after_goal,
             &self.test_count_gate,
             &self.precheck_gate,
+            &self.held_out_gate,
         ];
         Rejection {
             attempt: self.attempt,
@@ -728,6 +748,8 @@ pub struct Replay {
     pub baseline: Option<GoalReport>,
     /// Steps whose test-count gate is off (see [`Event::Baseline`]).
     pub test_count_off: BTreeMap<String, String>,
+    /// The held-out steps at BASE_REF (see [`Event::Baseline`]).
+    pub held_out_baseline: Option<GoalReport>,
     /// Ended attempts, in order.
     pub attempts: Vec<AttemptRecord>,
     /// How the last ended attempt ended.
@@ -924,7 +946,9 @@ impl Replay {
                 report,
                 artefacts,
                 test_count_off,
+                held_out,
             } => {
+                self.held_out_baseline = held_out.clone();
                 self.baseline = Some(report.clone());
                 self.test_count_off = test_count_off.clone();
                 self.last_goal = Some(report.clone());
@@ -1037,6 +1061,7 @@ impl Replay {
                             .extend(findings.iter().cloned()),
                         Gate::DiffAfterGoal => c.diff_after_goal = Some(findings.clone()),
                         Gate::Precheck => c.precheck_gate = Some(findings.clone()),
+                        Gate::HeldOut => c.held_out_gate = Some(findings.clone()),
                     }
                 }
             }
@@ -1049,6 +1074,13 @@ impl Replay {
                 self.last_goal = Some(report.clone());
                 if let Some(c) = current(self, *attempt) {
                     c.goal = Some(report.clone());
+                }
+            }
+            Event::HeldOutRun {
+                attempt, report, ..
+            } => {
+                if let Some(c) = current(self, *attempt) {
+                    c.held_out = Some(report.clone());
                 }
             }
             Event::InterdiffTaken {
@@ -1258,6 +1290,7 @@ mod tests {
                 report: goal(false),
                 artefacts: BTreeMap::new(),
                 test_count_off: BTreeMap::new(),
+                held_out: None,
             },
             Event::AttemptStarted {
                 attempt: 1,

@@ -41,6 +41,7 @@ impl Progress {
             Event::Baseline {
                 report,
                 test_count_off,
+                held_out,
                 ..
             } => {
                 let mut line = match report.failed_step() {
@@ -55,6 +56,13 @@ impl Progress {
                 for (step, why) in test_count_off {
                     line.push_str(&format!(
                         "\nTEST COUNT GATE OFF for `{step}`: {why}"
+                    ));
+                }
+                if let Some(h) = held_out {
+                    let failed = h.steps.iter().filter(|s| !s.passed).count();
+                    line.push_str(&format!(
+                        "\nheld-out tests at baseline: {} steps, {failed} red",
+                        h.steps.len()
                     ));
                 }
                 line
@@ -139,6 +147,18 @@ impl Progress {
                     .collect();
                 let verdict = if report.passed() { "green" } else { "red" };
                 format!("attempt {attempt}: goal test {verdict}: {}", steps.join(", "))
+            }
+            Event::HeldOutRun {
+                attempt,
+                report,
+                files,
+            } => {
+                let verdict = if report.passed() { "green" } else { "red" };
+                let failed = report.steps.iter().filter(|s| !s.passed).count();
+                format!(
+                    "attempt {attempt}: held-out tests {verdict} ({} steps, {failed} failed, {files} held-out files on a judge-only tree)",
+                    report.steps.len()
+                )
             }
             Event::InterdiffTaken {
                 attempt,
@@ -302,6 +322,7 @@ fn gate_name(gate: Gate) -> &'static str {
         Gate::GitDir => ".git/ check",
         Gate::GitDirAfterGoal => ".git/ check after the goal test",
         Gate::DiffAfterGoal => "diff gate after the goal test",
+        Gate::HeldOut => "held-out tests",
     }
 }
 

@@ -33,6 +33,9 @@ pub enum Reason {
     /// The goal test changed the change (the agent's code, run by it,
     /// rewrote a file): what would be committed is not what was judged.
     GoalChangedTree,
+    /// A held-out goal step (tests the agent never saw) was red on the
+    /// judge-only tree of the last attempt.
+    HeldOutFailed,
     ConfigTampered,
     /// Preflight: a goal step's program could not be run at the baseline
     /// (exit 127 or 126). Exit 2, like any configuration error.
@@ -86,6 +89,7 @@ impl Reason {
         Reason::Precheck,
         Reason::DiffTooLarge,
         Reason::GoalChangedTree,
+        Reason::HeldOutFailed,
         Reason::ConfigTampered,
         Reason::GoalNotRunnable,
         Reason::AlreadyGreen,
@@ -115,6 +119,7 @@ impl Reason {
             Reason::Precheck => "precheck",
             Reason::DiffTooLarge => "diff_too_large",
             Reason::GoalChangedTree => "goal_changed_tree",
+            Reason::HeldOutFailed => "held_out_failed",
             Reason::ConfigTampered => "config_tampered",
             Reason::GoalNotRunnable => "goal_not_runnable",
             Reason::AlreadyGreen => "already_green",
@@ -380,6 +385,7 @@ mod tests {
                 | Reason::Precheck
                 | Reason::DiffTooLarge
                 | Reason::GoalChangedTree
+                | Reason::HeldOutFailed
                 | Reason::ConfigTampered
                 | Reason::GoalNotRunnable
                 | Reason::AlreadyGreen

@@ -109,6 +109,30 @@ impl Plan {
         plan
     }
 
+    /// The same plan with `hidden` and everything beneath unreachable
+    /// (the held-out tests): an entry that holds a hidden path is carved
+    /// around it ([`carve`]), an entry beneath one is dropped. Landlock
+    /// only ever allows, so this is the only way a path inside a readable
+    /// root (a toolchain, `[sandbox] read`) is kept out.
+    pub fn hide(&mut self, hidden: &[PathBuf]) {
+        let cut = |list: Vec<(PathBuf, String)>| -> Vec<(PathBuf, String)> {
+            let mut out = Vec::new();
+            for (p, why) in list {
+                if hidden.iter().any(|h| p.starts_with(h)) {
+                    continue;
+                }
+                if hidden.iter().any(|h| h.starts_with(&p)) {
+                    out.extend(carve(vec![p], hidden).into_iter().map(|c| (c, why.clone())));
+                } else {
+                    out.push((p, why));
+                }
+            }
+            out
+        };
+        self.read = cut(std::mem::take(&mut self.read));
+        self.read_write = cut(std::mem::take(&mut self.read_write));
+    }
+
     /// The plan as lines for people: `read  PATH  (why)`.
     pub fn render(&self) -> Vec<String> {
         let mut out: Vec<String> = self
@@ -1198,6 +1222,24 @@ mod tests {
             .iter()
             .any(|p| p.starts_with(root.join("etc/ssl/private"))));
         assert!(!r.contains(&root.join("etc")) && !r.contains(&root.join("etc/ssl")));
+    }
+
+    #[test]
+    fn a_hidden_path_is_cut_out_of_every_entry_that_holds_it() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let root = tmp.path().canonicalize().expect("canonical");
+        for d in ["shared/held-out/tests", "shared/data", "tools/bin"] {
+            std::fs::create_dir_all(root.join(d)).expect("dir");
+        }
+        let mut plan = Plan::default();
+        plan.read(root.join("shared"), "[sandbox] read");
+        plan.read(root.join("shared/held-out/tests"), "beneath it");
+        plan.read_write(root.join("tools"), "elsewhere");
+        plan.hide(&[root.join("shared/held-out")]);
+        let read: Vec<&PathBuf> = plan.read.iter().map(|(p, _)| p).collect();
+        assert_eq!(read, [&root.join("shared/data")], "{plan:?}");
+        assert_eq!(plan.read[0].1, "[sandbox] read", "the reason is kept");
+        assert_eq!(plan.read_write.len(), 1);
     }
 
     #[test]

@@ -103,6 +103,22 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
             humantime::format_duration(s.timeout)
         ));
     }
+    if !job.held_out.is_empty() {
+        out.push_str(&format!(
+            "held out:      after a green goal, on a judge-only tree; the next prompt learns: {}\n",
+            job.guard.held_out_feedback.as_str()
+        ));
+        for h in &job.held_out {
+            let files = held_out_file_count(&h.files);
+            out.push_str(&format!(
+                "  - {} — `{}` (timeout {}), files from {} ({files}; no process of the job can read them)\n",
+                h.step.name,
+                h.step.run,
+                humantime::format_duration(h.step.timeout),
+                h.files.display()
+            ));
+        }
+    }
     out.push_str(&format!(
         "rubric:        {} ({})\n",
         job.rubric.name, job.rubric_source
@@ -230,6 +246,26 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
     }
     crate::cli::out!("{}", out.trim_end_matches('\n'));
     Ok(preflight.map_or(ExitStatus::Success, |p| p.1))
+}
+
+/// How many regular files a held-out directory holds, for people (never
+/// following a link).
+fn held_out_file_count(dir: &std::path::Path) -> String {
+    let mut n = 0usize;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            return "unreadable".into();
+        };
+        for e in entries.flatten() {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(e.path()),
+                Ok(t) if t.is_file() => n += 1,
+                _ => {}
+            }
+        }
+    }
+    format!("{n} files")
 }
 
 /// Run the goal test once in the repository, as the baseline, and judge it

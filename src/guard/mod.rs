@@ -13,6 +13,7 @@ pub mod caps;
 pub mod drift;
 pub mod escalation;
 pub mod finding;
+pub mod held_out;
 pub mod precheck;
 pub mod progress;
 pub mod risk;
@@ -63,6 +64,8 @@ pub struct GuardSettings {
     /// too large to load count whole): a larger one is rejected by the size
     /// gate ([`size`]), so the critic always sees all of what it judges.
     pub max_diff_kb: u64,
+    /// What the next prompt learns of a red held-out step.
+    pub held_out_feedback: held_out::Feedback,
 }
 
 impl GuardSettings {
@@ -87,6 +90,7 @@ impl Default for GuardSettings {
             nudge: true,
             strict_from: 3,
             max_diff_kb: DEFAULT_MAX_DIFF_KB,
+            held_out_feedback: held_out::Feedback::Ids,
         }
     }
 }

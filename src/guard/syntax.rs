@@ -307,7 +307,7 @@ pub fn brace_statements(source: &str, lang: Brace) -> Vec<Statement> {
             || t.starts_with("/*")
             || t.starts_with("#[")
             || t.starts_with('@');
-        if prefix && st.top() || prefix && st.block_comment {
+        if prefix && (st.top() || st.block_comment) {
             if pending.is_empty() {
                 pending_line = line_no;
             }

@@ -16,8 +16,9 @@ use super::{decide, Feedback, JobError, Run};
 use crate::agent::session::Role;
 use crate::config::Job;
 use crate::critic::{self, CriticInput, CriticVerdict, Previous, Shown};
-use crate::goal::{self, GoalReport, Mode};
+use crate::goal::{self, GoalReport, GoalStep, Mode};
 use crate::guard::finding::{Check, Finding};
+use crate::guard::held_out;
 use crate::guard::precheck::{self, Lang};
 use crate::guard::size;
 use crate::guard::tamper;
@@ -41,10 +42,10 @@ const ESCALATION_DIFF: usize = 16 * 1024;
 /// Each goal step with a test-count preset, and what its baseline output
 /// reads as.
 fn baseline_reads<'a>(
-    job: &'a Job,
+    steps: &'a [GoalStep],
     baseline: &'a GoalReport,
 ) -> impl Iterator<Item = (&'a str, Result<Counts, Unreadable>)> + 'a {
-    job.goal
+    steps
         .iter()
         .zip(&baseline.steps)
         .filter_map(|(step, result)| {
@@ -57,7 +58,12 @@ fn baseline_reads<'a>(
 
 /// The test counts of each goal step at baseline (steps with a report).
 pub fn baseline_counts(job: &Job, baseline: &GoalReport) -> BTreeMap<String, Counts> {
-    baseline_reads(job, baseline)
+    counts_of(&job.goal, baseline)
+}
+
+/// The test counts of `steps` (those with a report) in `report`.
+fn counts_of(steps: &[GoalStep], baseline: &GoalReport) -> BTreeMap<String, Counts> {
+    baseline_reads(steps, baseline)
         .filter_map(|(step, read)| {
             let counts = read.ok()?;
             tracing::debug!(step = %step, ran = counts.ran, passed = counts.passed, skipped = counts.skipped, "baseline test count");
@@ -71,7 +77,7 @@ pub fn baseline_counts(job: &Job, baseline: &GoalReport) -> BTreeMap<String, Cou
 /// live view, the summary, both reports and the critic's prompt, never
 /// silently.
 pub fn test_count_off(job: &Job, baseline: &GoalReport) -> BTreeMap<String, String> {
-    baseline_reads(job, baseline)
+    baseline_reads(&job.goal, baseline)
         .filter_map(|(step, read)| {
             let why = read.err()?.explain();
             tracing::warn!(step = %step, why = %why, "the test-count gate is off for this step");
@@ -237,7 +243,7 @@ impl Run<'_> {
 
         if goal.passed() {
             let test_count = self.gate(n, Gate::TestCount, |run| {
-                Ok(run.test_count_findings(&goal, counts))
+                Ok(run.test_count_findings(&run.job.goal, "goal step", &goal, counts))
             })?;
             if let Some(rejected) = test_count {
                 return Ok(rejected);
@@ -269,6 +275,38 @@ impl Run<'_> {
             })?;
             if let Some(rejected) = precheck {
                 return Ok(rejected);
+            }
+            // The tests the agent never saw, on a judge-only tree of the
+            // judged change: before the critic, which costs a model call.
+            if !self.job.held_out.is_empty() {
+                let tree = self
+                    .current()
+                    .tree
+                    .as_deref()
+                    .and_then(|t| git2::Oid::from_str(t).ok());
+                if let (None, Some(tree)) = (self.current().held_out, tree) {
+                    let (report, files) = self
+                        .run_held_out(tree, &dir.join("held-out"), deadline)
+                        .await?;
+                    if let Some(e) = self.signalled() {
+                        return stop(e);
+                    }
+                    self.journal.append(Event::HeldOutRun {
+                        attempt: n,
+                        report,
+                        files,
+                    })?;
+                }
+                let held_out = self.gate(n, Gate::HeldOut, |run| Ok(run.held_out_findings()))?;
+                if let Some(rejected) = held_out {
+                    return Ok(rejected);
+                }
+                if let Some(e) = self.signalled() {
+                    return stop(e);
+                }
+                if Instant::now() >= deadline {
+                    return stop(self.guard_ending(deadline_reason));
+                }
             }
         }
 
@@ -731,18 +769,72 @@ impl Run<'_> {
         crate::guard::runner::findings(&files, self.job.rubric.tests_rule(), &used_at_base)
     }
 
-    /// The test-count gate for the steps of a green goal test.
+    /// The held-out gate: each red held-out step, told as `[guard]
+    /// held_out_feedback` allows, and each held-out step whose test count
+    /// dropped below its count at BASE_REF.
+    fn held_out_findings(&self) -> Vec<Finding> {
+        let rule = self.job.rubric.tests_rule();
+        let Some(report) = self.current().held_out else {
+            return vec![Finding {
+                reason: Reason::HeldOutFailed,
+                path: "held-out steps".into(),
+                line: None,
+                rule,
+                check: None,
+                problem:
+                    "the held-out steps could not run: the change is too large to write as a tree"
+                        .into(),
+                fix: "make a smaller change".into(),
+            }];
+        };
+        let failing: Vec<Vec<String>> = report
+            .steps
+            .iter()
+            .map(|s| precheck::failing_tests(&s.output))
+            .collect();
+        let steps: Vec<held_out::Step<'_>> = report
+            .steps
+            .iter()
+            .zip(&failing)
+            .map(|(s, failing)| held_out::Step {
+                name: &s.name,
+                passed: s.passed,
+                timed_out: s.timed_out,
+                output: &s.output,
+                failing,
+            })
+            .collect();
+        let words = self.held_out_words();
+        let mut out = held_out::findings(
+            &steps,
+            self.job.guard.held_out_feedback,
+            &|n| words.contains(n),
+            rule,
+            &goal::head_and_tail,
+        );
+        if let Some(base) = &self.journal.state().held_out_baseline {
+            let held = self.held_out_steps();
+            let counts = counts_of(&held, base);
+            out.extend(self.test_count_findings(&held, "held-out step", &report, &counts));
+        }
+        out
+    }
+
+    /// The test-count gate for the steps of a green goal test (`label`:
+    /// what a step is called in the finding).
     fn test_count_findings(
         &self,
+        steps: &[GoalStep],
+        label: &str,
         goal: &GoalReport,
         counts: &BTreeMap<String, Counts>,
     ) -> Vec<Finding> {
         let mut out = Vec::new();
-        for (step, result) in self.job.goal.iter().zip(&goal.steps) {
+        for (step, result) in steps.iter().zip(&goal.steps) {
             let (Some(preset), Some(base)) = (step.report, counts.get(&step.name)) else {
                 continue;
             };
-            let path = format!("goal step `{}`", step.name);
+            let path = format!("{label} `{}`", step.name);
             match testcount::read(preset, &result.output) {
                 Err(unreadable) => out.push(Finding {
                     reason: Reason::TestCountUnreadable,

@@ -37,6 +37,7 @@ mod attempt;
 mod channel;
 mod ending;
 mod feedback;
+mod held_out;
 mod judge;
 mod prepare;
 
@@ -79,6 +80,8 @@ pub enum JobError {
     },
     #[error(transparent)]
     StateDir(#[from] util::StateDirError),
+    #[error(transparent)]
+    HeldOut(#[from] crate::goal::held_out::CopyError),
     #[error("the sandbox: {0}")]
     Sandbox(#[source] crate::sandbox::SandboxError),
     /// What asked for the sandbox, which the kernel cannot give.
@@ -646,10 +649,29 @@ impl Run<'_> {
             .state()
             .artefacts
             .created_by_goal(&before, &after);
+        // The held-out steps at BASE_REF: what their counts are compared
+        // with later. (Run after the visible baseline's artefacts are
+        // counted: their tree is elsewhere.)
+        let held_out = if self.job.held_out.is_empty() {
+            None
+        } else {
+            let (report, _) = self
+                .run_held_out(
+                    self.base_oid,
+                    &self.dir.join("held-out-baseline"),
+                    self.job_deadline(),
+                )
+                .await?;
+            if let Some(e) = self.signalled() {
+                return Ok(Err(e));
+            }
+            Some(report)
+        };
         self.journal.append(Event::Baseline {
             report: baseline.clone(),
             artefacts,
             test_count_off: judge::test_count_off(self.job, &baseline),
+            held_out,
         })?;
         Ok(Ok(baseline))
     }

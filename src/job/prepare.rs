@@ -197,6 +197,87 @@ pub fn prepare(
 /// (read), and what `[sandbox]` adds. Never the real `HOME`, never the
 /// state dir.
 pub fn sandbox_plan(job: &Job, ws: &Workspace, loopd_exe: &Path) -> sandbox::Plan {
+    let mut plan = software_plan(job, loopd_exe);
+    for d in ws.git_dirs() {
+        plan.read(d, "the job's git directory");
+    }
+    for d in ws.borrowed_objects() {
+        plan.read(
+            d,
+            "the repository's objects the job's git directory borrows",
+        );
+    }
+    plan.read_write(ws.root().to_path_buf(), "the worktree");
+    for p in &job.sandbox.read {
+        plan.read(p.clone(), "[sandbox] read");
+    }
+    for p in &job.sandbox.read_write {
+        plan.read_write(p.clone(), "[sandbox] read_write");
+    }
+    // The held-out tests: a hole in every readable root, whatever holds them.
+    plan.hide(&held_out_dirs(job));
+    plan
+}
+
+/// The held-out steps' directories.
+pub fn held_out_dirs(job: &Job) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = job.held_out.iter().map(|h| h.files.clone()).collect();
+    dirs.sort();
+    dirs.dedup();
+    dirs
+}
+
+/// The held-out run's sandbox: it reads the system, the toolchains and
+/// `[sandbox] read` (never the worktree, its git directories, or the real
+/// `HOME`), writes only the judge-only `tree` and its own `home` and
+/// `tmp` (thrown away with it), and has a network of its own with nothing
+/// in it — whatever the candidate's code does with the held-out files
+/// there, nothing of the job that the agent reads later can hold it.
+pub(super) fn held_out_sandbox(
+    job: &Job,
+    loopd_exe: &Path,
+    tree: &Path,
+    home: &Path,
+    tmp: &Path,
+) -> Result<Sandbox, JobError> {
+    let mut plan = software_plan(job, loopd_exe);
+    for p in &job.sandbox.read {
+        plan.read(p.clone(), "[sandbox] read");
+    }
+    for p in &job.sandbox.read_write {
+        plan.read(p.clone(), "[sandbox] read_write, read-only here");
+    }
+    plan.hide(&held_out_dirs(job));
+    plan.read_write(tree.to_path_buf(), "the judge-only tree");
+    let env = sandbox::toolchain_env(
+        &plan,
+        std::env::var_os("HOME").map(PathBuf::from).as_deref(),
+        |v| std::env::var(v).ok(),
+    );
+    let spec = sandbox::NsSpec {
+        helper: loopd_exe.to_path_buf(),
+        read_only: Vec::new(),
+        tmpfs: vec![PathBuf::from("/dev/shm")],
+        network: true,
+    };
+    // The listener would be a gateway's: this network has none.
+    let ns = match sandbox::Namespaces::create(&spec) {
+        Ok((ns, _listener)) => Some(Arc::new(ns)),
+        Err(e) => {
+            tracing::warn!(error = %e, "the held-out run gets no namespaces of its own: the system gives loopd no user namespace");
+            None
+        }
+    };
+    Sandbox::build(&plan, home, tmp, env, ns)
+        .map_err(JobError::Sandbox)?
+        .ok_or(JobError::SandboxRequired(
+            "held-out goal steps (`held_out = true`)",
+        ))
+}
+
+/// What every sandbox of a job reads: the system, the toolchains of
+/// `PATH`, the agent CLIs and loopd.
+fn software_plan(job: &Job, loopd_exe: &Path) -> sandbox::Plan {
     let mut plan = sandbox::Plan::default();
     sandbox::system_plan(&mut plan);
     let home = std::env::var_os("HOME")
@@ -224,22 +305,6 @@ pub fn sandbox_plan(job: &Job, ws: &Workspace, loopd_exe: &Path) -> sandbox::Pla
             .unwrap_or_else(|_| loopd_exe.to_path_buf()),
         "loopd (the hook, `loopd escalate`)",
     );
-    for d in ws.git_dirs() {
-        plan.read(d, "the job's git directory");
-    }
-    for d in ws.borrowed_objects() {
-        plan.read(
-            d,
-            "the repository's objects the job's git directory borrows",
-        );
-    }
-    plan.read_write(ws.root().to_path_buf(), "the worktree");
-    for p in &job.sandbox.read {
-        plan.read(p.clone(), "[sandbox] read");
-    }
-    for p in &job.sandbox.read_write {
-        plan.read_write(p.clone(), "[sandbox] read_write");
-    }
     plan
 }
 
@@ -321,6 +386,9 @@ fn sandbox_for(
             source,
         })?;
     }
+    // `[sandbox] enabled = false` with held-out steps is refused by the
+    // configuration.
+    let held_out = !job.held_out.is_empty();
     if !job.sandbox.enabled {
         tracing::warn!("the sandbox is off (`[sandbox] enabled = false`): the agent can read and write whatever this user can");
         return Ok(((None, None), Confinement::Off, Network::Open, None));
@@ -359,6 +427,9 @@ fn sandbox_for(
         }
         None if job.sandbox.require => Err(JobError::SandboxRequired(
             "`--require-sandbox` or `[sandbox] require`",
+        )),
+        None if held_out => Err(JobError::SandboxRequired(
+            "held-out goal steps (`held_out = true`)",
         )),
         None if job.sandbox.network == Some(Network::GatewayOnly) => Err(
             JobError::SandboxRequired("`[sandbox] network = \"gateway-only\"`"),

@@ -112,6 +112,7 @@ pub fn gate_label(gate: Gate) -> &'static str {
         Gate::GitDirAfterGoal => "`.git/` unchanged after the goal test",
         Gate::DiffAfterGoal => "diff gate after the goal test (protected paths, skip markers, what the goal test changed)",
         Gate::Precheck => "pre-critic",
+        Gate::HeldOut => "held-out tests (on a judge-only tree)",
     }
 }
 

@@ -16,6 +16,7 @@ mod daemon;
 mod export;
 mod gateway;
 mod guards;
+mod held_out;
 mod hook;
 mod job_id;
 mod layers;

@@ -1,0 +1,142 @@
+//! Held-out goal steps: tests a lead keeps outside the repository, which
+//! no process of the job ever reads — not the agent's, not the visible goal
+//! steps' (the sandbox's allow-list has a hole where they are). After the
+//! visible goal is green they run on a judge-only tree: the candidate
+//! change written from git objects, the held-out files copied over it,
+//! sandboxed to read the system and that tree and to write only the tree,
+//! in a network of its own, and thrown away after. So an implementation
+//! that passes the tests the agent saw and fails the ones it did not is
+//! rejected, and what the agent learns of them is what `[guard]
+//! held_out_feedback` allows.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::GoalStep;
+
+/// One held-out step: a goal step, and the directory its files come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HeldOutStep {
+    #[serde(flatten)]
+    pub step: GoalStep,
+    /// Outside the repository; copied into the judge-only tree's root.
+    pub files: PathBuf,
+}
+
+/// The most a held-out directory may hold: loopd copies it per attempt.
+pub const MAX_FILES: usize = 10_000;
+pub const MAX_BYTES: u64 = 256 << 20;
+
+/// What copying a held-out directory found wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    #[error("cannot copy the held-out files from `{}`: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the held-out directory `{}` holds more than {MAX_FILES} files or {} MiB", path.display(), MAX_BYTES >> 20)]
+    TooLarge { path: PathBuf },
+}
+
+/// What a copy brought over.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Copied {
+    /// Paths relative to the tree's root, in order.
+    pub files: Vec<String>,
+    /// What was not copied (a link, a FIFO, a device): never followed,
+    /// never opened.
+    pub skipped: Vec<String>,
+}
+
+/// Copy the regular files and directories beneath `from` into `to`
+/// (over whatever the tree holds at the same path). A link or special file
+/// in the held-out directory is skipped, never followed or opened: loopd
+/// reads only what the lead put there.
+pub fn copy_files(from: &Path, to: &Path) -> Result<Copied, CopyError> {
+    let err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| CopyError::Io { path, source }
+    };
+    let mut copied = Copied::default();
+    let mut total = 0u64;
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let dir = from.join(&rel);
+        let mut entries: Vec<_> = std::fs::read_dir(&dir)
+            .map_err(err(&dir))?
+            .collect::<Result<_, _>>()
+            .map_err(err(&dir))?;
+        entries.sort_by_key(std::fs::DirEntry::file_name);
+        for e in entries {
+            let rel = rel.join(e.file_name());
+            let src = from.join(&rel);
+            let meta = std::fs::symlink_metadata(&src).map_err(err(&src))?;
+            let dst = to.join(&rel);
+            if meta.is_dir() {
+                if std::fs::symlink_metadata(&dst).is_ok_and(|m| !m.is_dir()) {
+                    std::fs::remove_file(&dst).map_err(err(&dst))?;
+                }
+                std::fs::create_dir_all(&dst).map_err(err(&dst))?;
+                stack.push(rel);
+            } else if meta.is_file() {
+                total += meta.len();
+                if copied.files.len() >= MAX_FILES || total > MAX_BYTES {
+                    return Err(CopyError::TooLarge {
+                        path: from.to_path_buf(),
+                    });
+                }
+                // The candidate may hold a link (or a directory) where a
+                // held-out file goes: it is replaced, never written through.
+                match std::fs::symlink_metadata(&dst) {
+                    Ok(m) if m.is_dir() => std::fs::remove_dir_all(&dst).map_err(err(&dst))?,
+                    Ok(_) => std::fs::remove_file(&dst).map_err(err(&dst))?,
+                    Err(_) => {}
+                }
+                let bytes = crate::util::read_untrusted(&src, MAX_BYTES).map_err(err(&src))?;
+                std::fs::write(&dst, bytes).map_err(err(&dst))?;
+                copied.files.push(rel.to_string_lossy().into_owned());
+            } else {
+                copied.skipped.push(rel.to_string_lossy().into_owned());
+            }
+        }
+    }
+    copied.files.sort();
+    Ok(copied)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_are_copied_over_the_tree_and_links_and_fifos_are_not() {
+        let t = tempfile::tempdir().unwrap();
+        let (from, to) = (t.path().join("held"), t.path().join("tree"));
+        std::fs::create_dir_all(from.join("tests_hidden")).unwrap();
+        std::fs::write(
+            from.join("tests_hidden/test_more.py"),
+            "def test_x(): pass\n",
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", from.join("link")).unwrap();
+        let fifo = std::ffi::CString::new(from.join("fifo").to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        std::fs::create_dir_all(to.join("tests_hidden")).unwrap();
+        // The candidate's link where a held-out file goes is replaced.
+        std::os::unix::fs::symlink("/tmp/elsewhere", to.join("tests_hidden/test_more.py")).unwrap();
+        let c = copy_files(&from, &to).unwrap();
+        assert_eq!(c.files, ["tests_hidden/test_more.py"]);
+        assert_eq!(c.skipped.len(), 2, "{c:?}");
+        let written = to.join("tests_hidden/test_more.py");
+        assert!(std::fs::symlink_metadata(&written).unwrap().is_file());
+        assert_eq!(
+            std::fs::read_to_string(written).unwrap(),
+            "def test_x(): pass\n"
+        );
+        assert!(!to.join("link").exists() && !to.join("fifo").exists());
+    }
+}

@@ -1,0 +1,111 @@
+//! Running the held-out goal steps ([`crate::goal::held_out`]) for a job:
+//! at BASE_REF once (what their test counts are compared with) and on each
+//! attempt whose visible goal and gates are green, each time on a
+//! judge-only tree under the run directory that is removed right after.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Instant;
+
+use super::{prepare, JobError, Run};
+use crate::goal::held_out::{copy_files, MAX_BYTES};
+use crate::goal::{self, GoalReport, GoalStep, Mode};
+
+/// The largest held-out file whose words name its tests (bigger ones are
+/// data, not tests).
+const MAX_TEST_FILE: u64 = 1 << 20;
+
+impl Run<'_> {
+    /// The held-out steps as goal steps.
+    pub(super) fn held_out_steps(&self) -> Vec<GoalStep> {
+        self.job.held_out.iter().map(|h| h.step.clone()).collect()
+    }
+
+    /// Run every held-out step on a judge-only tree made of `tree` (a
+    /// judged tree, or BASE_REF's commit) and the held-out files, under
+    /// `dir` (removed before and after). Returns the report and how many
+    /// held-out files the tree held.
+    /// (`&mut self`: a shared `Run` is not `Send` across an await.)
+    pub(super) async fn run_held_out(
+        &mut self,
+        tree: git2::Oid,
+        dir: &Path,
+        deadline: Instant,
+    ) -> Result<(GoalReport, usize), JobError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| JobError::RunDir { path, source }
+        };
+        if dir.exists() {
+            // What a crash in the middle left: never judged from.
+            std::fs::remove_dir_all(dir).map_err(io(dir))?;
+        }
+        crate::util::private_dir(dir).map_err(io(dir))?;
+        let root = dir.join("tree");
+        self.ws.write_tree(tree, &root)?;
+        let mut files = BTreeSet::new();
+        for from in prepare::held_out_dirs(self.job) {
+            let copied = copy_files(&from, &root)?;
+            for s in &copied.skipped {
+                tracing::warn!(dir = %from.display(), path = %s, "a held-out entry that is not a regular file or a directory was not copied");
+            }
+            files.extend(copied.files);
+        }
+        let sandbox = prepare::held_out_sandbox(
+            self.job,
+            &self.loopd_exe,
+            &root,
+            &dir.join("home"),
+            &dir.join("tmp"),
+        )?;
+        let steps = self.held_out_steps();
+        let limits = goal::Limits {
+            sandbox: Some(&sandbox),
+            ..self.goal_limits(deadline)
+        };
+        let report = goal::run(&steps, &root, Mode::All, &limits).await;
+        // Thrown away whatever happened: nothing of it is read again.
+        if let Err(e) = std::fs::remove_dir_all(dir) {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the judge-only tree");
+        }
+        for s in report.as_ref().map(|r| r.steps.as_slice()).unwrap_or(&[]) {
+            tracing::info!(step = %s.name, passed = s.passed, ms = s.duration_ms, "held-out step");
+        }
+        Ok((report?, files.len()))
+    }
+
+    /// Whether `name` is a word of a held-out file: a failing test's name
+    /// the held-out step's output shows is passed on only if the held-out
+    /// files define it (the candidate's code, which ran there, could print
+    /// any name).
+    pub(super) fn held_out_words(&self) -> BTreeSet<String> {
+        let mut words = BTreeSet::new();
+        let mut budget = MAX_BYTES;
+        let mut stack: Vec<std::path::PathBuf> = prepare::held_out_dirs(self.job);
+        while let Some(d) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&d) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let p = e.path();
+                let Ok(m) = std::fs::symlink_metadata(&p) else {
+                    continue;
+                };
+                if m.is_dir() {
+                    stack.push(p);
+                } else if m.is_file() && m.len() <= MAX_TEST_FILE.min(budget) {
+                    budget -= m.len();
+                    if let Ok(bytes) = crate::util::read_untrusted(&p, MAX_TEST_FILE) {
+                        let text = String::from_utf8_lossy(&bytes);
+                        words.extend(
+                            text.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                                .filter(|w| w.len() >= 4)
+                                .map(str::to_owned),
+                        );
+                    }
+                }
+            }
+        }
+        words
+    }
+}

@@ -1,0 +1,246 @@
+//! Held-out tests: goal steps whose files live outside the repository and
+//! that no process of the job reads but the judge-only run.
+
+use serde_json::Value;
+
+use crate::support::model::ScriptedModel;
+use crate::support::*;
+
+/// A marker only the held-out files hold: it must never reach the model.
+const MARKER: &str = "HELDOUTMARKER7f3a";
+
+/// A held-out directory outside the repository with one test the visible
+/// suite lacks (more than one line, rounding half up), and the job's
+/// `loopd.toml` with a held-out step that runs it.
+fn held_out_env(feedback: Option<&str>) -> (TestEnv, std::path::PathBuf) {
+    let env = TestEnv::scripted();
+    // Inside a directory the sandbox may be told to read (see the attack
+    // below): only the hole loopd cuts keeps the held-out files out.
+    let dir = env.tmp.path().join("shared/held-out");
+    std::fs::create_dir_all(dir.join("tests_hidden")).expect("held-out dir");
+    std::fs::write(
+        dir.join("tests_hidden/test_hidden.py"),
+        format!("# {MARKER}\nfrom decimal import Decimal\n\nfrom rechnung import gross_total\n\n\ndef test_gross_total_many_lines():\n    assert gross_total([(1, Decimal(\"10\")), (3, Decimal(\"2.50\"))]) == Decimal(\"20.83\")\n"),
+    )
+    .expect("held-out test");
+    let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
+    // The fixture's `loopd.toml` ends with its `[[goal]]` steps: the
+    // held-out step follows them, then the `[guard]` table.
+    let mut cfg = format!(
+        "{cfg}\n[[goal]]\nname = \"hidden\"\nrun = \"python3 -m pytest -q tests_hidden\"\nheld_out = true\nfiles = \"{}\"\n",
+        dir.display()
+    );
+    if let Some(f) = feedback {
+        cfg.push_str(&format!("\n[guard]\nheld_out_feedback = \"{f}\"\n"));
+    }
+    std::fs::write(env.repo.join("loopd.toml"), cfg).expect("cfg");
+    env.git(&["commit", "-qam", "a held-out step"]);
+    (env, dir)
+}
+
+/// Green on the visible tests, wrong on the held-out one (20.82).
+fn wrong_but_green() -> String {
+    clean_solution().replace("ROUND_HALF_UP", "ROUND_DOWN")
+}
+
+fn held_out_runs(s: &Value) -> Vec<(u32, bool)> {
+    journal(s)
+        .into_iter()
+        .filter_map(|e| match e {
+            loopd::journal::Event::HeldOutRun {
+                attempt, report, ..
+            } => Some((attempt, report.passed())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_wrong_but_green_change_is_rejected_by_tests_it_never_saw() {
+    let (env, _dir) = held_out_env(None);
+    let model = ScriptedModel::start(scenario(
+        vec![
+            agent_writes(&wrong_but_green()),
+            agent_writes(&clean_solution()),
+        ],
+        vec![pass()],
+    ));
+    let r = env.run(&model, &["--max-attempts", "2"]);
+    let s = r.summary();
+    assert_eq!(s["outcome"], "accepted", "{}\n{}", s["attempts"], r.stderr);
+    let first = &s["attempts"][0];
+    assert_eq!(first["rejected_by"], "held_out_failed", "{first}");
+    assert_eq!(
+        first["critic"], "skipped",
+        "no critic call for a held-out failure"
+    );
+    let findings = first["gate_findings"].to_string();
+    assert!(
+        findings.contains("test_gross_total_many_lines"),
+        "{findings}"
+    );
+    // The ids, never the source or the values it expects.
+    assert!(
+        !findings.contains("20.83") && !findings.contains(MARKER),
+        "{findings}"
+    );
+    // The accepted job's held-out runs are in its journal.
+    assert_eq!(held_out_runs(&s), [(1, false), (2, true)]);
+    let baseline = journal(&s).into_iter().find_map(|e| match e {
+        loopd::journal::Event::Baseline { held_out, .. } => held_out,
+        _ => None,
+    });
+    assert!(
+        baseline.is_some_and(|b| !b.passed()),
+        "the held-out step at BASE_REF is red"
+    );
+    let bodies = all_bodies(&model);
+    assert!(
+        bodies.contains("test_gross_total_many_lines"),
+        "the next prompt names the test"
+    );
+    assert!(!bodies.contains(MARKER) && !bodies.contains("20.83"));
+    // Nothing of the judge-only trees is left.
+    let run_dir = std::path::PathBuf::from(s["run_dir"].as_str().expect("run dir"));
+    for d in [
+        "held-out-baseline",
+        "attempt-1/held-out",
+        "attempt-2/held-out",
+    ] {
+        assert!(!run_dir.join(d).exists(), "{d} was not thrown away");
+    }
+}
+
+#[test]
+fn held_out_feedback_none_says_only_that_it_failed() {
+    let (env, dir) = held_out_env(Some("none"));
+    let c = finish(
+        env.loopd(None)
+            .args(["check"])
+            .output()
+            .expect("loopd check"),
+    );
+    assert_eq!(c.code, 0, "{}", c.stderr);
+    let shown = format!("{}{}", c.stdout, c.stderr);
+    assert!(shown.contains("the next prompt learns: none"), "{shown}");
+    assert!(
+        shown.contains(&format!("files from {} (1 files", dir.display())),
+        "{shown}"
+    );
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&wrong_but_green())],
+        vec![pass()],
+    ));
+    let r = env.run(&model, &["--max-attempts", "1"]);
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["reason"], "held_out_failed", "{}", s["attempts"]);
+    let findings = s["attempts"][0]["gate_findings"].to_string();
+    assert!(
+        !findings.contains("test_gross_total_many_lines"),
+        "{findings}"
+    );
+}
+
+#[test]
+fn the_agent_and_the_goal_code_cannot_read_the_held_out_tests() {
+    let (env, dir) = held_out_env(None);
+    // The held-out directory's parent is readable (`[sandbox] read`), and
+    // a file next to it proves it: the agent must read that one.
+    let shared = dir.parent().expect("parent").to_path_buf();
+    std::fs::write(shared.join("visible.txt"), "VISIBLECONTROL\n").expect("control");
+    let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
+    std::fs::write(
+        env.repo.join("loopd.toml"),
+        format!("{cfg}\n[sandbox]\nread = [\"{}\"]\n", shared.display()),
+    )
+    .expect("cfg");
+    env.git(&["commit", "-qam", "the shared directory is readable"]);
+    let file = dir.join("tests_hidden/test_hidden.py");
+    let probe = format!(
+        "import pathlib\n\nout = pathlib.Path('loot-goal.txt')\nfor p in [{f:?}, {d:?}]:\n    try:\n        path = pathlib.Path(p)\n        got = path.read_text() if path.is_file() else ' '.join(sorted(x.name for x in path.iterdir()))\n        out.write_text(out.read_text() + 'READ ' + got if out.exists() else 'READ ' + got)\n    except OSError as e:\n        out.write_text((out.read_text() if out.exists() else '') + f'DENIED {{p}}: {{e}}\\n')\n",
+        f = file.display().to_string(),
+        d = dir.display().to_string(),
+    );
+    let bash_probe = format!(
+        "cat {c} > loot-agent.txt 2>&1; cat {f} >> loot-agent.txt 2>&1; ls -la {d} >> loot-agent.txt 2>&1; ls {d}/tests_hidden >> loot-agent.txt 2>&1; cat loot-agent.txt",
+        c = shared.join("visible.txt").display(),
+        f = file.display(),
+        d = dir.display()
+    );
+    let (model, r) = run_one_session(
+        &env,
+        vec![
+            turn(vec![bash(&bash_probe)]),
+            turn(vec![
+                write("rechnung.py", &clean_solution()),
+                write("tests/test_probe.py", &probe),
+            ]),
+        ],
+    );
+    let s = r.summary();
+    assert_eq!(s["sandbox"], "landlock", "{}", r.stderr);
+    let bodies = all_bodies(&model);
+    assert!(
+        !bodies.contains(MARKER),
+        "the agent read the held-out tests"
+    );
+    // The command names the file; what it printed must not list it.
+    let seen = bodies.replace(&bash_probe, "");
+    assert!(
+        seen.contains("VISIBLECONTROL"),
+        "the readable root is readable: {seen}"
+    );
+    assert!(
+        seen.contains("Permission denied"),
+        "the probe ran and was refused: {seen}"
+    );
+    assert!(
+        !seen.contains("test_hidden.py\\n"),
+        "the agent listed the held-out directory: {seen}"
+    );
+    // The goal's code ran (the visible goal is green) and was refused too;
+    // its loot is in the parked change or the tree, never the marker.
+    let run_dir = std::path::PathBuf::from(s["run_dir"].as_str().expect("run dir"));
+    let patch = std::fs::read_to_string(run_dir.join("attempt-1/diff-after-goal.patch"))
+        .or_else(|_| std::fs::read_to_string(run_dir.join("attempt-1/diff.patch")))
+        .expect("a diff");
+    assert!(!patch.contains(MARKER), "{patch}");
+    let goal_loot = std::fs::read_to_string(env.repo.join("loot-goal.txt")).unwrap_or_default();
+    assert!(
+        goal_loot.contains("DENIED"),
+        "the goal's code ran and was refused: {goal_loot}"
+    );
+    assert!(
+        !goal_loot.contains("READ") && !goal_loot.contains(MARKER),
+        "{goal_loot}"
+    );
+}
+
+#[test]
+fn a_held_out_directory_inside_the_repository_is_refused() {
+    let env = TestEnv::scripted();
+    std::fs::create_dir_all(env.repo.join("hidden")).expect("dir");
+    let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
+    std::fs::write(
+        env.repo.join("loopd.toml"),
+        format!("{cfg}\n[[goal]]\nname = \"hidden\"\nrun = \"true\"\nheld_out = true\nfiles = \"hidden\"\n"),
+    )
+    .expect("cfg");
+    std::fs::write(env.repo.join("hidden/.keep"), "").expect("keep");
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "held out inside"]);
+    let r = finish(
+        env.loopd(None)
+            .args(["check"])
+            .output()
+            .expect("loopd check"),
+    );
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("outside the repository"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("loopd.toml"),
+        "names the file: {}",
+        r.stderr
+    );
+}
