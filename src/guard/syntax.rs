@@ -149,7 +149,6 @@ pub fn scan(
     (code, (in_string, depth))
 }
 
-
 /// The brace languages [`brace_statements`] splits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Brace {
@@ -200,7 +199,14 @@ fn brace_scan(line: &str, lang: Brace, st: &mut BraceState) {
                 i += 2;
                 continue;
             }
-            if b[i] == quote && b[i + 1..].iter().take(hashes).filter(|c| **c == b'#').count() == hashes {
+            if b[i] == quote
+                && b[i + 1..]
+                    .iter()
+                    .take(hashes)
+                    .filter(|c| **c == b'#')
+                    .count()
+                    == hashes
+            {
                 st.string = None;
                 i += 1 + hashes;
                 continue;
@@ -248,9 +254,10 @@ fn brace_scan(line: &str, lang: Brace, st: &mut BraceState) {
                 // A quote that cannot span lines closes at the line's end
                 // (below) if it is still open.
                 if !spans {
-                    let close = b[i..].iter().enumerate().find(|(k, c)| {
-                        **c == q && (*k == 0 || b[i + k - 1] != b'\\')
-                    });
+                    let close = b[i..]
+                        .iter()
+                        .enumerate()
+                        .find(|(k, c)| **c == q && (*k == 0 || b[i + k - 1] != b'\\'));
                     match close {
                         Some((k, _)) => i += k + 1,
                         None => i = b.len(),
@@ -303,10 +310,8 @@ pub fn brace_statements(source: &str, lang: Brace) -> Vec<Statement> {
         if let Some(s) = current.take() {
             out.push(s);
         }
-        let prefix = t.starts_with("//")
-            || t.starts_with("/*")
-            || t.starts_with("#[")
-            || t.starts_with('@');
+        let prefix =
+            t.starts_with("//") || t.starts_with("/*") || t.starts_with("#[") || t.starts_with('@');
         if prefix && (st.top() || st.block_comment) {
             if pending.is_empty() {
                 pending_line = line_no;
@@ -317,7 +322,10 @@ pub fn brace_statements(source: &str, lang: Brace) -> Vec<Statement> {
         let (text, line) = if pending.is_empty() {
             (text, line_no)
         } else {
-            (format!("{}{text}", std::mem::take(&mut pending)), pending_line)
+            (
+                format!("{}{text}", std::mem::take(&mut pending)),
+                pending_line,
+            )
         };
         current = Some(Statement { text, line });
     }
@@ -338,8 +346,13 @@ mod tests {
 
     fn firsts(s: &[Statement]) -> Vec<String> {
         s.iter()
-            .map(|s| s.text.lines().find(|l| !["//", "#[", "/*", "*/"].iter().any(|p| l.starts_with(p)))
-                    .unwrap_or("").to_owned())
+            .map(|s| {
+                s.text
+                    .lines()
+                    .find(|l| !["//", "#[", "/*", "*/"].iter().any(|p| l.starts_with(p)))
+                    .unwrap_or("")
+                    .to_owned()
+            })
             .collect()
     }
 
@@ -349,15 +362,34 @@ mod tests {
         let s = brace_statements(js, Brace::Js);
         assert_eq!(
             firsts(&s),
-            ["import { total } from './total.js';", "test('a {', () => {", "test(\"b\", () => {"]
+            [
+                "import { total } from './total.js';",
+                "test('a {', () => {",
+                "test(\"b\", () => {"
+            ]
         );
-        assert!(s[2].text.starts_with("/* a } comment\n*/\n// the next one\n"), "{:?}", s[2]);
+        assert!(
+            s[2].text
+                .starts_with("/* a } comment\n*/\n// the next one\n"),
+            "{:?}",
+            s[2]
+        );
         let rs = "use lib::total;\n\n#[test]\nfn a() {\n    let s = r#\"}\"#;\n    let c = '}';\n    let l: &'static str = \"{\";\n    assert_eq!(total(s, c, l), 1);\n}\n\nfn helper<'a>(x: &'a str) -> &'a str {\n    x\n}\n";
         let s = brace_statements(rs, Brace::Rust);
-        assert_eq!(firsts(&s), ["use lib::total;", "fn a() {", "fn helper<'a>(x: &'a str) -> &'a str {"]);
+        assert_eq!(
+            firsts(&s),
+            [
+                "use lib::total;",
+                "fn a() {",
+                "fn helper<'a>(x: &'a str) -> &'a str {"
+            ]
+        );
         assert!(s[1].text.starts_with("#[test]\n"));
         let go = "package total\n\nimport (\n\t\"testing\"\n)\n\nfunc TestA(t *testing.T) {\n\ts := `}\n`\n\tif total(s) != 1 {\n\t\tt.Fatal(\"}\")\n\t}\n}\n";
         let s = brace_statements(go, Brace::Go);
-        assert_eq!(firsts(&s), ["package total", "import (", "func TestA(t *testing.T) {"]);
+        assert_eq!(
+            firsts(&s),
+            ["package total", "import (", "func TestA(t *testing.T) {"]
+        );
     }
 }
