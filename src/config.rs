@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::agent::{Agent, Price};
 pub use crate::goal::held_out::HeldOutStep;
 pub use crate::goal::GoalStep;
+use crate::guard::append_only::TestsMode;
 pub use crate::guard::caps::Caps;
 use crate::guard::risk::RiskPolicy;
 use crate::guard::tamper::ProtectSettings;
@@ -320,6 +321,7 @@ struct ProtectFile {
     paths: Option<Vec<String>>,
     skip_markers: Option<Vec<String>>,
     allow_submodules: Option<bool>,
+    tests: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -809,10 +811,21 @@ fn guard_settings(o: &Origin<'_>, g: GuardFile) -> Result<GuardSettings, ConfigE
 
 /// `[protect]`: what besides the tests no agent may change, checked.
 fn protect_settings(o: &Origin<'_>, p: ProtectFile) -> Result<ProtectSettings, ConfigError> {
+    let tests = match p.tests.as_deref() {
+        None => TestsMode::default(),
+        Some(v) => TestsMode::parse(v).ok_or_else(|| {
+            o.invalid(
+                "protect.tests",
+                "`frozen` (no existing test file changes) or `append_only` (new tests may be added to one)",
+                format!("`{v}`"),
+            )
+        })?,
+    };
     let protect = ProtectSettings {
         paths: p.paths.unwrap_or_default(),
         skip_markers: p.skip_markers,
         allow_submodules: p.allow_submodules.unwrap_or(false),
+        tests,
     };
     for (i, p) in protect.paths.iter().enumerate() {
         if p.trim().is_empty() || globset::Glob::new(p).is_err() {
@@ -1103,6 +1116,13 @@ pub fn protect_of_repo(
             paths: file.protect.paths.unwrap_or_default(),
             skip_markers: file.protect.skip_markers,
             allow_submodules: file.protect.allow_submodules.unwrap_or(false),
+            // The standalone hook stays strict: an unreadable value is frozen.
+            tests: file
+                .protect
+                .tests
+                .as_deref()
+                .and_then(TestsMode::parse)
+                .unwrap_or_default(),
         },
         own,
     ))

@@ -530,6 +530,7 @@ mod tests {
             skip_markers: SKIP_MARKERS.iter().map(|s| s.to_string()).collect(),
             git_dirs: vec![],
             allow_submodules: false,
+            append_only: false,
         }
     }
 

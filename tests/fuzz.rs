@@ -419,6 +419,7 @@ fn the_policy_decides_any_tool_call_without_panic() {
         skip_markers: vec![r"pytest\.mark\.skip".into()],
         git_dirs: vec![root.join(".git")],
         allow_submodules: false,
+        append_only: false,
     };
     let compiled = policy.compile().expect("compile");
     const TOOLS: &[&str] = &[

@@ -9,6 +9,7 @@
 //! hash a tool call when it is issued, and hand a typed [`Record`] of each to
 //! its [`Recorder`] (the job's journal).
 
+pub mod append_only;
 pub mod caps;
 pub mod drift;
 pub mod escalation;

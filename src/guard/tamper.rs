@@ -152,6 +152,11 @@ pub struct Policy {
     /// `[protect] allow_submodules`.
     #[serde(default)]
     pub allow_submodules: bool,
+    /// `[protect] tests = "append_only"`: the hook lets the agent's editing
+    /// tools write an existing test file, and the diff gate judges the
+    /// change by [`super::append_only`] instead of refusing it whole.
+    #[serde(default)]
+    pub append_only: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -199,6 +204,10 @@ pub struct ProtectSettings {
     /// tests are nobody's to weaken either).
     #[serde(default)]
     pub allow_submodules: bool,
+    /// `[protect] tests`: `append_only` lets new tests into existing test
+    /// files (judged by [`super::append_only`] at the diff gate).
+    #[serde(default)]
+    pub tests: super::append_only::TestsMode,
 }
 
 impl Policy {
@@ -260,6 +269,7 @@ impl Policy {
             skip_markers,
             git_dirs: vec![],
             allow_submodules: protect.allow_submodules,
+            append_only: protect.tests == super::append_only::TestsMode::AppendOnly,
         })
     }
 
@@ -491,8 +501,11 @@ impl Compiled<'_> {
     /// The PreToolUse decision on a canonical tool call (whichever agent
     /// made it): `Some(reason)` to deny the call.
     pub fn check_tool(&self, call: &ToolCall, cwd: &Path) -> Option<String> {
+        // Under `append_only`, an editing tool may write an existing test
+        // (the diff gate judges what it did); a shell command may not.
         let path = |p: &str| {
             self.protected_path(p, cwd)
+                .filter(|(_, why)| !(self.policy.append_only && why == TEST_AT_BASE))
                 .map(|(p, why)| deny_path(&p, &why))
         };
         match &call.action {
@@ -711,6 +724,14 @@ impl Compiled<'_> {
         for change in diff.changes.iter().filter(|c| !c.submodule) {
             for path in std::iter::once(&change.path).chain(change.old_path.iter()) {
                 if let Some(why) = self.protected(path) {
+                    // Judged statement by statement instead (the caller
+                    // adds [`super::append_only::findings`]).
+                    if self.policy.append_only
+                        && why == TEST_AT_BASE
+                        && change.status == ChangeKind::Modified
+                    {
+                        break;
+                    }
                     let what = match change.status {
                         ChangeKind::Added => "was created".to_owned(),
                         ChangeKind::Modified => "was modified".to_owned(),
@@ -1173,6 +1194,7 @@ mod tests {
             skip_markers: SKIP_MARKERS.iter().map(|s| s.to_string()).collect(),
             git_dirs: vec![PathBuf::from("/repo/.git")],
             allow_submodules: false,
+            append_only: false,
         }
     }
 
@@ -1290,6 +1312,28 @@ mod tests {
             let got = shell(cmd);
             assert_eq!(got.is_some(), denied, "{cmd}: {got:?}");
         }
+    }
+
+    #[test]
+    fn append_only_lets_the_editing_tools_write_a_test_and_nothing_else() {
+        let mut pol = policy();
+        pol.append_only = true;
+        let p = pol.compile().expect("compile");
+        let cwd = Path::new("/repo");
+        let tool = |name: &str, input: serde_json::Value| p.check_tool(&call(name, input), cwd);
+        let test = "/repo/tests/test_rechnung.py";
+        assert!(tool("Edit", json!({ "file_path": test })).is_none());
+        assert!(tool("Write", json!({ "file_path": test })).is_none());
+        // The shell may not: its effect is not a file the gate compares.
+        for cmd in [
+            "rm tests/test_rechnung.py",
+            "truncate -s 0 tests/test_rechnung.py",
+            "echo x > tests/test_rechnung.py",
+        ] {
+            assert!(tool("Bash", json!({ "command": cmd })).is_some(), "{cmd}");
+        }
+        // Runner configuration stays protected.
+        assert!(tool("Write", json!({"file_path": "/repo/pytest.ini"})).is_some());
     }
 
     #[test]

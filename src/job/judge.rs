@@ -124,6 +124,7 @@ impl Run<'_> {
                 .map_err(JobError::Policy)?
                 .diff_findings(&diff, run.job.rubric.tests_rule());
             findings.extend(run.runner_findings(&diff));
+            findings.extend(run.append_only_findings(&diff));
             findings.extend(size::findings(&diff, run.job.guard.max_diff_bytes()));
             Ok(findings)
         })?;
@@ -219,6 +220,7 @@ impl Run<'_> {
                 .map_err(JobError::Policy)?
                 .diff_findings(&after, run.job.rubric.tests_rule());
             findings.extend(run.runner_findings(&after));
+            findings.extend(run.append_only_findings(&after));
             for f in &mut findings {
                 f.problem = format!("{}, while the goal test ran this attempt's code", f.problem);
             }
@@ -741,6 +743,65 @@ impl Run<'_> {
         expected.sort();
         expected.dedup();
         (failing, expected)
+    }
+
+    /// `[protect] tests = "append_only"`: each existing test file the change
+    /// modified, judged statement by statement (none without it: the diff
+    /// gate refuses the whole file).
+    fn append_only_findings(&self, diff: &Diff) -> Vec<Finding> {
+        if !self.env.policy.append_only {
+            return Vec::new();
+        }
+        let tests = &self.env.policy.files;
+        let modified: Vec<&str> = diff
+            .changes
+            .iter()
+            .filter(|c| c.status == workspace::ChangeKind::Modified && !c.submodule)
+            .filter(|c| {
+                tests.get(&c.path).map(String::as_str) == Some(crate::guard::tamper::TEST_AT_BASE)
+            })
+            .map(|c| c.path.as_str())
+            .collect();
+        if modified.is_empty() {
+            return Vec::new();
+        }
+        let files = self
+            .ws
+            .changed_texts(self.base_oid, diff, |p| modified.contains(&p));
+        let rule = self.job.rubric.tests_rule();
+        let mut out = Vec::new();
+        for f in &files {
+            match (&f.old, &f.new) {
+                (Some(old), Some(new)) => {
+                    out.extend(crate::guard::append_only::findings(&f.path, old, new, rule))
+                }
+                _ => out.push(Finding {
+                    reason: Reason::ProtectedPath,
+                    path: f.path.clone(),
+                    line: None,
+                    rule,
+                    check: None,
+                    problem: format!("`{}` is an existing test file that is no longer text loopd can read (or is too large to load)", f.path),
+                    fix: format!("restore `{}` as it is at BASE_REF and add new tests under new names", f.path),
+                }),
+            }
+        }
+        // A file the size bound kept out of `changed_texts` is not judged
+        // as appended: it is refused.
+        for p in &modified {
+            if !files.iter().any(|f| f.path == *p) {
+                out.push(Finding {
+                    reason: Reason::ProtectedPath,
+                    path: (*p).to_owned(),
+                    line: None,
+                    rule,
+                    check: None,
+                    problem: format!("`{p}` is an existing test file too large for loopd to compare statement by statement"),
+                    fix: format!("restore `{p}` as it is at BASE_REF"),
+                });
+            }
+        }
+        out
     }
 
     /// The runner's configuration inside shared files (`package.json`'s

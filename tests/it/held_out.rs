@@ -149,13 +149,10 @@ fn the_agent_and_the_goal_code_cannot_read_the_held_out_tests() {
     // a file next to it proves it: the agent must read that one.
     let shared = dir.parent().expect("parent").to_path_buf();
     std::fs::write(shared.join("visible.txt"), "VISIBLECONTROL\n").expect("control");
-    let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
-    std::fs::write(
-        env.repo.join("loopd.toml"),
-        format!("{cfg}\n[sandbox]\nread = [\"{}\"]\n", shared.display()),
-    )
-    .expect("cfg");
-    env.git(&["commit", "-qam", "the shared directory is readable"]);
+    env.append_config(
+        &format!("[sandbox]\nread = [\"{}\"]\n", shared.display()),
+        "the shared directory is readable",
+    );
     let file = dir.join("tests_hidden/test_hidden.py");
     let probe = format!(
         "import pathlib\n\nout = pathlib.Path('loot-goal.txt')\nfor p in [{f:?}, {d:?}]:\n    try:\n        path = pathlib.Path(p)\n        got = path.read_text() if path.is_file() else ' '.join(sorted(x.name for x in path.iterdir()))\n        out.write_text(out.read_text() + 'READ ' + got if out.exists() else 'READ ' + got)\n    except OSError as e:\n        out.write_text((out.read_text() if out.exists() else '') + f'DENIED {{p}}: {{e}}\\n')\n",

@@ -470,13 +470,7 @@ fn check_shows_the_sandbox_and_refuses_a_relative_sandbox_path() {
 #[test]
 fn a_job_without_the_sandbox_says_so_loudly() {
     let env = TestEnv::scripted();
-    let cfg = std::fs::read_to_string(env.repo.join("loopd.toml")).expect("cfg");
-    std::fs::write(
-        env.repo.join("loopd.toml"),
-        format!("{cfg}\n[sandbox]\nenabled = false\n"),
-    )
-    .expect("cfg");
-    env.git(&["commit", "-qam", "no sandbox"]);
+    env.append_config("[sandbox]\nenabled = false\n", "no sandbox");
     let model = ScriptedModel::start(scenario(
         vec![agent_writes(&clean_solution())],
         vec![pass()],

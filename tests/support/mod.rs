@@ -252,6 +252,14 @@ impl TestEnv {
     pub fn read_repo(&self, rel: &str) -> String {
         std::fs::read_to_string(self.repo.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
     }
+
+    /// Append `toml` to the repository's `loopd.toml` and commit it (the
+    /// tree must be clean for a job).
+    pub fn append_config(&self, toml: &str, message: &str) {
+        let cfg = self.read_repo("loopd.toml");
+        std::fs::write(self.repo.join("loopd.toml"), format!("{cfg}\n{toml}")).expect("loopd.toml");
+        self.git(&["commit", "-qam", message]);
+    }
 }
 
 /// The `loopd` under test: this build's, or the one `LOOPD_TEST_BIN` names
@@ -448,6 +456,13 @@ pub fn agent_writes(content: &str) -> SessionScript {
 
 pub fn clean_solution() -> String {
     fixture("rechnung/solutions/rechnung.py")
+}
+
+/// Two turns: read `rechnung.py`, then write the clean solution and `also`.
+pub fn the_fix_and(also: Vec<Block>) -> Vec<Turn> {
+    let mut writes = vec![write("rechnung.py", &clean_solution())];
+    writes.extend(also);
+    vec![turn(vec![read("rechnung.py")]), turn(writes)]
 }
 
 /// Green, but with a debug print (the pre-critic's to find).

@@ -1,0 +1,410 @@
+//! `[protect] tests = "append_only"`: an existing test file may gain new
+//! tests, fixtures, helpers and imports, but no statement it had at
+//! BASE_REF may change or go — not a test's body, its decorators or its
+//! parametrisation. Each file is split into top-level statements
+//! ([`super::syntax`]); every old statement must be in the new file
+//! verbatim, and every new one must be of a kind that cannot reach an
+//! existing test: a test or helper under a name the file did not mention
+//! (a redefinition replaces what the old tests call), a non-`autouse`
+//! fixture under such a name, an import of new names. What runs around
+//! every test (`beforeEach`, an autouse fixture, module-level code,
+//! `test.only`, `jest.mock`) is an edit of the existing tests too.
+
+use std::collections::BTreeSet;
+
+use super::finding::Finding;
+use super::precheck::Lang;
+use super::syntax::{brace_statements, python_statements, Brace, Statement};
+use crate::outcome::Reason;
+
+/// `[protect] tests`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TestsMode {
+    /// No existing test file changes (the default).
+    #[default]
+    Frozen,
+    /// New tests may be added to existing test files.
+    AppendOnly,
+}
+
+impl TestsMode {
+    pub fn parse(v: &str) -> Option<TestsMode> {
+        match v.trim() {
+            "frozen" => Some(TestsMode::Frozen),
+            "append_only" => Some(TestsMode::AppendOnly),
+            _ => None,
+        }
+    }
+}
+
+fn statements(lang: Lang, text: &str) -> Vec<Statement> {
+    match lang {
+        Lang::Python => python_statements(text),
+        Lang::Js => brace_statements(text, Brace::Js),
+        Lang::Go => brace_statements(text, Brace::Go),
+        Lang::Rust => brace_statements(text, Brace::Rust),
+    }
+}
+
+/// Names a runner calls around the tests of a file, whatever they hold.
+const RUN_AROUND: &[&str] = &[
+    "init",
+    "TestMain",
+    "setup_module",
+    "teardown_module",
+    "setup_function",
+    "teardown_function",
+    "setup_method",
+    "teardown_method",
+    "setup",
+    "teardown",
+    "setUpModule",
+    "tearDownModule",
+];
+
+/// The identifiers a text mentions.
+fn words(text: &str) -> BTreeSet<&str> {
+    text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// A statement's code lines without the comment lines before it.
+fn code_lines(s: &Statement) -> Vec<&str> {
+    s.text
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            !(l.starts_with("//")
+                || l.starts_with('#') && !l.starts_with("#[")
+                || l.starts_with("/*")
+                || l.starts_with('*'))
+        })
+        .collect()
+}
+
+/// The name a new definition introduces, when the statement is one the
+/// allow-list takes: `Some(names)` (possibly several, for an import), or
+/// `None` for anything that could reach the existing tests.
+fn introduces(lang: Lang, s: &Statement) -> Option<Vec<String>> {
+    let lines = code_lines(s);
+    let (attrs, rest): (Vec<&str>, Vec<&str>) = {
+        let n = lines
+            .iter()
+            .take_while(|l| l.starts_with('@') || l.starts_with("#["))
+            .count();
+        (lines[..n].to_vec(), lines[n..].to_vec())
+    };
+    let first = *rest.first()?;
+    let ident = |t: &str| -> String {
+        t.chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '$')
+            .collect()
+    };
+    match lang {
+        Lang::Python => {
+            let ok_decorator = |d: &str| {
+                (d.starts_with("@pytest.fixture") && !d.contains("autouse") && !d.contains("name"))
+                    || d.starts_with("@pytest.mark.parametrize")
+                    || d.starts_with("@pytest.mark.")
+                        && !["skip", "xfail", "usefixtures"]
+                            .iter()
+                            .any(|m| d.contains(m))
+            };
+            if !attrs.iter().all(|d| ok_decorator(d)) {
+                return None;
+            }
+            if let Some(r) = first
+                .strip_prefix("def ")
+                .or_else(|| first.strip_prefix("async def "))
+            {
+                return Some(vec![ident(r)]);
+            }
+            if let Some(r) = first.strip_prefix("class ") {
+                return attrs.is_empty().then(|| vec![ident(r)]);
+            }
+            if !attrs.is_empty() {
+                return None;
+            }
+            let flat = rest.join(" ");
+            let names = if let Some(r) = flat.strip_prefix("import ") {
+                r.split(',')
+                    .map(|n| n.split_whitespace().last().unwrap_or("").to_owned())
+                    .collect::<Vec<_>>()
+            } else if let Some(r) = flat.strip_prefix("from ") {
+                let (module, names) = r.split_once(" import ")?;
+                if module.trim().starts_with("_pytest") || module.trim().starts_with("conftest") {
+                    return None;
+                }
+                names
+                    .trim()
+                    .trim_start_matches('(')
+                    .trim_end_matches(')')
+                    .split(',')
+                    .filter(|n| !n.trim().is_empty())
+                    .map(|n| n.split_whitespace().last().unwrap_or("").to_owned())
+                    .collect()
+            } else {
+                return None;
+            };
+            (!flat.contains(';') && names.iter().all(|n| n != "*" && !n.starts_with("pytest_")))
+                .then_some(names)
+        }
+        Lang::Js => {
+            if !attrs.is_empty() {
+                return None;
+            }
+            for call in [
+                "test(",
+                "it(",
+                "describe(",
+                "test.each",
+                "it.each",
+                "describe.each",
+            ] {
+                if first.starts_with(call) {
+                    // A test is anonymous: it adds, and reaches nothing.
+                    return Some(Vec::new());
+                }
+            }
+            if let Some(r) = first
+                .strip_prefix("function ")
+                .or_else(|| first.strip_prefix("async function "))
+            {
+                return Some(vec![ident(r.trim_start_matches('*').trim())]);
+            }
+            for decl in ["const ", "let "] {
+                if let Some(r) = first.strip_prefix(decl) {
+                    let name = ident(r);
+                    return (!name.is_empty()).then(|| vec![name]);
+                }
+            }
+            if first.starts_with("import ") && !first.contains("import(") {
+                let flat = rest.join(" ");
+                let names = flat
+                    .strip_prefix("import ")?
+                    .split(" from ")
+                    .next()?
+                    .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
+                    .filter(|w| !w.is_empty() && *w != "as" && *w != "type")
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>();
+                return Some(names);
+            }
+            None
+        }
+        Lang::Go => {
+            let r = first.strip_prefix("func ")?;
+            // A method (`func (s *T) …`) changes a type the old tests use.
+            (!r.starts_with('(')).then(|| vec![ident(r)])
+        }
+        Lang::Rust => {
+            let plain = |a: &str| {
+                matches!(a, "#[test]" | "#[should_panic]") || a.starts_with("#[should_panic(")
+            };
+            if !attrs.iter().all(|a| plain(a)) {
+                return None;
+            }
+            let r = first.strip_prefix("pub ").unwrap_or(first);
+            if let Some(r) = r.strip_prefix("fn ") {
+                return Some(vec![ident(r)]);
+            }
+            if let Some(r) = r.strip_prefix("use ") {
+                return attrs.is_empty().then(|| {
+                    r.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                        .filter(|w| !w.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                });
+            }
+            None
+        }
+    }
+}
+
+/// An old import that the new file extends with more names (`from m
+/// import a` → `from m import a, b`): every token of the old is in the new,
+/// both are imports, and they start alike.
+fn extends_import(old: &Statement, new: &Statement) -> bool {
+    let (o, n) = (code_lines(old).join(" "), code_lines(new).join(" "));
+    let head = |t: &str| t.split_whitespace().take(2).collect::<Vec<_>>().join(" ");
+    (o.starts_with("import") || o.starts_with("from ") || o.starts_with("use "))
+        && head(&o) == head(&n)
+        && words(&o).is_subset(&words(&n))
+}
+
+/// The findings on one existing test file changed under `append_only`.
+pub fn findings(path: &str, old: &str, new: &str, tests_rule: Option<u32>) -> Vec<Finding> {
+    let finding = |line: Option<u32>, problem: String| {
+        Finding {
+        reason: Reason::ProtectedPath,
+        path: path.to_owned(),
+        line,
+        rule: tests_rule,
+        check: None,
+        problem,
+        fix: format!("leave every test and statement `{path}` had at BASE_REF exactly as it was; add new tests under new names instead, and fix the code under test"),
+    }
+    };
+    let Some(lang) = Lang::of(path) else {
+        return vec![finding(None, format!("`{path}` is an existing test file loopd cannot split into statements, so with `[protect] tests = \"append_only\"` it may not change either"))];
+    };
+    let old_s = statements(lang, old);
+    let new_s = statements(lang, new);
+    let old_words: BTreeSet<&str> = words(old);
+    let mut unmatched: Vec<&Statement> = new_s.iter().collect();
+    let mut out = Vec::new();
+    let mut extended: Vec<&Statement> = Vec::new();
+    for s in &old_s {
+        if let Some(i) = unmatched.iter().position(|n| n.text == s.text) {
+            unmatched.remove(i);
+            continue;
+        }
+        if let Some(i) = unmatched.iter().position(|n| extends_import(s, n)) {
+            extended.push(s);
+            let n = unmatched.remove(i);
+            let added: Vec<&str> = words(&n.text)
+                .difference(&words(&s.text))
+                .copied()
+                .collect();
+            if added.iter().any(|w| old_words.contains(w)) {
+                out.push(finding(Some(n.line), format!("`{path}` imports a name at line {} that the file already uses: it would replace what the existing tests call", n.line)));
+            }
+            continue;
+        }
+        let first = code_lines(s)
+            .first()
+            .copied()
+            .unwrap_or("")
+            .chars()
+            .take(60)
+            .collect::<String>();
+        out.push(finding(
+            None,
+            format!("`{path}` changed or removed an existing statement (`{first}` at BASE_REF line {}): with `[protect] tests = \"append_only\"` new tests may be added, but no existing test, fixture, decorator or parametrisation may change", s.line),
+        ));
+    }
+    for s in unmatched {
+        let first: String = code_lines(s)
+            .iter()
+            .find(|l| !l.starts_with('@') && !l.starts_with("#["))
+            .copied()
+            .unwrap_or("")
+            .chars()
+            .take(60)
+            .collect();
+        match introduces(lang, s) {
+            Some(names) if names.iter().any(|n| RUN_AROUND.contains(&n.as_str()) || n.starts_with("pytest_")) => {
+                out.push(finding(Some(s.line), format!(
+                    "`{path}` line {}: `{first}` is run around every test of the file (a setup, teardown or hook), so it reaches the existing tests",
+                    s.line
+                )))
+            }
+            Some(names) if names.iter().all(|n| !n.is_empty() && !old_words.contains(n.as_str())) => {}
+            Some(names) => out.push(finding(Some(s.line), format!(
+                "`{path}` line {}: `{first}` defines {} that the file already uses: it would replace what the existing tests call",
+                s.line,
+                names.iter().filter(|n| old_words.contains(n.as_str()) || n.is_empty()).map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+            ))),
+            None => out.push(finding(Some(s.line), format!(
+                "`{path}` line {}: `{first}` is not a new test, fixture, helper or import, and code like it (module-level code, an autouse fixture, a setup hook, `.only`, a mock) reaches the existing tests",
+                s.line
+            ))),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PY: &str = "from decimal import Decimal\n\nimport pytest\n\nfrom rechnung import net_total\n\n\n@pytest.fixture\ndef lines():\n    return [(1, Decimal(\"10\"))]\n\n\n@pytest.mark.parametrize(\"n\", [1, 2])\ndef test_net_total(lines, n):\n    assert net_total(lines * n) == Decimal(\"10\") * n\n";
+
+    fn problems(path: &str, old: &str, new: &str) -> Vec<String> {
+        findings(path, old, new, Some(1))
+            .into_iter()
+            .map(|f| f.problem)
+            .collect()
+    }
+
+    #[test]
+    fn python_new_tests_pass_and_every_edit_of_an_old_one_does_not() {
+        let honest = format!("{}\n\n@pytest.mark.parametrize(\"q\", [3])\ndef test_net_total_many(lines, q):\n    assert net_total(lines * q) == Decimal(\"30\")\n\n\n@pytest.fixture\ndef more_lines():\n    return [(2, Decimal(\"5\"))]\n\n\ndef test_more(more_lines):\n    assert net_total(more_lines) == Decimal(\"10\")\n", PY.trim_end());
+        let honest = honest.replace(
+            "from rechnung import net_total",
+            "from rechnung import gross_total, net_total",
+        );
+        assert_eq!(
+            problems("tests/test_r.py", PY, &honest),
+            Vec::<String>::new()
+        );
+        for (cheat, says) in [
+            (PY.replace("[1, 2]", "[1]"), "changed or removed an existing statement"),
+            (PY.replace("== Decimal(\"10\") * n", "== net_total(lines * n)"), "changed or removed"),
+            (PY.replace("@pytest.mark.parametrize", "@pytest.mark.skip\n@pytest.mark.parametrize"), "changed or removed"),
+            (format!("{PY}\n\n@pytest.fixture(autouse=True)\ndef _quiet(monkeypatch):\n    monkeypatch.setattr('rechnung.net_total', lambda l: 0)\n"), "not a new test"),
+            (format!("{PY}\n\ndef lines():\n    return []\n"), "already uses"),
+            (format!("{PY}\n\nnet_total = lambda l: 0\n"), "not a new test"),
+            (format!("{PY}\n\nfrom fake import net_total\n"), "already uses"),
+            (format!("{PY}\n\nif True:\n    pass\n"), "not a new test"),
+            (format!("{PY}\n\ndef setup_module(module):\n    module.net_total = lambda l: 0\n"), "run around every test"),
+            (PY.replace("from rechnung import net_total", "from rechnung import Decimal, net_total"), "already uses"),
+        ] {
+            let p = problems("tests/test_r.py", PY, &cheat);
+            assert!(p.iter().any(|p| p.contains(says)), "{cheat}\n{p:?}");
+        }
+    }
+
+    #[test]
+    fn js_go_and_rust_new_tests_pass_and_edits_do_not() {
+        let js = "import { total } from '../src/total.js';\n\ntest('sums', () => {\n  expect(total([1, 2])).toBe(3);\n});\n";
+        let honest = format!("{js}\ntest('empty', () => {{\n  expect(total([])).toBe(0);\n}});\n");
+        assert!(problems("src/total.test.js", js, &honest).is_empty());
+        for cheat in [
+            js.replace("toBe(3)", "toBeDefined()"),
+            format!("{js}\nbeforeEach(() => {{ jest.resetModules(); }});\n"),
+            js.replace("test('sums'", "test.skip('sums'"),
+            format!("{js}\ntest.only('new', () => {{}});\n"),
+            format!("{js}\njest.mock('../src/total.js');\n"),
+            format!("{js}\nconst total = () => 3;\n"),
+        ] {
+            assert!(
+                !problems("src/total.test.js", js, &cheat).is_empty(),
+                "{cheat}"
+            );
+        }
+        let go = "package total\n\nimport \"testing\"\n\nfunc TestSum(t *testing.T) {\n\tif Sum(1, 2) != 3 {\n\t\tt.Fatal(\"sum\")\n\t}\n}\n";
+        let honest = format!("{go}\nfunc TestSumZero(t *testing.T) {{\n\tif Sum(0, 0) != 0 {{\n\t\tt.Fatal(\"zero\")\n\t}}\n}}\n");
+        assert!(problems("total_test.go", go, &honest).is_empty());
+        assert!(!problems("total_test.go", go, &go.replace("!= 3", "!= Sum(1, 2)")).is_empty());
+        assert!(!problems(
+            "total_test.go",
+            go,
+            &format!("{go}\nfunc init() {{ testing.Init() }}\n")
+        )
+        .is_empty());
+        assert!(!problems(
+            "total_test.go",
+            go,
+            &format!("{go}\nfunc (s *T) Sum() {{}}\n")
+        )
+        .is_empty());
+        let rs = "use lib::total;\n\n#[test]\nfn sums() {\n    assert_eq!(total(&[1, 2]), 3);\n}\n";
+        let honest = format!("{rs}\n#[test]\nfn empty() {{\n    assert_eq!(total(&[]), 0);\n}}\n");
+        assert!(problems("tests/total.rs", rs, &honest).is_empty());
+        assert!(!problems(
+            "tests/total.rs",
+            rs,
+            &rs.replace("#[test]", "#[test]\n#[ignore]")
+        )
+        .is_empty());
+        assert!(!problems(
+            "tests/total.rs",
+            rs,
+            &format!("{rs}\n#[ctor::ctor]\nfn setup() {{}}\n")
+        )
+        .is_empty());
+    }
+}
