@@ -36,6 +36,7 @@ use regex::Regex;
 use crate::util::once_regex as re;
 use serde::Serialize;
 
+pub mod fitting;
 mod output;
 
 use self::output::{Output, Writers};

@@ -266,8 +266,13 @@ impl Run<'_> {
                 } else {
                     (Vec::new(), Vec::new())
                 };
+                let cases = run.test_cases_at_base();
+                let fitted =
+                    precheck::fitting::findings(&diff.added, &files, &cases, &run.job.task);
                 for mut f in
                     precheck::test_special_casing(&diff.added, &files, late, &failing, &expected)
+                        .into_iter()
+                        .chain(fitted)
                 {
                     f.rule = run.job.rubric.tests_rule();
                     f.check = Some(Check::TestSpecialCasing);
@@ -707,6 +712,29 @@ impl Run<'_> {
             })?;
         }
         self.restore_git_dir(&dir.join("git-dir-changed"))
+    }
+
+    /// Every assertion's inputs and expected values in the test files of
+    /// BASE_REF (at most [`EXPECTED_FILES`] of them): what a change fitted
+    /// to the tests repeats.
+    fn test_cases_at_base(&self) -> Vec<precheck::fitting::Case> {
+        self.env
+            .policy
+            .files
+            .iter()
+            .filter(|(path, why)| {
+                why.as_str() == crate::guard::tamper::TEST_AT_BASE && Lang::of(path).is_some()
+            })
+            .take(EXPECTED_FILES)
+            .flat_map(
+                |(path, _)| match self.ws.base_content(self.base_oid, path) {
+                    workspace::Content::Text { text } => {
+                        precheck::fitting::cases_in_tests(path, &text)
+                    }
+                    _ => Vec::new(),
+                },
+            )
+            .collect()
     }
 
     /// The tests that failed at baseline, and the values they expect: from
