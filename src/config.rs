@@ -659,6 +659,13 @@ fn held_out_steps<'a>(
                 ))
             }
         };
+        if let Err(why) = crate::goal::held_out::within_limits(&full) {
+            return Err(o.invalid(
+                &field,
+                &format!("a directory of at most {} files and {} MiB (loopd copies it for every held-out run)", crate::goal::held_out::MAX_FILES, crate::goal::held_out::MAX_BYTES >> 20),
+                format!("`{}` ({why})", full.display()),
+            ));
+        }
         if full.starts_with(&repo) || repo.starts_with(&full) {
             return Err(o.invalid(
                 &field,
@@ -1374,6 +1381,20 @@ impl Job {
                 .map(|d| d.join(&state_dir))
                 .unwrap_or(state_dir)
         };
+        // The state dir inside a held-out directory would be copied into
+        // the judge-only tree it lives in (and the job's runs read back).
+        let state_canon = crate::util::canonical_or_nearest(&state_dir);
+        if let Some(h) = held_out.iter().find(|h| state_canon.starts_with(&h.files)) {
+            return Err(origin(flags.held_out.is_some()).invalid(
+                &format!("goal (held-out step `{}`).files", h.step.name),
+                "a directory that does not hold loopd's state dir",
+                format!(
+                    "`{}` (the state dir is `{}`)",
+                    h.files.display(),
+                    state_dir.display()
+                ),
+            ));
+        }
 
         Ok(Job {
             repo: repo_root.to_path_buf(),
@@ -1484,6 +1505,24 @@ mod tests {
             job.guard.held_out_feedback,
             crate::guard::held_out::Feedback::None
         );
+        // A held-out directory that holds the state dir, or too much.
+        let flags = JobFlags {
+            state_dir: Some(outside.path().join("state")),
+            ..JobFlags::default()
+        };
+        let with_files = step(&format!("files = \"{}\"\n", outside.path().display()));
+        let e = resolve_with(&with_files, flags).expect_err("state dir inside");
+        assert!(e.to_string().contains("state dir"), "{e}");
+        let big = tempfile::tempdir().expect("big");
+        let f = std::fs::File::create(big.path().join("huge.bin")).expect("huge");
+        f.set_len(crate::goal::held_out::MAX_BYTES + 1)
+            .expect("sparse");
+        let e = resolve_with(
+            &step(&format!("files = \"{}\"\n", big.path().display())),
+            JobFlags::default(),
+        )
+        .expect_err("too large");
+        assert!(e.to_string().contains("MiB"), "{e}");
         // `--held-out` stands in for `files`.
         let mut flags = JobFlags::default();
         flags.over.held_out = Some(outside.path().to_path_buf());

@@ -218,6 +218,25 @@ pub fn secure_state_dir(dir: &Path, repo: Option<&Path>) -> Result<PathBuf, Stat
     Ok(real)
 }
 
+/// `path` with its nearest existing ancestor resolved (links, `..`) and
+/// the rest appended: where a directory that may not exist yet would be.
+pub fn canonical_or_nearest(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut p = path.to_path_buf();
+    loop {
+        if let Ok(c) = p.canonicalize() {
+            return rest.iter().rev().fold(c, |acc, part| acc.join(part));
+        }
+        match (p.file_name().map(|f| f.to_owned()), p.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                p = parent.to_path_buf();
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
+}
+
 /// Write `bytes` to `path` atomically: a temp file beside it, fsync'd, then
 /// renamed over it, so a reader (or a restart after `kill -9`) never sees
 /// half a file.

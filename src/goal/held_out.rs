@@ -41,6 +41,32 @@ pub enum CopyError {
     TooLarge { path: PathBuf },
 }
 
+/// Whether a held-out directory is within [`MAX_FILES`] and
+/// [`MAX_BYTES`] (regular files only, links never followed); the error
+/// says what it holds.
+pub fn within_limits(dir: &Path) -> Result<(), String> {
+    let (mut files, mut bytes) = (0usize, 0u64);
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let entries =
+            std::fs::read_dir(&d).map_err(|e| format!("`{}` cannot be read: {e}", d.display()))?;
+        for e in entries.flatten() {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(e.path()),
+                Ok(t) if t.is_file() => {
+                    files += 1;
+                    bytes += e.metadata().map_or(0, |m| m.len());
+                    if files > MAX_FILES || bytes > MAX_BYTES {
+                        return Err(format!("more than {files} files or {} MiB", bytes >> 20));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
 /// What a copy brought over.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Copied {
@@ -73,6 +99,11 @@ pub fn copy_files(from: &Path, to: &Path) -> Result<Copied, CopyError> {
         for e in entries {
             let rel = rel.join(e.file_name());
             let src = from.join(&rel);
+            // Never the tree being written, wherever it lies.
+            if src == to || to.starts_with(&src) {
+                copied.skipped.push(rel.to_string_lossy().into_owned());
+                continue;
+            }
             let meta = std::fs::symlink_metadata(&src).map_err(err(&src))?;
             let dst = to.join(&rel);
             if meta.is_dir() {

@@ -4,7 +4,9 @@
 //! of the failing tests, never their source or the values they expect, so
 //! the agent cannot fit the change to them. The ids are taken only where
 //! the held-out files define a test of that name: the candidate's code
-//! runs in that step and could print anything as a "failing test".
+//! runs in that step and could print anything as a "failing test". Which
+//! of the held-out tests fail is still told — by design, at most one bit
+//! per held-out test per attempt (`none` tells nothing).
 
 use serde::{Deserialize, Serialize};
 
@@ -43,6 +45,9 @@ impl Feedback {
     }
 }
 
+/// The most failing-test names `ids` feedback carries.
+pub const MAX_IDS: usize = 20;
+
 /// The most of a step's output `full` feedback carries.
 pub const FULL_OUTPUT: usize = 4 * 1024;
 
@@ -75,12 +80,15 @@ pub fn findings(
             } else {
                 "failed"
             };
-            let ids: Vec<&str> = s
+            let mut ids: Vec<&str> = s
                 .failing
                 .iter()
                 .map(String::as_str)
                 .filter(|n| known(n))
                 .collect();
+            ids.sort_unstable();
+            ids.dedup();
+            ids.truncate(MAX_IDS);
             let problem = match feedback {
                 Feedback::None => format!(
                     "a held-out goal step {how}: tests you cannot see, of the same task, found the change wrong"

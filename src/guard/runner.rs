@@ -169,11 +169,14 @@ pub fn wanted(path: &str) -> bool {
 /// The findings on the changed files (`files`: old and new text of every
 /// changed file [`wanted`] names). `used_at_base` says whether a test file
 /// at BASE_REF mentions a name (a conftest's new fixture must not replace
-/// one an existing test requests).
+/// one an existing test requests); `in_change` whether a Python module
+/// (`a.b`) is one the change adds or edits (a new conftest importing it
+/// runs it before collection).
 pub fn findings(
     files: &[ChangedText],
     tests_rule: Option<u32>,
     used_at_base: &dyn Fn(&str) -> bool,
+    in_change: &dyn Fn(&str) -> bool,
 ) -> Vec<Finding> {
     let mut out = Vec::new();
     for f in files {
@@ -185,7 +188,7 @@ pub fn findings(
             "pyproject.toml" => structured(old, new, parse_toml, PYPROJECT),
             "Cargo.toml" => structured(old, new, parse_toml, CARGO_TOML),
             "setup.cfg" => structured(old, new, parse_setup_cfg, &[]),
-            "conftest.py" => conftest::changed(old, new, used_at_base),
+            "conftest.py" => conftest::changed(old, new, used_at_base, in_change),
             _ => continue,
         };
         if changed.is_empty() {
@@ -449,6 +452,7 @@ mod tests {
                 new: Some(new.into()),
             }],
             Some(1),
+            &|_| false,
             &|_| false,
         )
     }

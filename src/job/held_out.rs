@@ -41,6 +41,21 @@ impl Run<'_> {
             std::fs::remove_dir_all(dir).map_err(io(dir))?;
         }
         crate::util::private_dir(dir).map_err(io(dir))?;
+        let result = self.held_out_in(tree, dir, deadline).await;
+        // Thrown away whatever happened: nothing of it is read again.
+        if let Err(e) = std::fs::remove_dir_all(dir) {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the judge-only tree");
+        }
+        result
+    }
+
+    /// [`Run::run_held_out`] inside its (made) directory.
+    async fn held_out_in(
+        &mut self,
+        tree: git2::Oid,
+        dir: &Path,
+        deadline: Instant,
+    ) -> Result<(GoalReport, usize), JobError> {
         let root = dir.join("tree");
         self.ws.write_tree(tree, &root)?;
         let mut files = BTreeSet::new();
@@ -63,23 +78,26 @@ impl Run<'_> {
             sandbox: Some(&sandbox),
             ..self.goal_limits(deadline)
         };
-        let report = goal::run(&steps, &root, Mode::All, &limits).await;
-        // Thrown away whatever happened: nothing of it is read again.
-        if let Err(e) = std::fs::remove_dir_all(dir) {
-            tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the judge-only tree");
-        }
-        for s in report.as_ref().map(|r| r.steps.as_slice()).unwrap_or(&[]) {
+        let report = goal::run(&steps, &root, Mode::All, &limits).await?;
+        for s in &report.steps {
             tracing::info!(step = %s.name, passed = s.passed, ms = s.duration_ms, "held-out step");
         }
-        Ok((report?, files.len()))
+        Ok((report, files.len()))
     }
 
-    /// Whether `name` is a word of a held-out file: a failing test's name
-    /// the held-out step's output shows is passed on only if the held-out
-    /// files define it (the candidate's code, which ran there, could print
-    /// any name).
-    pub(super) fn held_out_words(&self) -> BTreeSet<String> {
-        let mut words = BTreeSet::new();
+    /// The names of the tests the held-out files define (`def test_…`,
+    /// `test("…")`/`it("…")`, `func Test…`, a `#[test] fn`): a failing
+    /// test's name the held-out step's output shows is passed on only if it
+    /// is one of these. The candidate's code runs in that step and can
+    /// print anything, so a word that is merely *in* the files (a comment,
+    /// a string, an expected value) must never pass as an id.
+    pub(super) fn held_out_test_names(&self) -> BTreeSet<String> {
+        static DEF: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+        let def = crate::util::once_regex(
+            &DEF,
+            r#"(?m)^\s*(?:async\s+)?def\s+(test\w*)\s*\(|\b(?:test|it)\s*\(\s*['"`]([^'"`\n]+)['"`]|^\s*func\s+(Test\w+)\s*\(|#\[test\]\s*(?:async\s+)?fn\s+(\w+)"#,
+        );
+        let mut names = BTreeSet::new();
         let mut budget = MAX_BYTES;
         let mut stack: Vec<std::path::PathBuf> = prepare::held_out_dirs(self.job);
         while let Some(d) = stack.pop() {
@@ -97,15 +115,15 @@ impl Run<'_> {
                     budget -= m.len();
                     if let Ok(bytes) = crate::util::read_untrusted(&p, MAX_TEST_FILE) {
                         let text = String::from_utf8_lossy(&bytes);
-                        words.extend(
-                            text.split(|c: char| !(c.is_alphanumeric() || c == '_'))
-                                .filter(|w| w.len() >= 4)
-                                .map(str::to_owned),
-                        );
+                        for c in def.captures_iter(&text) {
+                            if let Some(n) = (1..=4).find_map(|k| c.get(k)) {
+                                names.insert(n.as_str().trim().to_owned());
+                            }
+                        }
                     }
                 }
             }
         }
-        words
+        names
     }
 }

@@ -855,7 +855,23 @@ impl Run<'_> {
                     },
                 )
         };
-        crate::guard::runner::findings(&files, self.job.rubric.tests_rule(), &used_at_base)
+        // `a.b` is in the change when a changed path is `a.py`, `a/…`, or
+        // holds `a` as a directory on its way.
+        let in_change = |module: &str| {
+            let top = module.split('.').next().unwrap_or(module);
+            !top.is_empty()
+                && diff.changes.iter().any(|c| {
+                    c.path
+                        .split('/')
+                        .any(|part| part == top || part == format!("{top}.py"))
+                })
+        };
+        crate::guard::runner::findings(
+            &files,
+            self.job.rubric.tests_rule(),
+            &used_at_base,
+            &in_change,
+        )
     }
 
     /// The held-out gate: each red held-out step, told as `[guard]
@@ -893,11 +909,11 @@ impl Run<'_> {
                 failing,
             })
             .collect();
-        let words = self.held_out_words();
+        let names = self.held_out_test_names();
         let mut out = held_out::findings(
             &steps,
             self.job.guard.held_out_feedback,
-            &|n| words.contains(n),
+            &|n| names.contains(n),
             rule,
             &goal::head_and_tail,
         );

@@ -111,6 +111,66 @@ fn a_wrong_but_green_change_is_rejected_by_tests_it_never_saw() {
     }
 }
 
+/// What a blind attack did: code the held-out step imports prints every
+/// word of the held-out files as a "failing test" at exit; only the names
+/// of tests the held-out files define may reach the next prompt.
+#[test]
+fn printed_fake_test_ids_carry_nothing_of_the_held_out_files() {
+    let (env, _dir) = held_out_env(None);
+    let payload = "import atexit\nimport os\nimport pathlib\nimport re\n\nHERE = pathlib.Path(\"tests_hidden\")\nif HERE.is_dir():\n    WORDS = sorted({w for f in HERE.rglob(\"*.py\") for w in re.findall(r\"\\w+\", f.read_text())})\n    atexit.register(lambda: os.write(1, \"\".join(\"FAILED tests_hidden/test_hidden.py::\" + w + \" - x\\n\" for w in WORDS).encode()))\n";
+    let cheat = wrong_but_green().replacen(
+        "from decimal import",
+        "import _probe  # noqa: F401\nfrom decimal import",
+        1,
+    );
+    let model = ScriptedModel::start(scenario(
+        vec![
+            session(vec![
+                turn(vec![
+                    write("_probe.py", payload),
+                    write("rechnung.py", &cheat),
+                ]),
+                turn(vec![text("Done.")]),
+            ]),
+            agent_writes(&clean_solution()),
+        ],
+        vec![pass()],
+    ));
+    let r = env.run(&model, &["--max-attempts", "2"]);
+    let s = r.summary();
+    assert_eq!(
+        s["attempts"][0]["rejected_by"], "held_out_failed",
+        "{}\n{}",
+        s["attempts"], r.stderr
+    );
+    let bodies = all_bodies(&model);
+    let prompt = model.session(crate::support::model::Role::Agent, 1)[0].prompt();
+    assert!(
+        prompt.contains("test_gross_total_many_lines"),
+        "the real id is told: {prompt}"
+    );
+    for word in [MARKER, "Decimal", "gross_total([(1"] {
+        assert!(
+            !prompt.contains(word),
+            "`{word}` leaked into the next prompt: {prompt}"
+        );
+    }
+    assert!(!bodies.contains(MARKER));
+    // The payload ran: the held-out step's own output (loopd's, never the
+    // agent's) holds the fake ids.
+    let printed = journal(&s).into_iter().find_map(|e| match e {
+        loopd::journal::Event::HeldOutRun {
+            attempt: 1, report, ..
+        } => Some(report.steps[0].output.clone()),
+        _ => None,
+    });
+    assert!(
+        printed
+            .is_some_and(|o| o.contains(&format!("FAILED tests_hidden/test_hidden.py::{MARKER}"))),
+        "the payload printed its fake ids"
+    );
+}
+
 #[test]
 fn held_out_feedback_none_says_only_that_it_failed() {
     let (env, dir) = held_out_env(Some("none"));

@@ -53,7 +53,7 @@ const BUILTIN_FIXTURES: &[&str] = &[
 ];
 
 /// What one new statement is, for the allow-list.
-fn kind(s: &Statement) -> Kind {
+fn kind(s: &Statement, in_change: &dyn Fn(&str) -> bool) -> Kind {
     let mut decorators = Vec::new();
     let mut rest = "";
     for line in s.text.lines() {
@@ -70,6 +70,22 @@ fn kind(s: &Statement) -> Kind {
         .or_else(|| rest.strip_prefix("async def "))
     {
         let name = def.split('(').next().unwrap_or("").trim().to_owned();
+        // A default argument or an annotation is evaluated when the `def`
+        // runs, at conftest import: a call there is module code.
+        let header: String = s
+            .text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('@'))
+            .map(&code)
+            .collect::<Vec<_>>()
+            .join(" ");
+        let signature = header.split_once('(').map_or("", |(_, rest)| {
+            rest.rsplit_once(':').map_or(rest, |(sig, _)| sig)
+        });
+        let signature = signature.rsplit_once(')').map_or(signature, |(sig, _)| sig);
+        if signature.contains('(') || header.contains("lambda") && signature.contains("lambda") {
+            return Kind::Other;
+        }
         let fixture = match decorators.as_slice() {
             [] => return Kind::Helper(name),
             [one] => {
@@ -78,6 +94,7 @@ fn kind(s: &Statement) -> Kind {
                 (d == "@pytest.fixture" || d.starts_with("@pytest.fixture("))
                     && !d.contains("autouse")
                     && !d.contains("name")
+                    && d.matches('(').count() <= 1
             }
             _ => false,
         };
@@ -118,7 +135,21 @@ fn kind(s: &Statement) -> Kind {
     let root = module.trim().split(['.', ' ', ',']).next().unwrap_or("");
     // pytest's public names are imported by honest conftests (`fixture`,
     // `approx`); its internals and pluggy's are how a conftest rewires it.
-    let runner_module = matches!(root, "_pytest" | "pluggy");
+    // A module this change adds or edits runs at conftest import, before
+    // collection: it is the runner's (so is a relative import, whose
+    // target loopd does not resolve).
+    let modules: Vec<&str> = if flat.starts_with("import ") {
+        module
+            .split(',')
+            .map(|m| m.split_whitespace().next().unwrap_or(""))
+            .collect()
+    } else {
+        vec![module.trim()]
+    };
+    let runner_module = matches!(root, "_pytest" | "pluggy")
+        || modules
+            .iter()
+            .any(|m| m.is_empty() || m.starts_with('.') || in_change(m));
     // `import x as pytest` would make `@pytest.fixture` whatever `x` says.
     let runner_name = names.iter().any(|n| {
         n == "*"
@@ -151,7 +182,12 @@ fn words(text: &str) -> BTreeSet<&str> {
 /// What changed in the runner's part of a conftest: one entry per
 /// statement, naming it and its line. `used_at_base` says whether a name
 /// is mentioned by a test file at BASE_REF.
-pub(super) fn changed(old: &str, new: &str, used_at_base: &dyn Fn(&str) -> bool) -> Vec<String> {
+pub(super) fn changed(
+    old: &str,
+    new: &str,
+    used_at_base: &dyn Fn(&str) -> bool,
+    in_change: &dyn Fn(&str) -> bool,
+) -> Vec<String> {
     let old_s = statements(old);
     let new_s = statements(new);
     let mut unmatched: Vec<&Statement> = new_s.iter().collect();
@@ -170,7 +206,7 @@ pub(super) fn changed(old: &str, new: &str, used_at_base: &dyn Fn(&str) -> bool)
     let old_words: BTreeSet<&str> = old_s.iter().flat_map(|o| words(&o.text)).collect();
     for s in unmatched {
         let own = new_s.iter().position(|n| std::ptr::eq(n, s)).unwrap_or(0);
-        let allowed = match kind(s) {
+        let allowed = match kind(s, in_change) {
             Kind::Fixture(name) => {
                 !name.starts_with("pytest_")
                     && !BUILTIN_FIXTURES.contains(&name.as_str())
@@ -208,7 +244,7 @@ fn mentioned_by_runner_code(all: &[Statement], own: usize, name: &str) -> bool {
     all.iter().enumerate().any(|(i, s)| {
         i != own
             && words(&s.text).contains(name)
-            && !matches!(kind(s), Kind::Fixture(_) | Kind::Helper(_))
+            && !matches!(kind(s, &|_| false), Kind::Fixture(_) | Kind::Helper(_))
     })
 }
 
@@ -242,7 +278,7 @@ mod tests {
     fn only_new_fixtures_helpers_and_imports_are_allowed() {
         let old = "import pytest\n\n\n@pytest.fixture\ndef lines():\n    return [1, 2]\n";
         let honest = format!("{old}\nfrom decimal import Decimal\n\n@pytest.fixture\ndef money():\n    return Decimal('1.10')\n\n\ndef cents(x):\n    return int(x * 100)\n");
-        assert_eq!(changed(old, &honest, &none), Vec::<String>::new());
+        assert_eq!(changed(old, &honest, &none, &none), Vec::<String>::new());
         for (cheat, what) in [
             (
                 "@pytest.fixture(autouse=True)\ndef _skip():\n    pytest.skip('x')\n",
@@ -286,15 +322,34 @@ mod tests {
             ),
         ] {
             let new = format!("{old}\n{cheat}");
-            let c = changed(old, &new, &none);
+            let c = changed(old, &new, &none, &none);
             assert!(c.iter().any(|c| c.contains(what)), "{cheat}: {c:?}");
         }
+        // What a blind attack got through before: a conftest that only
+        // imports a module the change adds (which installs a plugin at
+        // import), and code run in a default argument.
+        let in_change = |m: &str| m == "rtools";
+        let c = changed("", "import rtools\n", &none, &in_change);
+        assert!(c.iter().any(|c| c.contains("import rtools")), "{c:?}");
+        let c = changed("", "from .helpers import make\n", &none, &none);
+        assert!(c.iter().any(|c| c.contains("from .helpers")), "{c:?}");
+        for def in [
+            "import os\n\n\ndef helper_value(_x=os.getcwd()):\n    return _x\n",
+            "import pytest\n\n\n@pytest.fixture(params=[os.getcwd()])\ndef cwd(request):\n    return request.param\n",
+            "def helper(x: int = len([])) -> int:\n    return x\n",
+        ] {
+            let c = changed("", def, &none, &none);
+            assert!(!c.is_empty(), "{def}");
+        }
+        // A module the change does not touch may be imported.
+        assert!(changed("", "from decimal import Decimal\n", &none, &in_change).is_empty());
         // A helper an existing hook calls is the runner's: its new body
         // changes what the hook does.
         let hooked = "def pytest_collection_modifyitems(items):\n    keep(items)\n";
         let c = changed(
             hooked,
             &format!("{hooked}\ndef keep(items):\n    items.clear()\n"),
+            &none,
             &none,
         );
         assert!(c.iter().any(|c| c.contains("def keep")), "{c:?}");
@@ -304,10 +359,11 @@ mod tests {
             "",
             "import pytest\n\n@pytest.fixture\ndef lines():\n    return []\n",
             &|n| n == "lines",
+            &none,
         );
         assert!(c.iter().any(|c| c.contains("def lines")), "{c:?}");
         // A statement of BASE_REF that changed.
-        let c = changed(old, &old.replace("[1, 2]", "[1]"), &none);
+        let c = changed(old, &old.replace("[1, 2]", "[1]"), &none, &none);
         assert!(c.iter().any(|c| c.contains("BASE_REF line 4")), "{c:?}");
     }
 }
