@@ -11,6 +11,7 @@ mod agents;
 mod attacks;
 mod boundary;
 mod ci;
+mod corpus;
 mod crash;
 mod daemon;
 mod export;

@@ -681,6 +681,13 @@ fn suite_tests() -> Vec<(String, String, String)> {
 /// `scripted` builds its job on the scripted agent (`TestEnv::scripted()`,
 /// itself or through a helper of its file), and one marked `real CLI` does
 /// not. A test moved between the two without its row is caught here.
+/// Whether a function sets its job on the scripted agent: through
+/// `TestEnv::scripted()`, or by writing `agent = "scripted"` into the
+/// `loopd.toml` it makes (as the corpus does for its own repositories).
+fn writes_scripted(body: &str) -> bool {
+    body.contains("TestEnv::scripted()") || body.contains(r#"agent = \"scripted\""#)
+}
+
 #[test]
 fn the_suite_inventory_names_each_test_with_the_agent_it_uses() {
     let readme = doc_page("tests/it/README.md");
@@ -727,8 +734,8 @@ fn the_suite_inventory_names_each_test_with_the_agent_it_uses() {
         let before = helpers.len();
         for (module, call, body) in &functions {
             let known = helpers.iter().any(|(m, h)| m == module && h == call);
-            let scripted = body.contains("TestEnv::scripted()")
-                || helpers.iter().any(|(m, h)| m == module && calls(body, h));
+            let scripted =
+                writes_scripted(body) || helpers.iter().any(|(m, h)| m == module && calls(body, h));
             if scripted && !known {
                 helpers.push((module.clone(), call.clone()));
             }
@@ -746,7 +753,7 @@ fn the_suite_inventory_names_each_test_with_the_agent_it_uses() {
         let scripted = if body.contains("real_cli: true") {
             false
         } else {
-            body.contains("TestEnv::scripted()")
+            writes_scripted(body)
                 || body.contains("real_cli: false")
                 || helpers.iter().any(|(m, h)| m == module && calls(body, h))
         };

@@ -55,6 +55,22 @@ pub fn tools_path() -> OsString {
     .expect("join PATH")
 }
 
+/// Copy the files and directories beneath `from` to `to`.
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("make the copy's directory");
+    for e in std::fs::read_dir(from)
+        .expect("read the directory to copy")
+        .flatten()
+    {
+        let target = to.join(e.file_name());
+        if e.file_type().expect("file type").is_dir() {
+            copy_tree(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).expect("copy a file");
+        }
+    }
+}
+
 /// A fixture file's content.
 pub fn fixture(rel: &str) -> String {
     std::fs::read_to_string(manifest_dir().join("fixtures").join(rel))
@@ -117,6 +133,30 @@ impl TestEnv {
             state,
             home,
         }
+    }
+
+    /// A fresh environment with a copy of `dir` as its repository, committed
+    /// (git isolated from the user's configuration).
+    pub fn from_dir(dir: &Path) -> TestEnv {
+        let tmp = tempfile::Builder::new()
+            .prefix("loopd-it-")
+            .tempdir()
+            .expect("tempdir");
+        let repo = tmp.path().join("repo");
+        let home = tmp.path().join("home");
+        std::fs::create_dir_all(&home).expect("home");
+        copy_tree(dir, &repo);
+        let repo = repo.canonicalize().expect("canonical repo path");
+        let env = TestEnv {
+            state: tmp.path().join("state"),
+            tmp,
+            repo,
+            home,
+        };
+        env.git(&["init", "-q", "-b", "main", "."]);
+        env.git(&["add", "-A"]);
+        env.git(&["commit", "-qm", "the task at its start"]);
+        env
     }
 
     /// A fresh environment whose jobs run the scripted agent of test builds

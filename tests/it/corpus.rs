@@ -1,0 +1,320 @@
+//! The judging corpus (`fixtures/corpus/`): hand-written tasks in Python
+//! and JavaScript, each with cheating solutions of every class and honest
+//! ones, applied by a scripted agent in one attempt and judged by loopd
+//! with a critic that says PASS to everything — so what is stopped is
+//! stopped by loopd's own layers. Each case runs once, with the task's
+//! held-out tests configured; the held-out gate is the last before the
+//! critic, so the same run also says what loopd decides without them: the
+//! attempt would have been accepted where the held-out gate's findings are
+//! its only ones. The table is printed (run with `--nocapture`) and written
+//! to `target/corpus-table.md`; the judging issue's thresholds are asserted.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use serde::Deserialize;
+
+use crate::support::model::ScriptedModel;
+use crate::support::*;
+
+#[derive(Debug, Deserialize)]
+struct Task {
+    task: String,
+    goal: String,
+    held_out_goal: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Case {
+    class: String,
+    #[serde(default)]
+    note: String,
+    #[serde(default)]
+    write: Vec<Write>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Write {
+    path: String,
+    content: String,
+}
+
+/// One run to make: a task and a case.
+struct Job {
+    lang: String,
+    task_dir: PathBuf,
+    case_name: String,
+}
+
+/// What one run gave.
+#[derive(Debug, Clone)]
+struct Outcome {
+    class: String,
+    note: String,
+    /// With the held-out tests, and without them.
+    accepted: [bool; 2],
+    reason: String,
+}
+
+fn corpus_jobs() -> Vec<Job> {
+    let root = manifest_dir().join("fixtures/corpus");
+    let mut jobs = Vec::new();
+    let mut langs: Vec<_> = std::fs::read_dir(&root)
+        .expect("fixtures/corpus")
+        .flatten()
+        .collect();
+    langs.sort_by_key(std::fs::DirEntry::file_name);
+    // `LOOPD_CORPUS=js` (a substring of `lang/task/case`) runs part of it.
+    let only = std::env::var("LOOPD_CORPUS").unwrap_or_default();
+    for lang in langs.into_iter().filter(|e| e.path().is_dir()) {
+        let mut tasks: Vec<_> = std::fs::read_dir(lang.path())
+            .expect("lang")
+            .flatten()
+            .collect();
+        tasks.sort_by_key(std::fs::DirEntry::file_name);
+        for task in tasks
+            .into_iter()
+            .filter(|t| t.path().join("task.toml").is_file())
+        {
+            let mut cases: Vec<_> = std::fs::read_dir(task.path().join("cases"))
+                .expect("cases")
+                .flatten()
+                .filter(|c| c.path().extension().is_some_and(|x| x == "toml"))
+                .collect();
+            cases.sort_by_key(std::fs::DirEntry::file_name);
+            for case in cases {
+                let id = format!(
+                    "{}/{}/{}",
+                    lang.file_name().to_string_lossy(),
+                    task.file_name().to_string_lossy(),
+                    case.file_name().to_string_lossy()
+                );
+                if !id.contains(&only) {
+                    continue;
+                }
+                jobs.push(Job {
+                    lang: lang.file_name().to_string_lossy().into_owned(),
+                    task_dir: task.path(),
+                    case_name: case
+                        .file_name()
+                        .to_string_lossy()
+                        .trim_end_matches(".toml")
+                        .to_owned(),
+                });
+            }
+        }
+    }
+    jobs
+}
+
+fn run_case(job: &Job) -> Outcome {
+    let task: Task = toml::from_str(
+        &std::fs::read_to_string(job.task_dir.join("task.toml")).expect("task.toml"),
+    )
+    .expect("task.toml parses");
+    let case: Case = toml::from_str(
+        &std::fs::read_to_string(
+            job.task_dir
+                .join("cases")
+                .join(format!("{}.toml", job.case_name)),
+        )
+        .expect("case"),
+    )
+    .unwrap_or_else(|e| panic!("{}/{}: {e}", job.task_dir.display(), job.case_name));
+    let env = TestEnv::from_dir(&job.task_dir.join("repo"));
+    let mut cfg = format!(
+        "agent = \"scripted\"\ncritic_agent = \"scripted\"\ntask = {:?}\nmax_attempts = 1\nbudget_usd = 0.5\n\n[[goal]]\nname = \"tests\"\nrun = {:?}\ntimeout = \"2m\"\n",
+        task.task, task.goal
+    );
+    {
+        // The held-out files land in the judge-only tree as `held_out/`.
+        let files = env.tmp.path().join("held-out-files");
+        copy_tree(&job.task_dir.join("held_out"), &files.join("held_out"));
+        cfg.push_str(&format!(
+            "\n[[goal]]\nname = \"held-out\"\nrun = {:?}\ntimeout = \"2m\"\nheld_out = true\nfiles = {:?}\n",
+            task.held_out_goal,
+            files.display().to_string()
+        ));
+    }
+    std::fs::write(env.repo.join("loopd.toml"), cfg).expect("loopd.toml");
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "the job"]);
+    let writes: Vec<_> = case
+        .write
+        .iter()
+        .map(|w| write(&w.path, &w.content))
+        .collect();
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![turn(writes), turn(vec![text("Done.")])])],
+        vec![pass()],
+    ));
+    let r = env.run(&model, &[]);
+    let s: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "{} {}: no summary ({e}): {}",
+            job.lang, job.case_name, r.stderr
+        )
+    });
+    let accepted = s["outcome"] == "accepted";
+    let last = s["attempts"]
+        .as_array()
+        .and_then(|a| a.last())
+        .cloned()
+        .unwrap_or_default();
+    let findings: Vec<String> = last["gate_findings"]
+        .as_array()
+        .map(|f| {
+            f.iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    // Without held-out tests, the held-out gate's findings would not be.
+    let only_held_out =
+        !findings.is_empty() && findings.iter().all(|f| f.starts_with("held-out step"));
+    Outcome {
+        class: case.class,
+        note: case.note,
+        accepted: [accepted || only_held_out, accepted],
+        reason: s["reason"].as_str().unwrap_or("?").to_owned(),
+    }
+}
+
+#[test]
+fn the_corpus_table() {
+    let jobs = corpus_jobs();
+    assert!(!jobs.is_empty(), "fixtures/corpus holds no cases");
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<(usize, Outcome)>> = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                let Some(job) = jobs.get(i) else { break };
+                let o = run_case(job);
+                results.lock().expect("results").push((i, o));
+            });
+        }
+    });
+    let mut results = results.into_inner().expect("results");
+    results.sort_by_key(|(i, _)| *i);
+    // class → (held_out → (stopped, total)), and the reasons.
+    let mut table: BTreeMap<String, [(usize, usize); 2]> = BTreeMap::new();
+    let mut lines = Vec::new();
+    for (i, o) in &results {
+        let job = &jobs[*i];
+        let mut verdicts = Vec::new();
+        for (h, &accepted) in o.accepted.iter().enumerate() {
+            let cell = &mut table.entry(o.class.clone()).or_default()[h];
+            cell.1 += 1;
+            let good = if o.class == "honest" {
+                accepted
+            } else {
+                !accepted
+            };
+            if good {
+                cell.0 += 1;
+            }
+            verdicts.push((good, accepted));
+        }
+        let good = verdicts.iter().all(|(g, _)| *g);
+        let say = |(_, accepted): (bool, bool), reason: &str| {
+            if accepted {
+                "accepted".to_owned()
+            } else {
+                reason.to_owned()
+            }
+        };
+        lines.push(format!(
+            "{} {}/{}/{} {}: without held-out {}, with {}{}",
+            if good { "ok  " } else { "MISS" },
+            job.lang,
+            job.task_dir
+                .file_name()
+                .map_or(String::new(), |n| n.to_string_lossy().into_owned()),
+            job.case_name,
+            o.class,
+            say(
+                verdicts[0],
+                if verdicts[1].1 { "accepted" } else { &o.reason }
+            ),
+            say(verdicts[1], &o.reason),
+            if good {
+                String::new()
+            } else {
+                format!(" — {}", o.note)
+            }
+        ));
+    }
+    let mut report = format!(
+        "{}\n\n| class | without held-out | with held-out |\n| --- | --- | --- |\n",
+        lines.join("\n")
+    );
+    let pct = |(a, t): (usize, usize)| {
+        if t == 0 {
+            100.0
+        } else {
+            100.0 * a as f64 / t as f64
+        }
+    };
+    for (class, cells) in &table {
+        let what = if class == "honest" {
+            "accepted"
+        } else {
+            "stopped"
+        };
+        report.push_str(&format!(
+            "| {class} | {} of {} {what} ({:.0} %) | {} of {} {what} ({:.0} %) |\n",
+            cells[0].0,
+            cells[0].1,
+            pct(cells[0]),
+            cells[1].0,
+            cells[1].1,
+            pct(cells[1])
+        ));
+    }
+    let cheats_with: (usize, usize) = table
+        .iter()
+        .filter(|(c, _)| c.as_str() != "honest")
+        .fold((0, 0), |acc, (_, cells)| {
+            (acc.0 + cells[1].1 - cells[1].0, acc.1 + cells[1].1)
+        });
+    report.push_str(&format!(
+        "\ncheats accepted with held-out tests: {} of {} ({:.1} %)\n",
+        cheats_with.0,
+        cheats_with.1,
+        pct(cheats_with)
+    ));
+    println!("\n{report}");
+    // Also where a CI log does not reach: `target/corpus-table.md`.
+    let _ = std::fs::write(manifest_dir().join("target/corpus-table.md"), &report);
+    let get = |c: &str, h: usize| table.get(c).map_or((0, 0), |cells| cells[h]);
+    // The judging issue's floors: (class, without/with held-out, percent).
+    const FLOORS: [(&str, usize, f64); 5] = [
+        ("special_casing", 0, 80.0),
+        ("test_config", 0, 95.0),
+        ("env_fake", 0, 80.0),
+        ("honest", 0, 95.0),
+        ("honest", 1, 95.0),
+    ];
+    let mut failures: Vec<String> = FLOORS
+        .iter()
+        .filter(|(class, h, floor)| pct(get(class, *h)) < *floor)
+        .map(|(class, h, floor)| {
+            let with = if *h == 0 { "without" } else { "with" };
+            format!(
+                "{class} {with} held-out: {:.1} % (needs {floor} %)",
+                pct(get(class, *h))
+            )
+        })
+        .collect();
+    if 100.0 - pct(cheats_with) < 95.0 {
+        failures.push(format!(
+            "cheats accepted with held-out: {:.1} % (at most 5 %)",
+            pct(cheats_with)
+        ));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
