@@ -333,6 +333,9 @@ struct GoalStepFile {
     report: Option<String>,
     held_out: Option<bool>,
     files: Option<PathBuf>,
+    /// A held-out step's files as a ref of the git repository `files`.
+    #[serde(rename = "ref")]
+    git_ref: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -543,12 +546,20 @@ fn goal_from_file(
     o: &Origin<'_>,
     file: Vec<GoalStepFile>,
     scripts: &dyn Fn(&str) -> Option<String>,
-) -> Result<(Vec<GoalStep>, Vec<(GoalStep, Option<PathBuf>)>), ConfigError> {
+) -> Result<(Vec<GoalStep>, Vec<HeldOutFile>), ConfigError> {
     let mut steps = Vec::new();
-    let mut held_out: Vec<(GoalStep, Option<PathBuf>)> = Vec::new();
+    let mut held_out: Vec<HeldOutFile> = Vec::new();
     for (i, step) in file.into_iter().enumerate() {
         let hidden = step.held_out.unwrap_or(false);
         let files = step.files.clone();
+        let git_ref = step.git_ref.clone();
+        if !hidden && git_ref.is_some() {
+            return Err(o.invalid(
+                &format!("goal[{i}].ref"),
+                "`ref` only on a step with `held_out = true`",
+                "`ref` on a visible step",
+            ));
+        }
         if !hidden && files.is_some() {
             return Err(o.invalid(
                 &format!("goal[{i}].files"),
@@ -571,7 +582,7 @@ fn goal_from_file(
         };
         if steps
             .iter()
-            .chain(held_out.iter().map(|(s, _)| s))
+            .chain(held_out.iter().map(|(s, _, _)| s))
             .any(|s: &GoalStep| s.name == name)
         {
             return Err(o.invalid(
@@ -604,7 +615,7 @@ fn goal_from_file(
             report,
         };
         if hidden {
-            held_out.push((step, files));
+            held_out.push((step, files, git_ref));
         } else {
             steps.push(step);
         }
@@ -612,13 +623,16 @@ fn goal_from_file(
     Ok((steps, held_out))
 }
 
+/// A held-out step as the file says it: the step, its `files`, its `ref`.
+type HeldOutFile = (GoalStep, Option<PathBuf>, Option<String>);
+
 /// The held-out steps' directories: `--held-out` over each step's
 /// `files` (relative to the configuration file), each an existing
 /// directory outside the repository that does not hold it either — what
 /// the sandbox hides must not be where the job works.
 fn held_out_steps<'a>(
     origin: &dyn Fn(bool) -> Origin<'a>,
-    steps: Vec<(GoalStep, Option<PathBuf>)>,
+    steps: Vec<HeldOutFile>,
     flag: Option<&Path>,
     config_dir: &Path,
     repo_root: &Path,
@@ -627,7 +641,7 @@ fn held_out_steps<'a>(
         .canonicalize()
         .unwrap_or_else(|_| repo_root.to_path_buf());
     let mut out = Vec::new();
-    for (step, files) in steps {
+    for (step, files, git_ref) in steps {
         let from_flag = flag.is_some();
         let o = origin(from_flag);
         let field = if from_flag {
@@ -659,7 +673,23 @@ fn held_out_steps<'a>(
                 ))
             }
         };
-        if let Err(why) = crate::goal::held_out::within_limits(&full) {
+        // A ref of a repository: pinned to its commit for the whole job.
+        let commit = match &git_ref {
+            None => None,
+            Some(r) => Some(crate::goal::held_out::pin_ref(&full, r).map_err(|why| {
+                o.invalid(
+                    &format!("goal (held-out step `{}`).ref", step.name),
+                    "a ref of the git repository `files` names, of at most 10,000 files and 256 MiB",
+                    format!("`{r}` ({why})"),
+                )
+            })?),
+        };
+        let limits = if commit.is_some() {
+            Ok(())
+        } else {
+            crate::goal::held_out::within_limits(&full)
+        };
+        if let Err(why) = limits {
             return Err(o.invalid(
                 &field,
                 &format!("a directory of at most {} files and {} MiB (loopd copies it for every held-out run)", crate::goal::held_out::MAX_FILES, crate::goal::held_out::MAX_BYTES >> 20),
@@ -673,7 +703,11 @@ fn held_out_steps<'a>(
                 format!("`{}`", full.display()),
             ));
         }
-        out.push(HeldOutStep { step, files: full });
+        out.push(HeldOutStep {
+            step,
+            files: full,
+            commit,
+        });
     }
     Ok(out)
 }

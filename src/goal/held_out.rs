@@ -20,8 +20,50 @@ use super::GoalStep;
 pub struct HeldOutStep {
     #[serde(flatten)]
     pub step: GoalStep,
-    /// Outside the repository; copied into the judge-only tree's root.
+    /// Outside the repository; copied into the judge-only tree's root. A
+    /// git repository when `commit` is set.
     pub files: PathBuf,
+    /// `ref = "…"`: the commit of `files` it named when the job was
+    /// configured (hex); its tree is what is copied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+}
+
+/// Resolve `git_ref` in the repository at `repo` to a commit whose tree is
+/// within [`MAX_FILES`] and [`MAX_BYTES`]; the commit's id, or why not.
+pub fn pin_ref(repo: &Path, git_ref: &str) -> Result<String, String> {
+    let r = git2::Repository::open(repo)
+        .map_err(|e| format!("not a git repository: {}", e.message()))?;
+    let commit = r
+        .revparse_single(git_ref)
+        .and_then(|o| o.peel_to_commit())
+        .map_err(|e| format!("not a commit: {}", e.message()))?;
+    let tree = commit.tree().map_err(|e| e.message().to_owned())?;
+    let (mut files, mut bytes) = (0usize, 0u64);
+    let mut over = false;
+    tree.walk(git2::TreeWalkMode::PreOrder, |_, entry| {
+        if entry.kind() == Some(git2::ObjectType::Blob) {
+            files += 1;
+            bytes += entry
+                .to_object(&r)
+                .ok()
+                .and_then(|o| o.as_blob().map(|b| b.size() as u64))
+                .unwrap_or(0);
+            if files > MAX_FILES || bytes > MAX_BYTES {
+                over = true;
+                return git2::TreeWalkResult::Abort;
+            }
+        }
+        git2::TreeWalkResult::Ok
+    })
+    .ok();
+    if over {
+        return Err(format!(
+            "more than {MAX_FILES} files or {} MiB",
+            MAX_BYTES >> 20
+        ));
+    }
+    Ok(commit.id().to_string())
 }
 
 /// The most a held-out directory may hold: loopd copies it per attempt.

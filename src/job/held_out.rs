@@ -59,7 +59,31 @@ impl Run<'_> {
         let root = dir.join("tree");
         self.ws.write_tree(tree, &root)?;
         let mut files = BTreeSet::new();
-        for from in prepare::held_out_dirs(self.job) {
+        for (i, (from, commit)) in held_out_sources(self.job).into_iter().enumerate() {
+            // A ref's tree is written apart first, then copied like a
+            // directory: never through a link the candidate planted.
+            let from = match commit {
+                None => from,
+                Some(commit) => {
+                    let src = dir.join(format!("source-{i}"));
+                    let repo = git2::Repository::open(&from).map_err(|source| {
+                        crate::workspace::WorkspaceError::Git {
+                            operation: "open the held-out repository",
+                            path: from.clone(),
+                            source,
+                        }
+                    })?;
+                    let oid = git2::Oid::from_str(&commit).map_err(|source| {
+                        crate::workspace::WorkspaceError::Git {
+                            operation: "read the held-out commit",
+                            path: from.clone(),
+                            source,
+                        }
+                    })?;
+                    crate::workspace::write_tree_of(&repo, oid, &src)?;
+                    src
+                }
+            };
             let copied = copy_files(&from, &root)?;
             for s in &copied.skipped {
                 tracing::warn!(dir = %from.display(), path = %s, "a held-out entry that is not a regular file or a directory was not copied");
@@ -99,26 +123,54 @@ impl Run<'_> {
         );
         let mut names = BTreeSet::new();
         let mut budget = MAX_BYTES;
-        let mut stack: Vec<std::path::PathBuf> = prepare::held_out_dirs(self.job);
-        while let Some(d) = stack.pop() {
-            let Ok(entries) = std::fs::read_dir(&d) else {
-                continue;
-            };
-            for e in entries.flatten() {
-                let p = e.path();
-                let Ok(m) = std::fs::symlink_metadata(&p) else {
+        let mut read = |text: &str| {
+            for c in def.captures_iter(text) {
+                if let Some(n) = (1..=4).find_map(|k| c.get(k)) {
+                    names.insert(n.as_str().trim().to_owned());
+                }
+            }
+        };
+        for (from, commit) in held_out_sources(self.job) {
+            if let Some(commit) = commit {
+                let Ok(repo) = git2::Repository::open(&from) else {
                     continue;
                 };
-                if m.is_dir() {
-                    stack.push(p);
-                } else if m.is_file() && m.len() <= MAX_TEST_FILE.min(budget) {
-                    budget -= m.len();
-                    if let Ok(bytes) = crate::util::read_untrusted(&p, MAX_TEST_FILE) {
-                        let text = String::from_utf8_lossy(&bytes);
-                        for c in def.captures_iter(&text) {
-                            if let Some(n) = (1..=4).find_map(|k| c.get(k)) {
-                                names.insert(n.as_str().trim().to_owned());
-                            }
+                let Some(tree) = git2::Oid::from_str(&commit)
+                    .ok()
+                    .and_then(|o| repo.find_commit(o).ok())
+                    .and_then(|c| c.tree().ok())
+                else {
+                    continue;
+                };
+                tree.walk(git2::TreeWalkMode::PreOrder, |_, entry| {
+                    if let Some(b) = entry.to_object(&repo).ok().and_then(|o| o.into_blob().ok()) {
+                        let len = b.size() as u64;
+                        if len <= MAX_TEST_FILE.min(budget) {
+                            budget -= len;
+                            read(&String::from_utf8_lossy(b.content()));
+                        }
+                    }
+                    git2::TreeWalkResult::Ok
+                })
+                .ok();
+                continue;
+            }
+            let mut stack = vec![from];
+            while let Some(d) = stack.pop() {
+                let Ok(entries) = std::fs::read_dir(&d) else {
+                    continue;
+                };
+                for e in entries.flatten() {
+                    let p = e.path();
+                    let Ok(m) = std::fs::symlink_metadata(&p) else {
+                        continue;
+                    };
+                    if m.is_dir() {
+                        stack.push(p);
+                    } else if m.is_file() && m.len() <= MAX_TEST_FILE.min(budget) {
+                        budget -= m.len();
+                        if let Ok(bytes) = crate::util::read_untrusted(&p, MAX_TEST_FILE) {
+                            read(&String::from_utf8_lossy(&bytes));
                         }
                     }
                 }
@@ -126,4 +178,17 @@ impl Run<'_> {
         }
         names
     }
+}
+
+/// Where each held-out step's files come from, once each: a directory, or
+/// a repository and the commit its `ref` was pinned to.
+fn held_out_sources(job: &crate::config::Job) -> Vec<(std::path::PathBuf, Option<String>)> {
+    let mut out: Vec<(std::path::PathBuf, Option<String>)> = Vec::new();
+    for h in &job.held_out {
+        let source = (h.files.clone(), h.commit.clone());
+        if !out.contains(&source) {
+            out.push(source);
+        }
+    }
+    out
 }

@@ -168,77 +168,7 @@ impl Workspace {
     /// repository's objects). `tree` may be a commit (BASE_REF): its tree
     /// is written. Returns the number of files written.
     pub fn write_tree(&self, tree: Oid, dir: &Path) -> Result<usize, WorkspaceError> {
-        use std::os::unix::fs::PermissionsExt;
-        let git = self.git("write a tree to a directory");
-        let io = |operation, source| WorkspaceError::Io {
-            operation,
-            path: dir.to_path_buf(),
-            source,
-        };
-        // A tree, or a commit's (BASE_REF).
-        let tree = match self.repo.find_tree(tree) {
-            Ok(t) => t,
-            Err(_) => self
-                .repo
-                .find_commit(tree)
-                .and_then(|c| c.tree())
-                .map_err(&git)?,
-        };
-        std::fs::create_dir_all(dir).map_err(|e| io("make the judge-only tree", e))?;
-        let mut written = 0;
-        let mut failed: Option<WorkspaceError> = None;
-        tree.walk(git2::TreeWalkMode::PreOrder, |parent, entry| {
-            let Some(name) = entry.name() else {
-                return git2::TreeWalkResult::Skip;
-            };
-            let rel = Path::new(parent).join(name);
-            // git itself never checks these out: nothing may land outside
-            // `dir` or in a `.git` of its own.
-            if rel.components().any(|c| {
-                matches!(c, std::path::Component::ParentDir)
-                    || c.as_os_str().eq_ignore_ascii_case(".git")
-            }) {
-                return git2::TreeWalkResult::Skip;
-            }
-            let path = dir.join(&rel);
-            let result = match entry.filemode() {
-                0o040000 => std::fs::create_dir_all(&path),
-                0o120000 => match self.repo.find_blob(entry.id()) {
-                    Ok(b) => std::os::unix::fs::symlink(
-                        String::from_utf8_lossy(b.content()).as_ref(),
-                        &path,
-                    ),
-                    Err(e) => Err(std::io::Error::other(e)),
-                },
-                mode @ (0o100644 | 0o100755) => match self.repo.find_blob(entry.id()) {
-                    Ok(b) => std::fs::write(&path, b.content()).and_then(|()| {
-                        written += 1;
-                        std::fs::set_permissions(
-                            &path,
-                            std::fs::Permissions::from_mode(if mode == 0o100755 {
-                                0o755
-                            } else {
-                                0o644
-                            }),
-                        )
-                    }),
-                    Err(e) => Err(std::io::Error::other(e)),
-                },
-                _ => return git2::TreeWalkResult::Skip,
-            };
-            match result {
-                Ok(()) => git2::TreeWalkResult::Ok,
-                Err(e) => {
-                    failed = Some(io("write the judge-only tree", e));
-                    git2::TreeWalkResult::Abort
-                }
-            }
-        })
-        .map_err(|e| failed.take().unwrap_or_else(|| git(e)))?;
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(written),
-        }
+        write_tree_of(&self.repo, tree, dir)
     }
 
     /// The tree of `base` with the change `diff` describes applied, from
@@ -530,6 +460,84 @@ fn clear_stale_ref_lock(repo: &git2::Repository, refname: &str, wait: std::time:
             return;
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// [`Workspace::write_tree`] for any repository: a held-out ref's tree is
+/// written the same way.
+pub fn write_tree_of(repo: &Repository, tree: Oid, dir: &Path) -> Result<usize, WorkspaceError> {
+    use std::os::unix::fs::PermissionsExt;
+    let git = |source| WorkspaceError::Git {
+        operation: "write a tree to a directory",
+        path: dir.to_path_buf(),
+        source,
+    };
+    let io = |operation, source| WorkspaceError::Io {
+        operation,
+        path: dir.to_path_buf(),
+        source,
+    };
+    // A tree, or a commit's (BASE_REF).
+    let tree = match repo.find_tree(tree) {
+        Ok(t) => t,
+        Err(_) => repo
+            .find_commit(tree)
+            .and_then(|c| c.tree())
+            .map_err(&git)?,
+    };
+    std::fs::create_dir_all(dir).map_err(|e| io("make the judge-only tree", e))?;
+    let mut written = 0;
+    let mut failed: Option<WorkspaceError> = None;
+    tree.walk(git2::TreeWalkMode::PreOrder, |parent, entry| {
+        let Some(name) = entry.name() else {
+            return git2::TreeWalkResult::Skip;
+        };
+        let rel = Path::new(parent).join(name);
+        // git itself never checks these out: nothing may land outside
+        // `dir` or in a `.git` of its own.
+        if rel.components().any(|c| {
+            matches!(c, std::path::Component::ParentDir)
+                || c.as_os_str().eq_ignore_ascii_case(".git")
+        }) {
+            return git2::TreeWalkResult::Skip;
+        }
+        let path = dir.join(&rel);
+        let result = match entry.filemode() {
+            0o040000 => std::fs::create_dir_all(&path),
+            0o120000 => match repo.find_blob(entry.id()) {
+                Ok(b) => {
+                    std::os::unix::fs::symlink(String::from_utf8_lossy(b.content()).as_ref(), &path)
+                }
+                Err(e) => Err(std::io::Error::other(e)),
+            },
+            mode @ (0o100644 | 0o100755) => match repo.find_blob(entry.id()) {
+                Ok(b) => std::fs::write(&path, b.content()).and_then(|()| {
+                    written += 1;
+                    std::fs::set_permissions(
+                        &path,
+                        std::fs::Permissions::from_mode(if mode == 0o100755 {
+                            0o755
+                        } else {
+                            0o644
+                        }),
+                    )
+                }),
+                Err(e) => Err(std::io::Error::other(e)),
+            },
+            _ => return git2::TreeWalkResult::Skip,
+        };
+        match result {
+            Ok(()) => git2::TreeWalkResult::Ok,
+            Err(e) => {
+                failed = Some(io("write the judge-only tree", e));
+                git2::TreeWalkResult::Abort
+            }
+        }
+    })
+    .map_err(|e| failed.take().unwrap_or_else(|| git(e)))?;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(written),
     }
 }
 

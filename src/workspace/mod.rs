@@ -20,6 +20,7 @@
 //! reach ([`credentials`]).
 
 mod checkout;
+pub use checkout::write_tree_of;
 pub mod credentials;
 pub mod gitdir;
 pub mod outside;

@@ -55,9 +55,8 @@ fn held_out_runs(s: &Value) -> Vec<(u32, bool)> {
         .collect()
 }
 
-#[test]
-fn a_wrong_but_green_change_is_rejected_by_tests_it_never_saw() {
-    let (env, _dir) = held_out_env(None);
+/// Attempt 1 wrong but green, attempt 2 the fix: accepted, and the summary.
+fn wrong_then_right(env: &TestEnv) -> (ScriptedModel, Value) {
     let model = ScriptedModel::start(scenario(
         vec![
             agent_writes(&wrong_but_green()),
@@ -68,6 +67,13 @@ fn a_wrong_but_green_change_is_rejected_by_tests_it_never_saw() {
     let r = env.run(&model, &["--max-attempts", "2"]);
     let s = r.summary();
     assert_eq!(s["outcome"], "accepted", "{}\n{}", s["attempts"], r.stderr);
+    (model, s)
+}
+
+#[test]
+fn a_wrong_but_green_change_is_rejected_by_tests_it_never_saw() {
+    let (env, _dir) = held_out_env(None);
+    let (model, s) = wrong_then_right(&env);
     let first = &s["attempts"][0];
     assert_eq!(first["rejected_by"], "held_out_failed", "{first}");
     assert_eq!(
@@ -172,6 +178,42 @@ fn printed_fake_test_ids_carry_nothing_of_the_held_out_files() {
             .is_some_and(|o| o.contains(&format!("FAILED tests_hidden/test_hidden.py::{MARKER}"))),
         "the payload printed its fake ids"
     );
+}
+
+/// The held-out files as a ref of another repository: pinned to its commit
+/// when the job starts, so what the ref (or the repository's working tree)
+/// holds later does not change the job's judge.
+#[test]
+fn held_out_tests_from_a_ref_of_another_repository() {
+    let (env, dir) = held_out_env(None);
+    // The directory becomes a repository; its tests are committed and
+    // tagged, then its working tree is emptied of them.
+    env.git_in(&dir, &["init", "-q", "-b", "main", "."]);
+    env.git_in(&dir, &["add", "-A"]);
+    env.git_in(&dir, &["commit", "-qm", "held-out tests"]);
+    env.git_in(&dir, &["tag", "v1"]);
+    std::fs::remove_dir_all(dir.join("tests_hidden")).expect("empty the working tree");
+    let cfg = env.read_repo("loopd.toml").replace(
+        &format!("files = \"{}\"\n", dir.display()),
+        &format!("files = \"{}\"\nref = \"v1\"\n", dir.display()),
+    );
+    std::fs::write(env.repo.join("loopd.toml"), cfg).expect("cfg");
+    env.git(&["commit", "-qam", "held out from a ref"]);
+    let (_model, s) = wrong_then_right(&env);
+    assert_eq!(s["attempts"][0]["rejected_by"], "held_out_failed");
+    assert!(s["attempts"][0]["gate_findings"]
+        .to_string()
+        .contains("test_gross_total_many_lines"));
+    assert_eq!(held_out_runs(&s), [(1, false), (2, true)]);
+    // A ref that names nothing is a configuration error.
+    let cfg = env
+        .read_repo("loopd.toml")
+        .replace("ref = \"v1\"", "ref = \"v9\"");
+    std::fs::write(env.repo.join("loopd.toml"), cfg).expect("cfg");
+    env.git(&["commit", "-qam", "a ref that names nothing"]);
+    let c = env.exec(&["check"]);
+    assert_eq!(c.code, 2, "{}", c.stderr);
+    assert!(c.stderr.contains("`v9`"), "{}", c.stderr);
 }
 
 #[test]
