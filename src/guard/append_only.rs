@@ -112,22 +112,43 @@ fn introduces(lang: Lang, s: &Statement) -> Option<Vec<String>> {
                             .iter()
                             .any(|m| d.contains(m))
             };
-            if !attrs.iter().all(|d| ok_decorator(d)) {
+            if !attrs.iter().all(|d| ok_decorator(d) && !runs_code(d)) {
                 return None;
             }
+            // What runs when the `def` or `class` line does (a default, an
+            // annotation, a base class): code at import, before any test.
+            let header = python_header(&rest);
             if let Some(r) = first
                 .strip_prefix("def ")
                 .or_else(|| first.strip_prefix("async def "))
             {
-                return Some(vec![ident(r)]);
+                let signature = header.split_once('(').map_or("", |(_, s)| s);
+                return (!signature.contains('(') && !runs_code(signature)).then(|| vec![ident(r)]);
             }
             if let Some(r) = first.strip_prefix("class ") {
-                return attrs.is_empty().then(|| vec![ident(r)]);
+                // A class body runs at import: only methods (and a
+                // docstring) may be in it.
+                let body_ok = rest[1..].iter().all(|l| {
+                    l.starts_with("def ")
+                        || l.starts_with("async def ")
+                        || l.starts_with('@') && !runs_code(l)
+                        || l.starts_with("\"\"\"")
+                        || l.starts_with("pass")
+                        || !s.text.lines().any(|t| t.trim() == *l && indent(t) == 4)
+                });
+                return (attrs.is_empty() && !header.contains('(') && body_ok)
+                    .then(|| vec![ident(r)]);
             }
             if !attrs.is_empty() {
                 return None;
             }
-            let flat = rest.join(" ");
+            // Comments out, so `import x  # noqa: F403` reads as `import x`.
+            let flat: String = rest
+                .iter()
+                .map(|l| crate::guard::syntax::scan(l, None, 0).0)
+                .collect::<Vec<_>>()
+                .join(" ");
+            let flat = flat.trim();
             let names = if let Some(r) = flat.strip_prefix("import ") {
                 r.split(',')
                     .map(|n| n.split_whitespace().last().unwrap_or("").to_owned())
@@ -149,7 +170,12 @@ fn introduces(lang: Lang, s: &Statement) -> Option<Vec<String>> {
                 return None;
             };
             (!flat.contains(';') && names.iter().all(|n| n != "*" && !n.starts_with("pytest_")))
-                .then_some(names)
+                .then_some(
+                    names
+                        .into_iter()
+                        .map(|n| n.trim_end_matches(')').to_owned())
+                        .collect(),
+                )
         }
         Lang::Js => {
             if !attrs.is_empty() {
@@ -223,6 +249,92 @@ fn introduces(lang: Lang, s: &Statement) -> Option<Vec<String>> {
     }
 }
 
+/// The modules a Python `import`/`from … import` or a JavaScript `import … from`
+/// statement names.
+fn imported_modules(lang: Lang, s: &Statement) -> Vec<String> {
+    let flat: String = code_lines(s)
+        .iter()
+        .map(|l| crate::guard::syntax::scan(l, None, 0).0)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let flat = flat.trim();
+    match lang {
+        Lang::Python => {
+            if let Some(r) = flat.strip_prefix("import ") {
+                r.split(',')
+                    .filter_map(|m| m.split_whitespace().next())
+                    .map(str::to_owned)
+                    .collect()
+            } else if let Some(r) = flat.strip_prefix("from ") {
+                r.split_whitespace()
+                    .next()
+                    .map(str::to_owned)
+                    .into_iter()
+                    .collect()
+            } else {
+                Vec::new()
+            }
+        }
+        // The specifier is a string, emptied by `scan`: read the raw text.
+        Lang::Js => s
+            .text
+            .split(" from ")
+            .nth(1)
+            .map(|r| {
+                r.trim()
+                    .trim_matches(|c| c == '\'' || c == '"' || c == ';' || c == '\n')
+                    .to_owned()
+            })
+            .into_iter()
+            .collect(),
+        Lang::Go | Lang::Rust => Vec::new(),
+    }
+}
+
+/// A Python source's first two lines declare an encoding that is not UTF-8.
+pub(crate) fn foreign_encoding(text: &str) -> bool {
+    static R: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let r = crate::util::once_regex(&R, r"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)");
+    text.split(['\n', '\r']).take(2).any(|l| {
+        r.captures(l).is_some_and(|c| {
+            let e = c[1].to_ascii_lowercase().replace('_', "-");
+            !matches!(e.as_str(), "utf-8" | "utf8" | "ascii" | "us-ascii")
+        })
+    })
+}
+
+/// Whether a piece of Python code rebinds or reaches into names at run
+/// time: a call is not enough (a decorator's `Decimal("1")` is honest), but
+/// an assignment expression, a lambda, `globals()`/`vars()`, `setattr` or
+/// `__setitem__`/`update` of a namespace is.
+fn runs_code(code: &str) -> bool {
+    static R: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    crate::util::once_regex(
+        &R,
+        r"\bglobals\s*\(|\bvars\s*\(|\blocals\s*\(|:=|\blambda\b|\bsetattr\s*\(|__setitem__|__dict__|\bexec\s*\(|\beval\s*\(|__import__|sys\.modules",
+    )
+    .is_match(code)
+}
+
+/// The `def`/`class` header of a statement's code lines (up to the `:` that
+/// ends it), strings emptied.
+fn python_header(rest: &[&str]) -> String {
+    let mut header = String::new();
+    for l in rest {
+        let code = crate::guard::syntax::scan(l, None, 0).0;
+        header.push_str(&code);
+        header.push(' ');
+        if code.trim_end().ends_with(':') {
+            break;
+        }
+    }
+    header
+}
+
+fn indent(line: &str) -> usize {
+    line.len() - line.trim_start().len()
+}
+
 /// An old import that the new file extends with more names (`from m
 /// import a` → `from m import a, b`): every token of the old is in the new,
 /// both are imports, and they start alike.
@@ -235,7 +347,13 @@ fn extends_import(old: &Statement, new: &Statement) -> bool {
 }
 
 /// The findings on one existing test file changed under `append_only`.
-pub fn findings(path: &str, old: &str, new: &str, tests_rule: Option<u32>) -> Vec<Finding> {
+pub fn findings(
+    path: &str,
+    old: &str,
+    new: &str,
+    tests_rule: Option<u32>,
+    added_module: &dyn Fn(&str) -> bool,
+) -> Vec<Finding> {
     let finding = |line: Option<u32>, problem: String| {
         Finding {
         reason: Reason::ProtectedPath,
@@ -250,6 +368,11 @@ pub fn findings(path: &str, old: &str, new: &str, tests_rule: Option<u32>) -> Ve
     let Some(lang) = Lang::of(path) else {
         return vec![finding(None, format!("`{path}` is an existing test file loopd cannot split into statements, so with `[protect] tests = \"append_only\"` it may not change either"))];
     };
+    // A declared encoding other than UTF-8 makes Python read other text
+    // than loopd does (`# -*- coding: utf-7 -*-`).
+    if lang == Lang::Python && foreign_encoding(new) {
+        return vec![finding(Some(1), format!("`{path}` declares an encoding other than UTF-8, so Python would read other code than loopd compares"))];
+    }
     let old_s = statements(lang, old);
     let new_s = statements(lang, new);
     let old_words: BTreeSet<&str> = words(old);
@@ -286,6 +409,15 @@ pub fn findings(path: &str, old: &str, new: &str, tests_rule: Option<u32>) -> Ve
         ));
     }
     for s in unmatched {
+        // An import of a module this change adds runs that module, which
+        // can rewrite what the existing tests call.
+        if let Some(m) = imported_modules(lang, s)
+            .into_iter()
+            .find(|m| added_module(m))
+        {
+            out.push(finding(Some(s.line), format!("`{path}` line {}: imports `{m}`, a module this change adds: importing it runs it before the existing tests", s.line)));
+            continue;
+        }
         let first: String = code_lines(s)
             .iter()
             .find(|l| !l.starts_with('@') && !l.starts_with("#["))
@@ -323,7 +455,7 @@ mod tests {
     const PY: &str = "from decimal import Decimal\n\nimport pytest\n\nfrom rechnung import net_total\n\n\n@pytest.fixture\ndef lines():\n    return [(1, Decimal(\"10\"))]\n\n\n@pytest.mark.parametrize(\"n\", [1, 2])\ndef test_net_total(lines, n):\n    assert net_total(lines * n) == Decimal(\"10\") * n\n";
 
     fn problems(path: &str, old: &str, new: &str) -> Vec<String> {
-        findings(path, old, new, Some(1))
+        findings(path, old, new, Some(1), &|_| false)
             .into_iter()
             .map(|f| f.problem)
             .collect()

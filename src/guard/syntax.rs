@@ -24,6 +24,8 @@ pub struct Statement {
 /// two (a hook hidden in the "body" of a fixture would be indented, and
 /// Python would put it inside the fixture too).
 pub fn python_statements(source: &str) -> Vec<Statement> {
+    // Python ends a line at `\n`, `\r\n` and a lone `\r`; so does this.
+    let source = &normal_lines(source);
     let mut out: Vec<Statement> = Vec::new();
     let mut current: Option<Statement> = None;
     let mut depth: i32 = 0;
@@ -101,7 +103,9 @@ pub fn scan(
     mut in_string: Option<&'static str>,
     mut depth: i32,
 ) -> (String, (Option<&'static str>, i32)) {
-    let mut code = String::new();
+    // Bytes, so a character of several bytes is never cut (a line's
+    // indexes are bytes); the code is UTF-8 again at the end.
+    let mut code: Vec<u8> = Vec::new();
     let b = line.as_bytes();
     let mut i = 0;
     while i < b.len() {
@@ -110,10 +114,10 @@ pub fn scan(
                 i += 2;
                 continue;
             }
-            if line[i..].starts_with(quote) {
+            if b[i..].starts_with(quote.as_bytes()) {
                 in_string = None;
                 i += quote.len();
-                code.push('"');
+                code.push(b'"');
                 continue;
             }
             i += 1;
@@ -124,13 +128,13 @@ pub fn scan(
             b'"' | b'\'' => {
                 let q = if b[i] == b'"' { "\"" } else { "'" };
                 let triple = if q == "\"" { "\"\"\"" } else { "'''" };
-                let quote = if line[i..].starts_with(triple) {
+                let quote = if b[i..].starts_with(triple.as_bytes()) {
                     triple
                 } else {
                     q
                 };
                 in_string = Some(quote);
-                code.push('"');
+                code.push(b'"');
                 i += quote.len();
                 continue;
             }
@@ -138,7 +142,7 @@ pub fn scan(
             b')' | b']' | b'}' => depth = (depth - 1).max(0),
             _ => {}
         }
-        code.push(char::from(b[i]));
+        code.push(b[i]);
         i += 1;
     }
     // A single-quoted string does not span lines (but for a backslash
@@ -146,7 +150,10 @@ pub fn scan(
     if matches!(in_string, Some("\"" | "'")) && !line.ends_with('\\') {
         in_string = None;
     }
-    (code, (in_string, depth))
+    (
+        String::from_utf8_lossy(&code).into_owned(),
+        (in_string, depth),
+    )
 }
 
 /// The brace languages [`brace_statements`] splits.
@@ -281,6 +288,8 @@ fn brace_scan(line: &str, lang: Brace, st: &mut BraceState) {
 /// (`@…`) at the top belong to the item after them; blank lines are
 /// dropped.
 pub fn brace_statements(source: &str, lang: Brace) -> Vec<Statement> {
+    // A lone `\r` ends a line in JavaScript, Go and Rust too.
+    let source = &normal_lines(source);
     let mut out: Vec<Statement> = Vec::new();
     let mut current: Option<Statement> = None;
     let mut pending = String::new();
@@ -340,6 +349,15 @@ pub fn brace_statements(source: &str, lang: Brace) -> Vec<Statement> {
     out
 }
 
+/// `text` with every line ending (`\r\n`, a lone `\r`) as `\n`.
+fn normal_lines(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains('\r') {
+        text.replace("\r\n", "\n").replace('\r', "\n").into()
+    } else {
+        text.into()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,6 +372,15 @@ mod tests {
                     .to_owned()
             })
             .collect()
+    }
+
+    #[test]
+    fn characters_of_several_bytes_are_never_cut() {
+        let (code, _) = scan("s = \"Ünïcode Straße\"  # ß", None, 0);
+        assert_eq!(code, "s = \"\"  ");
+        let (code, _) = scan("größe = 1  # ü", None, 0);
+        assert_eq!(code, "größe = 1  ");
+        assert_eq!(python_statements("x = 'é'\ny = \"ü\"\n").len(), 2);
     }
 
     #[test]

@@ -267,8 +267,10 @@ impl Run<'_> {
                     (Vec::new(), Vec::new())
                 };
                 let cases = run.test_cases_at_base();
-                let fitted =
+                let mut fitted =
                     precheck::fitting::findings(&diff.added, &files, &cases, &run.job.task);
+                fitted.extend(precheck::fitting::test_patching(&diff.added, &files));
+                fitted.extend(run.shadowing_modules(&diff));
                 for mut f in
                     precheck::test_special_casing(&diff.added, &files, late, &failing, &expected)
                         .into_iter()
@@ -714,6 +716,53 @@ impl Run<'_> {
         self.restore_git_dir(&dir.join("git-dir-changed"))
     }
 
+    /// A Python file the change adds among the tests under the name of a
+    /// module of BASE_REF (`tests/rechnung.py` beside `rechnung.py`): on
+    /// the tests' `sys.path` it stands in for the code under test.
+    fn shadowing_modules(&self, diff: &Diff) -> Vec<Finding> {
+        let mut out = Vec::new();
+        for c in diff
+            .changes
+            .iter()
+            .filter(|c| c.status == workspace::ChangeKind::Added)
+        {
+            let Some((dir, name)) = c.path.rsplit_once('/') else {
+                continue;
+            };
+            let Some(stem) = name.strip_suffix(".py") else {
+                continue;
+            };
+            if !dir.split('/').any(|d| d == "tests" || d == "test") {
+                continue;
+            }
+            let shadowed = [
+                format!("{stem}.py"),
+                format!("src/{stem}.py"),
+                format!("{stem}/__init__.py"),
+                format!("src/{stem}/__init__.py"),
+            ]
+            .into_iter()
+            .find(|p| {
+                !matches!(
+                    self.ws.base_content(self.base_oid, p),
+                    workspace::Content::Deleted
+                )
+            });
+            if let Some(module) = shadowed {
+                out.push(Finding {
+                    reason: Reason::Precheck,
+                    path: c.path.clone(),
+                    line: None,
+                    rule: None,
+                    check: None,
+                    problem: format!("the change adds `{}` among the tests under the name of `{module}`: the tests would import it instead of the code under test", c.path),
+                    fix: format!("remove `{}`; fix `{module}` itself", c.path),
+                });
+            }
+        }
+        out
+    }
+
     /// Every assertion's inputs and expected values in the test files of
     /// BASE_REF (at most [`EXPECTED_FILES`] of them): what a change fitted
     /// to the tests repeats.
@@ -797,12 +846,31 @@ impl Run<'_> {
             .ws
             .changed_texts(self.base_oid, diff, |p| modified.contains(&p));
         let rule = self.job.rubric.tests_rule();
+        // `a.b` (Python) or `./a.mjs` (JS) names a file this change adds.
+        let added_module = |module: &str| {
+            let stem = module
+                .rsplit(['.', '/'])
+                .find(|p| !p.is_empty() && !matches!(*p, "mjs" | "js" | "cjs" | "ts" | "py"))
+                .unwrap_or(module);
+            diff.changes.iter().any(|c| {
+                c.status == workspace::ChangeKind::Added
+                    && c.path
+                        .rsplit('/')
+                        .next()
+                        .and_then(|n| n.split('.').next())
+                        .is_some_and(|n| n == stem)
+            })
+        };
         let mut out = Vec::new();
         for f in &files {
             match (&f.old, &f.new) {
-                (Some(old), Some(new)) => {
-                    out.extend(crate::guard::append_only::findings(&f.path, old, new, rule))
-                }
+                (Some(old), Some(new)) => out.extend(crate::guard::append_only::findings(
+                    &f.path,
+                    old,
+                    new,
+                    rule,
+                    &added_module,
+                )),
                 _ => out.push(Finding {
                     reason: Reason::ProtectedPath,
                     path: f.path.clone(),

@@ -373,6 +373,96 @@ pub fn findings(
     out
 }
 
+/// Added test code (a new test, a new test module, a package's
+/// `__init__.py` under the tests) that rewrites the code under test or the
+/// names the tests call, at import or when it runs: `globals()`,
+/// `sys.modules`, `setattr`, an assignment to an attribute of an imported
+/// module (`rechnung.line_total = …`), rebinding an imported name. The
+/// tests would then check something else than the code. (`monkeypatch` and
+/// `mock.patch` undo themselves after the test and are not this.)
+pub fn test_patching(added: &[AddedLine], files: &[ChangedText]) -> Vec<Finding> {
+    static REACH: OnceLock<Regex> = OnceLock::new();
+    static IMPORT: OnceLock<Regex> = OnceLock::new();
+    static FROM: OnceLock<Regex> = OnceLock::new();
+    let reach = re(
+        &REACH,
+        r"\bglobals\s*\(|\bvars\s*\(\s*\w|__builtins__|\bbuiltins\.\w+\s*=[^=]|\bsys\.modules\s*\[|__dict__\s*\[|(?:^|[^.\w])setattr\s*\(|__setitem__|globalThis\.\w+\s*=[^=]|Object\.defineProperty\s*\(",
+    );
+    let import = re(&IMPORT, r"(?m)^\s*import\s+([\w.]+)(?:\s+as\s+(\w+))?");
+    let from = re(&FROM, r"(?m)^\s*from\s+[\w.]+\s+import\s+\(?([^)\n#]+)");
+    let mut out = Vec::new();
+    for f in files
+        .iter()
+        .filter(|f| is_test(&f.path) && Lang::of(&f.path).is_some())
+    {
+        let Some(new) = f.new.as_deref() else {
+            continue;
+        };
+        let python = Lang::of(&f.path) == Some(Lang::Python);
+        let mut modules: Vec<String> = Vec::new();
+        let mut names: Vec<String> = Vec::new();
+        if python {
+            for c in import.captures_iter(new) {
+                let m = c.get(2).or(c.get(1)).map_or("", |m| m.as_str());
+                if !matches!(m, "pytest" | "unittest" | "mock") {
+                    modules.push(m.to_owned());
+                }
+            }
+            for c in from.captures_iter(new) {
+                for n in c[1].split(',') {
+                    if let Some(n) = n.split_whitespace().last() {
+                        names.push(n.to_owned());
+                    }
+                }
+            }
+        }
+        for a in added.iter().filter(|a| a.path == f.path) {
+            let code = if python {
+                crate::guard::syntax::scan(&a.text, None, 0).0
+            } else {
+                a.text.clone()
+            };
+            let hit = reach
+                .find(&code)
+                .map(|m| m.as_str().trim().to_owned())
+                .or_else(|| {
+                    modules.iter().find_map(|m| {
+                        let at = code.find(&format!("{m}."))?;
+                        let before_ok = at == 0
+                            || !code[..at]
+                                .ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == '.');
+                        let rest = &code[at + m.len() + 1..];
+                        let attr: String = rest
+                            .chars()
+                            .take_while(|c| c.is_alphanumeric() || *c == '_')
+                            .collect();
+                        let after = rest[attr.len()..].trim_start();
+                        (before_ok
+                            && !attr.is_empty()
+                            && after.starts_with('=')
+                            && !after.starts_with("=="))
+                        .then(|| format!("{m}.{attr} ="))
+                    })
+                })
+                .or_else(|| {
+                    names.iter().find_map(|n| {
+                        let t = code.trim_start();
+                        let rebinds = t.strip_prefix(n.as_str()).is_some_and(|r| {
+                            let r = r.trim_start();
+                            r.starts_with('=') && !r.starts_with("==")
+                        }) || code.contains(&format!("{n} :="))
+                            || code.contains(&format!("{n}:="));
+                        rebinds.then(|| format!("{n} ="))
+                    })
+                });
+            if let Some(what) = hit {
+                out.push(finding(&a.path, a.line, format!("added test code rewrites the code under test or a name the tests call (`{what}`): the tests would check something other than the code"), FIX));
+            }
+        }
+    }
+    out
+}
+
 /// Whether the file's new text talks to the network (a JS `catch` there
 /// that returns data is a canned response).
 fn networked(files: &[ChangedText], path: &str) -> bool {
@@ -492,6 +582,32 @@ mod tests {
             .map(|f| f.problem)
             .collect();
         assert!(p.iter().any(|p| p.contains("maps a test's input")), "{p:?}");
+    }
+
+    #[test]
+    fn test_code_that_patches_the_code_under_test_is_found() {
+        let test = |text: &str| {
+            let (a, f) = added("tests/test_patch.py", text);
+            test_patching(&a, &f)
+                .into_iter()
+                .map(|f| f.problem)
+                .collect::<Vec<_>>()
+        };
+        for cheat in [
+            "import rechnung\n\nrechnung.line_total = lambda q, p: q * p\n",
+            "from rechnung import line_total\n\n\ndef test_a():\n    globals().update(line_total=len)\n",
+            "from rechnung import line_total\n\n\ndef test_b(_=(line_total := len)):\n    pass\n",
+            "import sys\nsys.modules['rechnung'] = object()\n",
+            "from decimal import Decimal\n\n\ndef test_c():\n    setattr(__import__('rechnung'), 'net_total', len)\n",
+        ] {
+            assert!(!test(cheat).is_empty(), "{cheat}");
+        }
+        for honest in [
+            "import rechnung\n\n\ndef test_d(monkeypatch):\n    monkeypatch.setattr(rechnung, \"VAT_RATE\", 0)\n    assert rechnung.line_total(1, 2) == 2\n",
+            "from rechnung import line_total\n\n\ndef test_e():\n    total = line_total(1, 2)\n    assert total == 2\n",
+        ] {
+            assert_eq!(test(honest), Vec::<String>::new(), "{honest}");
+        }
     }
 
     #[test]
