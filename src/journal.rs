@@ -1244,6 +1244,7 @@ mod tests {
         AttemptRecord {
             n,
             goal_passed: true,
+            held_out_passed: None,
             failed_step: None,
             critic: "FAIL".into(),
             critic_note: None,

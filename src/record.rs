@@ -20,6 +20,11 @@ pub struct AttemptRecord {
     pub n: u32,
     pub goal_passed: bool,
     pub failed_step: Option<String>,
+    /// Whether the held-out steps passed on this attempt's judge-only tree
+    /// (`None`: they did not run — no held-out steps, or a gate before them
+    /// rejected the attempt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_out_passed: Option<bool>,
     /// `PASS` | `FAIL` | `invalid` | `skipped`.
     pub critic: String,
     /// Why the verdict was invalid, when it was.

@@ -142,7 +142,7 @@ pub fn markdown(
     }
     md.push_str("| attempt | goal test | gates | critic | cost | turns |\n| --- | --- | --- | --- | --- | --- |\n");
     for a in &summary.attempts {
-        let goal = if a.goal_passed {
+        let mut goal = if a.goal_passed {
             "green".to_owned()
         } else {
             match a.failed_step.as_deref() {
@@ -150,6 +150,11 @@ pub fn markdown(
                 None => "not run".to_owned(),
             }
         };
+        match a.held_out_passed {
+            Some(true) => goal.push_str("; held-out tests green"),
+            Some(false) => goal.push_str("; held-out tests RED"),
+            None => {}
+        }
         let gates = a
             .rejected_by
             .map_or("passed".to_owned(), |r| format!("`{r}`"));
@@ -233,7 +238,7 @@ pub fn render_human(s: &Summary) -> String {
         out.push_str(&format!("  TEST COUNT GATE OFF for `{step}`: {why}\n"));
     }
     for a in &s.attempts {
-        let goal = if a.goal_passed {
+        let mut goal = if a.goal_passed {
             "goal green".to_owned()
         } else {
             match a.failed_step.as_deref() {
@@ -241,6 +246,11 @@ pub fn render_human(s: &Summary) -> String {
                 None => "goal not run".to_owned(),
             }
         };
+        match a.held_out_passed {
+            Some(true) => goal.push_str(", held-out tests green"),
+            Some(false) => goal.push_str(", held-out tests RED"),
+            None => {}
+        }
         out.push_str(&format!(
             "  attempt {}: {goal}, critic {}, {} violation(s), ${:.4}, {} turns\n",
             a.n,

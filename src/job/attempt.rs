@@ -455,6 +455,7 @@ fn record_of(c: &Current, n: u32, run_dir: &Path) -> AttemptRecord {
     AttemptRecord {
         n,
         goal_passed: c.goal.as_ref().is_some_and(|g| g.passed()),
+        held_out_passed: c.held_out.as_ref().map(|r| r.passed()),
         failed_step: c
             .goal
             .as_ref()

@@ -843,6 +843,7 @@ pub(crate) mod tests {
         AttemptRecord {
             n,
             goal_passed: true,
+            held_out_passed: None,
             failed_step: None,
             critic: "PASS".into(),
             critic_note: None,

@@ -90,8 +90,18 @@ fn a_wrong_but_green_change_is_rejected_by_tests_it_never_saw() {
         !findings.contains("20.83") && !findings.contains(MARKER),
         "{findings}"
     );
-    // The accepted job's held-out runs are in its journal.
+    // The accepted job's held-out runs are in its journal, its summary and
+    // its report.
     assert_eq!(held_out_runs(&s), [(1, false), (2, true)]);
+    assert_eq!(s["attempts"][0]["held_out_passed"], false);
+    assert_eq!(s["attempts"][1]["held_out_passed"], true);
+    let report = env.exec(&["report", s["job_id"].as_str().expect("job id")]);
+    assert!(
+        report.stdout.contains("held-out tests RED")
+            && report.stdout.contains("held-out tests green"),
+        "{}",
+        report.stdout
+    );
     let baseline = journal(&s).into_iter().find_map(|e| match e {
         loopd::journal::Event::Baseline { held_out, .. } => held_out,
         _ => None,
