@@ -109,7 +109,13 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
             job.guard.held_out_feedback.as_str()
         ));
         for h in &job.held_out {
-            let files = held_out_file_count(&h.files);
+            let files = match &h.commit {
+                Some(c) => format!("the tree of commit {}", &c[..c.len().min(12)]),
+                None => match crate::goal::held_out::measure(&h.files) {
+                    Ok((n, _)) => format!("{n} files"),
+                    Err(why) => why,
+                },
+            };
             out.push_str(&format!(
                 "  - {} — `{}` (timeout {}), files from {} ({files}; no process of the job can read them)\n",
                 h.step.name,
@@ -246,26 +252,6 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
     }
     crate::cli::out!("{}", out.trim_end_matches('\n'));
     Ok(preflight.map_or(ExitStatus::Success, |p| p.1))
-}
-
-/// How many regular files a held-out directory holds, for people (never
-/// following a link).
-fn held_out_file_count(dir: &std::path::Path) -> String {
-    let mut n = 0usize;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            return "unreadable".into();
-        };
-        for e in entries.flatten() {
-            match e.file_type() {
-                Ok(t) if t.is_dir() => stack.push(e.path()),
-                Ok(t) if t.is_file() => n += 1,
-                _ => {}
-            }
-        }
-    }
-    format!("{n} files")
 }
 
 /// Run the goal test once in the repository, as the baseline, and judge it

@@ -83,10 +83,10 @@ pub enum CopyError {
     TooLarge { path: PathBuf },
 }
 
-/// Whether a held-out directory is within [`MAX_FILES`] and
-/// [`MAX_BYTES`] (regular files only, links never followed); the error
-/// says what it holds.
-pub fn within_limits(dir: &Path) -> Result<(), String> {
+/// How many regular files, and bytes, a held-out directory holds (links
+/// never followed), counting stops just past [`MAX_FILES`] or
+/// [`MAX_BYTES`]; or why it cannot be read.
+pub fn measure(dir: &Path) -> Result<(usize, u64), String> {
     let (mut files, mut bytes) = (0usize, 0u64);
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -99,12 +99,26 @@ pub fn within_limits(dir: &Path) -> Result<(), String> {
                     files += 1;
                     bytes += e.metadata().map_or(0, |m| m.len());
                     if files > MAX_FILES || bytes > MAX_BYTES {
-                        return Err(format!("more than {files} files or {} MiB", bytes >> 20));
+                        return Ok((files, bytes));
                     }
                 }
                 _ => {}
             }
         }
+    }
+    Ok((files, bytes))
+}
+
+/// Whether a held-out directory is within [`MAX_FILES`] and
+/// [`MAX_BYTES`]; the error says what it holds.
+pub fn within_limits(dir: &Path) -> Result<(), String> {
+    let (files, bytes) = measure(dir)?;
+    if files > MAX_FILES || bytes > MAX_BYTES {
+        return Err(format!(
+            "more than {} files or {} MiB",
+            files - 1,
+            bytes >> 20
+        ));
     }
     Ok(())
 }

@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 
 use super::finding::Finding;
 use super::precheck::Lang;
-use super::syntax::{brace_statements, python_statements, Brace, Statement};
+use super::syntax::{brace_statements, python_statements, words, Brace, Statement};
 use crate::outcome::Reason;
 
 /// `[protect] tests`.
@@ -62,13 +62,6 @@ const RUN_AROUND: &[&str] = &[
     "setUpModule",
     "tearDownModule",
 ];
-
-/// The identifiers a text mentions.
-fn words(text: &str) -> BTreeSet<&str> {
-    text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
-        .filter(|w| !w.is_empty())
-        .collect()
-}
 
 /// A statement's code lines without the comment lines before it.
 fn code_lines(s: &Statement) -> Vec<&str> {

@@ -349,6 +349,13 @@ pub fn brace_statements(source: &str, lang: Brace) -> Vec<Statement> {
     out
 }
 
+/// The identifiers a text mentions (`$` counts, for JavaScript).
+pub fn words(text: &str) -> std::collections::BTreeSet<&str> {
+    text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
 /// `text` with every line ending (`\r\n`, a lone `\r`) as `\n`.
 fn normal_lines(text: &str) -> std::borrow::Cow<'_, str> {
     if text.contains('\r') {

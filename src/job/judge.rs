@@ -7,7 +7,7 @@
 //! step's result is journaled; on a resume a step whose result the journal
 //! holds is not run again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Instant;
 
@@ -846,21 +846,7 @@ impl Run<'_> {
             .ws
             .changed_texts(self.base_oid, diff, |p| modified.contains(&p));
         let rule = self.job.rubric.tests_rule();
-        // `a.b` (Python) or `./a.mjs` (JS) names a file this change adds.
-        let added_module = |module: &str| {
-            let stem = module
-                .rsplit(['.', '/'])
-                .find(|p| !p.is_empty() && !matches!(*p, "mjs" | "js" | "cjs" | "ts" | "py"))
-                .unwrap_or(module);
-            diff.changes.iter().any(|c| {
-                c.status == workspace::ChangeKind::Added
-                    && c.path
-                        .rsplit('/')
-                        .next()
-                        .and_then(|n| n.split('.').next())
-                        .is_some_and(|n| n == stem)
-            })
-        };
+        let added_module = |module: &str| module_in_change(diff, module, true);
         let mut out = Vec::new();
         for f in &files {
             match (&f.old, &f.new) {
@@ -906,34 +892,34 @@ impl Run<'_> {
         let files = self
             .ws
             .changed_texts(self.base_oid, diff, crate::guard::runner::wanted);
+        // The words of the Python tests at BASE_REF, read once, and only
+        // when a new conftest defines something to look up.
+        let base_words: std::cell::OnceCell<BTreeSet<String>> = std::cell::OnceCell::new();
         let used_at_base = |name: &str| {
-            self.env
-                .policy
-                .files
-                .iter()
-                .filter(|(path, why)| {
-                    why.as_str() == crate::guard::tamper::TEST_AT_BASE && path.ends_with(".py")
+            base_words
+                .get_or_init(|| {
+                    let mut words = BTreeSet::new();
+                    for (path, why) in &self.env.policy.files {
+                        if why.as_str() != crate::guard::tamper::TEST_AT_BASE
+                            || !path.ends_with(".py")
+                        {
+                            continue;
+                        }
+                        if let workspace::Content::Text { text } =
+                            self.ws.base_content(self.base_oid, path)
+                        {
+                            words.extend(
+                                crate::guard::syntax::words(&text)
+                                    .into_iter()
+                                    .map(str::to_owned),
+                            );
+                        }
+                    }
+                    words
                 })
-                .any(
-                    |(path, _)| match self.ws.base_content(self.base_oid, path) {
-                        workspace::Content::Text { text } => text
-                            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
-                            .any(|w| w == name),
-                        _ => false,
-                    },
-                )
+                .contains(name)
         };
-        // `a.b` is in the change when a changed path is `a.py`, `a/…`, or
-        // holds `a` as a directory on its way.
-        let in_change = |module: &str| {
-            let top = module.split('.').next().unwrap_or(module);
-            !top.is_empty()
-                && diff.changes.iter().any(|c| {
-                    c.path
-                        .split('/')
-                        .any(|part| part == top || part == format!("{top}.py"))
-                })
-        };
+        let in_change = |module: &str| module_in_change(diff, module, false);
         crate::guard::runner::findings(
             &files,
             self.job.rubric.tests_rule(),
@@ -1053,6 +1039,29 @@ impl Run<'_> {
         }
         None
     }
+}
+
+/// Whether a module a statement imports — Python's `a.b.c`, or a
+/// JavaScript specifier `./x/y.mjs` — is one the change touches (`added`:
+/// one it adds): a changed path holds its top-level package as a
+/// component, or its file is named like its last part. Errs towards yes.
+fn module_in_change(diff: &Diff, module: &str, added: bool) -> bool {
+    let parts: Vec<&str> = module
+        .split(['.', '/'])
+        .filter(|p| !p.is_empty() && !matches!(*p, "mjs" | "js" | "cjs" | "ts" | "py"))
+        .collect();
+    let (Some(top), Some(last)) = (parts.first(), parts.last()) else {
+        return false;
+    };
+    diff.changes
+        .iter()
+        .filter(|c| !added || c.status == workspace::ChangeKind::Added)
+        .any(|c| {
+            let mut components = c.path.split('/');
+            let file = c.path.rsplit('/').next().unwrap_or(&c.path);
+            let stem = file.split('.').next().unwrap_or(file);
+            stem == *last || components.any(|d| d == *top)
+        })
 }
 
 /// What the critic is told from a late attempt on.

@@ -19,7 +19,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::guard::syntax::{python_statements as statements, scan, Statement};
+use crate::guard::syntax::{python_statements as statements, scan, words, Statement};
 
 /// pytest's built-in fixtures and the common plugins': a new fixture under
 /// one of these names replaces what an existing test requests.
@@ -170,13 +170,6 @@ enum Kind {
     Helper(String),
     Import(Vec<String>),
     Other,
-}
-
-/// The identifiers a text mentions.
-fn words(text: &str) -> BTreeSet<&str> {
-    text.split(|c: char| !(c.is_alphanumeric() || c == '_'))
-        .filter(|w| !w.is_empty())
-        .collect()
 }
 
 /// What changed in the runner's part of a conftest: one entry per
