@@ -23,6 +23,7 @@ pub mod size;
 pub mod syntax;
 pub mod tamper;
 pub mod testcount;
+pub mod tree;
 
 use std::collections::HashMap;
 use std::time::Duration;

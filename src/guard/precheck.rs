@@ -36,11 +36,14 @@ use regex::Regex;
 use crate::util::once_regex as re;
 use serde::Serialize;
 
+mod comments;
 pub mod fitting;
 mod output;
+mod swallowed;
 
-use self::output::{Output, Writers};
+use self::output::Output;
 use super::finding::{Check, Finding, TEST_GLOBS};
+use super::tree::{self, Tree};
 use crate::outcome::Reason;
 use crate::workspace::{AddedLine, ChangedText};
 
@@ -55,48 +58,7 @@ pub fn tests_rule<'a>(rules: impl IntoIterator<Item = (u32, &'a str)>) -> Option
         .map(|(id, _)| id)
 }
 
-/// The languages the checks know, by file extension.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lang {
-    Python,
-    Rust,
-    Js,
-    Go,
-}
-
-impl Lang {
-    pub fn of(path: &str) -> Option<Lang> {
-        let ext = path.rsplit_once('.').map(|(_, e)| e)?;
-        Some(match ext {
-            "py" | "pyi" => Lang::Python,
-            "rs" => Lang::Rust,
-            "js" | "jsx" | "mjs" | "cjs" | "ts" | "tsx" | "mts" | "cts" => Lang::Js,
-            "go" => Lang::Go,
-            _ => return None,
-        })
-    }
-
-    /// The line-comment text of `line`, if the line is a plain comment
-    /// (doc comments and pragmas are not).
-    fn comment(self, line: &str) -> Option<&str> {
-        let t = line.trim_start();
-        match self {
-            Lang::Python => {
-                let c = t.strip_prefix('#')?;
-                let pragma = c.starts_with('!')
-                    || c.trim_start().starts_with("type:")
-                    || c.trim_start().starts_with("noqa")
-                    || c.trim_start().starts_with("-*-")
-                    || c.trim_start().starts_with("pragma");
-                (!pragma).then_some(c)
-            }
-            Lang::Rust | Lang::Js | Lang::Go => {
-                let c = t.strip_prefix("//")?;
-                (!c.starts_with('/') && !c.starts_with('!')).then_some(c)
-            }
-        }
-    }
-}
+pub use super::tree::Lang;
 
 /// One check's settings, as `[precheck.<check>]` in the rubric sets them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -243,16 +205,19 @@ impl Plan {
     /// `files` the changed files' texts before and after.
     pub fn run(&self, task: &str, added: &[AddedLine], files: &[ChangedText]) -> Vec<Finding> {
         let mut out = Vec::new();
+        // Each changed file is parsed once, for every check that is on.
+        let parsed = std::cell::OnceCell::new();
         for planned in &self.checks {
             let State::On { rule } = planned.state else {
                 continue;
             };
             let allowed = allow_set(&planned.allow);
+            let parsed = parsed.get_or_init(|| Parsed::all(files));
             let mut found = match planned.check {
-                Check::DebugOutput => debug_output(added, files),
-                Check::CommentedOutCode => commented_out_code(added),
-                Check::SwallowedError => swallowed_errors(added, files),
-                Check::DriveByRename => drive_by_renames(task, files),
+                Check::DebugOutput => debug_output(added, parsed),
+                Check::CommentedOutCode => comments::commented_out_code(added, parsed),
+                Check::SwallowedError => swallowed::swallowed_errors(added, parsed),
+                Check::DriveByRename => drive_by_renames(task, parsed),
                 // Not planned from the rubric: the job runs it from a late
                 // attempt on, through `test_special_casing`.
                 Check::TestSpecialCasing => Vec::new(),
@@ -266,6 +231,36 @@ impl Plan {
         }
         out.sort_by(|a, b| (&a.path, a.line).cmp(&(&b.path, b.line)));
         out
+    }
+}
+
+/// A changed file of a language loopd reads, its texts parsed once for
+/// every check.
+pub(super) struct Parsed<'a> {
+    pub path: &'a str,
+    pub lang: Lang,
+    pub new: Option<Tree<'a>>,
+    pub old: Option<Tree<'a>>,
+}
+
+impl<'a> Parsed<'a> {
+    fn all(files: &'a [ChangedText]) -> Vec<Parsed<'a>> {
+        files
+            .iter()
+            .filter_map(|f| {
+                let lang = Lang::of(&f.path)?;
+                let parse = |text: &'a Option<String>| {
+                    text.as_deref()
+                        .and_then(|t| Tree::parse_as(&f.path, lang, t))
+                };
+                Some(Parsed {
+                    path: &f.path,
+                    lang,
+                    new: parse(&f.new),
+                    old: parse(&f.old),
+                })
+            })
+            .collect()
     }
 }
 
@@ -336,30 +331,6 @@ fn is_entry_point(path: &str, text: Option<&str>) -> bool {
                 | "build.rs"
         )
         || text.is_some_and(|t| t.lines().any(|l| l.trim() == "package main"))
-}
-
-/// Whether line `line` (1-based) of a Python module is part of its script
-/// side: under its `if __name__ == "__main__":` guard, or in a top-level
-/// `main`/`cli` function of a module that has that guard. A guard alone
-/// does not make the whole library module a script.
-fn on_script_side(text: &str, line: u32) -> bool {
-    static GUARD: OnceLock<Regex> = OnceLock::new();
-    static MAIN_FN: OnceLock<Regex> = OnceLock::new();
-    let guard = re(
-        &GUARD,
-        r#"^if\s+(?:__name__\s*==\s*["']__main__["']|["']__main__["']\s*==\s*__name__)\s*:"#,
-    );
-    let main_fn = re(&MAIN_FN, r"^(?:async\s+)?def\s+_?(?:main|cli|run_cli)\s*\(");
-    let lines: Vec<&str> = text.lines().collect();
-    if !lines.iter().any(|l| guard.is_match(l)) {
-        return false;
-    }
-    let at = line.saturating_sub(1) as usize;
-    // The top-level statement the line belongs to.
-    let start = (0..=at.min(lines.len().saturating_sub(1)))
-        .rev()
-        .find(|&i| !lines[i].trim().is_empty() && !lines[i].starts_with([' ', '\t']));
-    start.is_some_and(|i| guard.is_match(lines[i]) || main_fn.is_match(lines[i]))
 }
 
 /// The names of the tests that failed in `output` (pytest's `FAILED
@@ -627,174 +598,60 @@ fn new_text<'a>(files: &'a [ChangedText], path: &str) -> Option<&'a str> {
         .and_then(|f| f.new.as_deref())
 }
 
-fn debug_output(added: &[AddedLine], files: &[ChangedText]) -> Vec<Finding> {
-    static PY_BREAK: OnceLock<Regex> = OnceLock::new();
-    static RS_DBG: OnceLock<Regex> = OnceLock::new();
-    static JS_DEBUGGER: OnceLock<Regex> = OnceLock::new();
+fn debug_output(added: &[AddedLine], files: &[Parsed<'_>]) -> Vec<Finding> {
     const FIX: &str =
         "remove the debug output; report through the code's own return values, errors or logger";
-    let mut writers: BTreeMap<&str, Writers> = BTreeMap::new();
-    let mut text_lines: BTreeMap<&str, std::collections::BTreeSet<u32>> = BTreeMap::new();
     let mut out = Vec::new();
-    for a in added {
-        let Some(lang) = Lang::of(&a.path) else {
+    for f in files {
+        let Some(t) = f.new.as_ref() else {
             continue;
         };
-        if lang.comment(&a.text).is_some() {
+        let lines: std::collections::BTreeMap<u32, &AddedLine> = added
+            .iter()
+            .filter(|a| a.path == f.path)
+            .map(|a| (a.line, a))
+            .collect();
+        if lines.is_empty() {
             continue;
         }
-        let text = new_text(files, &a.path);
-        let inside = text_lines.entry(a.path.as_str()).or_insert_with(|| {
-            text.map(|t| output::text_lines(lang, t))
-                .unwrap_or_default()
-        });
-        if inside.contains(&a.line) {
-            continue;
-        }
-        // Output in library code (not a test, not an entry point) is a
-        // leftover whatever it says; elsewhere only debug-ish output is.
-        let script_side = lang == Lang::Python && text.is_some_and(|t| on_script_side(t, a.line));
-        let library = !(is_test(&a.path) || is_entry_point(&a.path, text) || script_side);
-        // What is debug output whatever it says: a debugger hook.
-        let always = match lang {
-            Lang::Python => Some((
-                re(
-                    &PY_BREAK,
-                    r"\bbreakpoint\(\s*\)|\bimport\s+(pdb|ipdb|pudb)\b|\b(pdb|ipdb|pudb)\.set_trace\(",
-                ),
-                "a debugger hook",
-            )),
-            Lang::Rust => Some((re(&RS_DBG, r"\bdbg!\s*\("), "a `dbg!`")),
-            Lang::Js => Some((
-                re(&JS_DEBUGGER, r"^\s*debugger\s*;?\s*$"),
-                "a `debugger` statement",
-            )),
-            Lang::Go => None,
-        };
-        let code = output::code_of(lang, &a.text);
-        let calls = writers.entry(a.path.as_str()).or_insert_with(|| {
-            let old = files
-                .iter()
-                .find(|f| f.path == a.path)
-                .and_then(|f| f.old.as_deref());
-            Writers::of(lang, text, old)
-        });
-        let hit = match (always, calls.call(&a.text)) {
-            (Some((hook, what)), _) if hook.is_match(&code) => Some(what),
-            (_, Some(Output::Print(what))) if library || debugish(&a.text) => Some(what),
-            (_, Some(Output::NewDebugLog)) if library => {
-                Some("a logger call at debug level, a level this file did not log at")
+        let entry = is_test(f.path) || is_entry_point(f.path, Some(t.text));
+        let mut flagged = std::collections::BTreeSet::new();
+        for call in output::calls(t, f.old.as_ref()) {
+            // A call on an added line is the change's; one whose first
+            // line was already there is not, whatever was added inside it.
+            let Some(a) = lines.get(&call.line) else {
+                continue;
+            };
+            if flagged.contains(&call.line) {
+                continue;
             }
-            (_, Some(Output::Log | Output::NewDebugLog)) if debugish(&a.text) => {
-                Some("a logger call that reads as debugging")
-            }
-            _ => None,
-        };
-        if let Some(what) = hit {
-            out.push(finding(
-                &a.path,
-                a.line,
-                format!("debug output was added ({what}): `{}`", quote(&a.text)),
-                FIX,
-            ));
-        }
-    }
-    out
-}
-
-/// Whether a comment's text reads as code rather than prose.
-fn reads_as_code(lang: Lang, comment: &str) -> bool {
-    static PY_KW: OnceLock<Regex> = OnceLock::new();
-    static C_KW: OnceLock<Regex> = OnceLock::new();
-    static ASSIGN: OnceLock<Regex> = OnceLock::new();
-    static CALL: OnceLock<Regex> = OnceLock::new();
-    let t = comment.trim();
-    if t.is_empty() {
-        return false;
-    }
-    let code_chars = t.contains([
-        '(', ')', '[', ']', '{', '}', '=', ':', ';', '*', '+', '<', '>',
-    ]);
-    let keyword = match lang {
-        Lang::Python => re(
-            &PY_KW,
-            r"^(def|class|return|import|from|if|elif|else|for|while|try|except|finally|raise|with|yield|assert|lambda|async|await)\b",
-        ),
-        Lang::Rust | Lang::Js | Lang::Go => re(
-            &C_KW,
-            r"^(let|fn|pub|use|impl|struct|enum|match|if|else|for|while|loop|return|const|var|function|import|export|func|package|type|defer|go|await)\b",
-        ),
-    };
-    if keyword.is_match(t) && code_chars {
-        return true;
-    }
-    if re(
-        &ASSIGN,
-        r"^[A-Za-z_][\w.\[\]'\x22]*\s*([-+*/%|&]?=)\s*[^=\s]",
-    )
-    .is_match(t)
-    {
-        return true;
-    }
-    if re(&CALL, r"^[A-Za-z_][\w.:]*\(.*\)\s*[;:]?$").is_match(t) {
-        return true;
-    }
-    match lang {
-        Lang::Python => t.ends_with(':') && code_chars && !t.contains(". "),
-        _ => t.ends_with(';') || t.ends_with('{') || t == "}" || t.starts_with("} "),
-    }
-}
-
-fn commented_out_code(added: &[AddedLine]) -> Vec<Finding> {
-    let mut out = Vec::new();
-    // Runs of consecutive added comment lines, per file.
-    let mut run: Vec<&AddedLine> = Vec::new();
-    let mut flush = |run: &mut Vec<&AddedLine>| {
-        if run.len() >= 2 {
-            let lang = Lang::of(&run[0].path).expect("only lines of known languages are collected");
-            let code = run
-                .iter()
-                .filter(|l| {
-                    lang.comment(&l.text)
-                        .is_some_and(|c| reads_as_code(lang, c))
-                })
-                .count();
-            let blank = run
-                .iter()
-                .filter(|l| lang.comment(&l.text).is_some_and(|c| c.trim().is_empty()))
-                .count();
-            if code >= 2 && code * 2 >= run.len() - blank {
+            // Output in library code (not a test, not an entry point, not
+            // the module's script side) is a leftover whatever it says;
+            // elsewhere only debug-ish output is.
+            let library = !(entry || call.script_side);
+            let debug = debugish(&call.text) || debugish(&a.text);
+            let hit = match call.output {
+                Output::Hook(what) => Some(what),
+                Output::Print(what) if library || debug => Some(what),
+                Output::NewDebugLog if library => {
+                    Some("a logger call at debug level, a level this file did not log at")
+                }
+                Output::Log | Output::NewDebugLog if debug => {
+                    Some("a logger call that reads as debugging")
+                }
+                _ => None,
+            };
+            if let Some(what) = hit {
+                flagged.insert(call.line);
                 out.push(finding(
-                    &run[0].path,
-                    run[0].line,
-                    format!(
-                        "{} lines of commented-out code were added (lines {}-{}), starting `{}`",
-                        run.len(),
-                        run[0].line,
-                        run[run.len() - 1].line,
-                        quote(&run[0].text)
-                    ),
-                    "delete the commented-out block; git keeps the old version",
+                    f.path,
+                    a.line,
+                    format!("debug output was added ({what}): `{}`", quote(&a.text)),
+                    FIX,
                 ));
             }
         }
-        run.clear();
-    };
-    for a in added {
-        let is_comment = Lang::of(&a.path).is_some_and(|l| l.comment(&a.text).is_some());
-        let continues = run
-            .last()
-            .is_some_and(|p| p.path == a.path && p.line + 1 == a.line);
-        if !continues {
-            flush(&mut run);
-        }
-        if is_comment {
-            run.push(a);
-        } else {
-            flush(&mut run);
-        }
     }
-    flush(&mut run);
     out
 }
 
@@ -815,102 +672,6 @@ fn does_nothing(stmts: &[&str]) -> bool {
         })
 }
 
-fn swallowed_errors(added: &[AddedLine], files: &[ChangedText]) -> Vec<Finding> {
-    static PY_EXCEPT: OnceLock<Regex> = OnceLock::new();
-    static JS_EMPTY: OnceLock<Regex> = OnceLock::new();
-    static JS_OPEN: OnceLock<Regex> = OnceLock::new();
-    static JS_PROMISE: OnceLock<Regex> = OnceLock::new();
-    static GO_BLANK: OnceLock<Regex> = OnceLock::new();
-    static GO_OPEN: OnceLock<Regex> = OnceLock::new();
-    static RS_LET: OnceLock<Regex> = OnceLock::new();
-    static RS_ERR: OnceLock<Regex> = OnceLock::new();
-    static RS_OK: OnceLock<Regex> = OnceLock::new();
-    const FIX_PY: &str = "catch only the exception you expect and handle it, or let it propagate; never return a default for every error";
-    const FIX: &str = "handle the error or propagate it; never drop it silently";
-    let mut out = Vec::new();
-    for a in added {
-        let Some(lang) = Lang::of(&a.path) else {
-            continue;
-        };
-        let lines: Vec<&str> = new_text(files, &a.path)
-            .map(|t| t.lines().collect())
-            .unwrap_or_default();
-        // The lines after line `a.line` (1-based), blanks and comments skipped.
-        let after = || {
-            lines
-                .iter()
-                .skip(a.line as usize)
-                .filter(|l| !l.trim().is_empty() && lang.comment(l).is_none())
-        };
-        let problem = match lang {
-            Lang::Python => re(
-                &PY_EXCEPT,
-                r"^(\s*)except\s*(\(?\s*(Exception|BaseException)\s*\)?\s*(as\s+\w+)?)?\s*:\s*(.*)$",
-            )
-            .captures(&a.text)
-            .and_then(|c| {
-                let bare = c.get(2).is_none();
-                let inline = c.get(5).map_or("", |m| m.as_str()).trim();
-                let body: Vec<&str> = if inline.is_empty() || inline.starts_with('#') {
-                    let own = indent(&a.text);
-                    after().take_while(|l| indent(l) > own).copied().collect()
-                } else {
-                    vec![inline]
-                };
-                if does_nothing(&body) {
-                    Some(format!(
-                        "an error is swallowed: `{}` followed by `{}`",
-                        quote(&a.text),
-                        body.first().map_or("", |s| s.trim())
-                    ))
-                } else if bare {
-                    Some(format!("a bare `except:` catches every error: `{}`", quote(&a.text)))
-                } else {
-                    None
-                }
-            }),
-            Lang::Js => {
-                let empty_inline = re(&JS_EMPTY, r"\bcatch\s*(\([^)]*\))?\s*\{\s*\}").is_match(&a.text);
-                let empty_block = re(&JS_OPEN, r"\bcatch\s*(\([^)]*\))?\s*\{\s*$").is_match(&a.text)
-                    && after().next().is_some_and(|l| l.trim().starts_with('}'));
-                let promise = re(
-                    &JS_PROMISE,
-                    r"\.catch\(\s*(\(\s*\w*\s*\)|\w+)\s*=>\s*(\{\s*\}|null|undefined)\s*\)",
-                )
-                .is_match(&a.text);
-                (empty_inline || empty_block || promise)
-                    .then(|| format!("an error is swallowed by an empty catch: `{}`", quote(&a.text)))
-            }
-            Lang::Go => {
-                let blank = re(&GO_BLANK, r"^\s*_\s*=\s*err\b").is_match(&a.text);
-                let empty = re(&GO_OPEN, r"^\s*if\s+err\s*!=\s*nil\s*\{\s*(\}\s*)?$")
-                    .captures(&a.text)
-                    .is_some_and(|c| {
-                        c.get(1).is_some() || after().next().is_some_and(|l| l.trim() == "}")
-                    });
-                (blank || empty).then(|| format!("an error is dropped: `{}`", quote(&a.text)))
-            }
-            Lang::Rust => {
-                let why_above = a.line >= 2
-                    && lines
-                        .get(a.line as usize - 2)
-                        .is_some_and(|l| lang.comment(l).is_some());
-                let let_ignore = re(&RS_LET, r"^\s*let\s+_\s*=\s*.*\w\s*\(.*\)\s*;\s*$").is_match(&a.text)
-                    && !why_above;
-                let err_arm = re(&RS_ERR, r"\bErr\s*\(\s*_\w*\s*\)\s*=>\s*(\{\s*\}|\(\))").is_match(&a.text);
-                let ok_drop = re(&RS_OK, r"^\s*[\w.:()&*\s]+\)\.ok\(\)\s*;\s*$").is_match(&a.text) && !why_above;
-                (let_ignore || err_arm || ok_drop)
-                    .then(|| format!("a `Result` is dropped without a word: `{}`", quote(&a.text)))
-            }
-        };
-        if let Some(problem) = problem {
-            let fix = if lang == Lang::Python { FIX_PY } else { FIX };
-            out.push(finding(&a.path, a.line, problem, fix));
-        }
-    }
-    out
-}
-
 /// A function definition: name, parameters, body, where it starts.
 #[derive(Debug)]
 struct Function {
@@ -921,108 +682,56 @@ struct Function {
     line: u32,
 }
 
-/// The functions defined in a file's text (top level and nested alike).
-fn functions(lang: Lang, text: &str) -> Vec<Function> {
-    static PY_DEF: OnceLock<Regex> = OnceLock::new();
-    static RS_FN: OnceLock<Regex> = OnceLock::new();
-    static GO_FUNC: OnceLock<Regex> = OnceLock::new();
-    static JS_FUNC: OnceLock<Regex> = OnceLock::new();
-    static JS_ARROW: OnceLock<Regex> = OnceLock::new();
-    let lines: Vec<&str> = text.lines().collect();
+/// The functions defined in a file's text (top level and nested alike),
+/// read from its syntax tree: `def`, `fn`, `func` and methods, JS function
+/// declarations, methods, and arrow functions or function expressions bound
+/// to a name. A body is its lines trimmed, so re-indenting is no change.
+fn functions(t: &Tree<'_>) -> Vec<Function> {
+    let squeeze = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let body_of = |n: tree_sitter::Node<'_>| {
+        t.text_of(n)
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
     let mut out = Vec::new();
-    for (i, line) in lines.iter().enumerate() {
-        let name = match lang {
-            Lang::Python => re(&PY_DEF, r"^\s*(async\s+)?def\s+(\w+)\s*\(").captures(line).map(|c| c[2].to_owned()),
-            Lang::Rust => re(&RS_FN, r"^\s*(pub(\([^)]*\))?\s+)?(const\s+)?(async\s+)?(unsafe\s+)?(extern\s+\S+\s+)?fn\s+(\w+)")
-                .captures(line)
-                .map(|c| c[7].to_owned()),
-            Lang::Go => re(&GO_FUNC, r"^func\s+(\([^)]*\)\s*)?(\w+)\s*[\[(]").captures(line).map(|c| c[2].to_owned()),
-            Lang::Js => re(&JS_FUNC, r"^\s*(export\s+)?(default\s+)?(async\s+)?function\s*\*?\s*(\w+)\s*\(")
-                .captures(line)
-                .map(|c| c[4].to_owned())
-                .or_else(|| {
-                    re(&JS_ARROW, r"^\s*(export\s+)?(const|let|var)\s+(\w+)\s*=\s*(async\s*)?(\([^)]*\)|\w+)\s*=>")
-                        .captures(line)
-                        .map(|c| c[3].to_owned())
-                }),
+    for n in t.nodes() {
+        let (name, def) = match n.kind() {
+            "function_definition"
+            | "function_item"
+            | "function_declaration"
+            | "generator_function_declaration"
+            | "method_declaration"
+            | "method_definition" => (n.child_by_field_name("name"), n),
+            "variable_declarator" => match n.child_by_field_name("value") {
+                Some(v) if matches!(v.kind(), "arrow_function" | "function_expression") => {
+                    (n.child_by_field_name("name"), v)
+                }
+                _ => continue,
+            },
+            _ => continue,
         };
-        let Some(name) = name else { continue };
-        let (params, body) = match lang {
-            Lang::Python => {
-                // The signature runs to the line ending with `:`; the body
-                // is every deeper-indented line after it.
-                let own = indent(line);
-                let ends_signature =
-                    |l: &str| l.split(" #").next().unwrap_or(l).trim_end().ends_with(':');
-                let mut j = i;
-                while j < lines.len() && !ends_signature(lines[j]) {
-                    j += 1;
-                }
-                let sig: String = lines[i..=j.min(lines.len() - 1)].join(" ");
-                let body: Vec<&str> = lines
-                    .iter()
-                    .skip(j + 1)
-                    .take_while(|l| l.trim().is_empty() || indent(l) > own)
-                    .map(|l| l.trim())
-                    .filter(|l| !l.is_empty())
-                    .collect();
-                (params_of(&sig), body.join("\n"))
-            }
-            _ => {
-                // From the first `{` to the brace that closes it.
-                let mut depth = 0i32;
-                let mut started = false;
-                let mut taken = Vec::new();
-                for l in &lines[i..] {
-                    taken.push(l.trim());
-                    for c in l.chars() {
-                        match c {
-                            '{' => {
-                                depth += 1;
-                                started = true;
-                            }
-                            '}' => depth -= 1,
-                            _ => {}
-                        }
-                    }
-                    if started && depth <= 0 {
-                        break;
-                    }
-                }
-                let joined = taken.join("\n");
-                let (sig, body) = joined.split_once('{').unwrap_or((&joined, ""));
-                (params_of(sig), body.to_owned())
-            }
+        let Some(name) = name.filter(|n| n.kind().ends_with("identifier")) else {
+            continue;
+        };
+        let params = def
+            .child_by_field_name("parameters")
+            .or_else(|| def.child_by_field_name("parameter"))
+            .map(|p| squeeze(t.text_of(p)))
+            .unwrap_or_default();
+        let Some(body) = def.child_by_field_name("body") else {
+            continue;
         };
         out.push(Function {
-            name,
+            name: t.text_of(name).to_owned(),
             params,
-            body,
-            line: i as u32 + 1,
+            body: body_of(body),
+            line: tree::line(n),
         });
     }
     out
-}
-
-/// The parameter list of a signature, whitespace-normalized.
-fn params_of(sig: &str) -> String {
-    let Some(open) = sig.find('(') else {
-        return String::new();
-    };
-    let mut depth = 0;
-    let mut out = String::new();
-    for c in sig[open..].chars() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth -= 1,
-            _ => {}
-        }
-        out.push(c);
-        if depth == 0 {
-            break;
-        }
-    }
-    out.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// How alike two bodies are, 0 to 1 (characters).
@@ -1037,18 +746,18 @@ fn likeness(a: &str, b: &str) -> f32 {
 /// fixed a bug in the function is still a rename.
 const SAME_BODY: f32 = 0.8;
 
-fn drive_by_renames(task: &str, files: &[ChangedText]) -> Vec<Finding> {
+fn drive_by_renames(task: &str, files: &[Parsed<'_>]) -> Vec<Finding> {
     let task_lower = task.to_lowercase();
     if task_lower.contains("renam") {
         return Vec::new();
     }
     let mut out = Vec::new();
     for f in files {
-        let (Some(lang), Some(old), Some(new)) = (Lang::of(&f.path), &f.old, &f.new) else {
+        let (Some(old), Some(new)) = (&f.old, &f.new) else {
             continue;
         };
-        let before = functions(lang, old);
-        let after = functions(lang, new);
+        let before = functions(old);
+        let after = functions(new);
         let gone: Vec<&Function> = before
             .iter()
             .filter(|b| !after.iter().any(|a| a.name == b.name))
@@ -1096,7 +805,7 @@ fn drive_by_renames(task: &str, files: &[ChangedText]) -> Vec<Finding> {
                 continue;
             }
             out.push(finding(
-                &f.path,
+                f.path,
                 n.line,
                 format!(
                     "`{}` was renamed to `{}` (same parameters and body); the task did not ask for it",
@@ -1850,8 +1559,17 @@ mod tests {
                 text: "    print(x)".into(),
             }]
         };
-        assert_eq!(p.run("t", &add("lib.py"), &[]).len(), 1);
-        assert!(p.run("t", &add("tools_dir/x.py"), &[]).is_empty());
+        let text = |path: &str| {
+            vec![ChangedText {
+                path: path.into(),
+                old: Some("def f(x):\n    return x\n".into()),
+                new: Some("def f(x):\n    print(x)\n    print(x)\n    return x\n".into()),
+            }]
+        };
+        assert_eq!(p.run("t", &add("lib.py"), &text("lib.py")).len(), 1);
+        assert!(p
+            .run("t", &add("tools_dir/x.py"), &text("tools_dir/x.py"))
+            .is_empty());
         let off = Plan::new(
             &PrecheckSettings {
                 enabled: false,
@@ -1859,6 +1577,6 @@ mod tests {
             },
             RULES,
         );
-        assert!(off.run("t", &add("lib.py"), &[]).is_empty());
+        assert!(off.run("t", &add("lib.py"), &text("lib.py")).is_empty());
     }
 }

@@ -1,0 +1,291 @@
+//! Swallowed errors, read from the syntax tree: a handler is a handler
+//! however it is laid out (`except (Exception) as e:` over three lines, a
+//! `catch` whose block holds only a comment, `Err(_e) => ()`), and a
+//! handler's body is its statements, not the lines indented under it.
+//!
+//! What is a swallow: a broad Python handler (`except:`, `except
+//! Exception`, `except BaseException`, a tuple holding one, or `with
+//! contextlib.suppress(Exception)`) whose body does nothing with the error
+//! (`pass`, `...`, `continue`, a bare or constant `return`); a bare
+//! `except:` whatever it does; an empty JS `catch` or `.catch(() => {})`;
+//! Go's `_ = err` and an empty `if err != nil {}`; Rust's `let _ = call();`,
+//! `call().ok();` without a comment on the line above saying why, and an
+//! `Err(_) => {}` arm. A handler counts as added when its first line, or its
+//! body's first statement, is an added line.
+
+use std::collections::BTreeSet;
+
+use tree_sitter::Node;
+
+use super::{does_nothing, finding, quote, Lang, Parsed};
+use crate::guard::finding::Finding;
+use crate::guard::tree::{self, Tree};
+use crate::workspace::AddedLine;
+
+const FIX_PY: &str = "catch only the exception you expect and handle it, or let it propagate; never return a default for every error";
+const FIX: &str = "handle the error or propagate it; never drop it silently";
+
+/// A type expression that catches every error.
+fn broad(t: &Tree<'_>, n: Node<'_>) -> bool {
+    match n.kind() {
+        "as_pattern" => n.named_child(0).is_some_and(|c| broad(t, c)),
+        "parenthesized_expression" | "tuple" => {
+            tree::code_children(n).into_iter().any(|c| broad(t, c))
+        }
+        "identifier" | "attribute" => {
+            let name = t.text_of(n).rsplit('.').next().unwrap_or("");
+            matches!(name, "Exception" | "BaseException")
+        }
+        _ => false,
+    }
+}
+
+fn body_does_nothing(t: &Tree<'_>, block: Node<'_>) -> Option<String> {
+    let stmts: Vec<&str> = tree::code_children(block)
+        .into_iter()
+        .map(|s| t.text_of(s))
+        .collect();
+    does_nothing(&stmts).then(|| stmts.first().map_or("", |s| s.trim()).to_owned())
+}
+
+/// A block with no statements (comments do not count).
+fn empty(n: Node<'_>) -> bool {
+    matches!(n.kind(), "statement_block" | "block") && tree::code_children(n).is_empty()
+        || n.kind() == "unit_expression"
+        || n.kind() == "null"
+        || n.kind() == "undefined"
+}
+
+/// The first line of a node's source, for a finding.
+fn first_line<'a>(t: &Tree<'a>, n: Node<'_>) -> &'a str {
+    t.text_of(n).lines().next().unwrap_or("")
+}
+
+/// One file's swallowed errors: (line, problem).
+fn in_file(t: &Tree<'_>, added: &BTreeSet<u32>) -> Vec<(u32, String)> {
+    let lines: Vec<&str> = t.text.lines().collect();
+    let comment_above = |n: Node<'_>| {
+        let l = tree::line(n) as usize;
+        l >= 2
+            && lines
+                .get(l - 2)
+                .is_some_and(|p| t.lang.comment(p).is_some())
+    };
+    let is_added = |n: Node<'_>| added.contains(&tree::line(n));
+    let mut out = Vec::new();
+    for n in t.nodes() {
+        let problem = match (t.lang, n.kind()) {
+            (Lang::Python, "except_clause") => (|| {
+                let block = tree::code_children(n)
+                    .into_iter()
+                    .rfind(|c| c.kind() == "block")?;
+                let first = tree::code_children(block).into_iter().next();
+                if !is_added(n) && !first.is_some_and(is_added) {
+                    return None;
+                }
+                let types: Vec<Node<'_>> = tree::code_children(n)
+                    .into_iter()
+                    .filter(|c| c.kind() != "block")
+                    .collect();
+                let bare = types.is_empty();
+                let wide = bare || types.iter().any(|c| broad(t, *c));
+                let head = first_line(t, n);
+                match body_does_nothing(t, block) {
+                    Some(body) if wide => Some(format!(
+                        "an error is swallowed: `{}` followed by `{body}`",
+                        quote(head)
+                    )),
+                    _ if bare => Some(format!(
+                        "a bare `except:` catches every error: `{}`",
+                        quote(head)
+                    )),
+                    _ => None,
+                }
+            })(),
+            (Lang::Python, "with_statement") if is_added(n) => (|| {
+                // `with contextlib.suppress(Exception):`
+                let item = tree::descendants(n)
+                    .into_iter()
+                    .find(|c| c.kind() == "with_item")?;
+                let call = item.named_child(0)?;
+                let function = call.child_by_field_name("function")?;
+                let name = t.text_of(function).rsplit('.').next()?;
+                let args = call.child_by_field_name("arguments")?;
+                (name == "suppress" && tree::code_children(args).into_iter().any(|a| broad(t, a)))
+                    .then(|| format!("every error is suppressed: `{}`", quote(first_line(t, n))))
+            })(),
+            (Lang::Js, "catch_clause") => (|| {
+                let body = n.child_by_field_name("body")?;
+                (is_added(n) && empty(body)).then(|| {
+                    format!(
+                        "an error is swallowed by an empty catch: `{}`",
+                        quote(first_line(t, n))
+                    )
+                })
+            })(),
+            (Lang::Js, "call_expression") if is_added(n) => (|| {
+                // `p.catch(() => {})`, `p.catch(() => null)`.
+                let function = n.child_by_field_name("function")?;
+                let property = function.child_by_field_name("property")?;
+                if t.text_of(property) != "catch" {
+                    return None;
+                }
+                let args = tree::code_children(n.child_by_field_name("arguments")?);
+                let [handler] = args.as_slice() else {
+                    return None;
+                };
+                let body = handler.child_by_field_name("body")?;
+                (matches!(handler.kind(), "arrow_function" | "function_expression") && empty(body))
+                    .then(|| {
+                        format!(
+                            "an error is swallowed by an empty catch: `{}`",
+                            quote(t.text_of(n))
+                        )
+                    })
+            })(),
+            (Lang::Go, "assignment_statement") if is_added(n) => (|| {
+                let left = n.child_by_field_name("left")?;
+                let right = n.child_by_field_name("right")?;
+                let blank = tree::code_children(left)
+                    .iter()
+                    .all(|l| t.text_of(*l) == "_");
+                let err = tree::code_children(right)
+                    .iter()
+                    .any(|r| r.kind() == "identifier" && t.text_of(*r).starts_with("err"));
+                (blank && err).then(|| format!("an error is dropped: `{}`", quote(t.text_of(n))))
+            })(),
+            (Lang::Go, "if_statement") if is_added(n) => (|| {
+                let cond = n.child_by_field_name("condition")?;
+                let c: String = t.text_of(cond).split_whitespace().collect();
+                let consequence = n.child_by_field_name("consequence")?;
+                (c.starts_with("err") && c.ends_with("!=nil") && empty(consequence))
+                    .then(|| format!("an error is dropped: `{}`", quote(first_line(t, n))))
+            })(),
+            (Lang::Rust, "let_declaration") if is_added(n) && !comment_above(n) => (|| {
+                let pattern = n.child_by_field_name("pattern")?;
+                let value = n.child_by_field_name("value")?;
+                (t.text_of(pattern) == "_" && value.kind() == "call_expression").then(|| {
+                    format!(
+                        "a `Result` is dropped without a word: `{}`",
+                        quote(t.text_of(n))
+                    )
+                })
+            })(),
+            (Lang::Rust, "expression_statement") if is_added(n) && !comment_above(n) => (|| {
+                // `call().ok();`
+                let call = n.named_child(0)?;
+                let function = call.child_by_field_name("function")?;
+                let field = function.child_by_field_name("field")?;
+                let args = call.child_by_field_name("arguments")?;
+                (call.kind() == "call_expression"
+                    && t.text_of(field) == "ok"
+                    && tree::code_children(args).is_empty())
+                .then(|| {
+                    format!(
+                        "a `Result` is dropped without a word: `{}`",
+                        quote(t.text_of(n))
+                    )
+                })
+            })(
+            ),
+            (Lang::Rust, "match_arm") if is_added(n) => (|| {
+                let pattern: String = t
+                    .text_of(n.child_by_field_name("pattern")?)
+                    .split_whitespace()
+                    .collect();
+                let value = n.child_by_field_name("value")?;
+                let ignores = pattern
+                    .strip_prefix("Err(")
+                    .and_then(|p| p.strip_suffix(')'))
+                    .is_some_and(|p| p.starts_with('_'));
+                (ignores && empty(value)).then(|| {
+                    format!(
+                        "a `Result` is dropped without a word: `{}`",
+                        quote(t.text_of(n))
+                    )
+                })
+            })(),
+            _ => None,
+        };
+        if let Some(problem) = problem {
+            out.push((tree::line(n), problem));
+        }
+    }
+    out
+}
+
+pub(super) fn swallowed_errors(added: &[AddedLine], files: &[Parsed<'_>]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for f in files {
+        let (lang, Some(t)) = (f.lang, f.new.as_ref()) else {
+            continue;
+        };
+        let lines: BTreeSet<u32> = added
+            .iter()
+            .filter(|a| a.path == f.path)
+            .map(|a| a.line)
+            .collect();
+        if lines.is_empty() {
+            continue;
+        }
+        let fix = if lang == Lang::Python { FIX_PY } else { FIX };
+        for (line, problem) in in_file(t, &lines) {
+            out.push(finding(f.path, line, problem, fix));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn found(path: &str, text: &str) -> Vec<u32> {
+        let t = Tree::parse(path, text).expect("parses");
+        let all: BTreeSet<u32> =
+            (1..=u32::try_from(text.lines().count()).expect("small")).collect();
+        in_file(&t, &all).into_iter().map(|(l, _)| l).collect()
+    }
+
+    /// Layouts a line reader did not follow.
+    #[test]
+    fn handlers_however_they_are_laid_out() {
+        assert_eq!(
+            found("a.py", "try:\n    f()\nexcept (\n    ValueError,\n    Exception,\n) as e:\n    # ignore\n    pass\n"),
+            [3]
+        );
+        assert_eq!(found("a.py", "try:\n    f()\nexcept Exception: ...\n"), [3]);
+        assert_eq!(
+            found(
+                "a.py",
+                "import contextlib\nwith contextlib.suppress(Exception):\n    f()\n"
+            ),
+            [2]
+        );
+        assert!(found(
+            "a.py",
+            "with suppress(FileNotFoundError):\n    os.remove(p)\n"
+        )
+        .is_empty());
+        assert!(found(
+            "a.py",
+            "try:\n    f()\nexcept Exception:\n    log.exception('f')\n    raise\n"
+        )
+        .is_empty());
+        assert!(
+            found("a.py", "s = '''\nexcept:\n    pass\n'''\n").is_empty(),
+            "text is not a handler"
+        );
+        assert_eq!(
+            found("a.js", "try { f() } catch (e) {\n  // fine\n}\n"),
+            [1]
+        );
+        assert_eq!(found("a.js", "p.catch(function () {});\n"), [1]);
+        assert!(found("a.js", "p.catch((e) => report(e));\n").is_empty());
+        assert_eq!(found("a.rs", "fn f() {\n    match g() {\n        Ok(v) => v,\n        Err(_e) => (),\n    }\n}\n"), [4]);
+        assert_eq!(
+            found("a.go", "package a\nfunc F() {\n\tif err != nil { }\n}\n"),
+            [3]
+        );
+    }
+}

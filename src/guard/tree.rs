@@ -1,0 +1,258 @@
+//! Syntax trees of changed files, from tree-sitter's grammars (Python,
+//! JavaScript, TypeScript/TSX, Go, Rust): what the pre-critic reads calls,
+//! handlers, comments and functions from, and what `append_only` compares
+//! statements on. A line regex is fooled by a space, an alias or a string
+//! that looks like code; a syntax tree is not.
+//!
+//! tree-sitter always returns a tree: where the text does not parse, the
+//! tree holds `ERROR` nodes, and [`Tree::clean`] says so. The callers decide
+//! what a tree with errors is worth (the pre-critic reads what parsed; the
+//! append-only rule falls back to the lexical splitter).
+
+use tree_sitter::{Node, Parser};
+
+/// The languages the checks know, by file extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lang {
+    Python,
+    Rust,
+    Js,
+    Go,
+}
+
+impl Lang {
+    pub fn of(path: &str) -> Option<Lang> {
+        let ext = path.rsplit_once('.').map(|(_, e)| e)?;
+        Some(match ext {
+            "py" | "pyi" => Lang::Python,
+            "rs" => Lang::Rust,
+            "js" | "jsx" | "mjs" | "cjs" | "ts" | "tsx" | "mts" | "cts" => Lang::Js,
+            "go" => Lang::Go,
+            _ => return None,
+        })
+    }
+
+    /// The line-comment text of `line`, if the line is a plain comment
+    /// (doc comments and pragmas are not).
+    pub fn comment(self, line: &str) -> Option<&str> {
+        let t = line.trim_start();
+        match self {
+            Lang::Python => {
+                let c = t.strip_prefix('#')?;
+                let pragma = c.starts_with('!')
+                    || c.trim_start().starts_with("type:")
+                    || c.trim_start().starts_with("noqa")
+                    || c.trim_start().starts_with("-*-")
+                    || c.trim_start().starts_with("pragma");
+                (!pragma).then_some(c)
+            }
+            Lang::Rust | Lang::Js | Lang::Go => {
+                let c = t.strip_prefix("//")?;
+                (!c.starts_with('/') && !c.starts_with('!')).then_some(c)
+            }
+        }
+    }
+}
+
+/// A parsed file: its text and its tree.
+pub struct Tree<'a> {
+    pub text: &'a str,
+    pub lang: Lang,
+    tree: tree_sitter::Tree,
+}
+
+impl std::fmt::Debug for Tree<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tree")
+            .field("lang", &self.lang)
+            .field("bytes", &self.text.len())
+            .finish()
+    }
+}
+
+/// The grammar for a path: TypeScript and TSX have their own, a superset of
+/// JavaScript's that would read type annotations as errors.
+fn grammar(path: &str, lang: Lang) -> tree_sitter::Language {
+    let ext = path.rsplit_once('.').map_or("", |(_, e)| e);
+    match lang {
+        Lang::Python => tree_sitter_python::LANGUAGE.into(),
+        Lang::Rust => tree_sitter_rust::LANGUAGE.into(),
+        Lang::Go => tree_sitter_go::LANGUAGE.into(),
+        Lang::Js => match ext {
+            "ts" | "mts" | "cts" => tree_sitter_typescript::LANGUAGE_TYPESCRIPT.into(),
+            "tsx" => tree_sitter_typescript::LANGUAGE_TSX.into(),
+            _ => tree_sitter_javascript::LANGUAGE.into(),
+        },
+    }
+}
+
+/// Files larger than this are not parsed (the pre-critic reads what it can
+/// of them lexically): a generated bundle is not hand-written code.
+pub const MAX_BYTES: usize = 4 << 20;
+
+impl<'a> Tree<'a> {
+    /// Parse `text` as the language of `path`. `None` for a language loopd
+    /// has no grammar for, or a file over [`MAX_BYTES`].
+    pub fn parse(path: &str, text: &'a str) -> Option<Tree<'a>> {
+        let lang = Lang::of(path)?;
+        Tree::parse_as(path, lang, text)
+    }
+
+    /// Parse `text` as `lang` (the path picks TypeScript over JavaScript).
+    pub fn parse_as(path: &str, lang: Lang, text: &'a str) -> Option<Tree<'a>> {
+        if text.len() > MAX_BYTES {
+            return None;
+        }
+        let mut parser = Parser::new();
+        parser
+            .set_language(&grammar(path, lang))
+            .expect("the bundled grammars match tree-sitter's ABI");
+        let tree = parser.parse(text, None)?;
+        Some(Tree { text, lang, tree })
+    }
+
+    pub fn root(&self) -> Node<'_> {
+        self.tree.root_node()
+    }
+
+    /// No part of the text failed to parse.
+    pub fn clean(&self) -> bool {
+        !self.root().has_error()
+    }
+
+    /// The source text of a node.
+    pub fn text_of(&self, node: Node<'_>) -> &'a str {
+        self.text.get(node.byte_range()).unwrap_or("")
+    }
+
+    /// Every node, depth first, in source order.
+    pub fn nodes(&self) -> Vec<Node<'_>> {
+        descendants(self.root())
+    }
+}
+
+/// 1-based first line of a node.
+pub fn line(node: Node<'_>) -> u32 {
+    u32::try_from(node.start_position().row + 1).unwrap_or(u32::MAX)
+}
+
+/// 1-based last line of a node.
+pub fn end_line(node: Node<'_>) -> u32 {
+    u32::try_from(node.end_position().row + 1).unwrap_or(u32::MAX)
+}
+
+/// A node and everything under it, depth first, in source order.
+pub fn descendants(node: Node<'_>) -> Vec<Node<'_>> {
+    let mut out = Vec::new();
+    let mut cursor = node.walk();
+    loop {
+        out.push(cursor.node());
+        if cursor.goto_first_child() {
+            continue;
+        }
+        loop {
+            if cursor.node() == node {
+                return out;
+            }
+            if cursor.goto_next_sibling() {
+                break;
+            }
+            if !cursor.goto_parent() {
+                return out;
+            }
+        }
+    }
+}
+
+/// The named children of a node that are not comments: a block's
+/// statements, a call's arguments.
+pub fn code_children(node: Node<'_>) -> Vec<Node<'_>> {
+    let mut cursor = node.walk();
+    node.named_children(&mut cursor)
+        .filter(|c| !is_comment(*c))
+        .collect()
+}
+
+/// A comment node, in any of the grammars.
+pub fn is_comment(node: Node<'_>) -> bool {
+    matches!(
+        node.kind(),
+        "comment" | "line_comment" | "block_comment" | "html_comment"
+    )
+}
+
+/// The ancestors of a node, nearest first.
+pub fn ancestors(node: Node<'_>) -> impl Iterator<Item = Node<'_>> {
+    std::iter::successors(node.parent(), |n| n.parent())
+}
+
+/// A node's structure and leaves, comments left out: what "the same
+/// statement" means on the syntax tree. Whitespace and comments may change;
+/// a token, or where a statement sits (Python's indentation), may not.
+pub fn shape(tree: &Tree<'_>, node: Node<'_>) -> String {
+    let mut out = String::new();
+    shape_into(tree, node, &mut out);
+    out
+}
+
+fn shape_into(tree: &Tree<'_>, node: Node<'_>, out: &mut String) {
+    if is_comment(node) {
+        return;
+    }
+    if node.child_count() == 0 {
+        out.push_str(tree.text_of(node));
+        out.push(' ');
+        return;
+    }
+    out.push('(');
+    out.push_str(node.kind());
+    out.push(' ');
+    let mut cursor = node.walk();
+    for c in node.children(&mut cursor) {
+        shape_into(tree, c, out);
+    }
+    out.push_str(") ");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_language_parses_and_errors_are_seen() {
+        for (path, good, bad) in [
+            ("a.py", "def f(x):\n    return x\n", "def f(:\n"),
+            ("a.js", "const f = (x) => x;\n", "const = ;\n"),
+            (
+                "a.ts",
+                "const f = (x: number): number => x;\n",
+                "const f = (x: ) =>;\n",
+            ),
+            (
+                "a.tsx",
+                "const e = <div>{x}</div>;\n",
+                "const e = <div>{x</div>;\n",
+            ),
+            (
+                "a.go",
+                "package a\nfunc F() int { return 1 }\n",
+                "package a\nfunc F( {\n",
+            ),
+            ("a.rs", "fn f() -> u8 { 1 }\n", "fn f( -> {\n"),
+        ] {
+            assert!(Tree::parse(path, good).expect(path).clean(), "{path}");
+            assert!(!Tree::parse(path, bad).expect(path).clean(), "{path}");
+        }
+        assert!(Tree::parse("a.txt", "x").is_none());
+    }
+
+    #[test]
+    fn shape_ignores_comments_and_spaces_but_not_structure() {
+        let a = Tree::parse("t.py", "if a:\n    x()\ny()\n").expect("parses");
+        let b = Tree::parse("t.py", "if a:  # why\n    x( )\ny()\n").expect("parses");
+        let c = Tree::parse("t.py", "if a:\n    x()\n    y()\n").expect("parses");
+        let s = |t: &Tree<'_>| shape(t, t.root());
+        assert_eq!(s(&a), s(&b));
+        assert_ne!(s(&a), s(&c));
+    }
+}
