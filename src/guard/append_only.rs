@@ -1,9 +1,11 @@
 //! `[protect] tests = "append_only"`: an existing test file may gain new
 //! tests, fixtures, helpers and imports, but no statement it had at
 //! BASE_REF may change or go — not a test's body, its decorators or its
-//! parametrisation. Each file is split into top-level statements
-//! ([`super::syntax`]); every old statement must be in the new file
-//! verbatim, and every new one must be of a kind that cannot reach an
+//! parametrisation. Each file is split into top-level statements — from
+//! its syntax tree ([`super::tree`]) when both versions parse, else
+//! lexically ([`super::syntax`]); every old statement must be in the new
+//! file unchanged (the same tree, or the same code lines), and every new
+//! one must be of a kind that cannot reach an
 //! existing test: a test or helper under a name the file did not mention
 //! (a redefinition replaces what the old tests call), a non-`autouse`
 //! fixture under such a name, an import of new names. What runs around
@@ -14,7 +16,8 @@ use std::collections::BTreeSet;
 
 use super::finding::Finding;
 use super::precheck::Lang;
-use super::syntax::{brace_statements, python_statements, words, Brace, Statement};
+use super::syntax::{brace_statements, normal_lines, python_statements, words, Brace, Statement};
+use super::tree::{self, Tree};
 use crate::outcome::Reason;
 
 /// `[protect] tests`.
@@ -38,12 +41,76 @@ impl TestsMode {
     }
 }
 
-fn statements(lang: Lang, text: &str) -> Vec<Statement> {
-    match lang {
-        Lang::Python => python_statements(text),
-        Lang::Js => brace_statements(text, Brace::Js),
-        Lang::Go => brace_statements(text, Brace::Go),
-        Lang::Rust => brace_statements(text, Brace::Rust),
+/// A top-level statement and, when the file parsed cleanly, its shape on
+/// the syntax tree ([`tree::shape`]): what "unchanged" compares, so that
+/// re-formatting an existing test is no change and a changed token is one.
+struct Stmt {
+    s: Statement,
+    shape: Option<String>,
+}
+
+impl std::ops::Deref for Stmt {
+    type Target = Statement;
+    fn deref(&self) -> &Statement {
+        &self.s
+    }
+}
+
+/// A file's top-level statements: from its syntax tree when it parses
+/// without an error, else from the lexical splitter (which errs towards
+/// larger statements). Attributes (`#[test]`) go with the item they mark,
+/// as decorators do.
+fn statements(path: &str, lang: Lang, text: &str) -> Vec<Stmt> {
+    let text = normal_lines(text);
+    if let Some(t) = Tree::parse_as(path, lang, &text).filter(Tree::clean) {
+        let lines: Vec<&str> = text.lines().collect();
+        let mut out = Vec::new();
+        let mut attrs: Option<(u32, String)> = None;
+        for node in tree::code_children(t.root()) {
+            let (first, shape) = match attrs.take() {
+                Some((line, shape)) => (line, shape),
+                None => (tree::line(node), String::new()),
+            };
+            let shape = shape + &tree::shape(&t, node);
+            if node.kind() == "attribute_item" {
+                attrs = Some((first, shape));
+                continue;
+            }
+            let code: String = lines
+                .get(first as usize - 1..tree::end_line(node) as usize)
+                .unwrap_or(&[])
+                .iter()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| format!("{}\n", l.trim_end()))
+                .collect();
+            out.push(Stmt {
+                s: Statement {
+                    text: code,
+                    line: first,
+                },
+                shape: Some(shape),
+            });
+        }
+        return out;
+    }
+    let lexical = match lang {
+        Lang::Python => python_statements(&text),
+        Lang::Js => brace_statements(&text, Brace::Js),
+        Lang::Go => brace_statements(&text, Brace::Go),
+        Lang::Rust => brace_statements(&text, Brace::Rust),
+    };
+    lexical
+        .into_iter()
+        .map(|s| Stmt { s, shape: None })
+        .collect()
+}
+
+/// An old statement is in the new file unchanged: the same shape on the
+/// tree, or (where a file did not parse) the same code lines.
+fn same(old: &Stmt, new: &Stmt) -> bool {
+    match (&old.shape, &new.shape) {
+        (Some(a), Some(b)) => a == b,
+        _ => old.text == new.text,
     }
 }
 
@@ -366,14 +433,14 @@ pub fn findings(
     if lang == Lang::Python && foreign_encoding(new) {
         return vec![finding(Some(1), format!("`{path}` declares an encoding other than UTF-8, so Python would read other code than loopd compares"))];
     }
-    let old_s = statements(lang, old);
-    let new_s = statements(lang, new);
+    let old_s = statements(path, lang, old);
+    let new_s = statements(path, lang, new);
     let old_words: BTreeSet<&str> = words(old);
-    let mut unmatched: Vec<&Statement> = new_s.iter().collect();
+    let mut unmatched: Vec<&Stmt> = new_s.iter().collect();
     let mut out = Vec::new();
-    let mut extended: Vec<&Statement> = Vec::new();
+    let mut extended: Vec<&Stmt> = Vec::new();
     for s in &old_s {
-        if let Some(i) = unmatched.iter().position(|n| n.text == s.text) {
+        if let Some(i) = unmatched.iter().position(|n| same(s, n)) {
             unmatched.remove(i);
             continue;
         }
@@ -529,6 +596,44 @@ mod tests {
             "tests/total.rs",
             rs,
             &format!("{rs}\n#[ctor::ctor]\nfn setup() {{}}\n")
+        )
+        .is_empty());
+    }
+
+    /// Compared on the syntax tree: the same tokens in the same structure
+    /// are the same statement, however they are laid out; a token or a
+    /// nesting that changed is a changed statement.
+    #[test]
+    fn old_statements_are_compared_on_the_syntax_tree() {
+        let reformatted = PY.replace(
+            "    assert net_total(lines * n) == Decimal(\"10\") * n\n",
+            "    assert net_total(lines*n) == Decimal(\"10\")*n  # why\n",
+        );
+        assert_eq!(
+            problems("tests/test_r.py", PY, &reformatted),
+            Vec::<String>::new()
+        );
+        // Python's indentation is structure: a line moved out of a block is
+        // a changed statement, though every token is still there.
+        let old =
+            "def test_a():\n    if flag():\n        assert f() == 1\n        assert g() == 2\n";
+        let moved = "def test_a():\n    if flag():\n        assert f() == 1\n    assert g() == 2\n";
+        assert!(!problems("tests/test_a.py", old, moved).is_empty());
+        // A file that no longer parses is compared line for line, and a
+        // changed line is still a change.
+        let broken = PY.replace("[1, 2])", "[1, 2]))");
+        assert!(!problems("tests/test_r.py", PY, &broken).is_empty());
+        let js = "test('sums', () => {\n  expect(total([1, 2])).toBe(3);\n});\n";
+        let laid_out = "test('sums', () => {\n  expect(\n    total([1, 2])\n  ).toBe(3);\n});\n";
+        assert!(problems("src/total.test.ts", js, laid_out).is_empty());
+        assert!(!problems("src/total.test.ts", js, &js.replace("[1, 2]", "[1, 2, 0]")).is_empty());
+        // Rust attributes go with the item they mark.
+        let rs = "#[test]\n#[should_panic]\nfn sums() {\n    total(&[]);\n}\n";
+        assert!(!problems("tests/total.rs", rs, &rs.replace("#[should_panic]\n", "")).is_empty());
+        assert!(problems(
+            "tests/total.rs",
+            rs,
+            &format!("{rs}\n#[test]\nfn more() {{\n    total(&[1]);\n}}\n")
         )
         .is_empty());
     }

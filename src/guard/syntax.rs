@@ -357,7 +357,7 @@ pub fn words(text: &str) -> std::collections::BTreeSet<&str> {
 }
 
 /// `text` with every line ending (`\r\n`, a lone `\r`) as `\n`.
-fn normal_lines(text: &str) -> std::borrow::Cow<'_, str> {
+pub fn normal_lines(text: &str) -> std::borrow::Cow<'_, str> {
     if text.contains('\r') {
         text.replace("\r\n", "\n").replace('\r', "\n").into()
     } else {
