@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what the tests need into ./.tools (ignored by git), idempotently:
-#   - the pinned Claude Code and Codex CLIs from the npm registry,
+#   - the pinned Claude Code and Codex CLIs from the npm registry, and tsx
+#     (node's test runner on TypeScript, for the judging corpus),
 #   - pytest and ruff from PyPI (the fixture repository's goal test),
 #     pyyaml (to check the example workflow parses), and the two offline
 #     schema validators of `loopd export`: kubernetes-validate (the
@@ -11,9 +12,9 @@
 # `--demo` installs only what scripts/demo.sh needs: the pinned Claude Code
 # CLI, pytest and ruff (no Codex CLI, no Debian packages).
 #
-# It also needs two Debian packages: `systemd` (for `systemd-analyze`, the
-# unit file test) and `chromium` (the HTML report is opened in a real
-# headless browser). It never escalates privileges on its own: as root (CI
+# It also needs three Debian packages: `systemd` (for `systemd-analyze`, the
+# unit file test), `chromium` (the HTML report is opened in a real
+# headless browser) and `golang-go` (the judging corpus's Go tasks). It never escalates privileges on its own: as root (CI
 # on a fresh Debian machine) it says what it installs and why, then runs
 # apt-get; as anyone else it prints the command to run and fails.
 set -euo pipefail
@@ -26,6 +27,7 @@ RUFF_VERSION=0.8.4
 PYYAML_VERSION=6.0.2
 KUBERNETES_VALIDATE_VERSION=1.37.0
 CHECK_JSONSCHEMA_VERSION=0.39.0
+TSX_VERSION=4.23.15
 mkdir -p "$tools"
 demo=
 [ "${1:-}" = "--demo" ] && demo=1
@@ -72,6 +74,7 @@ need() {
 if [ -z "$demo" ]; then
   need systemd-analyze systemd "the tests run \`systemd-analyze verify\` on the units in systemd/"
   need chromium chromium "the tests open \`loopd report --html\` in headless Chromium (DOM and screenshot)"
+  need go golang-go "the judging corpus's Go tasks run \`go test\` (fixtures/corpus/go)"
 fi
 
 if ! "$tools/npm/node_modules/.bin/claude" --version 2>/dev/null | grep -q "^$CLAUDE_CODE_VERSION "; then
@@ -84,6 +87,11 @@ if [ -z "$demo" ] && ! "$tools/npm/node_modules/.bin/codex" --version 2>/dev/nul
   npm install --silent --no-audit --no-fund --prefix "$tools/npm" "@openai/codex@$CODEX_VERSION" >&2
 fi
 [ -n "$demo" ] || "$tools/npm/node_modules/.bin/codex" --version >&2
+# tsx runs node's own test runner on TypeScript (fixtures/corpus/ts).
+if [ -z "$demo" ] && ! "$tools/npm/node_modules/.bin/tsx" --version 2>/dev/null | grep -q "tsx v$TSX_VERSION"; then
+  echo "installing tsx@$TSX_VERSION into $tools/npm" >&2
+  npm install --silent --no-audit --no-fund --prefix "$tools/npm" "tsx@$TSX_VERSION" >&2
+fi
 
 
 # The demo needs pytest and ruff only; the suite also needs pyyaml and the

@@ -76,7 +76,12 @@ impl Preset {
             Some(Preset::Go)
         } else if c.contains("jest") || c.contains("vitest") {
             Some(Preset::Jest)
-        } else if c.contains("node --test") {
+        } else if c.contains("node --test")
+            || c.contains("tsx --test")
+            || (c.contains("node ") && c.contains(" --test"))
+        {
+            // `tsx --test` and `node --import tsx --test` run node's own
+            // runner on TypeScript, with its output.
             Some(Preset::Node)
         } else {
             None
@@ -782,6 +787,14 @@ mod tests {
         assert_eq!(Preset::infer("cargo nextest run"), Some(Preset::Cargo));
         assert_eq!(Preset::infer("npx vitest run"), Some(Preset::Jest));
         assert_eq!(Preset::infer("ruff check ."), None);
+        assert_eq!(
+            Preset::infer("tsx --test tests/*.test.ts"),
+            Some(Preset::Node)
+        );
+        assert_eq!(
+            Preset::infer("node --import tsx --test tests/"),
+            Some(Preset::Node)
+        );
         assert!(looks_like_tests("make test"));
     }
 }

@@ -9,7 +9,9 @@
 //! what a tree with errors is worth (the pre-critic reads what parsed; the
 //! append-only rule falls back to the lexical splitter).
 
-use tree_sitter::{Node, Parser};
+use std::time::{Duration, Instant};
+
+use tree_sitter::{Node, ParseOptions, Parser};
 
 /// The languages the checks know, by file extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,9 +88,18 @@ fn grammar(path: &str, lang: Lang) -> tree_sitter::Language {
     }
 }
 
-/// Files larger than this are not parsed (the pre-critic reads what it can
-/// of them lexically): a generated bundle is not hand-written code.
-pub const MAX_BYTES: usize = 4 << 20;
+/// Files larger than this are not parsed (the pre-critic stays silent on
+/// them, `append_only` splits them lexically): a generated bundle is not
+/// hand-written code, and a tree's nodes cost memory per byte.
+pub const MAX_BYTES: usize = 1 << 20;
+
+/// How long one file may take to parse.
+pub const PARSE_BUDGET: Duration = Duration::from_secs(2);
+
+/// How deep the checks follow an expression or a tree (`((((print))))`):
+/// the walks are recursive, and text an agent wrote must not be able to
+/// exhaust loopd's stack. Deeper than this is not followed.
+pub const MAX_DEPTH: usize = 64;
 
 impl<'a> Tree<'a> {
     /// Parse `text` as the language of `path`. `None` for a language loopd
@@ -100,6 +111,11 @@ impl<'a> Tree<'a> {
 
     /// Parse `text` as `lang` (the path picks TypeScript over JavaScript).
     pub fn parse_as(path: &str, lang: Lang, text: &'a str) -> Option<Tree<'a>> {
+        Tree::parse_within(path, lang, text, PARSE_BUDGET)
+    }
+
+    /// Parse within `budget`; `None` when it ran out.
+    fn parse_within(path: &str, lang: Lang, text: &'a str, budget: Duration) -> Option<Tree<'a>> {
         if text.len() > MAX_BYTES {
             return None;
         }
@@ -107,7 +123,16 @@ impl<'a> Tree<'a> {
         parser
             .set_language(&grammar(path, lang))
             .expect("the bundled grammars match tree-sitter's ABI");
-        let tree = parser.parse(text, None)?;
+        // A text built to make the parser work hard gets a budget, not the
+        // job's time: past it the file is not read.
+        let deadline = Instant::now() + budget;
+        let mut over = |_: &tree_sitter::ParseState| Instant::now() > deadline;
+        let bytes = text.as_bytes();
+        let tree = parser.parse_with_options(
+            &mut |i, _| bytes.get(i..).unwrap_or(&[]),
+            None,
+            Some(ParseOptions::new().progress_callback(&mut over)),
+        )?;
         Some(Tree { text, lang, tree })
     }
 
@@ -190,28 +215,39 @@ pub fn ancestors(node: Node<'_>) -> impl Iterator<Item = Node<'_>> {
 /// statement" means on the syntax tree. Whitespace and comments may change;
 /// a token, or where a statement sits (Python's indentation), may not.
 pub fn shape(tree: &Tree<'_>, node: Node<'_>) -> String {
+    // Iterative, with a closing marker on the stack: a deep tree cannot
+    // exhaust the call stack.
+    enum Step<'t> {
+        Open(Node<'t>),
+        Close,
+    }
     let mut out = String::new();
-    shape_into(tree, node, &mut out);
-    out
-}
-
-fn shape_into(tree: &Tree<'_>, node: Node<'_>, out: &mut String) {
-    if is_comment(node) {
-        return;
-    }
-    if node.child_count() == 0 {
-        out.push_str(tree.text_of(node));
+    let mut stack = vec![Step::Open(node)];
+    while let Some(step) = stack.pop() {
+        let node = match step {
+            Step::Close => {
+                out.push_str(") ");
+                continue;
+            }
+            Step::Open(n) => n,
+        };
+        if is_comment(node) {
+            continue;
+        }
+        if node.child_count() == 0 {
+            out.push_str(tree.text_of(node));
+            out.push(' ');
+            continue;
+        }
+        out.push('(');
+        out.push_str(node.kind());
         out.push(' ');
-        return;
+        stack.push(Step::Close);
+        let mut cursor = node.walk();
+        let children: Vec<Node<'_>> = node.children(&mut cursor).collect();
+        stack.extend(children.into_iter().rev().map(Step::Open));
     }
-    out.push('(');
-    out.push_str(node.kind());
-    out.push(' ');
-    let mut cursor = node.walk();
-    for c in node.children(&mut cursor) {
-        shape_into(tree, c, out);
-    }
-    out.push_str(") ");
+    out
 }
 
 #[cfg(test)]
@@ -244,6 +280,20 @@ mod tests {
             assert!(!Tree::parse(path, bad).expect(path).clean(), "{path}");
         }
         assert!(Tree::parse("a.txt", "x").is_none());
+    }
+
+    #[test]
+    fn deep_nesting_and_a_huge_file_cannot_hurt_the_reader() {
+        let deep = format!("x = {}1{}\n", "(".repeat(100_000), ")".repeat(100_000));
+        let t = Tree::parse("deep.py", &deep).expect("parses");
+        assert!(shape(&t, t.root()).len() > 100_000);
+        assert!(Tree::parse("big.py", &"x = 1\n".repeat(MAX_BYTES / 6 + 1)).is_none());
+        let long = "x = f(1)\n".repeat(20_000);
+        assert!(
+            Tree::parse_within("long.py", Lang::Python, &long, Duration::ZERO).is_none(),
+            "a parse over its budget is given up"
+        );
+        assert!(Tree::parse_within("long.py", Lang::Python, &long, PARSE_BUDGET).is_some());
     }
 
     #[test]

@@ -155,6 +155,14 @@ impl<'t> Names<'t> {
 
     /// The dotted path an expression resolves to, if it can be told.
     fn resolve(&self, n: Node<'_>) -> Option<String> {
+        self.resolve_at(n, 0)
+    }
+
+    fn resolve_at(&self, n: Node<'_>, depth: usize) -> Option<String> {
+        if depth > tree::MAX_DEPTH {
+            return None;
+        }
+        let resolve = |n: Node<'_>| self.resolve_at(n, depth + 1);
         let lang = self.tree.lang;
         match n.kind() {
             "identifier" | "property_identifier" | "field_identifier" | "package_identifier" => {
@@ -167,24 +175,24 @@ impl<'t> Names<'t> {
                 }
                 Some(name.to_owned())
             }
-            "parenthesized_expression" => self.resolve(tree::code_children(n).into_iter().last()?),
-            "sequence_expression" => self.resolve(tree::code_children(n).into_iter().last()?),
+            "parenthesized_expression" => resolve(tree::code_children(n).into_iter().last()?),
+            "sequence_expression" => resolve(tree::code_children(n).into_iter().last()?),
             // `(p := print)(x)`, `(p = console.log)(x)`: the value assigned.
-            "named_expression" => self.resolve(Self::field(n, "value")?),
-            "assignment_expression" => self.resolve(Self::field(n, "right")?),
+            "named_expression" => resolve(Self::field(n, "value")?),
+            "assignment_expression" => resolve(Self::field(n, "right")?),
             "attribute" => Some(format!(
                 "{}.{}",
-                self.resolve(Self::field(n, "object")?)?,
+                resolve(Self::field(n, "object")?)?,
                 self.text(Self::field(n, "attribute")?)
             )),
             "member_expression" => {
-                let object = self.resolve(Self::field(n, "object")?)?;
+                let object = resolve(Self::field(n, "object")?)?;
                 let property = self.text(Self::field(n, "property")?);
                 Some(js_global(format!("{object}.{property}")))
             }
             "selector_expression" => Some(format!(
                 "{}.{}",
-                self.resolve(Self::field(n, "operand")?)?,
+                resolve(Self::field(n, "operand")?)?,
                 self.text(Self::field(n, "field")?)
             )),
             "subscript_expression" => {
@@ -192,7 +200,7 @@ impl<'t> Names<'t> {
                 let key = string_value(self.tree, index)?;
                 Some(js_global(format!(
                     "{}.{key}",
-                    self.resolve(Self::field(n, "object")?)?
+                    resolve(Self::field(n, "object")?)?
                 )))
             }
             "subscript" => {
@@ -202,7 +210,7 @@ impl<'t> Names<'t> {
                 if !matches!(value.kind(), "list" | "tuple") {
                     return None;
                 }
-                self.resolve(*tree::code_children(value).get(index)?)
+                resolve(*tree::code_children(value).get(index)?)
             }
             "scoped_identifier" => {
                 // `std::io::stdout`, with `use … as` aliases of its root.
@@ -222,7 +230,7 @@ impl<'t> Names<'t> {
             }
             "field_expression" => Some(format!(
                 "{}.{}",
-                self.resolve(Self::field(n, "value")?)?,
+                resolve(Self::field(n, "value")?)?,
                 self.text(Self::field(n, "field")?)
             )),
             "lambda" | "arrow_function" => {
@@ -240,26 +248,26 @@ impl<'t> Names<'t> {
                     }
                     _ => return None,
                 };
-                self.resolve(Self::field(call, "function")?)
+                resolve(Self::field(call, "function")?)
             }
             "call" | "call_expression" => {
                 let function = Self::field(n, "function")?;
                 let args: Vec<Node<'_>> = Self::field(n, "arguments")
                     .map(tree::code_children)
                     .unwrap_or_default();
-                let callee = self.resolve(function);
+                let callee = resolve(function);
                 match callee.as_deref() {
-                    Some("functools.partial" | "partial") => self.resolve(*args.first()?),
+                    Some("functools.partial" | "partial") => resolve(*args.first()?),
                     Some("getattr") if args.len() == 2 => {
                         let name = string_value(self.tree, args[1])?;
-                        Some(format!("{}.{name}", self.resolve(args[0])?))
+                        Some(format!("{}.{name}", resolve(args[0])?))
                     }
                     Some("logging.getLogger" | "structlog.get_logger") => Some(LOGGER.into()),
                     Some("require") => string_value(self.tree, *args.first()?),
                     Some(c) if c.starts_with(RETURNS) => Some(c[RETURNS.len()..].to_owned()),
                     Some(c) if lang == Lang::Js && c.ends_with(".bind") => {
                         let member = function;
-                        self.resolve(Self::field(member, "object")?)
+                        resolve(Self::field(member, "object")?)
                     }
                     Some(c) if lang == Lang::Rust => Some(format!("{c}()")),
                     _ => None,
@@ -1014,6 +1022,14 @@ mod tests {
                 .as_slice(),
             [3, 5]
         ));
+    }
+
+    #[test]
+    fn deep_nesting_is_not_followed_past_a_depth() {
+        let deep = format!("{}print{}(x)\n", "(".repeat(50_000), ")".repeat(50_000));
+        assert_eq!(py("", deep.trim_end()), None);
+        let shallow = format!("{}print{}(x)", "(".repeat(3), ")".repeat(3));
+        assert_eq!(py("", &shallow), Some(Output::Print("a print")));
     }
 
     #[test]

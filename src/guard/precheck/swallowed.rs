@@ -27,11 +27,18 @@ const FIX: &str = "handle the error or propagate it; never drop it silently";
 
 /// A type expression that catches every error.
 fn broad(t: &Tree<'_>, n: Node<'_>) -> bool {
+    broad_at(t, n, 0)
+}
+
+fn broad_at(t: &Tree<'_>, n: Node<'_>, depth: usize) -> bool {
+    if depth > tree::MAX_DEPTH {
+        // Nesting nobody writes by hand: read as catching everything.
+        return true;
+    }
+    let broad = |c: Node<'_>| broad_at(t, c, depth + 1);
     match n.kind() {
-        "as_pattern" => n.named_child(0).is_some_and(|c| broad(t, c)),
-        "parenthesized_expression" | "tuple" => {
-            tree::code_children(n).into_iter().any(|c| broad(t, c))
-        }
+        "as_pattern" => n.named_child(0).is_some_and(broad),
+        "parenthesized_expression" | "tuple" => tree::code_children(n).into_iter().any(broad),
         "identifier" | "attribute" => {
             let name = t.text_of(n).rsplit('.').next().unwrap_or("");
             matches!(name, "Exception" | "BaseException")
@@ -255,6 +262,16 @@ mod tests {
             [3]
         );
         assert_eq!(found("a.py", "try:\n    f()\nexcept Exception: ...\n"), [3]);
+        let deep = format!(
+            "try:\n    f()\nexcept {}KeyError{}:\n    pass\n",
+            "(".repeat(10_000),
+            ")".repeat(10_000)
+        );
+        assert_eq!(
+            found("a.py", &deep),
+            [3],
+            "past the depth, a handler is broad"
+        );
         assert_eq!(
             found(
                 "a.py",
