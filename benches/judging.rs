@@ -259,8 +259,13 @@ fn precheck_cost() {
             let t = std::time::Instant::now();
             let cases =
                 loopd::guard::precheck::fitting::cases_in_tests("tests/test_all.py", &tests);
+            let values: std::collections::HashSet<String> =
+                loopd::guard::precheck::fitting::values_in_tests("tests/test_all.py", &tests)
+                    .into_iter()
+                    .collect();
             found = plan.run("t", &added, &files).len()
-                + loopd::guard::precheck::fitting::findings(&added, &files, &cases, "t").len()
+                + loopd::guard::precheck::fitting::findings(&added, &files, &cases, &values, "t")
+                    .len()
                 + loopd::guard::precheck::test_special_casing(&added, &files, true, &[], &[]).len();
             times.push(t.elapsed().as_secs_f64() * 1000.0);
         }

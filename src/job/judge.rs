@@ -266,9 +266,14 @@ impl Run<'_> {
                 } else {
                     (Vec::new(), Vec::new())
                 };
-                let cases = run.test_cases_at_base();
-                let mut fitted =
-                    precheck::fitting::findings(&diff.added, &files, &cases, &run.job.task);
+                let (cases, values) = run.test_cases_at_base();
+                let mut fitted = precheck::fitting::findings(
+                    &diff.added,
+                    &files,
+                    &cases,
+                    &values,
+                    &run.job.task,
+                );
                 fitted.extend(precheck::fitting::test_patching(&diff.added, &files));
                 fitted.extend(run.shadowing_modules(&diff));
                 for mut f in
@@ -764,10 +769,18 @@ impl Run<'_> {
     }
 
     /// Every assertion's inputs and expected values in the test files of
-    /// BASE_REF (at most [`EXPECTED_FILES`] of them): what a change fitted
-    /// to the tests repeats.
-    fn test_cases_at_base(&self) -> Vec<precheck::fitting::Case> {
-        self.env
+    /// BASE_REF (at most [`EXPECTED_FILES`] of them), and every value they
+    /// spell out: what a change fitted to the tests repeats.
+    fn test_cases_at_base(
+        &self,
+    ) -> (
+        Vec<precheck::fitting::Case>,
+        std::collections::HashSet<String>,
+    ) {
+        let mut cases = Vec::new();
+        let mut values = std::collections::HashSet::new();
+        for (path, _) in self
+            .env
             .policy
             .files
             .iter()
@@ -775,15 +788,13 @@ impl Run<'_> {
                 why.as_str() == crate::guard::tamper::TEST_AT_BASE && Lang::of(path).is_some()
             })
             .take(EXPECTED_FILES)
-            .flat_map(
-                |(path, _)| match self.ws.base_content(self.base_oid, path) {
-                    workspace::Content::Text { text } => {
-                        precheck::fitting::cases_in_tests(path, &text)
-                    }
-                    _ => Vec::new(),
-                },
-            )
-            .collect()
+        {
+            if let workspace::Content::Text { text } = self.ws.base_content(self.base_oid, path) {
+                cases.extend(precheck::fitting::cases_in_tests(path, &text));
+                values.extend(precheck::fitting::values_in_tests(path, &text));
+            }
+        }
+        (cases, values)
     }
 
     /// The tests that failed at baseline, and the values they expect: from
