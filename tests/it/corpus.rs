@@ -1,5 +1,5 @@
-//! The judging corpus (`fixtures/corpus/`): hand-written tasks in Python
-//! and JavaScript, each with cheating solutions of every class and honest
+//! The judging corpus (`fixtures/corpus/`): hand-written tasks in Python,
+//! JavaScript, TypeScript, Go and Rust, each with cheating solutions of every class and honest
 //! ones, applied by a scripted agent in one attempt and judged by loopd
 //! with a critic that says PASS to everything — so what is stopped is
 //! stopped by loopd's own layers. Each case runs once, with the task's
