@@ -16,7 +16,9 @@ use std::collections::BTreeSet;
 
 use super::finding::Finding;
 use super::precheck::Lang;
-use super::syntax::{brace_statements, normal_lines, python_statements, words, Brace, Statement};
+use super::syntax::{
+    brace_statements, identifier, normal_lines, python_statements, words, Brace, Statement,
+};
 use super::tree::{self, Tree};
 use crate::outcome::Reason;
 
@@ -351,6 +353,16 @@ fn imported_modules(lang: Lang, s: &Statement) -> Vec<String> {
     }
 }
 
+/// The first line (1-based) whose indentation mixes tabs and spaces or
+/// holds a form feed.
+fn ambiguous_indent(text: &str) -> Option<u32> {
+    normal_lines(text).lines().enumerate().find_map(|(i, l)| {
+        let lead: &str = &l[..l.len() - l.trim_start_matches([' ', '\t', '\x0c']).len()];
+        let mixed = lead.contains(' ') && lead.contains('\t') || lead.contains('\x0c');
+        mixed.then(|| u32::try_from(i + 1).unwrap_or(u32::MAX))
+    })
+}
+
 /// A Python source's first two lines declare an encoding that is not UTF-8.
 pub(crate) fn foreign_encoding(text: &str) -> bool {
     static R: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
@@ -433,9 +445,18 @@ pub fn findings(
     if lang == Lang::Python && foreign_encoding(new) {
         return vec![finding(Some(1), format!("`{path}` declares an encoding other than UTF-8, so Python would read other code than loopd compares"))];
     }
+    // Python takes a tab to the next multiple of 8 columns and a form feed
+    // back to column 0; a parser may count otherwise, and then a test that
+    // Python nests inside a helper reads as an unchanged top-level test.
+    if let Some(line) = (lang == Lang::Python)
+        .then(|| ambiguous_indent(new))
+        .flatten()
+    {
+        return vec![finding(Some(line), format!("`{path}` line {line} indents with tabs and spaces together (or a form feed), which Python and loopd could read as different blocks: indent with spaces only"))];
+    }
     let old_s = statements(path, lang, old);
     let new_s = statements(path, lang, new);
-    let old_words: BTreeSet<&str> = words(old);
+    let old_words: BTreeSet<String> = words(old);
     let mut unmatched: Vec<&Stmt> = new_s.iter().collect();
     let mut out = Vec::new();
     let mut extended: Vec<&Stmt> = Vec::new();
@@ -447,9 +468,9 @@ pub fn findings(
         if let Some(i) = unmatched.iter().position(|n| extends_import(s, n)) {
             extended.push(s);
             let n = unmatched.remove(i);
-            let added: Vec<&str> = words(&n.text)
+            let added: Vec<String> = words(&n.text)
                 .difference(&words(&s.text))
-                .copied()
+                .cloned()
                 .collect();
             if added.iter().any(|w| old_words.contains(w)) {
                 out.push(finding(Some(n.line), format!("`{path}` imports a name at line {} that the file already uses: it would replace what the existing tests call", n.line)));
@@ -487,17 +508,17 @@ pub fn findings(
             .take(60)
             .collect();
         match introduces(lang, s) {
-            Some(names) if names.iter().any(|n| RUN_AROUND.contains(&n.as_str()) || n.starts_with("pytest_")) => {
+            Some(names) if names.iter().map(|n| identifier(n)).any(|n| RUN_AROUND.contains(&n.as_ref()) || n.starts_with("pytest_")) => {
                 out.push(finding(Some(s.line), format!(
                     "`{path}` line {}: `{first}` is run around every test of the file (a setup, teardown or hook), so it reaches the existing tests",
                     s.line
                 )))
             }
-            Some(names) if names.iter().all(|n| !n.is_empty() && !old_words.contains(n.as_str())) => {}
+            Some(names) if names.iter().all(|n| !n.is_empty() && !old_words.contains(identifier(n).as_ref())) => {}
             Some(names) => out.push(finding(Some(s.line), format!(
                 "`{path}` line {}: `{first}` defines {} that the file already uses: it would replace what the existing tests call",
                 s.line,
-                names.iter().filter(|n| old_words.contains(n.as_str()) || n.is_empty()).map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+                names.iter().filter(|n| old_words.contains(identifier(n).as_ref()) || n.is_empty()).map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
             ))),
             None => out.push(finding(Some(s.line), format!(
                 "`{path}` line {}: `{first}` is not a new test, fixture, helper or import, and code like it (module-level code, an autouse fixture, a setup hook, `.only`, a mock) reaches the existing tests",
@@ -598,6 +619,25 @@ mod tests {
             &format!("{rs}\n#[ctor::ctor]\nfn setup() {{}}\n")
         )
         .is_empty());
+    }
+
+    /// What a blind attack on the tree comparison found: look-alike names
+    /// that Python folds into the old ones (NFKC), and tabs that Python
+    /// and the parser count differently.
+    #[test]
+    fn look_alike_names_and_mixed_indentation_are_refused() {
+        let lookalike =
+            format!("{PY}\n\ndef \u{ff54}est_net_total():  # noqa: F811\n    assert True\n");
+        let p = problems("tests/test_r.py", PY, &lookalike);
+        assert!(p.iter().any(|p| p.contains("already uses")), "{p:?}");
+        let hidden = PY.replace(
+            "@pytest.mark.parametrize",
+            "def _unused_0():\n       \tpass\n        @pytest.mark.parametrize",
+        );
+        let p = problems("tests/test_r.py", PY, &hidden);
+        assert!(p.iter().any(|p| p.contains("tabs and spaces")), "{p:?}");
+        let conftest_hook = "def \u{ff50}ytest_collection_modifyitems(items):\n    items.clear()\n";
+        assert!(!problems("tests/test_r.py", PY, &format!("{PY}\n\n{conftest_hook}")).is_empty());
     }
 
     /// Compared on the syntax tree: the same tokens in the same structure

@@ -349,11 +349,28 @@ pub fn brace_statements(source: &str, lang: Brace) -> Vec<Statement> {
     out
 }
 
-/// The identifiers a text mentions (`$` counts, for JavaScript).
-pub fn words(text: &str) -> std::collections::BTreeSet<&str> {
+/// The identifiers a text mentions (`$` counts, for JavaScript), each in
+/// NFKC form ([`identifier`]).
+pub fn words(text: &str) -> std::collections::BTreeSet<String> {
     text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
         .filter(|w| !w.is_empty())
+        .map(|w| identifier(w).into_owned())
         .collect()
+}
+
+/// An identifier as Python reads it: NFKC-normalised, so `ｔest_total`
+/// (fullwidth `ｔ`) and `test_total` are one name, and a new test spelled
+/// with look-alikes cannot replace an old one unseen. Languages that do not
+/// normalise (JavaScript, Go) then read two names as one, which can only
+/// refuse a new name, never let a redefinition through.
+pub fn identifier(word: &str) -> std::borrow::Cow<'_, str> {
+    if word.is_ascii() {
+        return word.into();
+    }
+    icu_normalizer::ComposingNormalizerBorrowed::new_nfkc()
+        .normalize(word)
+        .into_owned()
+        .into()
 }
 
 /// `text` with every line ending (`\r\n`, a lone `\r`) as `\n`.

@@ -919,11 +919,7 @@ impl Run<'_> {
                         if let workspace::Content::Text { text } =
                             self.ws.base_content(self.base_oid, path)
                         {
-                            words.extend(
-                                crate::guard::syntax::words(&text)
-                                    .into_iter()
-                                    .map(str::to_owned),
-                            );
+                            words.extend(crate::guard::syntax::words(&text));
                         }
                     }
                     words

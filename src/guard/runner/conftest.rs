@@ -19,7 +19,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::guard::syntax::{python_statements as statements, scan, words, Statement};
+use crate::guard::syntax::{identifier, python_statements as statements, scan, words, Statement};
 
 /// pytest's built-in fixtures and the common plugins': a new fixture under
 /// one of these names replaces what an existing test requests.
@@ -196,23 +196,28 @@ pub(super) fn changed(
             )),
         }
     }
-    let old_words: BTreeSet<&str> = old_s.iter().flat_map(|o| words(&o.text)).collect();
+    let old_words: BTreeSet<String> = old_s.iter().flat_map(|o| words(&o.text)).collect();
     for s in unmatched {
         let own = new_s.iter().position(|n| std::ptr::eq(n, s)).unwrap_or(0);
         let allowed = match kind(s, in_change) {
+            // Python reads a name in NFKC form: so does this.
             Kind::Fixture(name) => {
+                let name = identifier(&name).into_owned();
                 !name.starts_with("pytest_")
                     && !BUILTIN_FIXTURES.contains(&name.as_str())
                     && !used_at_base(&name)
                     && !old_words.contains(name.as_str())
             }
             Kind::Helper(name) => {
+                let name = identifier(&name).into_owned();
                 !name.starts_with("pytest_")
                     && !used_at_base(&name)
                     && !old_words.contains(name.as_str())
                     && !mentioned_by_runner_code(&new_s, own, &name)
             }
-            Kind::Import(names) => names.iter().all(|n| !old_words.contains(n.as_str())),
+            Kind::Import(names) => names
+                .iter()
+                .all(|n| !old_words.contains(identifier(n).as_ref())),
             Kind::Other => false,
         };
         if !allowed {
@@ -236,7 +241,7 @@ pub(super) fn changed(
 fn mentioned_by_runner_code(all: &[Statement], own: usize, name: &str) -> bool {
     all.iter().enumerate().any(|(i, s)| {
         i != own
-            && words(&s.text).contains(name)
+            && words(&s.text).contains(identifier(name).as_ref())
             && !matches!(kind(s, &|_| false), Kind::Fixture(_) | Kind::Helper(_))
     })
 }
