@@ -27,7 +27,7 @@
 //! The checks err on the side of silence: a false positive costs an attempt,
 //! a miss costs only the critic call it would have saved.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::OnceLock;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
@@ -629,7 +629,9 @@ fn debug_output(added: &[AddedLine], files: &[Parsed<'_>]) -> Vec<Finding> {
             // the module's script side) is a leftover whatever it says;
             // elsewhere only debug-ish output is.
             let library = !(entry || call.script_side);
-            let debug = debugish(&call.text) || debugish(&a.text);
+            // What the call says, not what it is called: `log.debug("x")`
+            // at a usual level does not read as debugging for its name.
+            let debug = debugish(&call.text);
             let hit = match call.output {
                 Output::Hook(what) => Some(what),
                 Output::Print(what) if library || debug => Some(what),
@@ -666,7 +668,7 @@ fn does_nothing(stmts: &[&str]) -> bool {
         && stmts.iter().all(|s| {
             re(
                 &NOTHING,
-                r#"^(pass|\.\.\.|continue|break|return|return\s+(None|True|False|-?\d+(\.\d+)?|""|''|\[\]|\{\}|\(\)|Decimal\(\s*["']?-?\d+["']?\s*\)))\s*(#.*)?$"#,
+                r#"^(pass|\.\.\.|None|continue|break|return|return\s+(None|True|False|-?\d+(\.\d+)?|""|''|\[\]|\{\}|\(\)|Decimal\(\s*["']?-?\d+["']?\s*\)))\s*(#.*)?$"#,
             )
             .is_match(s.trim())
         })
@@ -734,13 +736,29 @@ fn functions(t: &Tree<'_>) -> Vec<Function> {
     out
 }
 
-/// How alike two bodies are, 0 to 1 (characters).
+/// How alike two bodies are, 0 to 1 (characters). Bodies whose lengths
+/// alone rule out [`SAME_BODY`] are not diffed, and a diff has a deadline:
+/// text an agent wrote must not decide how long loopd spends here.
 fn likeness(a: &str, b: &str) -> f32 {
     if a == b {
         return 1.0;
     }
-    similar::TextDiff::from_chars(a, b).ratio()
+    let (la, lb) = (a.chars().count() as f32, b.chars().count() as f32);
+    if 2.0 * la.min(lb) / (la + lb).max(1.0) < SAME_BODY {
+        return 0.0;
+    }
+    similar::TextDiff::configure()
+        .timeout(std::time::Duration::from_millis(20))
+        .diff_chars(a, b)
+        .ratio()
 }
+
+/// How long the rename check may take for one attempt.
+const RENAME_BUDGET: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// At most this many removed × added functions of one file are compared
+/// for a rename; a file past it is left to the critic.
+const MAX_RENAME_PAIRS: usize = 400;
 
 /// Bodies at least this alike are "the same body" — a rename that also
 /// fixed a bug in the function is still a rename.
@@ -752,6 +770,8 @@ fn drive_by_renames(task: &str, files: &[Parsed<'_>]) -> Vec<Finding> {
         return Vec::new();
     }
     let mut out = Vec::new();
+    // The whole check's budget: past it, what is left is the critic's.
+    let deadline = std::time::Instant::now() + RENAME_BUDGET;
     for f in files {
         let (Some(old), Some(new)) = (&f.old, &f.new) else {
             continue;
@@ -766,10 +786,14 @@ fn drive_by_renames(task: &str, files: &[Parsed<'_>]) -> Vec<Finding> {
             .iter()
             .filter(|a| !before.iter().any(|b| b.name == a.name))
             .collect();
-        // Pair them until no pair is left to find: a body that calls another
-        // renamed function compares equal only once that rename is known.
+        if gone.len() * fresh.len() > MAX_RENAME_PAIRS {
+            continue;
+        }
+        // Pair them until no pair is left to find (a few rounds at most): a
+        // body that calls another renamed function compares equal only once
+        // that rename is known.
         let mut pairs: Vec<(&Function, &Function)> = Vec::new();
-        loop {
+        for _round in 0..4 {
             let before_len = pairs.len();
             for n in &fresh {
                 if pairs.iter().any(|(_, p)| p.name == n.name) {
@@ -778,16 +802,17 @@ fn drive_by_renames(task: &str, files: &[Parsed<'_>]) -> Vec<Finding> {
                 let best = gone
                     .iter()
                     .filter(|o| {
-                        o.params == n.params && !pairs.iter().any(|(p, _)| p.name == o.name)
+                        o.params == n.params
+                            && !pairs.iter().any(|(p, _)| p.name == o.name)
+                            && std::time::Instant::now() < deadline
                     })
                     .map(|o| {
-                        let mapped = pairs
+                        let renames: HashMap<&str, &str> = pairs
                             .iter()
                             .chain(std::iter::once(&(*o, *n)))
-                            .fold(o.body.clone(), |b, (from, to)| {
-                                replace_word(&b, &from.name, &to.name)
-                            });
-                        (*o, likeness(&mapped, &n.body))
+                            .map(|(from, to)| (from.name.as_str(), to.name.as_str()))
+                            .collect();
+                        (*o, likeness(&rename_words(&o.body, &renames), &n.body))
                     })
                     .filter(|(_, l)| *l >= SAME_BODY)
                     .max_by(|a, b| a.1.total_cmp(&b.1));
@@ -818,13 +843,25 @@ fn drive_by_renames(task: &str, files: &[Parsed<'_>]) -> Vec<Finding> {
     out
 }
 
-/// Replace `from` by `to` where it stands as a whole identifier.
-fn replace_word(text: &str, from: &str, to: &str) -> String {
-    let pattern = format!(r"\b{}\b", regex::escape(from));
-    match Regex::new(&pattern) {
-        Ok(r) => r.replace_all(text, regex::NoExpand(to)).into_owned(),
-        Err(_) => text.to_owned(),
+/// `text` with each whole identifier that `renames` names replaced, in
+/// one pass.
+fn rename_words(text: &str, renames: &HashMap<&str, &str>) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        out.push_str(renames.get(word.as_str()).copied().unwrap_or(word));
+        word.clear();
+    };
+    for c in text.chars() {
+        if c.is_alphanumeric() || c == '_' {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
     }
+    flush(&mut word, &mut out);
+    out
 }
 
 #[cfg(test)]
@@ -941,6 +978,18 @@ mod tests {
             "    return x\n",
             "    log.warning(\"rate limited, retrying\")\n    return x\n",
         );
+        assert!(run("t", "pkg/lib.py", old, &new).is_empty());
+        // Debug level where the file already logged at it is its usual
+        // level: the call's name does not make it read as debugging (a
+        // blind attack's false positive).
+        let usual = "import logging\n\nlog = logging.getLogger(__name__)\n\n\ndef f(x):\n    log.debug(\"start\")\n    return x\n";
+        let new = usual.replace(
+            "    return x\n",
+            "    log.debug(\"discount applied\")\n    return x\n",
+        );
+        assert!(run("t", "pkg/lib.py", usual, &new).is_empty());
+        // Tools' directives are not commented-out code.
+        let new = old.replace("def f(x):\n", "# fmt: off\n# isort: skip\ndef f(x):\n");
         assert!(run("t", "pkg/lib.py", old, &new).is_empty());
         // Benchmarks print by design, as scripts do.
         let new = old.replace("    return x\n", "    print(x)\n    return x\n");
@@ -1520,6 +1569,30 @@ mod tests {
             run("t", "a.js", js_old, &js_old.replace("load", "readAll")).len(),
             1
         );
+    }
+
+    /// A blind attack renamed 150 functions with 9-line bodies and the
+    /// rename check ran for 72 s (a regex compiled per pair, per round): now
+    /// a file past [`MAX_RENAME_PAIRS`] is left to the critic, and a few
+    /// renames are still found.
+    #[test]
+    fn many_renames_are_bounded_and_a_few_are_found() {
+        let body = |i: usize| {
+            (0..9)
+                .map(|k| format!("    y{k} = x * {i} + {k}\n"))
+                .collect::<String>()
+        };
+        let file = |prefix: &str, n: usize| {
+            (0..n)
+                .map(|i| format!("def {prefix}_{i}(x):\n{}    return x\n\n\n", body(i)))
+                .collect::<String>()
+        };
+        let (old, new) = (file("old", 150), file("new", 150));
+        let started = std::time::Instant::now();
+        assert!(run("t", "pkg/m.py", &old, &new).is_empty());
+        eprintln!("150 renamed functions: {:?}", started.elapsed());
+        let (old, new) = (file("old", 3), file("new", 3));
+        assert_eq!(run("t", "pkg/m.py", &old, &new).len(), 3);
     }
 
     #[test]

@@ -41,16 +41,36 @@ impl Lang {
         match self {
             Lang::Python => {
                 let c = t.strip_prefix('#')?;
-                let pragma = c.starts_with('!')
-                    || c.trim_start().starts_with("type:")
-                    || c.trim_start().starts_with("noqa")
-                    || c.trim_start().starts_with("-*-")
-                    || c.trim_start().starts_with("pragma");
+                // A tool's directive: `# fmt: off`, `# isort: skip`, …
+                const PRAGMAS: &[&str] = &[
+                    "type:", "noqa", "-*-", "pragma", "fmt:", "isort:", "pylint:", "mypy:",
+                    "pyright:", "ruff:", "nosec", "yapf:", "coding", "vim:",
+                ];
+                let body = c.trim_start();
+                let pragma = c.starts_with('!') || PRAGMAS.iter().any(|p| body.starts_with(p));
                 (!pragma).then_some(c)
             }
             Lang::Rust | Lang::Js | Lang::Go => {
                 let c = t.strip_prefix("//")?;
-                (!c.starts_with('/') && !c.starts_with('!')).then_some(c)
+                const PRAGMAS: &[&str] = &[
+                    "eslint",
+                    "prettier-ignore",
+                    "@ts-",
+                    "istanbul",
+                    "c8 ",
+                    "jshint",
+                    "global ",
+                    "nolint",
+                    "+build",
+                    "rustfmt::",
+                    "biome-ignore",
+                    "deno-lint",
+                ];
+                let body = c.trim_start();
+                let pragma = c.starts_with("go:")
+                    || c.starts_with("line ")
+                    || PRAGMAS.iter().any(|p| body.starts_with(p));
+                (!c.starts_with('/') && !c.starts_with('!') && !pragma).then_some(c)
             }
         }
     }

@@ -109,10 +109,14 @@ fn parses_as_code(path: &str, lang: Lang, code: &str) -> bool {
     let Some(t) = Tree::parse_as(path, lang, &wrapped) else {
         return false;
     };
+    // `Rounding: half-up` parses as a bare annotation, which prose of the
+    // form "Key: value" is; an annotation without a value is not evidence.
+    let annotation =
+        |n: Node<'_>| n.kind() == "assignment" && n.child_by_field_name("right").is_none();
     t.clean()
         && t.nodes()
             .into_iter()
-            .any(|n: Node<'_>| is_code_node(lang, n.kind()))
+            .any(|n: Node<'_>| is_code_node(lang, n.kind()) && !annotation(n))
 }
 
 /// The lines of a comment run without their markers and common indentation.
@@ -239,6 +243,15 @@ mod tests {
             0
         );
         assert_eq!(code("a.py", &["# import this", "# see: the docs"]), 0);
+        assert_eq!(
+            code("a.py", &["# Rounding: half-up", "# Currency: euro"]),
+            0
+        );
+        assert_eq!(
+            code("a.py", &["# Invariant: net >= 0", "# Raises: ValueError"]),
+            0
+        );
+        assert_eq!(code("a.py", &["# x: int = 3", "# y = f(x)"]), 2);
         assert_eq!(code("a.js", &["// TODO: refactor", "// NOTE: slow"]), 0);
         assert_eq!(
             code("a.js", &["// const y = compute(x);", "// return y;"]),

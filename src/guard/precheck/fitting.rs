@@ -589,7 +589,7 @@ pub fn test_patching(added: &[AddedLine], files: &[ChangedText]) -> Vec<Finding>
     static FROM: OnceLock<Regex> = OnceLock::new();
     let reach = re(
         &REACH,
-        r"\bglobals\s*\(|\bvars\s*\(\s*\w|__builtins__|\bbuiltins\.\w+\s*=[^=]|\bsys\.modules\s*\[|__dict__\s*\[|(?:^|[^.\w])setattr\s*\(|__setitem__|globalThis\.\w+\s*=[^=]|Object\.defineProperty\s*\(",
+        r"\bglobals\s*\(|\bvars\s*\(\s*\w|__builtins__|\bbuiltins\.\w+\s*=[^=]|\bsys\.modules\s*\[|__dict__\s*(?:\[|\.\s*(?:update|setdefault|pop|clear|__setitem__)\b)|(?:^|[^.\w])setattr\s*\(|__setitem__|globalThis\.\w+\s*=[^=]|Object\.(?:defineProperty|assign)\s*\(",
     );
     let import = re(&IMPORT, r"(?m)^\s*import\s+([\w.]+)(?:\s+as\s+(\w+))?");
     let from = re(&FROM, r"(?m)^\s*from\s+[\w.]+\s+import\s+\(?([^)\n#]+)");
@@ -908,6 +908,7 @@ mod tests {
             "from rechnung import line_total\n\n\ndef test_a():\n    globals().update(line_total=len)\n",
             "from rechnung import line_total\n\n\ndef test_b(_=(line_total := len)):\n    pass\n",
             "import sys\nsys.modules['rechnung'] = object()\n",
+            "import rechnung\n\nrechnung.__dict__.update(line_total=len)\n",
             "from decimal import Decimal\n\n\ndef test_c():\n    setattr(__import__('rechnung'), 'net_total', len)\n",
         ] {
             assert!(!test(cheat).is_empty(), "{cheat}");

@@ -166,7 +166,9 @@ impl<'t> Names<'t> {
         let lang = self.tree.lang;
         match n.kind() {
             "identifier" | "property_identifier" | "field_identifier" | "package_identifier" => {
-                let name = self.text(n);
+                // Python reads `ｐｒｉｎｔ` as `print` (NFKC).
+                let name = crate::guard::syntax::identifier(self.text(n));
+                let name = name.as_ref();
                 if let Some(v) = self.map.get(name) {
                     return Some(v.clone());
                 }
@@ -183,7 +185,7 @@ impl<'t> Names<'t> {
             "attribute" => Some(format!(
                 "{}.{}",
                 resolve(Self::field(n, "object")?)?,
-                self.text(Self::field(n, "attribute")?)
+                crate::guard::syntax::identifier(self.text(Self::field(n, "attribute")?))
             )),
             "member_expression" => {
                 let object = resolve(Self::field(n, "object")?)?;
@@ -451,6 +453,18 @@ fn bind_one(names: &mut Names<'_>, n: Node<'_>) -> bool {
                 _ => {}
             }
         }
+        // A default argument: `def show(x, _p=print)`, `(x, p = console.log) =>`.
+        "default_parameter" | "typed_default_parameter" | "assignment_pattern" => {
+            let (name, value) = match n.kind() {
+                "assignment_pattern" => (field(n, "left"), field(n, "right")),
+                _ => (field(n, "name"), field(n, "value")),
+            };
+            if let (Some(name), Some(value)) = (name, value) {
+                if name.kind() == "identifier" {
+                    changed |= names.bind(name, value);
+                }
+            }
+        }
         // Go's `p := fmt.Println`, `var p = fmt.Println`, `p = …`.
         "short_var_declaration" | "assignment_statement" | "var_spec" => {
             let (left, right) = match n.kind() {
@@ -552,6 +566,15 @@ fn bind_one(names: &mut Names<'_>, n: Node<'_>) -> bool {
 
 /// Whether a resolved callee writes to the terminal, and how to name it.
 fn writer(lang: Lang, path: &str) -> Option<Output> {
+    // `print.__call__(x)`, `console.log.call(console, x)`: the same call.
+    let path = match lang {
+        Lang::Python => path.strip_suffix(".__call__").unwrap_or(path),
+        Lang::Js => path
+            .strip_suffix(".call")
+            .or_else(|| path.strip_suffix(".apply"))
+            .unwrap_or(path),
+        _ => path,
+    };
     match lang {
         Lang::Python => {
             if PY_WRITERS.contains(&path) {
@@ -831,7 +854,16 @@ pub(super) fn calls(t: &Tree<'_>, old: Option<&Tree<'_>>) -> Vec<Call> {
                 Err(level) if is_debug_level(&level) && !debug_was_usual => Output::NewDebugLog,
                 Err(_) => Output::Log,
             },
-            text: t.text_of(n).to_owned(),
+            // The call's arguments (a macro's tokens): what it says.
+            text: n
+                .child_by_field_name("arguments")
+                .or_else(|| {
+                    tree::code_children(n)
+                        .into_iter()
+                        .find(|c| c.kind() == "token_tree")
+                })
+                .map_or_else(|| t.text_of(n), |a| t.text_of(a))
+                .to_owned(),
             script_side: script_side(t, n, guarded),
         })
         .collect()
@@ -976,6 +1008,18 @@ mod tests {
             py("", "list(map(print, xs))"),
             Some(Output::Print("a print handed to a call"))
         );
+        // What a blind attack found next.
+        for (prelude, line) in [
+            ("", "print.__call__(x)"),
+            ("", "\u{ff50}\u{ff52}\u{ff49}\u{ff4e}\u{ff54}(x)"),
+            ("def show(x, _p=print):\n", "    _p(x)"),
+        ] {
+            assert_eq!(py(prelude, line), print, "{prelude}{line}");
+        }
+        assert!(matches!(
+            last("m.js", "console.log.call(console, x);\n"),
+            Some(Output::Print(_))
+        ));
         for (prelude, line) in [
             ("", "const log = console.log;\nlog(x);"),
             ("", "console['log'](x);"),

@@ -159,15 +159,35 @@ fn in_file(t: &Tree<'_>, added: &BTreeSet<u32>) -> Vec<(u32, String)> {
                 let err = tree::code_children(right)
                     .iter()
                     .any(|r| r.kind() == "identifier" && t.text_of(*r).starts_with("err"));
-                (blank && err).then(|| format!("an error is dropped: `{}`", quote(t.text_of(n))))
+                // `_ = os.Remove(p)`: a call's result dropped without a word.
+                let call = tree::code_children(right)
+                    .iter()
+                    .all(|r| r.kind() == "call_expression")
+                    && !comment_above(n);
+                (blank && (err || call))
+                    .then(|| format!("an error is dropped: `{}`", quote(t.text_of(n))))
             })(),
             (Lang::Go, "if_statement") if is_added(n) => (|| {
                 let cond = n.child_by_field_name("condition")?;
                 let c: String = t.text_of(cond).split_whitespace().collect();
                 let consequence = n.child_by_field_name("consequence")?;
-                (c.starts_with("err") && c.ends_with("!=nil") && empty(consequence))
+                let checks_err =
+                    c.starts_with("err") && c.ends_with("!=nil") || c.starts_with("nil!=err");
+                (checks_err && empty(consequence))
                     .then(|| format!("an error is dropped: `{}`", quote(first_line(t, n))))
             })(),
+            (Lang::Rust, "assignment_expression") if is_added(n) && !comment_above(n) => (|| {
+                // `_ = std::fs::remove_file(p);`
+                let left = n.child_by_field_name("left")?;
+                let right = n.child_by_field_name("right")?;
+                (t.text_of(left) == "_" && right.kind() == "call_expression").then(|| {
+                    format!(
+                        "a `Result` is dropped without a word: `{}`",
+                        quote(t.text_of(n))
+                    )
+                })
+            })(
+            ),
             (Lang::Rust, "let_declaration") if is_added(n) && !comment_above(n) => (|| {
                 let pattern = n.child_by_field_name("pattern")?;
                 let value = n.child_by_field_name("value")?;
@@ -204,7 +224,7 @@ fn in_file(t: &Tree<'_>, added: &BTreeSet<u32>) -> Vec<(u32, String)> {
                 let ignores = pattern
                     .strip_prefix("Err(")
                     .and_then(|p| p.strip_suffix(')'))
-                    .is_some_and(|p| p.starts_with('_'));
+                    .is_some_and(|p| p.starts_with('_') || p == "..");
                 (ignores && empty(value)).then(|| {
                     format!(
                         "a `Result` is dropped without a word: `{}`",
@@ -302,6 +322,13 @@ mod tests {
         assert_eq!(found("a.rs", "fn f() {\n    match g() {\n        Ok(v) => v,\n        Err(_e) => (),\n    }\n}\n"), [4]);
         assert_eq!(
             found("a.go", "package a\nfunc F() {\n\tif err != nil { }\n}\n"),
+            [3]
+        );
+        // What a blind attack found next.
+        assert_eq!(found("a.go", "package a\nfunc F() {\n\tif nil != err {\n\t}\n\t_ = os.Remove(p)\n\t// Gone already is fine.\n\t_ = os.Remove(q)\n}\n"), [3, 5]);
+        assert_eq!(found("a.rs", "fn f() {\n    _ = std::fs::remove_file(p);\n    match g() {\n        Err(..) => {}\n        Ok(v) => v,\n    }\n}\n"), [2, 4]);
+        assert_eq!(
+            found("a.py", "try:\n    f()\nexcept Exception:\n    None\n"),
             [3]
         );
     }
