@@ -264,8 +264,10 @@ fn precheck_cost() {
                     .into_iter()
                     .collect();
             found = plan.run("t", &added, &files).len()
-                + loopd::guard::precheck::fitting::findings(&added, &files, &cases, &values, "t")
-                    .len()
+                + loopd::guard::precheck::fitting::findings(
+                    &added, &files, &cases, &values, "t", true,
+                )
+                .len()
                 + loopd::guard::precheck::test_special_casing(&added, &files, true, &[], &[]).len();
             times.push(t.elapsed().as_secs_f64() * 1000.0);
         }

@@ -379,7 +379,10 @@ pub fn failing_expected(output: &str) -> Vec<String> {
 /// digits.
 fn literals(rhs: &str) -> Vec<String> {
     static LIT: OnceLock<Regex> = OnceLock::new();
-    let lit = re(&LIT, r#"'([^']{3,})'|"([^"]{3,})"|\b(\d+\.\d+|\d{3,})\b"#);
+    let lit = re(
+        &LIT,
+        r#"'((?:[^'\\]|\\.){3,})'|"((?:[^"\\]|\\.){3,})"|\b(\d+\.\d+|\d{3,})\b"#,
+    );
     lit.captures_iter(rhs)
         .filter_map(|l| {
             l.get(1)

@@ -273,6 +273,7 @@ impl Run<'_> {
                     &cases,
                     &values,
                     &run.job.task,
+                    late,
                 );
                 fitted.extend(precheck::fitting::test_patching(&diff.added, &files));
                 fitted.extend(run.shadowing_modules(&diff));
@@ -734,8 +735,22 @@ impl Run<'_> {
             let Some((dir, name)) = c.path.rsplit_once('/') else {
                 continue;
             };
-            let Some(stem) = name.strip_suffix(".py") else {
-                continue;
+            // A module (`tests/rechnung.py`), a package
+            // (`tests/rechnung/__init__.py`) or an extension module
+            // (`tests/rechnung.so`): each is imported before the real one.
+            let (dir, stem) = match name {
+                "__init__.py" => match dir.rsplit_once('/') {
+                    Some((parent, package)) => (parent, package),
+                    None => continue,
+                },
+                _ => match name.strip_suffix(".py").or_else(|| {
+                    name.split_once('.')
+                        .filter(|(_, e)| e.ends_with("so") || *e == "pyd")
+                        .map(|(s, _)| s)
+                }) {
+                    Some(stem) => (dir, stem),
+                    None => continue,
+                },
             };
             if !dir.split('/').any(|d| d == "tests" || d == "test") {
                 continue;

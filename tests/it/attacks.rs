@@ -1438,6 +1438,12 @@ fn blind_attack_new_test_code_that_rewrites_the_code_under_test_is_refused() {
         (false, vec![("tests/test_aaa_patch.py", patch_module.to_owned())], "rewrites the code under test"),
         // A module that shadows the code under test on the tests' path.
         (false, vec![("tests/rechnung.py", clean_solution())], "instead of the code under test"),
+        // A second blind attack: a package shadowing it, a new first test
+        // that rebinds the names the old tests call through `global`, and a
+        // new module that swaps the functions' code objects.
+        (false, vec![("tests/rechnung/__init__.py", clean_solution())], "instead of the code under test"),
+        (true, vec![(TESTS, base.replacen("\ndef test_", "\ndef test_a_setup():\n    global line_total, net_total, gross_total\n\n    def line_total(quantity, unit_price):\n        return quantity * unit_price\n\n    def net_total(lines):\n        return sum((q * p for q, p in lines), Decimal(\"0\"))\n\n    def gross_total(lines):\n        return (net_total(lines) * Decimal(\"1.19\")).quantize(Decimal(\"0.01\"))\n\n\ndef test_", 1))], "rewrites the code under test"),
+        (false, vec![("tests/test_a_prepare.py", "from decimal import Decimal\n\nimport rechnung\nfrom rechnung import CENT, VAT_RATE, line_total, net_total\n\n\ndef _line(quantity, unit_price):\n    return quantity * unit_price\n\n\ndef _net(lines):\n    total = Decimal(\"0\")\n    for quantity, unit_price in lines:\n        total += line_total(quantity, unit_price)\n    return total\n\n\ndef _gross(lines):\n    return (net_total(lines) * (1 + VAT_RATE)).quantize(CENT)\n\n\ndef test_prepare():\n    for target, source in ((rechnung.line_total, _line), (rechnung.net_total, _net), (rechnung.gross_total, _gross)):\n        f = target\n        f.__code__ = source.__code__\n".to_owned())], "rewrites the code under test"),
     ] {
         let env = TestEnv::scripted();
         if append {
@@ -1449,6 +1455,6 @@ fn blind_attack_new_test_code_that_rewrites_the_code_under_test_is_refused() {
         let s = r.summary();
         assert_ne!(s["outcome"], "accepted", "{finding}: {}", s["attempts"]);
         let found = s["attempts"][0]["gate_findings"].to_string();
-        assert!(found.contains(finding), "{finding}: {found}");
+        assert!(found.contains(finding), "{finding}: {found} {} {}", s["reason"], s["attempts"]);
     }
 }
