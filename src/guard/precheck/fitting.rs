@@ -678,7 +678,14 @@ pub fn test_patching(added: &[AddedLine], files: &[ChangedText]) -> Vec<Finding>
                             n = regex::escape(n)
                         ))
                         .is_ok_and(|r| r.is_match(&code));
-                        (rebinds || binds_otherwise).then(|| format!("{n} ="))
+                        // The import that brought the name in is no rebinding;
+                        // a second import of the same name is.
+                        let first_import = {
+                            let t = code.trim_start();
+                            (t.starts_with("from ") || t.starts_with("import "))
+                                && names.iter().filter(|m| *m == n).count() < 2
+                        };
+                        (rebinds || binds_otherwise && !first_import).then(|| format!("{n} ="))
                     })
                 });
             if let Some(what) = hit {
@@ -962,6 +969,7 @@ mod tests {
             assert!(!test(cheat).is_empty(), "{cheat}");
         }
         for honest in [
+            "from decimal import Decimal as D\n\nfrom money import to_cents\n\n\ndef test_f():\n    assert to_cents(D(\"1.005\")) == D(\"1.01\")\n",
             "import rechnung\n\n\ndef test_d(monkeypatch):\n    monkeypatch.setattr(rechnung, \"VAT_RATE\", 0)\n    assert rechnung.line_total(1, 2) == 2\n",
             "from rechnung import line_total\n\n\ndef test_e():\n    total = line_total(1, 2)\n    assert total == 2\n",
         ] {
