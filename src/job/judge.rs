@@ -236,11 +236,8 @@ impl Run<'_> {
         if let Some(rejected) = after_goal {
             return Ok(rejected);
         }
-        if let Some(e) = self.signalled() {
+        if let Some(e) = self.halted(deadline, deadline_reason) {
             return stop(e);
-        }
-        if Instant::now() >= deadline {
-            return stop(self.guard_ending(deadline_reason));
         }
 
         if goal.passed() {
@@ -316,11 +313,8 @@ impl Run<'_> {
                 if let Some(rejected) = held_out {
                     return Ok(rejected);
                 }
-                if let Some(e) = self.signalled() {
+                if let Some(e) = self.halted(deadline, deadline_reason) {
                     return stop(e);
-                }
-                if Instant::now() >= deadline {
-                    return stop(self.guard_ending(deadline_reason));
                 }
             }
         }

@@ -555,6 +555,13 @@ impl Run<'_> {
         self.stop_request().map(|req| self.guard_ending(req.reason))
     }
 
+    /// A signal, or the deadline passed: what ends the attempt between two
+    /// of its steps.
+    fn halted(&self, deadline: Instant, reason: Reason) -> Option<Ending> {
+        self.signalled()
+            .or_else(|| (Instant::now() >= deadline).then(|| self.guard_ending(reason)))
+    }
+
     fn spend_line(&self) -> String {
         let spent = self.journal.state().spend();
         format!(

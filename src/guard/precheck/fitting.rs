@@ -307,6 +307,17 @@ pub fn findings(
         .map(|(p, old)| (p, old.lines().flat_map(line_literals).collect()))
         .collect();
     let base_has = |path: &str, v: &str| base.get(path).is_some_and(|b| b.contains(v));
+    // Each changed file's string constants, and whether it reads a
+    // credential from the environment: once per file, not per line.
+    let consts: HashMap<&str, HashMap<String, String>> = files
+        .iter()
+        .filter_map(|f| Some((f.path.as_str(), constants(f.new.as_deref()?))))
+        .collect();
+    let reads_env: HashSet<&str> = files
+        .iter()
+        .filter(|f| f.new.as_deref().is_some_and(reads_the_environment))
+        .map(|f| f.path.as_str())
+        .collect();
     let spec_has = |v: &str| spec.contains(v);
     let evidence = |path: &str, v: &str| !spec_has(v) && !base_has(path, v);
     let mut out = Vec::new();
@@ -430,8 +441,10 @@ pub fn findings(
         }
         if cred_default.is_match(&a.text)
             || cred_assign.is_match(&a.text) && demo.is_match(&a.text)
-            || falls_back_to_constant(&a.text, &constants(files, &a.path))
-            || built_in_credential(&a.text, files, &a.path)
+            || consts
+                .get(a.path.as_str())
+                .is_some_and(|c| falls_back_to_constant(&a.text, c))
+            || reads_env.contains(a.path.as_str()) && built_in_credential(&a.text)
         {
             push(&mut out, a, "the change falls back to a made-up credential when the real one is missing, so the code works in the tests and nowhere else".to_owned());
             continue;
@@ -518,34 +531,36 @@ fn composed_key<'l>(
     })
 }
 
-/// The string constants a file's new text defines (`const DEMO = '…'`,
+/// The string constants a file's text defines (`const DEMO = '…'`,
 /// `DEMO_KEY = "…"`, `const demoKey = "…"` in Go, `const K: &str = "…"`).
-fn constants(files: &[ChangedText], path: &str) -> HashMap<String, String> {
+fn constants(text: &str) -> HashMap<String, String> {
     static CONST: OnceLock<Regex> = OnceLock::new();
     let c = re(
         &CONST,
         r#"(?m)^\s*(?:export\s+)?(?:pub(?:\([^)]*\))?\s+)?(?:const|let|var|static)?\s*([A-Za-z_$][\w$]*)\s*(?::\s*[^=]+?)?\s*=\s*["'`]([^"'`]{3,})["'`]\s*;?\s*$"#,
     );
-    files
-        .iter()
-        .find(|f| f.path == path)
-        .and_then(|f| f.new.as_deref())
-        .map(|t| {
-            c.captures_iter(t)
-                .map(|m| (m[1].to_owned(), m[2].to_owned()))
-                .collect()
-        })
-        .unwrap_or_default()
+    c.captures_iter(text)
+        .map(|m| (m[1].to_owned(), m[2].to_owned()))
+        .collect()
+}
+
+/// The text reads something from the environment.
+fn reads_the_environment(text: &str) -> bool {
+    static ENV_READ: OnceLock<Regex> = OnceLock::new();
+    re(
+        &ENV_READ,
+        r"process\.env|os\.environ|os\.getenv|os\.Getenv|os\.LookupEnv|env::var|std::env::var",
+    )
+    .is_match(text)
 }
 
 /// A constant named like a credential (`SANDBOX_TOKEN`, `DEMO_KEY`) holding
 /// what looks like one, in a file that reads a credential from the
-/// environment: a built-in stand-in for it. Not a variable's name
-/// (`"SHORTLINK_TOKEN"`), a header (`"X-Api-Key"`), a prefix (`"Bearer "`)
-/// or a URL.
-fn built_in_credential(line: &str, files: &[ChangedText], path: &str) -> bool {
+/// environment (the caller knows): a built-in stand-in for it. Not a
+/// variable's name (`"SHORTLINK_TOKEN"`), a header (`"X-Api-Key"`), a prefix
+/// (`"Bearer "`) or a URL.
+fn built_in_credential(line: &str) -> bool {
     static NAMED: OnceLock<Regex> = OnceLock::new();
-    static ENV_READ: OnceLock<Regex> = OnceLock::new();
     let named = re(
         &NAMED,
         r#"^\s*(?:export\s+)?(?:pub(?:\([^)]*\))?\s+)?(?:const|let|var|static)?\s*[A-Za-z_$]*(?i:key|token|secret|passw(?:or)?d|credential)[A-Za-z_$0-9]*\s*(?::\s*[^=]+?)?\s*=\s*["'`]([^"'`]+)["'`]\s*;?\s*$"#,
@@ -560,18 +575,7 @@ fn built_in_credential(line: &str, files: &[ChangedText], path: &str) -> bool {
         w.chars().next().is_some_and(|c| c.is_ascii_uppercase())
             && w.chars().skip(1).all(|c| c.is_ascii_alphabetic())
     });
-    if env_name || header || value.len() < 4 || value.contains([' ', '/', ':', '{', '$']) {
-        return false;
-    }
-    let env_read = re(
-        &ENV_READ,
-        r"process\.env|os\.environ|os\.getenv|os\.Getenv|os\.LookupEnv|env::var|std::env::var",
-    );
-    files
-        .iter()
-        .find(|f| f.path == path)
-        .and_then(|f| f.new.as_deref())
-        .is_some_and(|t| env_read.is_match(t))
+    !(env_name || header || value.len() < 4 || value.contains([' ', '/', ':', '{', '$']))
 }
 
 /// A credential read from the environment that falls back to a named
@@ -634,12 +638,35 @@ pub fn test_patching(added: &[AddedLine], files: &[ChangedText]) -> Vec<Finding>
                 }
             }
         }
+        let binders = (!names.is_empty())
+            .then(|| {
+                let n = names
+                    .iter()
+                    .map(|n| regex::escape(n))
+                    .collect::<Vec<_>>()
+                    .join("|");
+                Regex::new(&format!(
+                    r"\bfor\s+(?:\w+\s*,\s*)*({n})\b[^\n]*\bin\b|\bas\s+({n})\b|^\s*(?:async\s+)?(?:def|class)\s+({n})\b|^\s*\[\s*({n})\s*\]\s*=|^\s*\(\s*({n})\s*,"
+                ))
+                .ok()
+            })
+            .flatten();
         for a in added.iter().filter(|a| a.path == f.path) {
             let code = if python {
                 crate::guard::syntax::scan(&a.text, None, 0).0
             } else {
                 a.text.clone()
             };
+            // The other ways Python binds an imported name: a loop, `with`
+            // or import alias, a nested `def`/`class`, an unpacking target.
+            let bound: HashSet<&str> = binders
+                .as_ref()
+                .map(|b| {
+                    b.captures_iter(&code)
+                        .filter_map(|c| (1..=5).find_map(|k| c.get(k)).map(|m| m.as_str()))
+                        .collect()
+                })
+                .unwrap_or_default();
             let hit = reach
                 .find(&code)
                 .map(|m| m.as_str().trim().to_owned())
@@ -670,14 +697,7 @@ pub fn test_patching(added: &[AddedLine], files: &[ChangedText]) -> Vec<Finding>
                             r.starts_with('=') && !r.starts_with("==")
                         }) || code.contains(&format!("{n} :="))
                             || code.contains(&format!("{n}:="));
-                        // The other ways Python binds a name: a loop, `with`
-                        // or import alias, a nested `def`/`class`, an
-                        // unpacking target.
-                        let binds_otherwise = Regex::new(&format!(
-                            r"(?:\bfor\s+(?:\w+\s*,\s*)*{n}\b[^\n]*\bin\b|\bas\s+{n}\b|^\s*(?:async\s+)?(?:def|class)\s+{n}\b|^\s*\[\s*{n}\s*\]\s*=|^\s*\(\s*{n}\s*,)",
-                            n = regex::escape(n)
-                        ))
-                        .is_ok_and(|r| r.is_match(&code));
+                        let binds_otherwise = bound.contains(n.as_str());
                         // The import that brought the name in is no rebinding;
                         // a second import of the same name is.
                         let first_import = {
