@@ -71,7 +71,7 @@ fn main() {
             args: vec!["-c".into(), AGENT.into()],
             cwd: dir.path().to_path_buf(),
             env_set: vec![],
-            env_remove: vec![],
+            env: loopd::sandbox::env::Environment::from_process(&[]),
             stdin: None,
             stream_log: dir.path().join(format!("stream-{i}.jsonl")),
             stderr_log: dir.path().join(format!("stderr-{i}.txt")),

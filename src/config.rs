@@ -136,6 +136,12 @@ pub struct Overrides {
     /// Refuse to run (exit 5) when the kernel cannot sandbox the agent (Landlock).
     #[arg(long)]
     pub require_sandbox: bool,
+    /// Pass this variable of loopd's environment to every process of the job
+    /// (repeat for more; with `[sandbox] env`): nothing else is inherited
+    /// but `PATH`, the locale, `TZ` and where toolchains live.
+    #[arg(long = "env", value_name = "NAME")]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
     /// The held-out tests' directory, for every `held_out` goal step (over
     /// their `files`): in CI, a path the workflow provides outside the checkout.
     #[arg(long, value_name = "DIR")]
@@ -294,6 +300,7 @@ struct SandboxFile {
     read: Option<Vec<PathBuf>>,
     read_write: Option<Vec<PathBuf>>,
     network: Option<String>,
+    env: Option<Vec<String>>,
 }
 
 /// `[sandbox]` in `loopd.toml`: the Landlock sandbox of the agent, the
@@ -313,6 +320,10 @@ pub struct SandboxSettings {
     /// the system can give the job a private network namespace, `open`
     /// (said loudly) where it cannot.
     pub network: Option<crate::sandbox::Network>,
+    /// Variables of loopd's environment passed to every process of the job
+    /// (`[sandbox] env`, `--env`), besides the allow-list of
+    /// [`crate::sandbox::env`].
+    pub env: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -895,7 +906,36 @@ fn sandbox_settings(
     o: &Origin<'_>,
     s: SandboxFile,
     require_flag: bool,
+    env_flags: &[String],
 ) -> Result<SandboxSettings, ConfigError> {
+    let secrets = crate::agent::secret_vars();
+    let mut env = Vec::new();
+    for (i, name) in s.env.iter().flatten().enumerate() {
+        if let Some(why) = crate::sandbox::env::refused(name, &secrets) {
+            return Err(o.invalid(
+                &format!("sandbox.env[{i}]"),
+                &format!("a variable a job may see, not this one: {why}"),
+                format!("`{name}`"),
+            ));
+        }
+        env.push(name.clone());
+    }
+    for name in env_flags {
+        if let Some(why) = crate::sandbox::env::refused(name, &secrets) {
+            return Err(Origin {
+                file: o.file,
+                from_flag: true,
+            }
+            .invalid(
+                "env",
+                &format!("a variable a job may see, not this one: {why}"),
+                format!("`{name}`"),
+            ));
+        }
+        if !env.contains(name) {
+            env.push(name.clone());
+        }
+    }
     let extra = |paths: Option<Vec<PathBuf>>, field: &str| -> Result<Vec<PathBuf>, ConfigError> {
         let paths = paths.unwrap_or_default();
         for (i, p) in paths.iter().enumerate() {
@@ -914,6 +954,7 @@ fn sandbox_settings(
         require: require_flag || s.require.unwrap_or(false),
         read: extra(s.read, "read")?,
         read_write: extra(s.read_write, "read_write")?,
+        env,
         network: match s.network.as_deref() {
             None => None,
             Some("open") => Some(crate::sandbox::Network::Open),
@@ -1178,6 +1219,14 @@ pub fn default_allowed_tools(goal: &[GoalStep]) -> Vec<String> {
 
 impl Job {
     /// The job's caps as the guards check them.
+    /// The environment every process of the job starts from: the
+    /// allow-list of [`crate::sandbox::env`] applied to loopd's own, and
+    /// the variables the lead named. Each role adds its own `HOME` and
+    /// `TMPDIR`.
+    pub fn environment(&self) -> crate::sandbox::env::Environment {
+        crate::sandbox::env::Environment::from_process(&self.sandbox.env)
+    }
+
     pub fn budget(&self) -> crate::guard::caps::Budget {
         crate::guard::caps::Budget::new(self.caps.clone())
     }
@@ -1385,7 +1434,7 @@ impl Job {
         let o = origin(false);
         let guard = guard_settings(&o, file.guard)?;
         let protect = protect_settings(&o, file.protect)?;
-        let sandbox = sandbox_settings(&o, file.sandbox, flags.require_sandbox)?;
+        let sandbox = sandbox_settings(&o, file.sandbox, flags.require_sandbox, &flags.env)?;
         if !sandbox.enabled && !held_out.is_empty() {
             return Err(o.invalid(
                 "sandbox.enabled",

@@ -208,8 +208,8 @@ pub fn head_and_tail(text: &str, max: usize) -> String {
     )
 }
 
-/// Run the steps in order in `dir`. `env_remove` keeps secrets out of the
-/// steps' environment.
+/// Run the steps in order in `dir`, each in exactly the environment
+/// `limits.env` (an allow-list: no secret of loopd's reaches a step).
 pub async fn run(
     steps: &[GoalStep],
     dir: &Path,
@@ -236,8 +236,8 @@ pub async fn run(
 
 /// What bounds the goal test besides each step's own timeout.
 pub struct Limits<'a> {
-    /// Variables removed from the steps' environment (secrets).
-    pub env_remove: &'a [&'a str],
+    /// The steps' whole environment ([`crate::sandbox::env`]).
+    pub env: &'a crate::sandbox::env::Environment,
     /// Between SIGTERM and SIGKILL.
     pub grace: Duration,
     /// The job's or attempt's deadline: no step runs past it.
@@ -261,7 +261,6 @@ async fn run_step(
     dir: &Path,
     limits: &Limits<'_>,
 ) -> Result<StepResult, GoalError> {
-    let env_remove = limits.env_remove;
     let grace = limits.grace;
     let spawn_err = |source| GoalError::Spawn {
         step: step.name.clone(),
@@ -273,16 +272,13 @@ async fn run_step(
     let writer_err: OwnedFd = OwnedFd::from(writer.try_clone().map_err(spawn_err)?);
     let writer_out: OwnedFd = OwnedFd::from(writer);
     let token = process::new_token(limits.scope, "goal");
-    let mut cmd = process::command("/bin/sh", &token);
+    let mut cmd = process::command("/bin/sh", &token, limits.env.pairs());
     cmd.arg("-c")
         .arg(&step.run)
         .current_dir(dir)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::from(writer_out))
         .stderr(std::process::Stdio::from(writer_err));
-    for k in env_remove {
-        cmd.env_remove(k);
-    }
     if let Some(sandbox) = limits.sandbox {
         sandbox.apply(&mut cmd, dir);
     }
@@ -396,7 +392,9 @@ mod tests {
 
     fn limits() -> Limits<'static> {
         Limits {
-            env_remove: &[],
+            env: Box::leak(Box::new(
+                crate::sandbox::env::Environment::from_process(&[]),
+            )),
             grace: Duration::from_millis(200),
             deadline: None,
             stop: None,

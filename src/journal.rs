@@ -241,6 +241,15 @@ pub enum Event {
         report: GoalReport,
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         artefacts: BTreeMap<String, String>,
+        /// With a hermetic judge, when the change adds test files: the
+        /// goal run of the tests that existed at BASE_REF alone, without
+        /// them (`report` is the whole change's when that one was green).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        alone: Option<GoalReport>,
+        /// With a hermetic judge: what the goal run changed in its own
+        /// tree (the agent's code ran there), for the gate after the goal.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        written: Vec<crate::workspace::layers::Written>,
     },
     /// The held-out steps on this attempt's judge-only tree (`files`: how
     /// many held-out files it held). Only loopd reads this: the agent
@@ -249,6 +258,11 @@ pub enum Event {
         attempt: u32,
         report: GoalReport,
         files: usize,
+        /// With a hermetic judge: how many paths of its tree the run
+        /// changed that it did not make (the candidate's code wrote over
+        /// the judge's tree; no name is kept, they may be held-out files').
+        #[serde(default, skip_serializing_if = "is_zero")]
+        overwrote: usize,
     },
     /// What changed between attempt `from`'s tree and this attempt's
     /// (`interdiff.patch`), and which of those files no finding that
@@ -347,7 +361,15 @@ pub enum Event {
         /// private network namespace have none).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         network: Option<crate::sandbox::Network>,
+        /// Where the judge runs (journals of loopd before the hermetic
+        /// judge have none: theirs shared the worktree).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        judge: Option<crate::sandbox::Judge>,
     },
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Event {
@@ -624,6 +646,11 @@ pub struct Current {
     pub test_count_gate: Option<Vec<Finding>>,
     pub precheck_gate: Option<Vec<Finding>>,
     pub held_out: Option<GoalReport>,
+    /// How many paths of its tree the held-out run changed (see
+    /// [`Event::HeldOutRun`]).
+    pub held_out_overwrote: usize,
+    /// What the hermetic goal run changed of its tree.
+    pub goal_written: Vec<crate::workspace::layers::Written>,
     pub held_out_gate: Option<Vec<Finding>>,
     /// The interdiff's files and the scope check's unnamed files.
     pub interdiff: Option<(Vec<String>, Vec<String>)>,
@@ -740,6 +767,8 @@ pub struct Replay {
     pub sandbox: Option<crate::sandbox::Confinement>,
     /// The network they get (the latest start's word).
     pub network: Option<crate::sandbox::Network>,
+    /// Where the judge runs (the latest start's word).
+    pub judge: Option<crate::sandbox::Judge>,
     /// When the job started (the first entry's time).
     pub started_at: Option<String>,
     pub repo: Option<PathBuf>,
@@ -935,9 +964,14 @@ impl Replay {
                 self.started_at = Some(entry.ts.clone());
             }
             Event::Resumed { .. } => self.suspended = false,
-            Event::Confined { sandbox, network } => {
+            Event::Confined {
+                sandbox,
+                network,
+                judge,
+            } => {
                 self.sandbox = Some(*sandbox);
                 self.network = *network;
+                self.judge = *judge;
             }
             Event::CredentialsHeld { .. } => self.credentials_held = true,
             Event::CredentialsReleased { .. } => self.credentials_held = false,
@@ -1069,18 +1103,25 @@ impl Replay {
                 attempt,
                 report,
                 artefacts,
+                written,
+                ..
             } => {
                 self.artefacts.from_goal.extend(artefacts.clone());
                 self.last_goal = Some(report.clone());
                 if let Some(c) = current(self, *attempt) {
                     c.goal = Some(report.clone());
+                    c.goal_written = written.clone();
                 }
             }
             Event::HeldOutRun {
-                attempt, report, ..
+                attempt,
+                report,
+                overwrote,
+                ..
             } => {
                 if let Some(c) = current(self, *attempt) {
                     c.held_out = Some(report.clone());
+                    c.held_out_overwrote = *overwrote;
                 }
             }
             Event::InterdiffTaken {
@@ -1175,6 +1216,7 @@ impl Replay {
             failure_report,
             sandbox: self.sandbox,
             network: self.network,
+            judge: self.judge,
             test_count_off: self.test_count_off.clone(),
             run_dir: run_dir.to_path_buf(),
             started_at: self.started_at.clone().unwrap_or_default(),
@@ -1478,6 +1520,8 @@ mod tests {
                 attempt: 1,
                 report: goal(true),
                 artefacts: [("out.log".to_owned(), "b1".to_owned())].into(),
+                alone: None,
+                written: vec![],
             },
             Event::SessionStarted {
                 attempt: 1,

@@ -152,6 +152,7 @@ impl Progress {
                 attempt,
                 report,
                 files,
+                ..
             } => {
                 let verdict = if report.passed() { "green" } else { "red" };
                 let failed = report.steps.iter().filter(|s| !s.passed).count();
@@ -238,14 +239,24 @@ impl Progress {
                 }
             }
             Event::Finalized { state } => format!("final state: {}", state.as_str()),
-            Event::Confined { sandbox, network } => match sandbox {
+            Event::Confined {
+                sandbox,
+                network,
+                judge,
+            } => match sandbox {
                 crate::sandbox::Confinement::Landlock => format!(
-                    "sandbox: the agent, the critic and the goal steps run under Landlock; network: {}",
+                    "sandbox: the agent, the critic and the goal steps run under Landlock; network: {}; judge: {}",
                     match network {
                         Some(crate::sandbox::Network::GatewayOnly) => {
                             "the gateway only (a private network namespace)"
                         }
                         _ => "OPEN (whatever this user can reach)",
+                    },
+                    match judge {
+                        Some(crate::sandbox::Judge::Hermetic) => {
+                            "hermetic (BASE_REF plus the judged change, a fresh HOME, per run)"
+                        }
+                        _ => "SHARES THE WORKTREE (no user namespace with overlays)",
                     }
                 ),
                 crate::sandbox::Confinement::Unsupported => {

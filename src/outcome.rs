@@ -36,6 +36,10 @@ pub enum Reason {
     /// A held-out goal step (tests the agent never saw) was red on the
     /// judge-only tree of the last attempt.
     HeldOutFailed,
+    /// A process of the job made a directory or file of the worktree
+    /// unreadable to loopd (a `chmod 0` over what the judges must walk):
+    /// loopd made it readable again to judge and park it.
+    UnreadablePath,
     ConfigTampered,
     /// Preflight: a goal step's program could not be run at the baseline
     /// (exit 127 or 126). Exit 2, like any configuration error.
@@ -90,6 +94,7 @@ impl Reason {
         Reason::DiffTooLarge,
         Reason::GoalChangedTree,
         Reason::HeldOutFailed,
+        Reason::UnreadablePath,
         Reason::ConfigTampered,
         Reason::GoalNotRunnable,
         Reason::AlreadyGreen,
@@ -120,6 +125,7 @@ impl Reason {
             Reason::DiffTooLarge => "diff_too_large",
             Reason::GoalChangedTree => "goal_changed_tree",
             Reason::HeldOutFailed => "held_out_failed",
+            Reason::UnreadablePath => "unreadable_path",
             Reason::ConfigTampered => "config_tampered",
             Reason::GoalNotRunnable => "goal_not_runnable",
             Reason::AlreadyGreen => "already_green",
@@ -386,6 +392,7 @@ mod tests {
                 | Reason::DiffTooLarge
                 | Reason::GoalChangedTree
                 | Reason::HeldOutFailed
+                | Reason::UnreadablePath
                 | Reason::ConfigTampered
                 | Reason::GoalNotRunnable
                 | Reason::AlreadyGreen

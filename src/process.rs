@@ -227,10 +227,19 @@ pub async fn sweep_scope(scope: &str, grace: Duration) -> usize {
 }
 
 /// A command prepared for containment: a new session (its own process
-/// group, no controlling terminal), token in the environment, killed if
-/// dropped.
-pub fn command(program: impl AsRef<std::ffi::OsStr>, token: &str) -> Command {
+/// group, no controlling terminal), exactly the environment `env` (built
+/// from an allow-list, never inherited) and the token, killed if dropped.
+pub fn command<K, V>(
+    program: impl AsRef<std::ffi::OsStr>,
+    token: &str,
+    env: impl IntoIterator<Item = (K, V)>,
+) -> Command
+where
+    K: AsRef<std::ffi::OsStr>,
+    V: AsRef<std::ffi::OsStr>,
+{
     let mut cmd = Command::new(program);
+    cmd.env_clear().envs(env);
     cmd.env(TOKEN_VAR, token).kill_on_drop(true);
     // SAFETY: `setsid` is async-signal-safe; it runs in the forked child
     // before exec, first of the child's steps (the sandbox's come after).
@@ -865,7 +874,7 @@ mod tests {
         become_subreaper();
         let token = new_token("unit", "test");
         let _cleanup = KillOnDrop::token(&token);
-        let mut cmd = command("sh", &token);
+        let mut cmd = command("sh", &token, std::env::vars_os());
         // The grandchild leaves the group with setsid and ignores nothing.
         cmd.arg("-c").arg("setsid sleep 300 & sleep 300");
         let mut c = Contained::spawn(cmd, token.clone()).expect("spawn sh");
@@ -890,7 +899,7 @@ mod tests {
         become_subreaper();
         let token = new_token("unit", "test-ignore");
         let _cleanup = KillOnDrop::token(&token);
-        let mut cmd = command("sh", &token);
+        let mut cmd = command("sh", &token, std::env::vars_os());
         // The child exits at once and leaves a setsid grandchild that ignores
         // SIGTERM, and says so once its trap is set: that line, not a scan of
         // /proc, tells the test the leak is in place. (A scan can catch the
@@ -916,7 +925,7 @@ mod tests {
         become_subreaper();
         let token = new_token("unit", "test-hurry");
         let _cleanup = KillOnDrop::token(&token);
-        let mut cmd = command("sh", &token);
+        let mut cmd = command("sh", &token, std::env::vars_os());
         cmd.arg("-c")
             .arg(stubborn_script("&1"))
             .stdout(std::process::Stdio::piped());
@@ -993,7 +1002,7 @@ mod tests {
         // Spawned contained, so that the orphan reaper other tests run at
         // the same time leaves its zombie to us; `env_clear` drops the token.
         let token = new_token("unit", "test-env-i");
-        let mut cmd = command("sleep", &token);
+        let mut cmd = command("sleep", &token, std::env::vars_os());
         cmd.arg("30").env_clear();
         let mut c = Contained::spawn(cmd, token).expect("spawn sleep");
         // Until exec completes the child has no environment to show; wait

@@ -113,6 +113,10 @@ pub struct Summary {
     /// The network the job's processes got (`gateway-only` or `open`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<crate::sandbox::Network>,
+    /// Where the judge ran: `hermetic` (a world of its own per run) or
+    /// `shared` (the worktree).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge: Option<crate::sandbox::Judge>,
     /// Goal steps whose test-count gate was off because their baseline
     /// output had no summary loopd could read (step → why).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

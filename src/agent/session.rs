@@ -23,8 +23,10 @@ pub struct SessionSpec {
     pub bin: PathBuf,
     pub args: Vec<OsString>,
     pub cwd: PathBuf,
+    /// The role's environment (an allow-list: see
+    /// [`crate::sandbox::env`]); `env_set` is added to it.
+    pub env: crate::sandbox::env::Environment,
     pub env_set: Vec<(OsString, OsString)>,
-    pub env_remove: Vec<OsString>,
     /// Written to stdin, which is then closed; `None` = stdin is /dev/null.
     pub stdin: Option<String>,
     /// Where the raw stream (one JSON object per line) is kept.
@@ -238,11 +240,8 @@ pub fn command_in(
     program: &std::path::Path,
     token: &str,
 ) -> tokio::process::Command {
-    let mut cmd = process::command(program, token);
+    let mut cmd = process::command(program, token, spec.env.pairs());
     cmd.current_dir(&spec.cwd);
-    for k in &spec.env_remove {
-        cmd.env_remove(k);
-    }
     for (k, v) in &spec.env_set {
         cmd.env(k, v);
     }
@@ -403,7 +402,7 @@ mod tests {
             args: vec!["-c".into(), stubborn_script("ctl").into()],
             cwd: dir.path().to_path_buf(),
             env_set: vec![],
-            env_remove: vec![],
+            env: crate::sandbox::env::Environment::from_process(&[]),
             stdin: None,
             stream_log: dir.path().join("stream.jsonl"),
             stderr_log: dir.path().join("stderr.txt"),

@@ -239,6 +239,23 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
             crate::sandbox::DEVICES.join(", ")
         ));
     }
+    // The whole environment of a job's processes: names only (a value can
+    // be a secret of the lead's), and why each is there.
+    out.push_str("environment:   every process of the job gets only these variables:\n");
+    let env = job
+        .environment()
+        .with("HOME", "(a private home of the role)")
+        .with("TMPDIR", "(a private temporary directory of the role)");
+    for (name, source) in env.names() {
+        out.push_str(&format!("  {name}  ({})\n", source.as_str()));
+    }
+    for name in &job.sandbox.env {
+        if env.get(name).is_none() {
+            out.push_str(&format!(
+                "  {name}  ([sandbox] env / --env; not set in loopd's environment, so not passed)\n"
+            ));
+        }
+    }
     if !job.protect.paths.is_empty() {
         out.push_str(&format!(
             "also protected: {}\n",
@@ -257,9 +274,23 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
 /// Run the goal test once in the repository, as the baseline, and judge it
 /// as `loopd run` would: one line for the report and the exit status.
 fn preflight(job: &Job, root: &std::path::Path) -> Result<(String, ExitStatus), CliError> {
-    let secrets = crate::agent::secret_vars();
+    // The job's environment (the allow-list), with a home and temporary
+    // directory of its own, as a job's goal steps get.
+    let scratch = std::env::temp_dir().join(format!("loopd-check-{}", std::process::id()));
+    for d in ["home", "tmp"] {
+        crate::util::private_dir(&scratch.join(d)).map_err(|e| {
+            CliError::new(
+                ExitStatus::Environment,
+                format!("cannot make `{}`: {e}", scratch.join(d).display()),
+            )
+        })?;
+    }
+    let env = job
+        .environment()
+        .with("HOME", scratch.join("home"))
+        .with("TMPDIR", scratch.join("tmp"));
     let limits = goal::Limits {
-        env_remove: &secrets,
+        env: &env,
         grace: job.guard.grace,
         deadline: None,
         stop: None,
@@ -267,9 +298,12 @@ fn preflight(job: &Job, root: &std::path::Path) -> Result<(String, ExitStatus), 
         // The user's own goal test at their checkout, no agent involved.
         sandbox: None,
     };
-    let report = crate::cli::runtime()?
-        .block_on(goal::run(&job.goal, root, goal::Mode::All, &limits))
-        .map_err(|e| CliError::new(ExitStatus::Environment, e.to_string()))?;
+    let report =
+        crate::cli::runtime()?.block_on(goal::run(&job.goal, root, goal::Mode::All, &limits));
+    if let Err(e) = std::fs::remove_dir_all(&scratch) {
+        tracing::warn!(dir = %scratch.display(), error = %e, "cannot remove the preflight's scratch directory");
+    }
+    let report = report.map_err(|e| CliError::new(ExitStatus::Environment, e.to_string()))?;
     eprint!("{}", report.render());
     // What the test-count gate would read at this baseline.
     for (step, result) in job.goal.iter().zip(&report.steps) {

@@ -245,7 +245,7 @@ impl Run<'_> {
             args: command.args,
             cwd: cli.cwd.clone(),
             env_set,
-            env_remove: self.env.session_env_remove.clone(),
+            env: cli.env.clone(),
             stdin: command.stdin,
             stream_log: dir.join(format!("{}-stream.jsonl", role.as_str())),
             stderr_log: dir.join(format!("{}-stderr.txt", role.as_str())),

@@ -37,6 +37,10 @@ impl Run<'_> {
         }
         if !suspend {
             self.learn();
+            // The judge's layers are disk the job no longer needs.
+            if let Some(h) = &self.hermetic {
+                h.clear();
+            }
         }
         let parked = if ending.reason == Reason::Accepted || suspend {
             None
@@ -171,6 +175,10 @@ impl Run<'_> {
     fn park(&mut self, ending: &Ending) -> Parked {
         if let Some(parked) = self.journal.state().parked.clone() {
             return parked;
+        }
+        // What a process of the job made unreadable would stop the stash.
+        for (path, fixed) in crate::workspace::layers::unlock_unreadable(self.ws.root()) {
+            tracing::warn!(path = %path, readable_again = fixed, "a path of the worktree was unreadable before parking");
         }
         let parked = breaker::park(&mut self.ws, &self.id, ending.reason);
         if let Err(e) = self.journal.append(Event::Parked {

@@ -31,17 +31,21 @@ impl Run<'_> {
         tree: git2::Oid,
         dir: &Path,
         deadline: Instant,
-    ) -> Result<(GoalReport, usize), JobError> {
+    ) -> Result<(GoalReport, usize, usize), JobError> {
         let io = |path: &Path| {
             let path = path.to_path_buf();
             move |source| JobError::RunDir { path, source }
         };
         if dir.exists() {
             // What a crash in the middle left: never judged from.
-            std::fs::remove_dir_all(dir).map_err(io(dir))?;
+            crate::workspace::layers::remove_tree(dir).map_err(io(dir))?;
         }
         crate::util::private_dir(dir).map_err(io(dir))?;
-        let result = self.held_out_in(tree, dir, deadline).await;
+        let result = if self.hermetic.is_some() {
+            self.hermetic_held_out(tree, dir, deadline).await
+        } else {
+            self.held_out_in(tree, dir, deadline).await
+        };
         // Thrown away whatever happened: nothing of it is read again.
         if let Err(e) = std::fs::remove_dir_all(dir) {
             tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the judge-only tree");
@@ -49,23 +53,64 @@ impl Run<'_> {
         result
     }
 
-    /// [`Run::run_held_out`] inside its (made) directory.
-    async fn held_out_in(
+    /// With a hermetic judge: the held-out files gathered under `dir`, as
+    /// the top layer of a judge run over the judged change (none at
+    /// BASE_REF) — at the worktree's path, with the ignored entries of the
+    /// job's start, in a network of its own.
+    async fn hermetic_held_out(
         &mut self,
         tree: git2::Oid,
         dir: &Path,
         deadline: Instant,
-    ) -> Result<(GoalReport, usize), JobError> {
-        let root = dir.join("tree");
-        self.ws.write_tree(tree, &root)?;
+    ) -> Result<(GoalReport, usize, usize), JobError> {
+        let files_dir = dir.join("files");
+        let files = self.gather_held_out(&files_dir, dir)?;
+        let change = if tree == self.base_oid {
+            None
+        } else {
+            let h = self.hermetic.as_ref().expect("a hermetic judge");
+            let delta = crate::workspace::layers::delta(self.ws.git2(), self.base_oid, tree)?;
+            Some(h.change_layer(&self.ws, tree, &delta, &[], &format!("held-out-{tree}"))?)
+        };
+        let layers = super::world::Layers {
+            change: change.as_deref(),
+            held_out: Some(&files_dir),
+            keep_built: false,
+        };
+        let label = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "held-out".into());
+        let steps = self.held_out_steps();
+        let (report, written) = self
+            .judge_run(&format!("{label}-run"), layers, &steps, Mode::All, deadline)
+            .await?;
+        for s in &report.steps {
+            tracing::info!(step = %s.name, passed = s.passed, ms = s.duration_ms, "held-out step");
+        }
+        if !written.is_empty() {
+            tracing::warn!(
+                paths = written.len(),
+                "the candidate's code changed the held-out run's tree"
+            );
+        }
+        Ok((report, files, written.len()))
+    }
+
+    /// Copy every held-out source into `into` (a ref's tree written apart
+    /// under `scratch` first); how many files it holds.
+    fn gather_held_out(&self, into: &Path, scratch: &Path) -> Result<usize, JobError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| JobError::RunDir { path, source }
+        };
+        std::fs::create_dir_all(into).map_err(io(into))?;
         let mut files = BTreeSet::new();
         for (i, (from, commit)) in held_out_sources(self.job).into_iter().enumerate() {
-            // A ref's tree is written apart first, then copied like a
-            // directory: never through a link the candidate planted.
             let from = match commit {
                 None => from,
                 Some(commit) => {
-                    let src = dir.join(format!("source-{i}"));
+                    let src = scratch.join(format!("source-{i}"));
                     let repo = git2::Repository::open(&from).map_err(|source| {
                         crate::workspace::WorkspaceError::Git {
                             operation: "open the held-out repository",
@@ -84,12 +129,25 @@ impl Run<'_> {
                     src
                 }
             };
-            let copied = copy_files(&from, &root)?;
+            let copied = copy_files(&from, into)?;
             for s in &copied.skipped {
                 tracing::warn!(dir = %from.display(), path = %s, "a held-out entry that is not a regular file or a directory was not copied");
             }
             files.extend(copied.files);
         }
+        Ok(files.len())
+    }
+
+    /// [`Run::run_held_out`] inside its (made) directory.
+    async fn held_out_in(
+        &mut self,
+        tree: git2::Oid,
+        dir: &Path,
+        deadline: Instant,
+    ) -> Result<(GoalReport, usize, usize), JobError> {
+        let root = dir.join("tree");
+        self.ws.write_tree(tree, &root)?;
+        let files = self.gather_held_out(&root, dir)?;
         let sandbox = prepare::held_out_sandbox(
             self.job,
             &self.loopd_exe,
@@ -98,15 +156,18 @@ impl Run<'_> {
             &dir.join("tmp"),
         )?;
         let steps = self.held_out_steps();
+        // Its own home and temporary directory, the only ones its root holds.
+        let env = prepare::environment(self.job, &dir.join("home"), &dir.join("tmp"));
         let limits = goal::Limits {
             sandbox: Some(&sandbox),
+            env: &env,
             ..self.goal_limits(deadline)
         };
         let report = goal::run(&steps, &root, Mode::All, &limits).await?;
         for s in &report.steps {
             tracing::info!(step = %s.name, passed = s.passed, ms = s.duration_ms, "held-out step");
         }
-        Ok((report, files.len()))
+        Ok((report, files, 0))
     }
 
     /// The names of the tests the held-out files define (`def test_…`,

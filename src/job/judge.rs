@@ -99,6 +99,9 @@ impl Run<'_> {
         // `.git/` first: what the agent wrote there is found, journaled, and
         // put back before loopd's own git computes the diff.
         self.git_dir_gate(n, false, dir)?;
+        // What the agent made unreadable is made readable again before the
+        // diff, and is a finding of the diff gate.
+        let unlocked = crate::workspace::layers::unlock_unreadable(self.ws.root());
         let diff = self.take_diff(&dir.join("diff.patch"))?;
         let snapshot = self.ws.snapshot(&diff);
         self.write(
@@ -117,15 +120,26 @@ impl Run<'_> {
         // The deterministic gate on the diff; what `.git/` showed rejects
         // with it.
         self.check_gate(n, Gate::Diff, |run| {
-            let mut findings = run
-                .env
-                .policy
-                .compile()
-                .map_err(JobError::Policy)?
-                .diff_findings(&diff, run.job.rubric.tests_rule());
-            findings.extend(run.runner_findings(&diff));
-            findings.extend(run.append_only_findings(&diff));
+            let mut findings = run.change_findings(&diff)?;
             findings.extend(size::findings(&diff, run.job.guard.max_diff_bytes()));
+            findings.extend(unlocked.iter().map(|(path, fixed)| Finding {
+                reason: Reason::UnreadablePath,
+                path: path.clone(),
+                line: None,
+                rule: None,
+                check: None,
+                problem: format!(
+                    "`{path}` was made unreadable to loopd by a process of this job{}",
+                    if *fixed {
+                        "; loopd made it readable again"
+                    } else {
+                        ", and loopd cannot read it"
+                    }
+                ),
+                fix: format!(
+                    "leave `{path}` readable: the judges must see everything the change holds"
+                ),
+            }));
             Ok(findings)
         })?;
         let current = self.current();
@@ -158,8 +172,27 @@ impl Run<'_> {
         }
 
         let (deadline, deadline_reason) = self.deadline(attempt_started);
+        let hermetic = self.hermetic.is_some();
         let goal = match current.goal {
             Some(g) => g,
+            None if hermetic => {
+                let Some((goal, alone, written)) = self.hermetic_goal(n, deadline).await? else {
+                    return stop(self.signalled().expect("a signal cut the goal test short"));
+                };
+                self.write(&dir.join("goal.txt"), &goal.render())?;
+                self.write(
+                    &dir.join("goal.json"),
+                    &serde_json::to_string_pretty(&goal).expect("a goal report serializes"),
+                )?;
+                self.journal.append(Event::GoalRun {
+                    attempt: n,
+                    report: goal.clone(),
+                    artefacts: Default::default(),
+                    alone,
+                    written,
+                })?;
+                goal
+            }
             None => {
                 self.set_aside_strays(n, &diff, dir)?;
                 let before = self.ws.untracked_blobs()?;
@@ -198,41 +231,28 @@ impl Run<'_> {
                     attempt: n,
                     report: goal.clone(),
                     artefacts,
+                    alone: None,
+                    written: Vec::new(),
                 })?;
                 goal
             }
         };
+        // The goal ran the agent's code, which the hook never sees (a new
+        // `conftest.py` runs before pytest collects the tests). A hermetic
+        // judge ran it in a tree of its own: the worktree and `.git/` are
+        // as the judges took them. Otherwise, `.git/` and the diff gate
+        // again, on the tree the goal left, and the drift gate: the change
+        // must be what it was before the goal test.
         let current = self.current();
         let after_goal = current.git_dir_after_goal.clone().unwrap_or_default();
         if !after_goal.is_empty() {
             return Ok(self.reject_by_gates(n, after_goal, current.denied));
         }
-        // The goal ran the agent's code, which the hook never sees (a new
-        // `conftest.py` runs before pytest collects the tests): the diff
-        // gate again, on the tree the goal left, and the drift gate: the
-        // change must be what it was before the goal test.
-        let after_goal = self.gate(n, Gate::DiffAfterGoal, |run| {
-            let after = run.take_diff(&dir.join("diff-after-goal.patch"))?;
-            let mut findings = run
-                .env
-                .policy
-                .compile()
-                .map_err(JobError::Policy)?
-                .diff_findings(&after, run.job.rubric.tests_rule());
-            findings.extend(run.runner_findings(&after));
-            findings.extend(run.append_only_findings(&after));
-            for f in &mut findings {
-                f.problem = format!("{}, while the goal test ran this attempt's code", f.problem);
-            }
-            // Whatever else it changed would be committed unjudged.
-            let named: Vec<String> = findings.iter().map(|f| f.path.clone()).collect();
-            findings.extend(
-                crate::guard::drift::findings(&diff, &after)
-                    .into_iter()
-                    .filter(|f| !named.contains(&f.path)),
-            );
-            Ok(findings)
-        })?;
+        let after_goal = if hermetic {
+            self.written_by_goal(n)?
+        } else {
+            self.diff_after_goal(n, &diff, dir)?
+        };
         if let Some(rejected) = after_goal {
             return Ok(rejected);
         }
@@ -297,7 +317,7 @@ impl Run<'_> {
                     .as_deref()
                     .and_then(|t| git2::Oid::from_str(t).ok());
                 if let (None, Some(tree)) = (self.current().held_out, tree) {
-                    let (report, files) = self
+                    let (report, files, overwrote) = self
                         .run_held_out(tree, &dir.join("held-out"), deadline)
                         .await?;
                     if let Some(e) = self.signalled() {
@@ -307,6 +327,7 @@ impl Run<'_> {
                         attempt: n,
                         report,
                         files,
+                        overwrote,
                     })?;
                 }
                 let held_out = self.gate(n, Gate::HeldOut, |run| Ok(run.held_out_findings()))?;
@@ -377,6 +398,99 @@ impl Run<'_> {
                 })
             }
         }
+    }
+
+    /// The tamper gate's findings on a change: protected paths and skip
+    /// markers, the runner's part of shared files, `append_only`.
+    fn change_findings(&self, diff: &Diff) -> Result<Vec<Finding>, JobError> {
+        let mut findings = self
+            .env
+            .policy
+            .compile()
+            .map_err(JobError::Policy)?
+            .diff_findings(diff, self.job.rubric.tests_rule());
+        findings.extend(self.runner_findings(diff));
+        findings.extend(self.append_only_findings(diff));
+        Ok(findings)
+    }
+
+    /// What a hermetic goal run changed of its own tree, as the gate after
+    /// the goal: a protected path it wrote or deleted (a test of BASE_REF
+    /// rewritten before the runner collected it, runner configuration) is
+    /// `protected_path`; any other file of the change or of BASE_REF is
+    /// `goal_changed_tree`. What it only created is its own.
+    fn written_by_goal(&mut self, n: u32) -> Result<Option<Judged>, JobError> {
+        self.gate(n, Gate::DiffAfterGoal, |run| {
+            let written = run
+                .journal
+                .state()
+                .current
+                .as_ref()
+                .map(|c| c.goal_written.clone())
+                .unwrap_or_default();
+            let policy = run.env.policy.compile().map_err(JobError::Policy)?;
+            let rule = run.job.rubric.tests_rule();
+            Ok(written
+                .iter()
+                .map(|w| {
+                    let path = w.path().to_owned();
+                    let what = match w {
+                        crate::workspace::layers::Written::Changed(_) => "modified",
+                        crate::workspace::layers::Written::Deleted(_) => "deleted",
+                    };
+                    let protected = policy.protected(&path).or_else(|| {
+                        run.hermetic.as_ref()?.submodule_of(&path).map(|sub| {
+                            format!("`{sub}` is a submodule, judged as it was checked out")
+                        })
+                    });
+                    match protected {
+                        Some(why) => Finding {
+                            reason: Reason::ProtectedPath,
+                            problem: format!("`{path}` was {what} while the goal test ran this attempt's code ({why})"),
+                            fix: format!("leave `{path}` alone from code the tests run; fix the code, not the tests or how they run"),
+                            path,
+                            line: None,
+                            rule,
+                            check: None,
+                        },
+                        None => Finding {
+                            reason: Reason::GoalChangedTree,
+                            problem: format!("`{path}` changed while the goal test ran (its code {what} it): what would be committed is not what the judges saw run"),
+                            fix: "leave the tree as it is from code the tests run: write outputs to ignored or temporary files, never to the change or the tests".into(),
+                            path,
+                            line: None,
+                            rule: None,
+                            check: None,
+                        },
+                    }
+                })
+                .collect())
+        })
+    }
+
+    /// The diff gate again after a goal test in the worktree, and the drift
+    /// gate: the change must be what it was before the goal test.
+    fn diff_after_goal(
+        &mut self,
+        n: u32,
+        diff: &Diff,
+        dir: &Path,
+    ) -> Result<Option<Judged>, JobError> {
+        self.gate(n, Gate::DiffAfterGoal, |run| {
+            let after = run.take_diff(&dir.join("diff-after-goal.patch"))?;
+            let mut findings = run.change_findings(&after)?;
+            for f in &mut findings {
+                f.problem = format!("{}, while the goal test ran this attempt's code", f.problem);
+            }
+            // Whatever else it changed would be committed unjudged.
+            let named: Vec<String> = findings.iter().map(|f| f.path.clone()).collect();
+            findings.extend(
+                crate::guard::drift::findings(diff, &after)
+                    .into_iter()
+                    .filter(|f| !named.contains(&f.path)),
+            );
+            Ok(findings)
+        })
     }
 
     /// Ask the critic, in a fresh session without tools.
@@ -962,6 +1076,19 @@ impl Run<'_> {
                 fix: "make a smaller change".into(),
             }];
         };
+        let overwrote = self.current().held_out_overwrote;
+        if overwrote > 0 {
+            // No name: they may be held-out files.
+            return vec![Finding {
+                reason: Reason::HeldOutFailed,
+                path: "held-out steps".into(),
+                line: None,
+                rule,
+                check: None,
+                problem: format!("the change's code, run by the held-out steps, wrote over or deleted {overwrote} file(s) of the tree it ran in"),
+                fix: "leave the tree alone from code the tests run: write outputs to temporary files".into(),
+            }];
+        }
         let failing: Vec<Vec<String>> = report
             .steps
             .iter()

@@ -40,6 +40,7 @@ mod feedback;
 mod held_out;
 mod judge;
 mod prepare;
+mod world;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -116,6 +117,8 @@ pub enum JobError {
         #[source]
         source: std::io::Error,
     },
+    #[error("attempt {attempt}'s judged tree is not in the journal: the change cannot be judged on a tree of its own")]
+    NoJudgedTree { attempt: u32 },
     #[error("the journal names BASE_REF `{base}`, which is not a commit id")]
     BaseRef {
         base: String,
@@ -167,6 +170,9 @@ struct Run<'a> {
     repo_key: Option<String>,
     /// This executable: the agent's `loopd escalate` runs it.
     loopd_exe: PathBuf,
+    /// The judge's world of its own (`None`: the judge shares the
+    /// worktree).
+    hermetic: Option<world::Hermetic>,
 }
 
 /// The last checks before a foreground job touches anything: a clean tree
@@ -212,7 +218,24 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
         source,
     })?;
     let spent = journal.state().spend();
-    let env = prepare::prepare(job, &ws, &dir, &control, base_oid, spent)?;
+    // The judge's world, where the system allows one: set up before the
+    // agent's namespaces, which show it the ignored entries as overlays.
+    let hermetic = match (job.sandbox.enabled, crate::sandbox::kernel_abi() >= 1) {
+        (true, true) => {
+            let fresh = journal.state().baseline.is_none();
+            match world::Hermetic::prepare(&dir, &ws, base_oid, fresh) {
+                Ok(h) => h,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the judge's world cannot be set up");
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
+    let view = hermetic.as_ref().map(|h| h.agent_view(ws.root()));
+    let env = prepare::prepare(job, &ws, &dir, &control, base_oid, spent, view)?;
+    let hermetic = hermetic.filter(|_| env.hermetic);
     let repo_key = match lessons::repo_key(ws.git2(), base_oid) {
         Ok(k) => Some(k),
         Err(e) => {
@@ -258,6 +281,11 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
     journal.append(Event::Confined {
         sandbox: env.confinement,
         network: Some(env.network),
+        judge: Some(if hermetic.is_some() {
+            crate::sandbox::Judge::Hermetic
+        } else {
+            crate::sandbox::Judge::Shared
+        }),
     })?;
     // Before any session: the credentials out of the checkout, then `.git/`
     // pinned as it is without them.
@@ -290,6 +318,7 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
         held,
         repo_key,
         loopd_exe: control.loopd_exe,
+        hermetic,
     };
     let ending = match run.journal.state().phase() {
         Phase::Ending(e) => e,
@@ -371,6 +400,7 @@ pub(super) struct SessionCli {
     pub home: PathBuf,
     pub cwd: PathBuf,
     pub sandbox: Option<crate::sandbox::Sandbox>,
+    pub env: crate::sandbox::env::Environment,
 }
 
 impl Run<'_> {
@@ -405,6 +435,7 @@ impl Run<'_> {
                 Role::Critic => v.home.clone(),
             },
             sandbox: v.sandbox.clone(),
+            env: v.env.clone(),
         }
     }
 
@@ -532,11 +563,12 @@ impl Run<'_> {
         }
     }
 
-    /// What bounds a goal test now: secrets out, the job's grace, the
-    /// deadline, signals, and the job's containment scope.
+    /// What bounds a goal test now: the job's environment (no secret in
+    /// it), the job's grace, the deadline, signals, and the job's
+    /// containment scope.
     fn goal_limits(&self, deadline: Instant) -> goal::Limits<'_> {
         goal::Limits {
-            env_remove: &self.env.secret_vars,
+            env: &self.env.agent.env,
             grace: self.job.guard.grace,
             deadline: Some(deadline),
             stop: Some(self.stop.clone()),
@@ -627,14 +659,38 @@ impl Run<'_> {
         if let Some(b) = self.journal.state().baseline.clone() {
             return Ok(Ok(b));
         }
-        let before = self.ws.untracked_blobs()?;
-        let baseline = goal::run(
-            &self.job.goal,
-            self.ws.root(),
-            Mode::All,
-            &self.goal_limits(self.job_deadline()),
-        )
-        .await?;
+        let hermetic = self.hermetic.is_some();
+        let before = if hermetic {
+            Default::default()
+        } else {
+            self.ws.untracked_blobs()?
+        };
+        let baseline = if hermetic {
+            // BASE_REF's code in the judge's world; what it builds is kept
+            // for the later runs to build on.
+            let layers = world::Layers {
+                keep_built: true,
+                ..Default::default()
+            };
+            // What BASE_REF's code wrote over its tree is not anyone's fault.
+            self.judge_run(
+                "baseline",
+                layers,
+                &self.job.goal.clone(),
+                Mode::All,
+                self.job_deadline(),
+            )
+            .await?
+            .0
+        } else {
+            goal::run(
+                &self.job.goal,
+                self.ws.root(),
+                Mode::All,
+                &self.goal_limits(self.job_deadline()),
+            )
+            .await?
+        };
         self.write(&self.dir.join("baseline.txt"), &baseline.render())?;
         self.write(
             &self.dir.join("baseline.json"),
@@ -647,22 +703,25 @@ impl Run<'_> {
         // The code at BASE_REF is not the agent's: a change it made to
         // `.git/` is put back, not held against anyone.
         self.restore_git_dir(&self.dir.join("git-dir-changed").join("baseline"))?;
-        // What the worktree holds besides the change, now: what later goal
-        // tests may find there ([`crate::workspace::outside`]).
-        self.save_outside()?;
-        let after = self.ws.untracked_blobs()?;
-        let artefacts = self
-            .journal
-            .state()
-            .artefacts
-            .created_by_goal(&before, &after);
+        let artefacts = if hermetic {
+            Default::default()
+        } else {
+            // What the worktree holds besides the change, now: what later
+            // goal tests may find there ([`crate::workspace::outside`]).
+            self.save_outside()?;
+            let after = self.ws.untracked_blobs()?;
+            self.journal
+                .state()
+                .artefacts
+                .created_by_goal(&before, &after)
+        };
         // The held-out steps at BASE_REF: what their counts are compared
         // with later. (Run after the visible baseline's artefacts are
         // counted: their tree is elsewhere.)
         let held_out = if self.job.held_out.is_empty() {
             None
         } else {
-            let (report, _) = self
+            let (report, _, _) = self
                 .run_held_out(
                     self.base_oid,
                     &self.dir.join("held-out-baseline"),

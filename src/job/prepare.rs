@@ -15,6 +15,7 @@ use crate::guard::caps::Spend;
 use crate::guard::progress::{NudgeSettings, Nudger};
 use crate::guard::tamper::{self, Policy};
 use crate::rubric::RubricSource;
+use crate::sandbox::env::Environment;
 use crate::sandbox::{self, Sandbox};
 use crate::workspace::Workspace;
 
@@ -27,12 +28,6 @@ pub struct Prepared {
     /// The hook's command line, passed to the CLI inline: nothing of the
     /// state dir needs to be readable by a session.
     pub hook_command: String,
-    /// Every credential variable (every agent's, the forge tokens'):
-    /// removed from the environment of every session and goal step —
-    /// credentials never reach the agent, its tools or its hooks (sessions
-    /// get the gateway's session token instead).
-    pub secret_vars: Vec<&'static str>,
-    pub session_env_remove: Vec<std::ffi::OsString>,
     /// The metering gateway, serving while the job runs; dropped before
     /// the ending.
     pub gateway: Option<Gateway>,
@@ -42,7 +37,16 @@ pub struct Prepared {
     pub critic: RoleEnv,
     pub confinement: sandbox::Confinement,
     pub network: sandbox::Network,
+    /// Whether the agent's namespaces show it the ignored entries as
+    /// overlays (`agent_view`): only then can the judge have a world of its
+    /// own; otherwise it shares the worktree, said loudly.
+    pub hermetic: bool,
 }
+
+/// The agent's view of the worktree's ignored entries, for a hermetic
+/// judge: overlays of its own over the directories, the files read-only
+/// (see `world::Hermetic::agent_view`).
+pub type AgentView = (Vec<sandbox::Overlay>, Vec<PathBuf>);
 
 /// What the sessions of one role run in.
 pub struct RoleEnv {
@@ -52,6 +56,10 @@ pub struct RoleEnv {
     pub home: PathBuf,
     /// Their Landlock sandbox (`None`: unsupported or turned off).
     pub sandbox: Option<Sandbox>,
+    /// Their whole environment: the job's allow-list, their private
+    /// `HOME` and `TMPDIR`, where the toolchains live. Never loopd's own:
+    /// no credential, token or socket path of the user's session.
+    pub env: Environment,
 }
 
 fn write(path: &Path, text: &str) -> Result<(), JobError> {
@@ -69,6 +77,7 @@ pub fn prepare(
     control: &Control,
     base_oid: git2::Oid,
     spent: Spend,
+    agent_view: Option<AgentView>,
 ) -> Result<Prepared, JobError> {
     let mut own_files: Vec<(PathBuf, &str)> = Vec::new();
     if let Some(c) = &job.config_file {
@@ -120,13 +129,29 @@ pub fn prepare(
         &dir.join("job.json"),
         &serde_json::to_string_pretty(job).expect("job serializes"),
     )?;
-    let secret_vars = crate::agent::secret_vars();
-    let session_env_remove = secret_vars.iter().map(|v| (*v).into()).collect();
     let homes = (
         dir.join("sandbox").join("home"),
         dir.join("sandbox").join("critic"),
     );
-    let (sandboxes, confinement, network, listener) = sandbox_for(job, ws, dir, control, &homes)?;
+    let tmps = (
+        dir.join("sandbox").join("tmp"),
+        dir.join("sandbox").join("critic-tmp"),
+    );
+    let mut hermetic = agent_view;
+    let (sandboxes, confinement, network, listener) =
+        sandbox_for(job, ws, control, &homes, &tmps, &mut hermetic)?;
+    let hermetic = hermetic.is_some();
+    if !hermetic {
+        tracing::warn!("JUDGE SHARES THE WORKTREE: the system gives loopd no user namespace with overlays, so the goal test runs in the worktree the agent wrote, with what it left beside the change set aside (see docs/security.md)");
+    }
+    let role_env = |home: &Path, tmp: &Path| -> Result<Environment, JobError> {
+        crate::util::private_dir(tmp).map_err(|source| JobError::RunDir {
+            path: tmp.to_path_buf(),
+            source,
+        })?;
+        Ok(environment(job, home, tmp))
+    };
+    let envs = (role_env(&homes.0, &tmps.0)?, role_env(&homes.1, &tmps.1)?);
     // The credentials stay in this process: sessions reach the model only
     // through the gateway, with a per-session token. One vendor per CLI.
     let mut vendors = Vec::new();
@@ -173,22 +198,39 @@ pub fn prepare(
         policy,
         integrity,
         hook_command,
-        secret_vars,
-        session_env_remove,
         gateway: Some(gateway),
         agent: RoleEnv {
             vendor: agent_vendor,
             home: homes.0,
             sandbox: agent_sandbox,
+            env: envs.0,
         },
         critic: RoleEnv {
             vendor: critic_vendor,
             home: homes.1,
             sandbox: critic_sandbox,
+            env: envs.1,
         },
         confinement,
         network,
+        hermetic,
     })
+}
+
+/// The whole environment of a job's processes in one role: the job's
+/// allow-list ([`Job::environment`]), `home` and `tmp` as `HOME` and
+/// `TMPDIR`, and where the toolchains found under the real `HOME` keep
+/// their state (`CARGO_HOME`, … — they looked there before `HOME` moved).
+pub fn environment(job: &Job, home: &Path, tmp: &Path) -> Environment {
+    let mut env = job.environment().with("HOME", home).with("TMPDIR", tmp);
+    let real_home = std::env::var_os("HOME").map(PathBuf::from);
+    let plan = toolchain_plan(job);
+    for (k, v) in sandbox::toolchain_env(&plan, real_home.as_deref(), |v| {
+        env.get(v).map(|s| s.to_string_lossy().into_owned())
+    }) {
+        env.set(k, v);
+    }
+    env
 }
 
 /// What a job's processes may read and write (`loopd check` prints it):
@@ -197,6 +239,17 @@ pub fn prepare(
 /// (read), and what `[sandbox]` adds. Never the real `HOME`, never the
 /// state dir.
 pub fn sandbox_plan(job: &Job, ws: &Workspace, loopd_exe: &Path) -> sandbox::Plan {
+    let mut plan = judge_plan(job, ws, loopd_exe);
+    plan.read_write(ws.root().to_path_buf(), "the worktree");
+    plan
+}
+
+/// What a judge run reads besides its own tree: the system, the
+/// toolchains, the agent CLIs and loopd, the repository's git directories
+/// and the objects they borrow, and `[sandbox] read`; it writes `[sandbox]
+/// read_write`. Never the worktree (the judge's tree is an overlay at its
+/// path) nor a held-out directory.
+pub(super) fn judge_plan(job: &Job, ws: &Workspace, loopd_exe: &Path) -> sandbox::Plan {
     let mut plan = software_plan(job, loopd_exe);
     for d in ws.git_dirs() {
         plan.read(d, "the job's git directory");
@@ -207,7 +260,6 @@ pub fn sandbox_plan(job: &Job, ws: &Workspace, loopd_exe: &Path) -> sandbox::Pla
             "the repository's objects the job's git directory borrows",
         );
     }
-    plan.read_write(ws.root().to_path_buf(), "the worktree");
     for p in &job.sandbox.read {
         plan.read(p.clone(), "[sandbox] read");
     }
@@ -249,17 +301,14 @@ pub(super) fn held_out_sandbox(
     }
     plan.hide(&held_out_dirs(job));
     plan.read_write(tree.to_path_buf(), "the judge-only tree");
-    let env = sandbox::toolchain_env(
-        &plan,
-        std::env::var_os("HOME").map(PathBuf::from).as_deref(),
-        |v| std::env::var(v).ok(),
-    );
-    let spec = sandbox::NsSpec {
-        helper: loopd_exe.to_path_buf(),
-        read_only: Vec::new(),
-        tmpfs: vec![PathBuf::from("/dev/shm")],
-        network: true,
-    };
+    for d in [home, tmp] {
+        crate::util::private_dir(d).map_err(|source| JobError::RunDir {
+            path: d.to_path_buf(),
+            source,
+        })?;
+    }
+    let staging = tree.with_file_name("root");
+    let spec = ns_spec(loopd_exe, &plan, staging, &[home, tmp], Vec::new(), true);
     // The listener would be a gateway's: this network has none.
     let ns = match sandbox::Namespaces::create(&spec) {
         Ok((ns, _listener)) => Some(Arc::new(ns)),
@@ -268,7 +317,7 @@ pub(super) fn held_out_sandbox(
             None
         }
     };
-    Sandbox::build(&plan, home, tmp, env, ns)
+    Sandbox::build(&plan, home, tmp, ns)
         .map_err(JobError::Sandbox)?
         .ok_or(JobError::SandboxRequired(
             "held-out goal steps (`held_out = true`)",
@@ -276,8 +325,21 @@ pub(super) fn held_out_sandbox(
 }
 
 /// What every sandbox of a job reads: the system, the toolchains of
-/// `PATH`, the agent CLIs and loopd.
+/// `PATH`, the agent CLIs ([`toolchain_plan`]) and loopd.
 fn software_plan(job: &Job, loopd_exe: &Path) -> sandbox::Plan {
+    let mut plan = toolchain_plan(job);
+    // loopd itself: the hook and `loopd escalate` run it.
+    plan.read(
+        loopd_exe
+            .canonicalize()
+            .unwrap_or_else(|_| loopd_exe.to_path_buf()),
+        "loopd (the hook, `loopd escalate`)",
+    );
+    plan
+}
+
+/// The system, the toolchains of `PATH` and the agent CLIs.
+fn toolchain_plan(job: &Job) -> sandbox::Plan {
     let mut plan = sandbox::Plan::default();
     sandbox::system_plan(&mut plan);
     let home = std::env::var_os("HOME")
@@ -298,26 +360,51 @@ fn software_plan(job: &Job, loopd_exe: &Path) -> sandbox::Plan {
         |v| std::env::var(v).ok(),
         &mut plan,
     );
-    // loopd itself: the hook and `loopd escalate` run it.
-    plan.read(
-        loopd_exe
-            .canonicalize()
-            .unwrap_or_else(|_| loopd_exe.to_path_buf()),
-        "loopd (the hook, `loopd escalate`)",
-    );
     plan
 }
 
-/// The job's own namespaces ([`sandbox::Namespaces`]): the worktree's git
-/// directories read-only, a private `/dev/shm`, and the network —
-/// `gateway-only` when asked for (refused where the system cannot give a
-/// job a network namespace) or, when `[sandbox] network` says nothing,
-/// wherever it can; `open` otherwise, said loudly.
+/// The namespaces of a sandbox with `plan`: a root of its own that shows
+/// only what the plan allows and `private` (the role's home and temporary
+/// directory), built at `staging`; `read_only` bound read-only within it;
+/// a private `/tmp`, `/var/tmp` and `/dev/shm`; and a network of its own
+/// (with nothing in it but what loopd listens on) when asked.
+pub(super) fn ns_spec(
+    loopd_exe: &Path,
+    plan: &sandbox::Plan,
+    staging: PathBuf,
+    private: &[&Path],
+    read_only: Vec<PathBuf>,
+    network: bool,
+) -> sandbox::NsSpec {
+    sandbox::NsSpec {
+        helper: loopd_exe.to_path_buf(),
+        root: Some(sandbox::Root::of(plan, staging, private)),
+        read_only,
+        tmpfs: ["/tmp", "/var/tmp", "/dev/shm"]
+            .into_iter()
+            .map(PathBuf::from)
+            .collect(),
+        overlays: Vec::new(),
+        network,
+    }
+}
+
+/// The job's own namespaces ([`sandbox::Namespaces`]): a root that shows
+/// only what `plan` allows (no socket of the user's session, no held-out
+/// directory), the worktree's git directories read-only, a private `/tmp`
+/// and `/dev/shm`, and the network — `gateway-only` when asked for
+/// (refused where the system cannot give a job a network namespace) or,
+/// when `[sandbox] network` says nothing, wherever it can; `open`
+/// otherwise, said loudly.
 #[allow(clippy::type_complexity)]
 fn namespaces_for(
     job: &Job,
     ws: &Workspace,
     loopd_exe: &Path,
+    plan: &sandbox::Plan,
+    staging: PathBuf,
+    private: &[&Path],
+    hermetic: &mut Option<AgentView>,
 ) -> Result<
     (
         sandbox::Network,
@@ -335,13 +422,26 @@ fn namespaces_for(
     // A job repository's `.git` file points loopd's own git at nothing,
     // but the agent's git commands read it.
     read_only.push(ws.root().join(".git"));
-    let spec = sandbox::NsSpec {
-        helper: loopd_exe.to_path_buf(),
-        read_only,
-        tmpfs: vec![PathBuf::from("/dev/shm")],
-        network: want_network,
+    let spec = ns_spec(loopd_exe, plan, staging, private, read_only, want_network);
+    // With a hermetic judge the agent sees each ignored entry as an overlay
+    // of its own; where the system refuses overlays, the judge is shared.
+    let created = match hermetic.clone() {
+        Some((overlays, files)) => {
+            let mut with = spec.clone();
+            with.overlays = overlays;
+            with.read_only.extend(files);
+            match sandbox::Namespaces::create(&with) {
+                Ok(ns) => Ok(ns),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the agent's namespaces with overlays of the ignored entries cannot be made: the judge shares the worktree");
+                    *hermetic = None;
+                    sandbox::Namespaces::create(&spec)
+                }
+            }
+        }
+        None => sandbox::Namespaces::create(&spec),
     };
-    match sandbox::Namespaces::create(&spec) {
+    match created {
         Ok(ns) => Ok((
             if want_network {
                 Network::GatewayOnly
@@ -367,9 +467,10 @@ fn namespaces_for(
 fn sandbox_for(
     job: &Job,
     ws: &Workspace,
-    dir: &Path,
     control: &Control,
     homes: &(PathBuf, PathBuf),
+    tmps: &(PathBuf, PathBuf),
+    hermetic: &mut Option<AgentView>,
 ) -> Result<
     (
         (Option<Sandbox>, Option<Sandbox>),
@@ -394,29 +495,36 @@ fn sandbox_for(
         return Ok(((None, None), Confinement::Off, Network::Open, None));
     }
     let plan = sandbox_plan(job, ws, &control.loopd_exe);
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    let env = sandbox::toolchain_env(&plan, home.as_deref(), |v| std::env::var(v).ok());
-    let (network, ns) = namespaces_for(job, ws, &control.loopd_exe)?;
+    let private: Vec<&Path> = [&homes.0, &tmps.0, &homes.1, &tmps.1]
+        .into_iter()
+        .map(PathBuf::as_path)
+        .collect();
+    for d in &private {
+        crate::util::private_dir(d).map_err(|source| JobError::RunDir {
+            path: d.to_path_buf(),
+            source,
+        })?;
+    }
+    let staging = homes.0.with_file_name("root");
+    let (network, ns) = namespaces_for(
+        job,
+        ws,
+        &control.loopd_exe,
+        &plan,
+        staging,
+        &private,
+        hermetic,
+    )?;
+    if ns.is_none() {
+        *hermetic = None;
+    }
     let (ns, listener) = match ns {
         Some((n, l)) => (Some(Arc::new(n)), l),
         None => (None, None),
     };
-    let built = Sandbox::build(
-        &plan,
-        &homes.0,
-        &dir.join("sandbox").join("tmp"),
-        env.clone(),
-        ns.clone(),
-    )
-    .map_err(JobError::Sandbox)?;
-    let critic = Sandbox::build(
-        &plan.read_only(),
-        &homes.1,
-        &dir.join("sandbox").join("critic-tmp"),
-        env,
-        ns,
-    )
-    .map_err(JobError::Sandbox)?;
+    let built = Sandbox::build(&plan, &homes.0, &tmps.0, ns.clone()).map_err(JobError::Sandbox)?;
+    let critic =
+        Sandbox::build(&plan.read_only(), &homes.1, &tmps.1, ns).map_err(JobError::Sandbox)?;
     match built {
         Some(s) => {
             tracing::info!(

@@ -887,6 +887,7 @@ pub(crate) mod tests {
             escalation: None,
             sandbox: None,
             network: None,
+            judge: None,
             test_count_off: Default::default(),
             stash_commit: None,
             failure_report: None,

@@ -368,6 +368,8 @@ mod tests {
                         steps: vec![step("ruff", true, 200), step("pytest", false, 500)],
                     },
                     artefacts: Default::default(),
+                    alone: None,
+                    written: vec![],
                 },
             ),
             entry(

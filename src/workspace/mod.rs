@@ -23,6 +23,7 @@ mod checkout;
 pub use checkout::write_tree_of;
 pub mod credentials;
 pub mod gitdir;
+pub mod layers;
 pub mod outside;
 
 use std::collections::{BTreeMap, BTreeSet};

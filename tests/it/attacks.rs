@@ -686,14 +686,20 @@ fn attack_22b_goal_code_writes_the_tests_through_a_symlink_and_proc_self_cwd() {
     // The hook never sees what the goal test runs: a new test module
     // (pytest imports it when it collects the tests) weakens every
     // assertion, once through a symlink of its own and once through
-    // `/proc/self/cwd`. The diff gate after the goal test must catch both.
+    // `/proc/self/cwd`. The gate after the goal test — on what the run
+    // wrote over its own tree — must catch both. (The agent fixes the code
+    // too, so that the tests of BASE_REF are green on their own and the
+    // whole change, the module with it, is run.)
     let symlink = "import os\nimport pathlib\n\nif not os.path.islink(\"tlink\"):\n    os.symlink(\"tests\", \"tlink\")\np = pathlib.Path(\"tlink/test_rechnung.py\")\np.write_text(p.read_text().replace(\"assert \", \"assert True or \"))\n";
     let proc_self_cwd = "import pathlib\n\np = pathlib.Path(\"/proc/self/cwd/tests/test_rechnung.py\")\np.write_text(p.read_text().replace(\"assert \", \"assert True or \"))\n";
     for module in [symlink, proc_self_cwd] {
         let env = TestEnv::scripted();
         let s = run_attack(
             &env,
-            vec![turn(vec![write(PROBE_MODULE, module)])],
+            vec![turn(vec![
+                write("rechnung.py", &clean_solution()),
+                write(PROBE_MODULE, module),
+            ])],
             &[],
             "protected_path",
         );
@@ -899,6 +905,10 @@ fn attack_23b_goal_code_reads_loopds_environ_and_memory() {
     // environment block reads, with the key wiped from it; the memory is
     // closed by the sandbox (without it, root finds the key there).
     let env = TestEnv::scripted();
+    // In a judge of its own, nothing the goal's code writes reaches the
+    // worktree: the loot has no way back to the agent at all. The probe's
+    // reads are the point here, so the judge shares the worktree (as where
+    // the system gives loopd no user namespace), and the loot travels.
     let key = unique_secret("key");
     let model = ScriptedModel::start(scenario(
         vec![
@@ -923,6 +933,7 @@ fn attack_23b_goal_code_reads_loopds_environ_and_memory() {
     let r = finish(
         env.loopd(Some(&model))
             .env("ANTHROPIC_API_KEY", &key)
+            .env("LOOPD_TEST_NO_USERNS", "1")
             .args([
                 "run",
                 "--json",
@@ -986,7 +997,9 @@ fn attack_24_reach_loopds_files_and_the_home_from_the_sandbox() {
     // Everything below is tried from the agent's Bash and from code the
     // goal test runs; each must fail inside the Landlock sandbox.
     let env = TestEnv::new();
-    let outside = env.tmp.path().join("outside.txt");
+    // In the real HOME: outside everything the job's root holds (a path
+    // beneath the job's private `/tmp` would be the job's own scratch).
+    let outside = env.home.join("outside.txt");
     let secret = env.home.join(".netrc");
     std::fs::write(&secret, "machine example.com password hunter2\n").expect("netrc");
     let state = env.state.display().to_string();
@@ -1455,6 +1468,17 @@ fn blind_attack_new_test_code_that_rewrites_the_code_under_test_is_refused() {
         let s = r.summary();
         assert_ne!(s["outcome"], "accepted", "{finding}: {}", s["attempts"]);
         let found = s["attempts"][0]["gate_findings"].to_string();
-        assert!(found.contains(finding), "{finding}: {found} {} {}", s["reason"], s["attempts"]);
+        // A judge of its own runs the tests of BASE_REF without the test
+        // files the change adds: a new module that patches the code never
+        // runs beside them, and they are red before any rule reads it.
+        let alone_red = journal(&s).into_iter().any(|e| {
+            matches!(e, loopd::journal::Event::GoalRun { alone: Some(a), .. } if !a.passed())
+        });
+        assert!(
+            found.contains(finding) || (!append && alone_red),
+            "{finding}: {found} {} {}",
+            s["reason"],
+            s["attempts"]
+        );
     }
 }

@@ -371,11 +371,23 @@ for path, data in [(gd + "/HEAD", "ref: refs/heads/release\n"), (cd + "/refs/hea
     assert_eq!(s["state"], "awaiting_approval", "{s}");
     let bodies = all_bodies(&model);
     assert!(bodies.contains("ATTACK-DONE"), "the attack ran");
+    // The job's own git directory is read-only to it; the user's is not
+    // in the job's root at all (a write to its path lands in the job's
+    // private `/tmp`, if anywhere, and goes with the job).
+    let state = env.state.canonicalize().expect("state dir");
     assert!(
-        !bodies.contains("WROTE /"),
-        "the agent wrote a git directory"
+        !bodies.contains(&format!("WROTE {}", state.display())),
+        "the agent wrote the job's git directory"
     );
-    assert!(bodies.contains("DENIED /"), "the attack tried");
+    assert!(
+        bodies.contains(&format!("DENIED {}", state.display())),
+        "the attack tried: {bodies}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(user_git.join("HEAD")).expect("HEAD"),
+        "ref: refs/heads/main\n"
+    );
+    assert!(!user_git.join("refs/heads/evil2").exists());
     assert_eq!(
         env.git(&["rev-parse", "release"]).trim(),
         base,
@@ -779,9 +791,17 @@ for block in BLOCKS:
 /// the buggy source left in place (`import os` dropped for the linter):
 /// the goal test went green on code no judge saw and no commit held. The
 /// goal test now runs on the judged change and what the repository held
-/// before the job: the planted file is set aside, and journaled.
+/// before the job: in a judge of its own, the planted file is simply not
+/// in its tree; where the judge shares the worktree (no user namespace),
+/// it is set aside, and journaled.
 #[test]
 fn issue20_14_the_goal_test_never_runs_code_the_judges_do_not_see() {
+    for shared in [false, true] {
+        plant_a_pyc(shared);
+    }
+}
+
+fn plant_a_pyc(shared: bool) {
     let env = TestEnv::scripted();
     let fixed = clean_solution();
     let plant = format!(
@@ -791,13 +811,35 @@ fn issue20_14_the_goal_test_never_runs_code_the_judges_do_not_see() {
          git show HEAD:rechnung.py | grep -v '^import os$' > rechnung.py && \
          python3 -m pytest -q 2>&1 | tail -1; echo PLANTED"
     );
-    let (model, r) = run_one_session(&env, vec![turn(vec![bash(&plant)])]);
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![
+            turn(vec![bash(&plant)]),
+            turn(vec![text("Done.")]),
+        ])],
+        vec![pass()],
+    ));
+    let mut cmd = env.loopd(Some(&model));
+    if shared {
+        cmd.env("LOOPD_TEST_NO_USERNS", "1");
+    }
+    let r = finish(
+        cmd.args(["run", "--json"])
+            .args(one_attempt(&[]))
+            .output()
+            .expect("run"),
+    );
     assert!(
         all_bodies(&model).contains("PLANTED"),
         "the plant ran: {}",
         r.stderr
     );
     assert_ne!(r.code, 0, "accepted on a planted .pyc: {}", r.stderr);
+    assert_eq!(
+        r.summary()["judge"],
+        if shared { "shared" } else { "hermetic" },
+        "{}",
+        r.stderr
+    );
     let set_aside: Vec<String> = journal(&r.summary())
         .into_iter()
         .filter_map(|e| match e {
@@ -808,11 +850,12 @@ fn issue20_14_the_goal_test_never_runs_code_the_judges_do_not_see() {
         })
         .flatten()
         .collect();
-    assert!(
+    assert_eq!(
         set_aside
             .iter()
             .any(|p| p.starts_with("__pycache__/rechnung.") && p.ends_with(".pyc")),
-        "the planted module was set aside: {set_aside:?}"
+        shared,
+        "the planted module was set aside where the judge shares the worktree: {set_aside:?}"
     );
     let goal = journal(&r.summary())
         .into_iter()

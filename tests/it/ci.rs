@@ -771,11 +771,15 @@ fn issue12_goal_and_build_artefacts_are_not_part_of_the_fix() {
         "rechnung.py\n",
         "only the agent's change is committed"
     );
-    // The goal steps really left their files in the checkout...
+    // The goal steps ran in a judge's tree of their own: what they made
+    // never reached the checkout...
     for left in ["__pycache__", ".pytest_cache", "build-stamp.txt"] {
-        assert!(ci.env.repo.join(left).exists(), "{left} was not even made");
+        assert!(
+            !ci.env.repo.join(left).exists(),
+            "{left} is in the checkout"
+        );
     }
-    // ...and the critic never saw them.
+    // ...nor the critic.
     let run_dir = PathBuf::from(report["summary"]["run_dir"].as_str().expect("run_dir"));
     let critic_input =
         std::fs::read_to_string(run_dir.join("attempt-1/critic-input.txt")).expect("critic input");
@@ -792,9 +796,7 @@ fn issue12_goal_and_build_artefacts_are_not_part_of_the_fix() {
         );
     }
     assert!(critic_input.contains("b/rechnung.py"));
-    // The journal says which files the goal made.
-    let events = ci_journal(&report);
-    assert!(events.iter().any(|e| matches!(e, loopd::journal::Event::Baseline { artefacts, .. } if artefacts.contains_key("build-stamp.txt"))));
+    assert_eq!(report["summary"]["judge"], "hermetic", "{report}");
 }
 
 // ---- the durable approval gate (daemon) --------------------------------------

@@ -7,12 +7,12 @@ use crate::support::model::ScriptedModel;
 use crate::support::*;
 
 /// A marker only the held-out files hold: it must never reach the model.
-const MARKER: &str = "HELDOUTMARKER7f3a";
+pub(crate) const MARKER: &str = "HELDOUTMARKER7f3a";
 
 /// A held-out directory outside the repository with one test the visible
 /// suite lacks (more than one line, rounding half up), and the job's
 /// `loopd.toml` with a held-out step that runs it.
-fn held_out_env(feedback: Option<&str>) -> (TestEnv, std::path::PathBuf) {
+pub fn held_out_env(feedback: Option<&str>) -> (TestEnv, std::path::PathBuf) {
     let env = TestEnv::scripted();
     // Inside a directory the sandbox may be told to read (see the attack
     // below): only the hole loopd cuts keeps the held-out files out.
@@ -269,8 +269,10 @@ fn the_agent_and_the_goal_code_cannot_read_the_held_out_tests() {
         "the shared directory is readable",
     );
     let file = dir.join("tests_hidden/test_hidden.py");
+    // What the goal's code finds, it reports as a red test: a judge of its
+    // own lets nothing else it writes out.
     let probe = format!(
-        "import pathlib\n\nout = pathlib.Path('loot-goal.txt')\nfor p in [{f:?}, {d:?}]:\n    try:\n        path = pathlib.Path(p)\n        got = path.read_text() if path.is_file() else ' '.join(sorted(x.name for x in path.iterdir()))\n        out.write_text(out.read_text() + 'READ ' + got if out.exists() else 'READ ' + got)\n    except OSError as e:\n        out.write_text((out.read_text() if out.exists() else '') + f'DENIED {{p}}: {{e}}\\n')\n",
+        "import pathlib\n\nLOOT = []\nfor p in [{f:?}, {d:?}]:\n    try:\n        path = pathlib.Path(p)\n        got = path.read_text() if path.is_file() else ' '.join(sorted(x.name for x in path.iterdir()))\n        LOOT.append('READ ' + got)\n    except OSError as e:\n        LOOT.append(f'DENIED {{p}}: {{e}}')\n\n\ndef test_probe():\n    assert not LOOT, '\\n'.join(LOOT)\n",
         f = file.display().to_string(),
         d = dir.display().to_string(),
     );
@@ -303,8 +305,9 @@ fn the_agent_and_the_goal_code_cannot_read_the_held_out_tests() {
         seen.contains("VISIBLECONTROL"),
         "the readable root is readable: {seen}"
     );
+    // Not even there: the job's root holds no held-out directory.
     assert!(
-        seen.contains("Permission denied"),
+        seen.contains("No such file or directory"),
         "the probe ran and was refused: {seen}"
     );
     assert!(
@@ -318,7 +321,7 @@ fn the_agent_and_the_goal_code_cannot_read_the_held_out_tests() {
         .or_else(|_| std::fs::read_to_string(run_dir.join("attempt-1/diff.patch")))
         .expect("a diff");
     assert!(!patch.contains(MARKER), "{patch}");
-    let goal_loot = std::fs::read_to_string(env.repo.join("loot-goal.txt")).unwrap_or_default();
+    let goal_loot = std::fs::read_to_string(run_dir.join("attempt-1/goal.txt")).unwrap_or_default();
     assert!(
         goal_loot.contains("DENIED"),
         "the goal's code ran and was refused: {goal_loot}"

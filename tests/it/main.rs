@@ -18,6 +18,7 @@ mod export;
 mod gateway;
 mod guards;
 mod held_out;
+mod hermetic;
 mod hook;
 mod job_id;
 mod layers;

@@ -734,8 +734,10 @@ fn the_suite_inventory_names_each_test_with_the_agent_it_uses() {
         let before = helpers.len();
         for (module, call, body) in &functions {
             let known = helpers.iter().any(|(m, h)| m == module && h == call);
-            let scripted =
-                writes_scripted(body) || helpers.iter().any(|(m, h)| m == module && calls(body, h));
+            let scripted = writes_scripted(body)
+                || helpers.iter().any(|(m, h)| {
+                    (m == module && calls(body, h)) || body.contains(&format!("crate::{m}::{h}"))
+                });
             if scripted && !known {
                 helpers.push((module.clone(), call.clone()));
             }
@@ -755,7 +757,9 @@ fn the_suite_inventory_names_each_test_with_the_agent_it_uses() {
         } else {
             writes_scripted(body)
                 || body.contains("real_cli: false")
-                || helpers.iter().any(|(m, h)| m == module && calls(body, h))
+                || helpers.iter().any(|(m, h)| {
+                    (m == module && calls(body, h)) || body.contains(&format!("crate::{m}::{h}"))
+                })
         };
         // A job that never starts a session may be set up either way.
         let fits = if agent.starts_with("scripted") {

@@ -523,10 +523,12 @@ fn preflight_a_goal_that_cannot_run_or_has_nothing_to_fix_spends_nothing() {
         &["ruf check .", "was not found", "loopd check --preflight"],
         "the log names the step and the way to check it",
     );
-    // A program that is there but cannot be executed: 126.
-    std::fs::write(env.tmp.path().join("lint.sh"), "echo lint\n").expect("write");
-    let lint = format!("{}/lint.sh", env.tmp.path().display());
-    let r = env.run(&model, &["--goal", &lint]);
+    // A program that is there but cannot be executed: 126. (In the
+    // repository: the job's root holds nothing beside what it may read.)
+    std::fs::write(env.repo.join("lint.sh"), "echo lint\n").expect("write");
+    env.git(&["add", "lint.sh"]);
+    env.git(&["commit", "-qm", "a lint script that is not executable"]);
+    let r = env.run(&model, &["--goal", "./lint.sh"]);
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("is not executable"), "{}", r.stderr);
     // Already green: nothing to fix, exit 7, unless the job allows it.

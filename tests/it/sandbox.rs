@@ -284,43 +284,10 @@ fn check_shows_the_network_policy_and_names_a_bad_value() {
 /// the job is `gateway-only` and its goal step cannot write `.git/`.
 #[test]
 fn an_unprivileged_loopd_gets_its_private_network_and_a_read_only_git_dir() {
-    use std::os::unix::fs::PermissionsExt;
     let env = TestEnv::new();
-    let dir = tempfile::tempdir().expect("tmp");
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    let (repo, state, home) = (
-        dir.path().join("repo"),
-        dir.path().join("state"),
-        dir.path().join("home"),
-    );
-    std::fs::create_dir(&home).expect("home");
-    std::fs::create_dir(&state).expect("state");
-    let copied = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(&env.repo)
-        .arg(&repo)
-        .status()
-        .expect("cp");
-    assert!(copied.success());
-    let chowned = std::process::Command::new("chown")
-        .args(["-R", "65534:65534"])
-        .arg(&repo)
-        .arg(&state)
-        .arg(&home)
-        .status()
-        .expect("chown");
-    assert!(chowned.success());
-    let nobody = |program: &str| {
-        let mut cmd = std::process::Command::new("setpriv");
-        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", program])
-            .env_clear()
-            .env("PATH", tools_path())
-            .env("HOME", &home)
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("NO_COLOR", "1");
-        cmd
-    };
+    let copy = NobodyCopy::of(&env);
+    let (repo, state) = (&copy.repo, &copy.state);
+    let nobody = |program: &str| copy.command(program);
     // The control: this machine gives an unprivileged user a namespace.
     let control = nobody("unshare")
         .args(["--user", "--map-root-user", "--net", "true"])
@@ -333,9 +300,9 @@ fn an_unprivileged_loopd_gets_its_private_network_and_a_read_only_git_dir() {
     // Green at the baseline only where `.git/` is read-only to the job.
     let out = nobody(env!("CARGO_BIN_EXE_loopd"))
         .args(["run", "--json", "-C"])
-        .arg(&repo)
+        .arg(repo)
         .arg("--state-dir")
-        .arg(&state)
+        .arg(state)
         .args([
             "--task",
             "nothing",

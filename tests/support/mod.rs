@@ -587,3 +587,65 @@ pub fn send_signal(pid: u32, sig: i32) {
     // SAFETY: kill(2) has no memory-safety preconditions.
     unsafe { kill(pid as i32, sig) };
 }
+
+/// A copy of a test's repository, with a state dir and a `HOME`, all owned
+/// by `nobody` (65534), in a fresh temporary directory others may enter:
+/// for loopd run as an ordinary user (root reads through any mode).
+pub struct NobodyCopy {
+    pub dir: tempfile::TempDir,
+    pub repo: PathBuf,
+    pub state: PathBuf,
+    pub home: PathBuf,
+}
+
+impl NobodyCopy {
+    pub fn of(env: &TestEnv) -> NobodyCopy {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tmp");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        let (repo, state, home) = (
+            dir.path().join("repo"),
+            dir.path().join("state"),
+            dir.path().join("home"),
+        );
+        std::fs::create_dir(&home).expect("home");
+        std::fs::create_dir(&state).expect("state");
+        let copied = Command::new("cp")
+            .arg("-a")
+            .arg(&env.repo)
+            .arg(&repo)
+            .status()
+            .expect("cp");
+        assert!(copied.success());
+        let chowned = Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(&repo)
+            .arg(&state)
+            .arg(&home)
+            .status()
+            .expect("chown");
+        assert!(chowned.success());
+        NobodyCopy {
+            dir,
+            repo,
+            state,
+            home,
+        }
+    }
+
+    /// `program` as `nobody`, in a clean environment with this `HOME` and
+    /// git isolated from any configuration.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(program)
+            .env_clear()
+            .env("PATH", tools_path())
+            .env("HOME", &self.home)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("NO_COLOR", "1");
+        cmd
+    }
+}

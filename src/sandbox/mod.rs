@@ -33,9 +33,13 @@
 //! and calls `landlock_restrict_self` between fork and exec (system calls
 //! on descriptors made beforehand, no allocation).
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+pub mod env;
+mod ns;
+mod seccomp;
 
 use landlock::{
     Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
@@ -52,6 +56,18 @@ pub enum Confinement {
     Unsupported,
     /// Not confined: `[sandbox] enabled = false`.
     Off,
+}
+
+/// Where the judge runs (`summary.json`'s `judge`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Judge {
+    /// Every judge run in a root, a network and a tree of its own: BASE_REF
+    /// plus the judged change, under a fresh scratch, with a fresh `HOME`.
+    Hermetic,
+    /// In the worktree the agent wrote (no user namespace with overlays),
+    /// what it left beside the change set aside first.
+    Shared,
 }
 
 /// Whom a job's processes may talk to over the network (`[sandbox] network`).
@@ -166,7 +182,9 @@ pub enum SandboxError {
         #[source]
         source: landlock::PathFdError,
     },
-    #[error("`[sandbox] network = \"gateway-only\"` needs a private network namespace, and this system does not let loopd make one ({0}); unprivileged user namespaces may be turned off (`kernel.unprivileged_userns_clone`, `user.max_user_namespaces`, an AppArmor restriction)")]
+    #[error("without a user namespace, loopd keeps a job's processes from the Unix sockets of your session with a seccomp filter, and this build has none for this architecture: run where unprivileged user namespaces are allowed, or set `[sandbox] enabled = false`")]
+    NoSocketBan,
+    #[error("the job's namespaces (a root of its own, a private network namespace) cannot be made ({0}); unprivileged user namespaces may be turned off (`kernel.unprivileged_userns_clone`, `user.max_user_namespaces`, an AppArmor restriction)")]
     Namespace(String),
 }
 
@@ -427,24 +445,10 @@ pub fn toolchains(
     for p in programs {
         add(p, "a program of the job", plan);
     }
-    for v in [
-        "CARGO_HOME",
-        "RUSTUP_HOME",
-        "PYENV_ROOT",
-        "NVM_DIR",
-        "VOLTA_HOME",
-        "GOROOT",
-        "GOPATH",
-        "VIRTUAL_ENV",
-        "CONDA_PREFIX",
-        "JAVA_HOME",
-        "PNPM_HOME",
-        "BUN_INSTALL",
-        "DENO_INSTALL",
-    ] {
+    for v in env::TOOLCHAIN_VARS {
         if let Some(val) = var(v).filter(|v| Path::new(v).is_absolute()) {
             let p = PathBuf::from(&val);
-            if v == "CARGO_HOME" {
+            if *v == "CARGO_HOME" {
                 for part in ["bin", "registry", "git", "config.toml", "config"] {
                     if p.join(part).exists() {
                         plan.read(p.join(part), format!("${v}"));
@@ -517,24 +521,79 @@ pub struct Namespaces {
     user: OwnedFd,
     mnt: OwnedFd,
     net: Option<OwnedFd>,
-    /// The private tmpfs mounts, opened inside the mount namespace: a
-    /// Landlock rule is on an inode, and theirs are not the host's.
-    tmpfs: Vec<OwnedFd>,
+    /// The mounts made inside (private tmpfs's, overlays), opened inside
+    /// the mount namespace: a Landlock rule is on an inode, and theirs are
+    /// not the host's. Every right beneath each.
+    inner: Vec<OwnedFd>,
+    /// Whether its mount namespace has a root of its own (see [`Root`]):
+    /// then no path outside the plan — no socket of the user's session —
+    /// can be named from inside.
+    own_root: bool,
 }
 
 /// What the job's namespaces hold.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct NsSpec {
     /// loopd's own executable: run with [`NAMESPACE_HELPER_ARG`] to make
     /// the namespaces.
+    #[serde(skip)]
     pub helper: PathBuf,
+    /// A root of its own, holding only what the sandbox allows (`None`:
+    /// the host's root, with the mounts below made in it).
+    pub root: Option<Root>,
     /// Bind-mounted read-only over themselves (a git directory that lies
     /// inside the writable worktree).
     pub read_only: Vec<PathBuf>,
-    /// Private tmpfs mounts (`/dev/shm`).
+    /// Private tmpfs mounts (`/dev/shm`, `/tmp`).
     pub tmpfs: Vec<PathBuf>,
+    /// Overlays, mounted in order after everything else (their lower
+    /// layers are read at the host's paths).
+    pub overlays: Vec<Overlay>,
     /// A private network with a listening socket on its loopback.
     pub network: bool,
+}
+
+/// A root of its own for a sandbox: a tmpfs at `staging` (a directory
+/// loopd made for it) holding `read` (read-only) and `read_write`, each
+/// bound at its own path, and the devices of [`DEVICES`]; nothing else of
+/// the host exists there.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct Root {
+    pub staging: PathBuf,
+    pub read: Vec<PathBuf>,
+    pub read_write: Vec<PathBuf>,
+}
+
+impl Root {
+    /// The root that shows exactly what `plan` allows, and `private`
+    /// (the role's own home and temporary directory).
+    pub fn of(plan: &Plan, staging: PathBuf, private: &[&Path]) -> Root {
+        Root {
+            staging,
+            read: plan.read.iter().map(|(p, _)| p.clone()).collect(),
+            read_write: plan
+                .read_write
+                .iter()
+                .map(|(p, _)| p.clone())
+                .chain(private.iter().map(|p| p.to_path_buf()))
+                .collect(),
+        }
+    }
+}
+
+/// An overlay mount: `lowers` (read-only, the first on top) under a
+/// writable `upper` (with its `work` directory on the same filesystem),
+/// shown at `target`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Overlay {
+    pub target: PathBuf,
+    pub lowers: Vec<PathBuf>,
+    pub upper: PathBuf,
+    pub work: PathBuf,
+    /// Writable by the sandbox through a rule of its own (a judge's tree):
+    /// its descriptor comes back with the namespaces. An overlay beneath
+    /// a writable path needs none.
+    pub rule: bool,
 }
 
 impl Namespaces {
@@ -553,6 +612,11 @@ impl Namespaces {
         ns::create(spec).map_err(SandboxError::Namespace)
     }
 
+    /// Whether the namespaces have a root of their own.
+    pub fn own_root(&self) -> bool {
+        self.own_root
+    }
+
     pub fn private_network(&self) -> bool {
         self.net.is_some()
     }
@@ -562,486 +626,18 @@ impl Namespaces {
 /// ([`namespace_helper`]) instead of a command: loopd runs it on itself.
 pub const NAMESPACE_HELPER_ARG: &str = "__loopd-namespaces";
 
-/// The namespace helper's whole life (`loopd __loopd-namespaces FD NET
-/// [--ro PATH]… [--tmpfs PATH]…`): make the job's namespaces and hand them
+/// The namespace helper's whole life (`loopd __loopd-namespaces FD`, the
+/// [`NsSpec`] as JSON on stdin): make the job's namespaces and hand them
 /// back over the socket `FD`. Returns the exit code. Called by `main`
 /// before anything else, in a process that holds no secret.
 pub fn namespace_helper(args: &[std::ffi::OsString]) -> u8 {
     ns::helper(args)
 }
 
-mod ns {
-    //! Made by a short-lived helper: a fresh exec of loopd's own executable
-    //! with an empty environment ([`super::NAMESPACE_HELPER_ARG`]), so it
-    //! holds no secret and is dumpable like any new process — a
-    //! non-dumpable process (loopd, and any child forked from it before
-    //! exec) may not write its own `uid_map` after `unshare`, so an
-    //! unprivileged loopd could never make a namespace itself. The helper
-    //! leaves loopd's namespaces (`unshare`), maps its own uid and gid,
-    //! makes its mounts private, binds the read-only paths and mounts the
-    //! tmpfs's, brings `lo` up and opens a listening socket (with a
-    //! network), hands the socket and descriptors of its namespaces back
-    //! over a socket pair (`SCM_RIGHTS`) and exits. The descriptors keep the
-    //! namespaces alive after it is gone.
-
-    use super::*;
-    use std::ffi::CString;
-    use std::os::unix::process::CommandExt;
-
-    /// The most private tmpfs mounts a job gets.
-    pub const MAX_TMPFS: usize = 4;
-
-    /// What the child reports on failure: the step and its errno.
-    const STEPS: [&str; 12] = [
-        "unshare",
-        "setgroups",
-        "uid_map",
-        "gid_map",
-        "make the mounts private",
-        "bind a path read-only",
-        "mount a private tmpfs",
-        "bring up lo",
-        "socket",
-        "bind",
-        "listen",
-        "open the namespaces",
-    ];
-
-    /// Everything the child needs, made before the fork.
-    struct Plan {
-        sock: i32,
-        network: bool,
-        proc_paths: Vec<CString>,
-        uid_map: Vec<u8>,
-        gid_map: Vec<u8>,
-        read_only: Vec<CString>,
-        tmpfs: Vec<CString>,
-        tmpfs_type: CString,
-        tmpfs_data: CString,
-        root: CString,
-    }
-
-    pub fn create(spec: &NsSpec) -> Result<(Namespaces, Option<std::net::TcpListener>), String> {
-        let mut pair = [0i32; 2];
-        // SAFETY: a fresh socket pair; both ends are owned below.
-        if unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-                0,
-                pair.as_mut_ptr(),
-            )
-        } != 0
-        {
-            return Err(format!("socketpair: {}", std::io::Error::last_os_error()));
-        }
-        // SAFETY: just created, owned by nothing else.
-        let (ours, theirs) =
-            unsafe { (OwnedFd::from_raw_fd(pair[0]), OwnedFd::from_raw_fd(pair[1])) };
-        let read_only: Vec<&Path> = spec
-            .read_only
-            .iter()
-            .filter(|p| p.exists())
-            .map(PathBuf::as_path)
-            .collect();
-        let tmpfs_dirs: Vec<&Path> = spec
-            .tmpfs
-            .iter()
-            .filter(|p| p.is_dir())
-            .map(PathBuf::as_path)
-            .take(MAX_TMPFS)
-            .collect();
-        let mut cmd = std::process::Command::new(&spec.helper);
-        cmd.arg(super::NAMESPACE_HELPER_ARG)
-            .arg(HELPER_FD.to_string())
-            .arg(if spec.network { "net" } else { "no-net" });
-        for p in &read_only {
-            cmd.arg("--ro").arg(p);
-        }
-        for p in &tmpfs_dirs {
-            cmd.arg("--tmpfs").arg(p);
-        }
-        cmd.env_clear()
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
-        let theirs_fd = theirs.as_raw_fd();
-        // SAFETY: the closure runs in the forked child before exec and makes
-        // system calls only: the helper's end of the pair at `HELPER_FD`,
-        // kept open across the exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                if theirs_fd == HELPER_FD {
-                    if libc::fcntl(HELPER_FD, libc::F_SETFD, 0) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                } else if libc::dup2(theirs_fd, HELPER_FD) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let mut proc = cmd
-            .spawn()
-            .map_err(|e| format!("the namespace helper: {e}"))?;
-        drop(theirs);
-        let got = receive(ours.as_raw_fd(), spec.network, tmpfs_dirs.len());
-        let status = proc.wait();
-        got.map_err(|e| match status {
-            Ok(s) if !s.success() => format!("{e} (the helper ended: {s})"),
-            _ => e,
-        })
-    }
-
-    /// Where the helper finds its end of the socket pair.
-    const HELPER_FD: i32 = 3;
-
-    /// The helper's side: read the plan from the arguments, make the
-    /// namespaces, send them; the exit code (2: arguments it cannot read;
-    /// a failed step is reported over the socket).
-    pub fn helper(args: &[std::ffi::OsString]) -> u8 {
-        let mut it = args.iter();
-        let (Some(fd), Some(net)) = (it.next(), it.next()) else {
-            return 2;
-        };
-        let Some(sock) = fd.to_str().and_then(|f| f.parse::<i32>().ok()) else {
-            return 2;
-        };
-        let network = net == "net";
-        let (mut read_only, mut tmpfs) = (Vec::new(), Vec::new());
-        while let Some(flag) = it.next() {
-            let Some(path) = it.next() else {
-                return 2;
-            };
-            let Ok(path) = CString::new(path.as_encoded_bytes()) else {
-                return 2;
-            };
-            match flag.to_str() {
-                Some("--ro") => read_only.push(path),
-                Some("--tmpfs") if tmpfs.len() < MAX_TMPFS => tmpfs.push(path),
-                _ => return 2,
-            }
-        }
-        // SAFETY: getuid/getgid cannot fail.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        let plan = Plan {
-            sock,
-            network,
-            proc_paths: [
-                "/proc/self/setgroups",
-                "/proc/self/uid_map",
-                "/proc/self/gid_map",
-                "/proc/self/ns/user",
-                "/proc/self/ns/mnt",
-                "/proc/self/ns/net",
-            ]
-            .iter()
-            .map(|p| CString::new(*p).expect("no NUL"))
-            .collect(),
-            uid_map: format!("{uid} {uid} 1\n").into_bytes(),
-            gid_map: format!("{gid} {gid} 1\n").into_bytes(),
-            read_only,
-            tmpfs,
-            tmpfs_type: CString::new("tmpfs").expect("no NUL"),
-            tmpfs_data: CString::new("mode=1777,size=256m").expect("no NUL"),
-            root: CString::new("/").expect("no NUL"),
-        };
-        // SAFETY: system calls on descriptors and memory made above; the
-        // process is single-threaded (nothing started a thread yet), as
-        // `unshare(CLONE_NEWUSER)` requires.
-        unsafe { child_calls(&plan) };
-        0
-    }
-
-    /// The mount flags a bind remount must keep (a user namespace may not
-    /// drop them).
-    fn locked_flags(path: &CString) -> libc::c_ulong {
-        // SAFETY: statvfs into a zeroed struct on the stack.
-        unsafe {
-            let mut st: libc::statvfs = std::mem::zeroed();
-            if libc::statvfs(path.as_ptr(), &mut st) != 0 {
-                return 0;
-            }
-            let mut flags = 0;
-            for (st_flag, ms_flag) in [
-                (libc::ST_NOSUID, libc::MS_NOSUID),
-                (libc::ST_NODEV, libc::MS_NODEV),
-                (libc::ST_NOEXEC, libc::MS_NOEXEC),
-                (libc::ST_NOATIME, libc::MS_NOATIME),
-                (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
-                (libc::ST_RELATIME, libc::MS_RELATIME),
-            ] {
-                if st.f_flag & st_flag != 0 {
-                    flags |= ms_flag;
-                }
-            }
-            flags
-        }
-    }
-
-    /// # Safety
-    /// In the single-threaded helper only.
-    unsafe fn child_calls(plan: &Plan) {
-        unsafe {
-            let sock = plan.sock;
-            let fail = |step: usize| {
-                let errno = *libc::__errno_location();
-                let msg = [
-                    b'E',
-                    step as u8,
-                    (errno & 0xff) as u8,
-                    ((errno >> 8) & 0xff) as u8,
-                ];
-                libc::send(sock, msg.as_ptr().cast(), msg.len(), 0);
-            };
-            let mut flags = libc::CLONE_NEWUSER | libc::CLONE_NEWNS;
-            if plan.network {
-                flags |= libc::CLONE_NEWNET;
-            }
-            if libc::unshare(flags) != 0 {
-                return fail(0);
-            }
-            let write_file = |path: &CString, data: &[u8]| -> bool {
-                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd < 0 {
-                    return false;
-                }
-                let ok = libc::write(fd, data.as_ptr().cast(), data.len()) == data.len() as isize;
-                libc::close(fd);
-                ok
-            };
-            if !write_file(&plan.proc_paths[0], b"deny") {
-                return fail(1);
-            }
-            if !write_file(&plan.proc_paths[1], &plan.uid_map) {
-                return fail(2);
-            }
-            if !write_file(&plan.proc_paths[2], &plan.gid_map) {
-                return fail(3);
-            }
-            let null = std::ptr::null::<libc::c_char>();
-            if libc::mount(
-                null,
-                plan.root.as_ptr(),
-                null,
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            ) != 0
-            {
-                return fail(4);
-            }
-            for p in &plan.read_only {
-                let keep = locked_flags(p);
-                if libc::mount(
-                    p.as_ptr(),
-                    p.as_ptr(),
-                    null,
-                    libc::MS_BIND | libc::MS_REC,
-                    std::ptr::null(),
-                ) != 0
-                    || libc::mount(
-                        null,
-                        p.as_ptr(),
-                        null,
-                        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | keep,
-                        std::ptr::null(),
-                    ) != 0
-                {
-                    return fail(5);
-                }
-            }
-            let mut roots = [-1i32; MAX_TMPFS];
-            for (i, p) in plan.tmpfs.iter().enumerate().take(MAX_TMPFS) {
-                if libc::mount(
-                    plan.tmpfs_type.as_ptr(),
-                    p.as_ptr(),
-                    plan.tmpfs_type.as_ptr(),
-                    libc::MS_NOSUID | libc::MS_NODEV,
-                    plan.tmpfs_data.as_ptr().cast(),
-                ) != 0
-                {
-                    return fail(6);
-                }
-                roots[i] = libc::open(
-                    p.as_ptr(),
-                    libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-                );
-                if roots[i] < 0 {
-                    return fail(6);
-                }
-            }
-            let mut listener = -1;
-            if plan.network {
-                // `lo` up: SIOCGIFFLAGS, then SIOCSIFFLAGS with IFF_UP.
-                let s = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-                if s < 0 {
-                    return fail(7);
-                }
-                let mut req: libc::ifreq = std::mem::zeroed();
-                req.ifr_name[0] = b'l' as libc::c_char;
-                req.ifr_name[1] = b'o' as libc::c_char;
-                if libc::ioctl(s, libc::SIOCGIFFLAGS, &mut req) != 0 {
-                    return fail(7);
-                }
-                req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-                if libc::ioctl(s, libc::SIOCSIFFLAGS, &mut req) != 0 {
-                    return fail(7);
-                }
-                libc::close(s);
-                let l = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-                if l < 0 {
-                    return fail(8);
-                }
-                let mut addr: libc::sockaddr_in = std::mem::zeroed();
-                addr.sin_family = libc::AF_INET as libc::sa_family_t;
-                addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
-                if libc::bind(
-                    l,
-                    (&addr as *const libc::sockaddr_in).cast(),
-                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-                ) != 0
-                {
-                    return fail(9);
-                }
-                if libc::listen(l, 1024) != 0 {
-                    return fail(10);
-                }
-                listener = l;
-            }
-            let open = |p: &CString| libc::open(p.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-            let user = open(&plan.proc_paths[3]);
-            let mnt = open(&plan.proc_paths[4]);
-            let net = if plan.network {
-                open(&plan.proc_paths[5])
-            } else {
-                -1
-            };
-            if user < 0 || mnt < 0 || (plan.network && net < 0) {
-                return fail(11);
-            }
-            let mut fds = [-1i32; 4 + MAX_TMPFS];
-            fds[..4].copy_from_slice(&[user, mnt, net, listener]);
-            let t = plan.tmpfs.len().min(MAX_TMPFS);
-            fds[4..4 + t].copy_from_slice(&roots[..t]);
-            // Sent in order: user, mnt, [net, listener], tmpfs roots.
-            let mut send = [-1i32; 4 + MAX_TMPFS];
-            let mut n = 0;
-            for (i, fd) in fds.iter().enumerate() {
-                if i < 2 || (i < 4 && plan.network) || (i >= 4 && i < 4 + t) {
-                    send[n] = *fd;
-                    n += 1;
-                }
-            }
-            // u64s: a control message header must be aligned.
-            let mut cbuf = [0u64; 16];
-            let mut byte = [b'K'];
-            let mut iov = libc::iovec {
-                iov_base: byte.as_mut_ptr().cast(),
-                iov_len: 1,
-            };
-            let len = (n * std::mem::size_of::<i32>()) as u32;
-            let fds = send;
-            let mut msg: libc::msghdr = std::mem::zeroed();
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
-            msg.msg_control = cbuf.as_mut_ptr().cast();
-            msg.msg_controllen = libc::CMSG_SPACE(len) as _;
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            (*cmsg).cmsg_level = libc::SOL_SOCKET;
-            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(len) as _;
-            std::ptr::copy_nonoverlapping(
-                fds.as_ptr().cast::<u8>(),
-                libc::CMSG_DATA(cmsg),
-                len as usize,
-            );
-            libc::sendmsg(sock, &msg, 0);
-        }
-    }
-
-    /// loopd's side: the namespaces and the listener, or why not.
-    fn receive(
-        sock: i32,
-        network: bool,
-        tmpfs: usize,
-    ) -> Result<(Namespaces, Option<std::net::TcpListener>), String> {
-        // u64s: a control message header must be aligned.
-        let mut cbuf = [0u64; 16];
-        let mut data = [0u8; 4];
-        let mut iov = libc::iovec {
-            iov_base: data.as_mut_ptr().cast(),
-            iov_len: data.len(),
-        };
-        // SAFETY: a zeroed msghdr pointing at buffers that outlive the call.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.as_mut_ptr().cast();
-        msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
-        // SAFETY: receiving into the buffers above; the helper's end closes
-        // when it exits, so this returns.
-        let n = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) };
-        if n <= 0 {
-            return Err("the namespace helper sent nothing".into());
-        }
-        if data[0] == b'E' {
-            let step = STEPS.get(data[1] as usize).copied().unwrap_or("?");
-            let errno = i32::from(data[2]) | (i32::from(data[3]) << 8);
-            return Err(format!(
-                "{step}: {}",
-                std::io::Error::from_raw_os_error(errno)
-            ));
-        }
-        let count = if network { 4 } else { 2 } + tmpfs;
-        let len = count * std::mem::size_of::<i32>();
-        // SAFETY: the control buffer was filled by recvmsg above.
-        let cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
-        if cmsg.is_null() {
-            return Err("the namespace helper sent no descriptors".into());
-        }
-        let mut fds = [-1i32; 4 + MAX_TMPFS];
-        // SAFETY: SCM_RIGHTS with `count` descriptors, as the child sent.
-        unsafe {
-            if (*cmsg).cmsg_type != libc::SCM_RIGHTS
-                || (*cmsg).cmsg_len as usize != libc::CMSG_LEN(len as u32) as usize
-            {
-                return Err("the namespace helper sent something else".into());
-            }
-            std::ptr::copy_nonoverlapping(
-                libc::CMSG_DATA(cmsg),
-                fds.as_mut_ptr().cast::<u8>(),
-                len,
-            );
-        }
-        // SAFETY: descriptors received just now, owned by nothing else.
-        unsafe {
-            let user = OwnedFd::from_raw_fd(fds[0]);
-            let mnt = OwnedFd::from_raw_fd(fds[1]);
-            let (net, listener, rest) = if network {
-                (
-                    Some(OwnedFd::from_raw_fd(fds[2])),
-                    Some(std::net::TcpListener::from_raw_fd(fds[3])),
-                    4,
-                )
-            } else {
-                (None, None, 2)
-            };
-            let tmpfs = fds[rest..rest + tmpfs]
-                .iter()
-                .map(|fd| OwnedFd::from_raw_fd(*fd))
-                .collect();
-            Ok((
-                Namespaces {
-                    user,
-                    mnt,
-                    net,
-                    tmpfs,
-                },
-                listener,
-            ))
-        }
-    }
-}
+/// `SECBIT_NOROOT` and its lock (`linux/securebits.h`): uid 0 gains no
+/// capability at exec.
+const SECBIT_NOROOT: u32 = 1 << 0;
+const SECBIT_NOROOT_LOCKED: u32 = 1 << 1;
 
 /// A built sandbox, ready to be entered by children.
 #[derive(Debug, Clone)]
@@ -1049,20 +645,19 @@ pub struct Sandbox {
     fd: Arc<OwnedFd>,
     /// The job's own namespaces (where the system allows them).
     ns: Option<Arc<Namespaces>>,
-    /// Set in every sandboxed child (`HOME`, `TMPDIR`: its private dirs;
-    /// toolchain variables).
-    env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    /// Where there is no root of the job's own: no Unix socket at all
+    /// ([`seccomp`]).
+    ban: Option<seccomp::Ban>,
 }
 
 impl Sandbox {
     /// Build the ruleset for `plan` (the private `home` and `tmp` made and
-    /// added as writable, `env` set in every child); `Ok(None)` when the
-    /// kernel has no Landlock.
+    /// added as writable: the role's environment names them, see
+    /// [`env::Environment`]); `Ok(None)` when the kernel has no Landlock.
     pub fn build(
         plan: &Plan,
         home: &Path,
         tmp: &Path,
-        env: Vec<(String, String)>,
         ns: Option<Arc<Namespaces>>,
     ) -> Result<Option<Sandbox>, SandboxError> {
         let abi = kernel_abi();
@@ -1072,17 +667,14 @@ impl Sandbox {
         let read = AccessFs::from_read(FS_ABI);
         let all = AccessFs::from_all(FS_ABI);
         let file = AccessFs::from_file(FS_ABI);
-        let mut child_env: Vec<(std::ffi::OsString, std::ffi::OsString)> = Vec::new();
         let mut rules: Vec<(PathBuf, BitFlags<AccessFs>)> = Vec::new();
-        for (var, dir) in [("HOME", home), ("TMPDIR", tmp)] {
+        for dir in [home, tmp] {
             std::fs::create_dir_all(dir).map_err(|source| SandboxError::Make {
                 path: dir.to_path_buf(),
                 source,
             })?;
-            child_env.push((var.into(), dir.as_os_str().to_owned()));
             rules.push((dir.to_path_buf(), all));
         }
-        child_env.extend(env.into_iter().map(|(k, v)| (k.into(), v.into())));
         for (p, _) in &plan.read {
             // A file gets file rights only (directory rights on it are an error).
             rules.push((p.clone(), if p.is_dir() { read } else { read & file }));
@@ -1107,7 +699,7 @@ impl Sandbox {
             .create()?;
         // The job's private tmpfs mounts, by the descriptors opened inside
         // its mount namespace.
-        for fd in ns.iter().flat_map(|n| n.tmpfs.iter()) {
+        for fd in ns.iter().flat_map(|n| n.inner.iter()) {
             ruleset = ruleset.add_rule(PathBeneath::new(fd, all))?;
         }
         for (path, access) in rules {
@@ -1119,11 +711,17 @@ impl Sandbox {
             };
             ruleset = ruleset.add_rule(PathBeneath::new(fd, access))?;
         }
+        // Without a root of its own a socket of the user's session can be
+        // named: no Unix socket at all then, or no sandbox.
+        let ban = match ns.as_ref().is_some_and(|n| n.own_root) {
+            true => None,
+            false => Some(seccomp::Ban::unix_sockets().ok_or(SandboxError::NoSocketBan)?),
+        };
         let fd: Option<OwnedFd> = ruleset.into();
         Ok(fd.map(|fd| Sandbox {
             fd: Arc::new(fd),
             ns,
-            env: child_env,
+            ban,
         }))
     }
 
@@ -1136,9 +734,6 @@ impl Sandbox {
     /// `cwd` is where it runs (joining a mount namespace moves a process to
     /// its root, so it goes back there).
     pub fn apply(&self, cmd: &mut tokio::process::Command, cwd: &Path) {
-        for (k, v) in &self.env {
-            cmd.env(k, v);
-        }
         let fd = self.fd.as_raw_fd();
         let keep = self.fd.clone();
         let ns = self.ns.as_ref().map(|n| {
@@ -1149,6 +744,7 @@ impl Sandbox {
             )
         });
         let keep_ns = self.ns.clone();
+        let ban = self.ban;
         let cwd = std::ffi::CString::new(cwd.as_os_str().as_encoded_bytes()).ok();
         // SAFETY: the closure runs in the forked child before exec and only
         // makes system calls (no allocation, no lock); `keep` and `keep_ns`
@@ -1168,9 +764,19 @@ impl Sandbox {
                             return Err(std::io::Error::last_os_error());
                         }
                     }
+                    // No capability survives the exec, root or not: the
+                    // file modes of the job's root apply to it as to
+                    // anyone (its scaffolding is traversal-only).
+                    let bits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED;
+                    if libc::prctl(libc::PR_SET_SECUREBITS, bits as libc::c_ulong, 0, 0, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0, 0, 0) != 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                if let Some(ban) = ban {
+                    ban.install()?;
                 }
                 if libc::syscall(libc::SYS_landlock_restrict_self, fd, 0u32) != 0 {
                     return Err(std::io::Error::last_os_error());
@@ -1184,6 +790,17 @@ impl Sandbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The Python helper the sandbox tests' probes share: run `f`, print
+    /// `NAME allowed` or `NAME denied ERRNO`.
+    pub(super) const TRYIT: &str = r#"
+def tryit(name, f):
+    try:
+        f()
+        print(name, "allowed")
+    except OSError as e:
+        print(name, "denied", e.errno)
+"#;
 
     /// The loopd binary beside this test binary (`target/debug/loopd`):
     /// the namespace helper is loopd's own executable. `scripts/test.sh`
@@ -1303,7 +920,6 @@ mod tests {
             &plan_for(root),
             &root.join("sandbox/home"),
             &root.join("sandbox/tmp"),
-            vec![],
             ns.map(Arc::new),
         )
         .expect("build")
@@ -1356,7 +972,7 @@ mod tests {
         let script = format!(
             "cat {r}/state/secret; echo read=$?; cat {r}/home-real/.bash_history; echo history=$?; \
              touch {r}/outside; echo outside=$?; touch work/inside; echo inside=$?; \
-             touch $HOME/h; echo home=$?; echo x > /dev/null; echo null=$?; \
+             HOME={r}/sandbox/home; touch $HOME/h; echo home=$?; echo x > /dev/null; echo null=$?; \
              echo x > /dev/shm/loopd-test-$$; echo shm=$?; ls /usr/bin >/dev/null; echo usr=$?",
             r = root.display(),
         );
@@ -1390,14 +1006,8 @@ mod tests {
         let gateway = gateway.expect("a listener in the network namespace");
         let sandbox = sandbox_for(&root, Some(ns));
         let script = format!(
-            r#"
+            r#"{TRYIT}
 import socket
-def tryit(name, f):
-    try:
-        f()
-        print(name, "allowed")
-    except OSError as e:
-        print(name, "denied", e.errno)
 tryit("gateway", lambda: socket.create_connection(("127.0.0.1", {gw}), timeout=2))
 tryit("outside", lambda: socket.create_connection(("127.0.0.1", {out}), timeout=2))
 tryit("other-host", lambda: socket.create_connection(("127.0.0.2", {gw}), timeout=2))
@@ -1429,6 +1039,7 @@ tryit("udp-out", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto
             read_only: vec![work.join(".git")],
             tmpfs: vec![PathBuf::from("/dev/shm")],
             network: false,
+            ..NsSpec::default()
         })
         .expect("this machine allows user namespaces");
         assert!(listener.is_none());
@@ -1454,5 +1065,89 @@ tryit("udp-out", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto
             !Path::new("/dev/shm").join(&marker).exists(),
             "the job's /dev/shm is its own"
         );
+    }
+
+    /// A root of its own holds exactly the plan: a socket of the user's
+    /// session outside it cannot be named, a held-out directory does not
+    /// exist even for `stat`, a listing of `/` shows nothing else, and
+    /// what the job makes in its own tree (a socket too) works.
+    #[tokio::test]
+    async fn a_root_of_its_own_shows_only_the_plan() {
+        let (_tmp, root) = test_root();
+        for d in ["session", "held/tests", "sandbox/home", "sandbox/tmp"] {
+            std::fs::create_dir_all(root.join(d)).expect("dir");
+        }
+        std::fs::write(root.join("held/tests/test_h.py"), "assert 1\n").expect("held");
+        let session = root.join("session/agent.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&session).expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let mut plan = plan_for(&root);
+        plan.hide(&[root.join("held")]);
+        let (home, tmp) = (root.join("sandbox/home"), root.join("sandbox/tmp"));
+        let (ns, _) = Namespaces::create(&NsSpec {
+            helper: loopd_binary(),
+            root: Some(Root::of(&plan, root.join("staging"), &[&home, &tmp])),
+            tmpfs: vec![PathBuf::from("/tmp"), PathBuf::from("/dev/shm")],
+            ..NsSpec::default()
+        })
+        .expect("this machine allows user namespaces");
+        let sandbox = Sandbox::build(&plan, &home, &tmp, Some(Arc::new(ns)))
+            .expect("build")
+            .expect("Landlock");
+        let script = format!(
+            r#"{TRYIT}
+import os, socket
+def connect(p):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(p)
+tryit("session-socket", lambda: connect("{session}"))
+tryit("held-stat", lambda: os.stat("{held}"))
+own = "{work}/own.sock"
+srv = socket.socket(socket.AF_UNIX); srv.bind(own); srv.listen()
+tryit("own-socket", lambda: connect(own))
+print("tmp-empty", os.listdir("/tmp") == ["{top}"] or os.listdir("/tmp"))
+tryit("null", lambda: open("/dev/null", "w").write("x"))
+print("caps", [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff")])
+tryit("list-scaffold", lambda: os.listdir("{top_dir}"))
+for p in ["/etc/shadow", "/etc/ssh", "/boot", "/run/user", "/var/run/docker.sock", "{home_real}"]:
+    print("exists", p, os.path.lexists(p))
+"#,
+            session = session.display(),
+            held = root.join("held").display(),
+            work = root.join("work").display(),
+            top = root
+                .strip_prefix("/tmp")
+                .ok()
+                .and_then(|r| r.components().next())
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            home_real = root.join("session").display(),
+            top_dir = root.join("sandbox").display(),
+        );
+        let text = run_expecting(
+            &sandbox,
+            &root.join("work"),
+            "python3",
+            &["-c", &script],
+            &[
+                "session-socket denied 2",
+                "held-stat denied 2",
+                "own-socket allowed",
+                "null allowed",
+                "list-scaffold denied",
+                "caps ['0000000000000000']",
+            ],
+        )
+        .await;
+        assert!(
+            listener.accept().is_err(),
+            "nothing reached the session's socket"
+        );
+        for line in text.lines().filter(|l| l.starts_with("exists ")) {
+            assert!(
+                line.ends_with(" False"),
+                "not in the plan, yet there: {line}"
+            );
+        }
     }
 }

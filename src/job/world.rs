@@ -1,0 +1,439 @@
+//! Where the judge runs: the goal test (the baseline and every attempt's)
+//! and the held-out steps. **The judge's world is not the agent's.**
+//!
+//! - **Hermetic** (where the system allows unprivileged user namespaces
+//!   and overlays): every judge run gets a root of its own, a network of
+//!   its own with nothing in it, a fresh `HOME` and `TMPDIR`, and — at the
+//!   worktree's own path — a tree that is exactly what the user had at
+//!   BASE_REF plus the judged change ([`crate::workspace::layers`]): its
+//!   tracked files from git objects, the ignored entries present when the
+//!   job started (no agent process ever writes those: the agent sees each
+//!   as an overlay of its own), what the baseline built, the judged files,
+//!   and for a held-out run the held-out files — under a scratch layer
+//!   thrown away after the run. Nothing an agent process wrote outside the
+//!   judged change (its `HOME`, its `TMPDIR`, an ignored file it made or
+//!   changed, a `.pyc`) is there.
+//! - **Shared** (no user namespace): the goal test runs in the worktree,
+//!   after the files the judges do not see that changed since the baseline
+//!   are set aside ([`crate::workspace::outside`]); said loudly.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{prepare, JobError, Run};
+use crate::goal::{self, GoalReport, GoalStep, Mode};
+use crate::guard::finding::TEST_GLOBS;
+use crate::sandbox::{self, Overlay, Sandbox};
+use crate::workspace::layers::{self, Ignored, Written};
+
+/// Under the run directory: everything of the judge's world.
+const JUDGE: &str = "judge";
+/// BASE_REF's tracked files.
+const BASE: &str = "base";
+/// What the baseline's goal run wrote (its overlay's upper layers).
+const BUILT: &str = "built";
+/// The ignored entries of the worktree when the job started.
+pub(super) const IGNORED_FILE: &str = "ignored.json";
+
+/// The hermetic judge's setup, made once per job.
+pub(super) struct Hermetic {
+    /// `runs/<id>/judge`.
+    dir: PathBuf,
+    /// The worktree's ignored entries when the job started.
+    pub ignored: Vec<Ignored>,
+}
+
+/// What a judge run's tree holds above BASE_REF.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Layers<'a> {
+    /// The judged change (a layer [`layers::write_change`] wrote).
+    pub change: Option<&'a Path>,
+    /// The held-out files (a directory copied for this run).
+    pub held_out: Option<&'a Path>,
+    /// Keep what the run wrote as the layer later runs build on (the
+    /// baseline only: BASE_REF's code, never an agent's).
+    pub keep_built: bool,
+}
+
+impl Hermetic {
+    /// The judge's directory and the ignored entries as the job started:
+    /// read back from the run directory on a resume (the agent may have
+    /// run since: the worktree is not asked again), listed now when no
+    /// agent has run (`fresh`). `None` for a job that began with a shared
+    /// judge: which ignored entries were the user's can no longer be told.
+    pub(super) fn prepare(
+        run_dir: &Path,
+        ws: &crate::workspace::Workspace,
+        base: git2::Oid,
+        fresh: bool,
+    ) -> Result<Option<Hermetic>, JobError> {
+        let dir = run_dir.join(JUDGE);
+        crate::util::private_dir(&dir).map_err(|source| JobError::RunDir {
+            path: dir.clone(),
+            source,
+        })?;
+        let file = dir.join(IGNORED_FILE);
+        let recorded = crate::util::read_text(&file)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Vec<Ignored>>(&t).ok());
+        let ignored = match recorded {
+            Some(list) if !fresh => list,
+            None if !fresh => return Ok(None),
+            _ => {
+                let (list, over) = layers::ignored_at_start(ws.git2(), ws.root())?;
+                if over > 0 {
+                    tracing::warn!(
+                        shown = list.len(),
+                        left_out = over,
+                        "more ignored entries in the worktree than loopd shows a job: the rest are not in the judge's tree"
+                    );
+                }
+                crate::util::write_atomic(
+                    &file,
+                    serde_json::to_string(&list)
+                        .expect("ignored entries serialize")
+                        .as_bytes(),
+                )
+                .map_err(|source| JobError::Write {
+                    path: file.clone(),
+                    source,
+                })?;
+                list
+            }
+        };
+        layers::write_base(ws.git2(), base, &dir.join(BASE))?;
+        Ok(Some(Hermetic { dir, ignored }))
+    }
+
+    /// The layer of attempt `n`'s judged change (`tree`), without `leave`
+    /// (`part` names it: `all`, `old`).
+    pub(super) fn change_layer(
+        &self,
+        ws: &crate::workspace::Workspace,
+        tree: git2::Oid,
+        delta: &layers::Delta,
+        leave: &[String],
+        name: &str,
+    ) -> Result<PathBuf, JobError> {
+        let dir = self.dir.join("change").join(name);
+        layers::write_change(ws.git2(), tree, delta, leave, &dir)?;
+        Ok(dir)
+    }
+
+    /// The submodule `path` lies in, if any.
+    pub(super) fn submodule_of(&self, path: &str) -> Option<&str> {
+        self.ignored
+            .iter()
+            .filter(|e| e.submodule)
+            .map(|e| e.path.as_str())
+            .find(|s| path.strip_prefix(s).is_some_and(|r| r.starts_with('/')))
+    }
+
+    /// Everything of the judge's world but the record of the ignored
+    /// entries (disk the job no longer needs once it ends; a resumed job
+    /// writes the base again and builds from scratch).
+    pub(super) fn clear(&self) {
+        for part in [BASE, BUILT, "change", "agent"] {
+            if let Err(e) = layers::remove_tree(&self.dir.join(part)) {
+                tracing::warn!(dir = %self.dir.join(part).display(), error = %e, "cannot remove the judge's layers");
+            }
+        }
+        let _ = std::fs::remove_file(self.dir.join(BASE).with_extension("done"));
+    }
+
+    /// The agent's view of the ignored entries: each directory an overlay
+    /// over the real one with an upper layer of the job's own (kept for the
+    /// job: the agent's builds go on from one session to the next), each
+    /// file read-only. Nothing the agent does reaches the real ones.
+    pub(super) fn agent_view(&self, root: &Path) -> (Vec<Overlay>, Vec<PathBuf>) {
+        let mut overlays = Vec::new();
+        let mut files = Vec::new();
+        for (i, e) in self
+            .ignored
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| !e.submodule)
+        {
+            let target = root.join(&e.path);
+            if e.dir {
+                let scratch = self.dir.join("agent").join(i.to_string());
+                overlays.push(Overlay {
+                    target: target.clone(),
+                    lowers: vec![target],
+                    upper: scratch.join("upper"),
+                    work: scratch.join("work"),
+                    rule: false,
+                });
+            } else {
+                files.push(target);
+            }
+        }
+        (overlays, files)
+    }
+}
+
+impl Run<'_> {
+    /// Run `steps` as the judge, in a world of their own (see the module
+    /// doc) named `label` under the judge's directory, removed after
+    /// (except what the baseline built, with `layers.keep_built`).
+    pub(super) async fn judge_run(
+        &mut self,
+        label: &str,
+        layers: Layers<'_>,
+        steps: &[GoalStep],
+        mode: Mode,
+        deadline: Instant,
+    ) -> Result<(GoalReport, Vec<Written>), JobError> {
+        let judge = self
+            .hermetic
+            .as_ref()
+            .map(|h| h.dir.clone())
+            .expect("judge_run is called for a hermetic judge only");
+        let dir = judge.join(label);
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| JobError::RunDir { path, source }
+        };
+        layers::remove_tree(&dir).map_err(io(&dir))?;
+        crate::util::private_dir(&dir).map_err(io(&dir))?;
+        let result = self.judge_run_in(&dir, layers, steps, mode, deadline).await;
+        if layers.keep_built && result.is_ok() {
+            let built = judge.join(BUILT);
+            layers::remove_tree(&built).map_err(io(&built))?;
+            std::fs::rename(dir.join("scratch"), &built).map_err(io(&built))?;
+        }
+        if let Err(e) = layers::remove_tree(&dir) {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot remove a judge run's tree");
+        }
+        result
+    }
+
+    async fn judge_run_in(
+        &mut self,
+        dir: &Path,
+        l: Layers<'_>,
+        steps: &[GoalStep],
+        mode: Mode,
+        deadline: Instant,
+    ) -> Result<(GoalReport, Vec<Written>), JobError> {
+        let h = self.hermetic.as_ref().expect("a hermetic judge");
+        let root = self.ws.root().to_path_buf();
+        let built = h.dir.join(BUILT);
+        let scratch = dir.join("scratch");
+        // The worktree's path: the held-out files over the change over
+        // what the baseline built over BASE_REF, under a fresh scratch.
+        let mut lowers: Vec<PathBuf> = [l.held_out, l.change]
+            .into_iter()
+            .flatten()
+            .map(Path::to_path_buf)
+            .collect();
+        // What the run writes is judged against the judged layers alone:
+        // a file only the baseline's build made is a cache, the run's to
+        // rewrite.
+        let judged: Vec<PathBuf> = lowers.iter().cloned().chain([h.dir.join(BASE)]).collect();
+        let built_tree = built.join("tree/upper");
+        if built_tree.is_dir() {
+            lowers.push(built_tree);
+        }
+        lowers.push(h.dir.join(BASE));
+        let mut overlays = vec![Overlay {
+            target: root.clone(),
+            lowers,
+            upper: scratch.join("tree/upper"),
+            work: scratch.join("tree/work"),
+            rule: true,
+        }];
+        let mut read_only = Vec::new();
+        // A submodule's tree is judged as the worktree holds it: what the
+        // run writes there is checked like the tree's own.
+        let mut live = Vec::new();
+        for (i, e) in h.ignored.iter().enumerate() {
+            let target = root.join(&e.path);
+            if !e.dir {
+                read_only.push(target);
+                continue;
+            }
+            let mut lowers = Vec::new();
+            let built_entry = built.join(format!("ignored/{i}/upper"));
+            if built_entry.is_dir() {
+                lowers.push(built_entry);
+            }
+            lowers.push(target.clone());
+            if e.submodule {
+                live.push((
+                    e.path.clone(),
+                    scratch.join(format!("ignored/{i}/upper")),
+                    target.clone(),
+                ));
+            }
+            overlays.push(Overlay {
+                target,
+                lowers,
+                upper: scratch.join(format!("ignored/{i}/upper")),
+                work: scratch.join(format!("ignored/{i}/work")),
+                rule: false,
+            });
+        }
+        // The repository's git directory, read-only (a test may run git).
+        read_only.extend(
+            self.ws
+                .git_dirs()
+                .into_iter()
+                .filter(|d| d.starts_with(&root)),
+        );
+        read_only.push(root.join(".git"));
+        let (home, tmp) = (dir.join("home"), dir.join("tmp"));
+        // Made before the namespaces: the root shows only what exists.
+        for d in [&home, &tmp] {
+            crate::util::private_dir(d).map_err(|source| JobError::RunDir {
+                path: d.clone(),
+                source,
+            })?;
+        }
+        let plan = prepare::judge_plan(self.job, &self.ws, &self.loopd_exe);
+        let network = self.env.network == sandbox::Network::GatewayOnly;
+        let spec = prepare::ns_spec(
+            &self.loopd_exe,
+            &plan,
+            dir.join("root"),
+            &[&home, &tmp],
+            read_only,
+            network,
+        );
+        let spec = sandbox::NsSpec { overlays, ..spec };
+        let (ns, _listener) = sandbox::Namespaces::create(&spec).map_err(JobError::Sandbox)?;
+        let sandbox = Sandbox::build(&plan, &home, &tmp, Some(Arc::new(ns)))
+            .map_err(JobError::Sandbox)?
+            .ok_or(JobError::SandboxRequired("a hermetic judge"))?;
+        let env = prepare::environment(self.job, &home, &tmp);
+        let limits = goal::Limits {
+            sandbox: Some(&sandbox),
+            env: &env,
+            ..self.goal_limits(deadline)
+        };
+        let report = goal::run(steps, &root, mode, &limits).await?;
+        // What the run changed of its tree (it ran the candidate's code).
+        let mut written = layers::written(&scratch.join("tree/upper"), &judged);
+        for (path, upper, lower) in live {
+            written.extend(
+                layers::written(&upper, &[lower])
+                    .into_iter()
+                    .map(|w| match w {
+                        Written::Changed(p) => Written::Changed(format!("{path}/{p}")),
+                        Written::Deleted(p) => Written::Deleted(format!("{path}/{p}")),
+                    }),
+            );
+        }
+        Ok((report, written))
+    }
+}
+
+/// Test files as the protection policy knows them ([`TEST_GLOBS`]).
+fn test_files() -> &'static globset::GlobSet {
+    static SET: std::sync::OnceLock<globset::GlobSet> = std::sync::OnceLock::new();
+    SET.get_or_init(|| {
+        let mut b = globset::GlobSetBuilder::new();
+        for g in TEST_GLOBS {
+            b.add(globset::Glob::new(g).expect("the test globs are valid"));
+        }
+        b.build().expect("the test globs build")
+    })
+}
+
+impl Run<'_> {
+    /// Attempt `n`'s goal test in the judge's world: first the tests that
+    /// existed at BASE_REF **alone** — the change without the files it adds
+    /// to the test tree, so that no test code of the agent's (a conftest,
+    /// a package `__init__`, a `TestMain`) runs beside them, whatever its
+    /// spelling — then, when the change adds such files and that run is
+    /// green, the whole change. The report that decides, and the run of
+    /// the old tests alone when it was a run of its own; `None` when a
+    /// signal cut a run short.
+    #[allow(clippy::type_complexity)]
+    pub(super) async fn hermetic_goal(
+        &mut self,
+        n: u32,
+        deadline: Instant,
+    ) -> Result<Option<(GoalReport, Option<GoalReport>, Vec<Written>)>, JobError> {
+        let tree = self
+            .current()
+            .tree
+            .as_deref()
+            .and_then(|t| git2::Oid::from_str(t).ok())
+            .ok_or(JobError::NoJudgedTree { attempt: n })?;
+        let (all, old, new_tests) = {
+            let h = self.hermetic.as_ref().expect("a hermetic judge");
+            let delta = layers::delta(self.ws.git2(), self.base_oid, tree)?;
+            let new_tests = delta.new_test_files(|p| test_files().is_match(p));
+            let all = h.change_layer(&self.ws, tree, &delta, &[], &format!("{n}-all"))?;
+            let old = match new_tests.is_empty() {
+                true => None,
+                false => {
+                    Some(h.change_layer(&self.ws, tree, &delta, &new_tests, &format!("{n}-old"))?)
+                }
+            };
+            (all, old, new_tests)
+        };
+        let steps = self.job.goal.clone();
+        let layers = |change| Layers {
+            change: Some(change),
+            ..Layers::default()
+        };
+        let Some(old) = old else {
+            let (r, written) = self
+                .judge_run(
+                    &format!("attempt-{n}"),
+                    layers(&all),
+                    &steps,
+                    Mode::FirstFailure,
+                    deadline,
+                )
+                .await?;
+            return Ok(self.signalled().is_none().then_some((r, None, written)));
+        };
+        let (mut alone, mut written) = self
+            .judge_run(
+                &format!("attempt-{n}-alone"),
+                layers(&old),
+                &steps,
+                Mode::FirstFailure,
+                deadline,
+            )
+            .await?;
+        if self.signalled().is_some() {
+            return Ok(None);
+        }
+        if !alone.passed() {
+            if let Some(step) = alone.steps.iter_mut().find(|s| !s.passed) {
+                step.output = format!(
+                    "loopd: the tests that existed at BASE_REF ran on the change without the test files it adds ({}): they must pass on their own, with no test code of the change beside them\n{}",
+                    new_tests.join(", "),
+                    step.output
+                );
+            }
+            tracing::info!(
+                attempt = n,
+                new_test_files = new_tests.len(),
+                "the tests of BASE_REF are red without the change's new test files"
+            );
+            return Ok(Some((alone.clone(), Some(alone), written)));
+        }
+        let (whole, more) = self
+            .judge_run(
+                &format!("attempt-{n}"),
+                layers(&all),
+                &steps,
+                Mode::FirstFailure,
+                deadline,
+            )
+            .await?;
+        written.extend(more);
+        written.sort_by(|a, b| a.path().cmp(b.path()));
+        written.dedup();
+        Ok(self
+            .signalled()
+            .is_none()
+            .then_some((whole, Some(alone), written)))
+    }
+}
