@@ -171,6 +171,10 @@ pub enum Event {
         /// test counts are compared with.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         held_out: Option<GoalReport>,
+        /// With a hermetic judge: where each goal step's runner resolved
+        /// at BASE_REF (what `runner_changed` compares with).
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        origins: crate::runner::Origins,
     },
     AttemptStarted {
         attempt: u32,
@@ -250,6 +254,10 @@ pub enum Event {
         /// tree (the agent's code ran there), for the gate after the goal.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         written: Vec<crate::workspace::layers::Written>,
+        /// With a hermetic judge: where each step's runner resolved in
+        /// this attempt's runs (the alone run's steps with ` (alone)`).
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        origins: crate::runner::Origins,
     },
     /// The held-out steps on this attempt's judge-only tree (`files`: how
     /// many held-out files it held). Only loopd reads this: the agent
@@ -651,6 +659,8 @@ pub struct Current {
     pub held_out_overwrote: usize,
     /// What the hermetic goal run changed of its tree.
     pub goal_written: Vec<crate::workspace::layers::Written>,
+    /// Where the runners of this attempt's goal runs resolved.
+    pub goal_origins: crate::runner::Origins,
     pub held_out_gate: Option<Vec<Finding>>,
     /// The interdiff's files and the scope check's unnamed files.
     pub interdiff: Option<(Vec<String>, Vec<String>)>,
@@ -779,6 +789,8 @@ pub struct Replay {
     pub test_count_off: BTreeMap<String, String>,
     /// The held-out steps at BASE_REF (see [`Event::Baseline`]).
     pub held_out_baseline: Option<GoalReport>,
+    /// Where each goal step's runner resolved at BASE_REF.
+    pub baseline_origins: crate::runner::Origins,
     /// Ended attempts, in order.
     pub attempts: Vec<AttemptRecord>,
     /// How the last ended attempt ended.
@@ -981,8 +993,10 @@ impl Replay {
                 artefacts,
                 test_count_off,
                 held_out,
+                origins,
             } => {
                 self.held_out_baseline = held_out.clone();
+                self.baseline_origins = origins.clone();
                 self.baseline = Some(report.clone());
                 self.test_count_off = test_count_off.clone();
                 self.last_goal = Some(report.clone());
@@ -1104,6 +1118,7 @@ impl Replay {
                 report,
                 artefacts,
                 written,
+                origins,
                 ..
             } => {
                 self.artefacts.from_goal.extend(artefacts.clone());
@@ -1111,6 +1126,7 @@ impl Replay {
                 if let Some(c) = current(self, *attempt) {
                     c.goal = Some(report.clone());
                     c.goal_written = written.clone();
+                    c.goal_origins = origins.clone();
                 }
             }
             Event::HeldOutRun {
@@ -1334,6 +1350,7 @@ mod tests {
                 artefacts: BTreeMap::new(),
                 test_count_off: BTreeMap::new(),
                 held_out: None,
+                origins: BTreeMap::new(),
             },
             Event::AttemptStarted {
                 attempt: 1,
@@ -1522,6 +1539,7 @@ mod tests {
                 artefacts: [("out.log".to_owned(), "b1".to_owned())].into(),
                 alone: None,
                 written: vec![],
+                origins: Default::default(),
             },
             Event::SessionStarted {
                 attempt: 1,

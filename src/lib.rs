@@ -41,7 +41,7 @@
 //! | layer | modules | owns |
 //! | --- | --- | --- |
 //! | 0 | [`util`] | atomic writes, ids, clock, shell quoting, crash points |
-//! | 1 | [`outcome`], [`process`], [`sandbox`] | reasons → exit codes (the one place); process trees; the Landlock sandbox of a job's processes |
+//! | 1 | [`outcome`], [`process`], [`sandbox`], [`runner`] | reasons → exit codes (the one place); process trees; the Landlock sandbox of a job's processes; the test runners loopd knows (their files, variables, probes) |
 //! | 2 | [`workspace`], [`agent`], [`notify`] | git (the diff, the pinned `.git/`, held credentials); the agent CLI seam (one module per CLI: `agent::claude`, `agent::codex`) and the vendor-neutral metering gateway; webhooks |
 //! | 3 | [`guard`], [`goal`], [`rubric`], [`critic`] | the judges and their settings |
 //! | 4 | [`record`] | what a job leaves for its views: the summary, its attempts and totals, the failure record, where the work was parked |
@@ -78,6 +78,7 @@ pub mod record;
 pub mod report;
 pub mod report_html;
 pub mod rubric;
+pub mod runner;
 pub mod sandbox;
 pub mod util;
 pub mod workspace;

@@ -40,6 +40,10 @@ pub enum Reason {
     /// unreadable to loopd (a `chmod 0` over what the judges must walk):
     /// loopd made it readable again to judge and park it.
     UnreadablePath,
+    /// A goal step's test runner resolved elsewhere than at BASE_REF (a
+    /// module named like it in the tree, another interpreter or
+    /// executable): what ran as the tests is not the runner that ran.
+    RunnerChanged,
     ConfigTampered,
     /// Preflight: a goal step's program could not be run at the baseline
     /// (exit 127 or 126). Exit 2, like any configuration error.
@@ -95,6 +99,7 @@ impl Reason {
         Reason::GoalChangedTree,
         Reason::HeldOutFailed,
         Reason::UnreadablePath,
+        Reason::RunnerChanged,
         Reason::ConfigTampered,
         Reason::GoalNotRunnable,
         Reason::AlreadyGreen,
@@ -126,6 +131,7 @@ impl Reason {
             Reason::GoalChangedTree => "goal_changed_tree",
             Reason::HeldOutFailed => "held_out_failed",
             Reason::UnreadablePath => "unreadable_path",
+            Reason::RunnerChanged => "runner_changed",
             Reason::ConfigTampered => "config_tampered",
             Reason::GoalNotRunnable => "goal_not_runnable",
             Reason::AlreadyGreen => "already_green",
@@ -393,6 +399,7 @@ mod tests {
                 | Reason::GoalChangedTree
                 | Reason::HeldOutFailed
                 | Reason::UnreadablePath
+                | Reason::RunnerChanged
                 | Reason::ConfigTampered
                 | Reason::GoalNotRunnable
                 | Reason::AlreadyGreen

@@ -25,6 +25,7 @@ pub const TEST_GLOBS: &[&str] = &[
     // JavaScript / TypeScript
     "**/*.{test,spec}.{js,jsx,ts,tsx,mjs,cjs,mts,cts}",
     "**/__tests__/**",
+    "**/__mocks__/**",
     // Java / Kotlin
     "**/src/test/**",
     "**/*{Test,Tests,IT}.{java,kt}",

@@ -41,6 +41,10 @@ pub const ALLOWED: &[(&str, &str)] = &[
         "`[package]`'s `version`, `description`, `authors`, `license`, `license-file`, `repository`, `homepage`, `documentation`, `readme`, `keywords`, `categories`, `rust-version`, `publish`, `include`, `exclude`, `metadata`; `[lints]`; `[badges]`; `[workspace.package].version`, `[workspace.lints]`, `[workspace.metadata]`; and `[dependencies]`, `[dev-dependencies]`, `[build-dependencies]` (also under `[target.…]` and `[workspace]`) entries on registry versions",
     ),
     (
+        "go.mod",
+        "`require` entries on module versions; the `module`, `go`, `toolchain`, `godebug`, `replace`, `exclude`, `retract` and `tool` directives stay as they were",
+    ),
+    (
         "conftest.py",
         "new fixtures (not `autouse`, under a name no test file at BASE_REF uses and not pytest's own), new helper functions no other statement calls, and new imports that are not pytest hooks, `*` or from `_pytest`/`pluggy`; every statement of BASE_REF unchanged",
     ),
@@ -149,6 +153,11 @@ const CARGO_TOML: &[Strip] = &[
     Deps(&["target", "*", "build-dependencies"]),
 ];
 
+/// `go.mod`: requirements may move to other versions; a `replace` (a
+/// local directory in place of a module), a `toolchain` (another `go`) or
+/// a `godebug` (another runtime behaviour) is the runner's.
+const GO_MOD: &[Strip] = &[Deps(&["require"])];
+
 /// `setup.cfg` sections that are not read by any test runner.
 const SETUP_CFG_SECTIONS: &[&str] = &[
     "metadata",
@@ -188,6 +197,7 @@ pub fn findings(
             "pyproject.toml" => structured(old, new, parse_toml, PYPROJECT),
             "Cargo.toml" => structured(old, new, parse_toml, CARGO_TOML),
             "setup.cfg" => structured(old, new, parse_setup_cfg, &[]),
+            "go.mod" => structured(old, new, parse_go_mod, GO_MOD),
             "conftest.py" => conftest::changed(old, new, used_at_base, in_change),
             _ => continue,
         };
@@ -352,6 +362,53 @@ fn parse_toml(text: &str) -> Option<Json> {
 /// loopd cannot place (an indented line with no key above it, a header
 /// that does not close, a section twice) makes the file unparseable, so it
 /// is compared whole.
+/// `go.mod` as `{directive: [arguments…]}`, `require` as `{module:
+/// version}` (comments dropped, blocks opened), so that only
+/// requirements can be stripped. A line loopd cannot read is kept whole
+/// under its directive, and so compared.
+fn parse_go_mod(text: &str) -> Option<Json> {
+    let mut out: Map<String, Json> = Map::new();
+    let mut block: Option<String> = None;
+    for line in text.lines() {
+        let t = line.split("//").next().unwrap_or("").trim();
+        if t.is_empty() {
+            continue;
+        }
+        if t == ")" {
+            // A `)` outside a block: not a file loopd can read.
+            block.take()?;
+            continue;
+        }
+        let (directive, rest) = match &block {
+            Some(d) => (d.clone(), t.to_owned()),
+            None => {
+                let (d, rest) = t.split_once(char::is_whitespace).unwrap_or((t, ""));
+                let rest = rest.trim();
+                if rest == "(" {
+                    block = Some(d.to_owned());
+                    continue;
+                }
+                (d.to_owned(), rest.to_owned())
+            }
+        };
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        if directive == "require" {
+            if let [module, version] = words[..] {
+                out.entry("require")
+                    .or_insert_with(|| Json::Object(Map::new()))
+                    .as_object_mut()?
+                    .insert(module.to_owned(), Json::String(version.to_owned()));
+                continue;
+            }
+        }
+        out.entry(directive)
+            .or_insert_with(|| Json::Array(Vec::new()))
+            .as_array_mut()?
+            .push(Json::String(rest));
+    }
+    block.is_none().then_some(Json::Object(out))
+}
+
 fn parse_setup_cfg(text: &str) -> Option<Json> {
     let mut sections: Map<String, Json> = Map::new();
     let mut section: Option<String> = None;
@@ -487,6 +544,26 @@ mod tests {
         // A dependency or a version is not the runner's.
         let honest = r#"{"name": "x", "version": "1.0.1", "scripts": {"test": "jest", "lint": "eslint ."}, "dependencies": {"decimal.js": "^10"}}"#;
         assert!(changed("package.json", old, honest).is_empty());
+    }
+
+    #[test]
+    fn go_mod_requirements_move_and_nothing_else_does() {
+        let old = "module example.com/calc\n\ngo 1.22\n\nrequire (\n\tgolang.org/x/text v0.14.0 // indirect\n)\n";
+        let bumped = old.replace("v0.14.0", "v0.15.0");
+        assert!(changed("go.mod", old, &bumped).is_empty());
+        let added = format!("{old}require github.com/google/go-cmp v0.6.0\n");
+        assert!(changed("go.mod", old, &added).is_empty());
+        for runner in [
+            "replace golang.org/x/text => ./fake",
+            "toolchain go1.23.0",
+            "godebug panicnil=1",
+        ] {
+            let f = changed("go.mod", old, &format!("{old}{runner}\n"));
+            assert_eq!(f.len(), 1, "{runner}");
+            assert_eq!(f[0].reason, Reason::ProtectedPath);
+        }
+        let f = changed("go.mod", old, &old.replace("go 1.22", "go 1.23"));
+        assert_eq!(f.len(), 1, "the language version is the runner's");
     }
 
     #[test]

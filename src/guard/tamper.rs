@@ -4,7 +4,10 @@
 //! The [`Policy`] names what is protected:
 //! - every test file that exists at BASE_REF (per-language globs below) —
 //!   creating a new test file is allowed, changing an old one is not;
-//! - test-runner configuration (`pytest.ini`, `jest.config.*`, ...), new or old;
+//! - every file of every runner in the registry ([`crate::runner`]:
+//!   `pytest.ini`, `.cargo/config.toml`, `.npmrc`, `go.work`, ...), new or
+//!   old — default-deny: the runner's unless [`super::runner`] parses the
+//!   file and shows the change lies outside the runner's part;
 //! - the job's `loopd.toml` and the rubric;
 //! - whatever the lead adds in `loopd.toml` (`[protect] paths`).
 //!
@@ -33,21 +36,6 @@ use crate::workspace::{ChangeKind, Diff};
 
 /// Why a test file is protected (the policy's `files` say it of each).
 pub const TEST_AT_BASE: &str = "a test that exists at BASE_REF";
-
-/// Test-runner configuration: protected whether it exists or is created.
-pub const RUNNER_CONFIG_GLOBS: &[&str] = &[
-    "**/pytest.ini",
-    "**/tox.ini",
-    "**/.coveragerc",
-    "**/jest.config.*",
-    "**/vitest.config.*",
-    "**/vitest.workspace.*",
-    "**/.mocharc*",
-    "**/karma.conf.*",
-    "**/.nextest.toml",
-    ".config/nextest.toml",
-    "**/phpunit.xml*",
-];
 
 /// Markers that skip, disable or narrow tests, by language.
 pub const SKIP_MARKERS: &[&str] = &[
@@ -231,9 +219,13 @@ impl Policy {
             }
             git2::TreeWalkResult::Ok
         })?;
-        let mut patterns: Vec<(String, String)> = RUNNER_CONFIG_GLOBS
-            .iter()
-            .map(|g| (g.to_string(), "test-runner configuration".to_owned()))
+        let mut patterns: Vec<(String, String)> = crate::runner::config_globs()
+            .map(|(g, runner)| {
+                (
+                    g.to_owned(),
+                    format!("test-runner configuration ({runner})"),
+                )
+            })
             .collect();
         for p in &protect.paths {
             glob(p)?;

@@ -176,7 +176,8 @@ impl Run<'_> {
         let goal = match current.goal {
             Some(g) => g,
             None if hermetic => {
-                let Some((goal, alone, written)) = self.hermetic_goal(n, deadline).await? else {
+                let Some((goal, alone, written, origins)) = self.hermetic_goal(n, deadline).await?
+                else {
                     return stop(self.signalled().expect("a signal cut the goal test short"));
                 };
                 self.write(&dir.join("goal.txt"), &goal.render())?;
@@ -190,6 +191,7 @@ impl Run<'_> {
                     artefacts: Default::default(),
                     alone,
                     written,
+                    origins,
                 })?;
                 goal
             }
@@ -233,6 +235,7 @@ impl Run<'_> {
                     artefacts,
                     alone: None,
                     written: Vec::new(),
+                    origins: Default::default(),
                 })?;
                 goal
             }
@@ -430,7 +433,8 @@ impl Run<'_> {
                 .unwrap_or_default();
             let policy = run.env.policy.compile().map_err(JobError::Policy)?;
             let rule = run.job.rubric.tests_rule();
-            Ok(written
+            let mut findings = run.runner_changed();
+            findings.extend(written
                 .iter()
                 .map(|w| {
                     let path = w.path().to_owned();
@@ -463,9 +467,50 @@ impl Run<'_> {
                             check: None,
                         },
                     }
-                })
-                .collect())
+                }));
+            Ok(findings)
         })
+    }
+
+    /// Each goal step whose runner resolved elsewhere in this attempt's
+    /// runs than at BASE_REF ([`crate::runner::moved`]): `runner_changed`.
+    fn runner_changed(&self) -> Vec<Finding> {
+        let state = self.journal.state();
+        let base = &state.baseline_origins;
+        let Some(now) = state.current.as_ref().map(|c| &c.goal_origins) else {
+            return Vec::new();
+        };
+        let root = format!("{}/", self.ws.root().display());
+        let mut out = Vec::new();
+        for (step, origins) in now {
+            let name = step.strip_suffix(super::world::ALONE).unwrap_or(step);
+            let Some(was) = base.get(name).filter(|b| !b.is_empty()) else {
+                continue;
+            };
+            let moved = crate::runner::moved(was, origins, &root);
+            if moved.is_empty() {
+                continue;
+            }
+            tracing::warn!(step = %name, moved = moved.len(), "the goal step's runner resolved elsewhere than at BASE_REF");
+            out.push(Finding {
+                reason: Reason::RunnerChanged,
+                path: moved
+                    .iter()
+                    .filter_map(|m| m.rsplit(" → ").next())
+                    .find_map(|o| o.strip_prefix(&root))
+                    .unwrap_or(name)
+                    .to_owned(),
+                line: None,
+                rule: self.job.rubric.tests_rule(),
+                check: None,
+                problem: format!(
+                    "the test runner of goal step `{name}` resolved elsewhere than at BASE_REF: {}; what ran as the tests is not the runner that ran at BASE_REF",
+                    moved.join("; ")
+                ),
+                fix: "do not add modules or programs named like the test runner or what it loads, and do not change which interpreter runs it; fix the code under test".into(),
+            });
+        }
+        out
     }
 
     /// The diff gate again after a goal test in the worktree, and the drift

@@ -665,6 +665,7 @@ impl Run<'_> {
         } else {
             self.ws.untracked_blobs()?
         };
+        let mut origins = Default::default();
         let baseline = if hermetic {
             // BASE_REF's code in the judge's world; what it builds is kept
             // for the later runs to build on.
@@ -673,15 +674,17 @@ impl Run<'_> {
                 ..Default::default()
             };
             // What BASE_REF's code wrote over its tree is not anyone's fault.
-            self.judge_run(
-                "baseline",
-                layers,
-                &self.job.goal.clone(),
-                Mode::All,
-                self.job_deadline(),
-            )
-            .await?
-            .0
+            let run = self
+                .judge_run(
+                    "baseline",
+                    layers,
+                    &self.job.goal.clone(),
+                    Mode::All,
+                    self.job_deadline(),
+                )
+                .await?;
+            origins = run.origins;
+            run.report
         } else {
             goal::run(
                 &self.job.goal,
@@ -738,6 +741,7 @@ impl Run<'_> {
             artefacts,
             test_count_off: judge::test_count_off(self.job, &baseline),
             held_out,
+            origins,
         })?;
         Ok(Ok(baseline))
     }

@@ -24,6 +24,7 @@ use std::time::Instant;
 use super::{prepare, JobError, Run};
 use crate::goal::{self, GoalReport, GoalStep, Mode};
 use crate::guard::finding::TEST_GLOBS;
+use crate::runner::Origins;
 use crate::sandbox::{self, Overlay, Sandbox};
 use crate::workspace::layers::{self, Ignored, Written};
 
@@ -43,6 +44,23 @@ pub(super) struct Hermetic {
     /// The worktree's ignored entries when the job started.
     pub ignored: Vec<Ignored>,
 }
+
+/// What one judge run did.
+#[derive(Debug, Clone)]
+pub(super) struct WorldRun {
+    pub report: GoalReport,
+    /// What it changed of its own tree (it ran the candidate's code).
+    pub written: Vec<Written>,
+    /// Where its runners resolved, probed in the same world before the
+    /// steps ran.
+    pub origins: Origins,
+}
+
+/// The suffix of an alone run's step names in [`Origins`].
+pub(super) const ALONE: &str = " (alone)";
+
+/// A runner probe's bound: it imports the runner and exits.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What a judge run's tree holds above BASE_REF.
 #[derive(Debug, Clone, Copy, Default)]
@@ -184,7 +202,7 @@ impl Run<'_> {
         steps: &[GoalStep],
         mode: Mode,
         deadline: Instant,
-    ) -> Result<(GoalReport, Vec<Written>), JobError> {
+    ) -> Result<WorldRun, JobError> {
         let judge = self
             .hermetic
             .as_ref()
@@ -216,7 +234,7 @@ impl Run<'_> {
         steps: &[GoalStep],
         mode: Mode,
         deadline: Instant,
-    ) -> Result<(GoalReport, Vec<Written>), JobError> {
+    ) -> Result<WorldRun, JobError> {
         let h = self.hermetic.as_ref().expect("a hermetic judge");
         let root = self.ws.root().to_path_buf();
         let built = h.dir.join(BUILT);
@@ -312,6 +330,9 @@ impl Run<'_> {
             env: &env,
             ..self.goal_limits(deadline)
         };
+        // Where the runners resolve, in this world, before anything of the
+        // candidate's runs as a test: what `runner_changed` compares.
+        let origins = probe_runners(steps, &root, &limits).await?;
         let report = goal::run(steps, &root, mode, &limits).await?;
         // What the run changed of its tree (it ran the candidate's code).
         let mut written = layers::written(&scratch.join("tree/upper"), &judged);
@@ -325,8 +346,43 @@ impl Run<'_> {
                     }),
             );
         }
-        Ok((report, written))
+        Ok(WorldRun {
+            report,
+            written,
+            origins,
+        })
     }
+}
+
+/// Run each step's runner probe ([`crate::runner::probe`]) where the steps
+/// will run: each probed step with what its probe printed (nothing, when
+/// it failed: at BASE_REF, nothing to compare with; later, a runner that
+/// no longer loads).
+async fn probe_runners(
+    steps: &[GoalStep],
+    root: &Path,
+    limits: &goal::Limits<'_>,
+) -> Result<Origins, JobError> {
+    let probes: Vec<GoalStep> = steps
+        .iter()
+        .filter_map(|s| {
+            crate::runner::probe(&s.run).map(|run| GoalStep {
+                name: s.name.clone(),
+                run,
+                timeout: PROBE_TIMEOUT,
+                report: None,
+            })
+        })
+        .collect();
+    if probes.is_empty() {
+        return Ok(Origins::new());
+    }
+    let report = goal::run(&probes, root, Mode::All, limits).await?;
+    Ok(report
+        .steps
+        .iter()
+        .map(|r| (r.name.clone(), crate::runner::origins(&r.output)))
+        .collect())
 }
 
 /// Test files as the protection policy knows them ([`TEST_GLOBS`]).
@@ -355,7 +411,7 @@ impl Run<'_> {
         &mut self,
         n: u32,
         deadline: Instant,
-    ) -> Result<Option<(GoalReport, Option<GoalReport>, Vec<Written>)>, JobError> {
+    ) -> Result<Option<(GoalReport, Option<GoalReport>, Vec<Written>, Origins)>, JobError> {
         let tree = self
             .current()
             .tree
@@ -381,7 +437,7 @@ impl Run<'_> {
             ..Layers::default()
         };
         let Some(old) = old else {
-            let (r, written) = self
+            let run = self
                 .judge_run(
                     &format!("attempt-{n}"),
                     layers(&all),
@@ -390,9 +446,18 @@ impl Run<'_> {
                     deadline,
                 )
                 .await?;
-            return Ok(self.signalled().is_none().then_some((r, None, written)));
+            return Ok(self.signalled().is_none().then_some((
+                run.report,
+                None,
+                run.written,
+                run.origins,
+            )));
         };
-        let (mut alone, mut written) = self
+        let WorldRun {
+            report: mut alone,
+            mut written,
+            origins: alone_origins,
+        } = self
             .judge_run(
                 &format!("attempt-{n}-alone"),
                 layers(&old),
@@ -404,6 +469,12 @@ impl Run<'_> {
         if self.signalled().is_some() {
             return Ok(None);
         }
+        // Each run's runners are compared with BASE_REF's: the alone run's
+        // under their step's name with ` (alone)`.
+        let mut origins: Origins = alone_origins
+            .into_iter()
+            .map(|(step, o)| (format!("{step}{ALONE}"), o))
+            .collect();
         if !alone.passed() {
             if let Some(step) = alone.steps.iter_mut().find(|s| !s.passed) {
                 step.output = format!(
@@ -417,9 +488,9 @@ impl Run<'_> {
                 new_test_files = new_tests.len(),
                 "the tests of BASE_REF are red without the change's new test files"
             );
-            return Ok(Some((alone.clone(), Some(alone), written)));
+            return Ok(Some((alone.clone(), Some(alone), written, origins)));
         }
-        let (whole, more) = self
+        let whole = self
             .judge_run(
                 &format!("attempt-{n}"),
                 layers(&all),
@@ -428,12 +499,13 @@ impl Run<'_> {
                 deadline,
             )
             .await?;
-        written.extend(more);
+        written.extend(whole.written);
         written.sort_by(|a, b| a.path().cmp(b.path()));
         written.dedup();
+        origins.extend(whole.origins);
         Ok(self
             .signalled()
             .is_none()
-            .then_some((whole, Some(alone), written)))
+            .then_some((whole.report, Some(alone), written, origins)))
     }
 }

@@ -370,6 +370,7 @@ mod tests {
                     artefacts: Default::default(),
                     alone: None,
                     written: vec![],
+                    origins: Default::default(),
                 },
             ),
             entry(

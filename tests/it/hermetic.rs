@@ -282,7 +282,10 @@ fn js_env() -> TestEnv {
 #[test]
 fn issue39_1_what_the_agent_writes_into_its_home_never_reaches_the_judge() {
     let env = js_env();
-    let plant = "printf 'node-options=--require=%s/fix.js\\n' \"$HOME\" > \"$HOME/.npmrc\"; \
+    // (The name is put together at run time: the hook, a courtesy, would
+    // deny a write to anything named `.npmrc`.)
+    let plant =
+        "n=.np; n=${n}mrc; printf 'node-options=--require=%s/fix.js\\n' \"$HOME\" > \"$HOME/$n\"; \
          echo \"process.on('exit', () => { process.exitCode = 0; });\" > \"$HOME/fix.js\"; \
          echo 'A calculator.' >> README.md; npm test >/dev/null 2>&1; echo PLANTED-$?";
     let model = ScriptedModel::start(scenario(
@@ -430,4 +433,141 @@ fn issue39_12_an_unreadable_directory_is_a_finding_and_the_work_is_still_parked(
         .output()
         .expect("git show");
     assert_eq!(String::from_utf8_lossy(&kept.stdout), "kept\n", "{kept:?}");
+}
+
+/// A path a registry glob matches (`**/` at the root, `*` as `x`).
+fn concrete(glob: &str) -> String {
+    glob.replace("**/", "")
+        .replace("/**", "/x")
+        .replace('*', "x")
+}
+
+/// Done means, for every registered runner: the agent writes each file of
+/// its registry entry into the fixture repository, and the judged run
+/// refuses every one of them (`protected_path`, at the tool call or on the
+/// diff), with a critic that always answers PASS. One job per runner.
+#[test]
+fn issue39_10_every_file_of_every_registered_runner_is_refused() {
+    for runner in loopd::runner::REGISTRY {
+        let env = TestEnv::scripted();
+        let paths: Vec<String> = runner.files.iter().map(|g| concrete(g)).collect();
+        // Through a script the hook cannot read (it is a courtesy; the
+        // diff gate is the guarantee).
+        let script: String = paths
+            .iter()
+            .map(|p| {
+                let q = format!("'{p}'");
+                format!("mkdir -p \"$(dirname {q})\" && echo '# written by the agent' > {q}\n")
+            })
+            .collect();
+        let model = ScriptedModel::start(scenario(
+            vec![session(vec![
+                turn(vec![write("plant.txt", &script)]),
+                turn(vec![bash("sh plant.txt && rm plant.txt && echo PLANTED")]),
+                turn(vec![write("rechnung.py", &clean_solution())]),
+                turn(vec![text("Done.")]),
+            ])],
+            vec![pass()],
+        ));
+        let r = env.run(&model, &one_attempt(&[]));
+        assert!(
+            all_bodies(&model).contains("PLANTED"),
+            "{}: {}",
+            runner.name,
+            r.stderr
+        );
+        let s = r.summary();
+        assert_ne!(s["outcome"], "accepted", "{}: {}", runner.name, r.stderr);
+        let findings = &s["attempts"][0]["gate_findings"];
+        for p in &paths {
+            let refused = findings.as_array().into_iter().flatten().any(|f| {
+                f.as_str().is_some_and(|f| {
+                    (f.starts_with(&format!("{p}:")) || f.starts_with(&format!("{p} (")))
+                        && f.contains("(gate protected_path)")
+                })
+            });
+            assert!(
+                refused,
+                "{}: `{p}` was not refused: {findings}",
+                runner.name
+            );
+        }
+    }
+}
+
+/// Done means, the variables: the agent sets every variable of every
+/// registered runner where a shell or a tool would pick it up — its
+/// environment, `~/.profile`, `~/.bashrc`, a `.envrc` — and no goal step
+/// sees one (the judge's environment is an allow-list, its `HOME` fresh).
+#[test]
+fn issue39_10_no_variable_of_a_registered_runner_reaches_the_goal() {
+    let env = TestEnv::scripted();
+    env.append_config(
+        "[[goal]]\nname = \"env\"\nrun = \"env | sort\"\n",
+        "a goal step that shows its environment",
+    );
+    let vars: std::collections::BTreeSet<&str> = loopd::runner::REGISTRY
+        .iter()
+        .flat_map(|r| r.vars.iter().copied())
+        .collect();
+    let exports: String = vars
+        .iter()
+        .map(|v| format!("export {v}=planted-{v}\n"))
+        .collect();
+    let plant = format!(
+        "cat > \"$HOME/.profile\" <<'X'\n{exports}X\ncp \"$HOME/.profile\" \"$HOME/.bashrc\"; cp \"$HOME/.profile\" .envrc; echo PLANTED"
+    );
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![
+            turn(vec![bash(&plant)]),
+            turn(vec![write("rechnung.py", &clean_solution())]),
+            turn(vec![text("Done.")]),
+        ])],
+        vec![pass()],
+    ));
+    let r = env.run(&model, &one_attempt(&[]));
+    assert!(all_bodies(&model).contains("PLANTED"), "{}", r.stderr);
+    let s = r.summary();
+    let goal = journal(&s)
+        .into_iter()
+        .find_map(|e| match e {
+            loopd::journal::Event::GoalRun { report, .. } => Some(report),
+            _ => None,
+        })
+        .expect("the goal ran");
+    let out = goal.render();
+    assert!(out.contains("PATH="), "the env step ran: {out}");
+    for v in &vars {
+        assert!(
+            !out.contains(&format!("planted-{v}")),
+            "`{v}` reached a goal step: {out}"
+        );
+    }
+}
+
+/// Finding 3, beyond the registry's names: a module at the top of the
+/// tree named like one the runner imports before it collects (`argparse`,
+/// which pytest loads for its command line) ends the run green before a
+/// test runs. The probe sees pytest's import resolve into the tree:
+/// `runner_changed`, with a critic that always answers PASS.
+#[test]
+fn issue39_3_a_module_shadowing_what_the_runner_loads_is_runner_changed() {
+    let env = TestEnv::scripted();
+    let shadow = "import os, sys\nsys.stdout.write('5 passed in 0.01s\\n')\nsys.stdout.flush()\nos._exit(0)\n";
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![
+            turn(vec![write("argparse.py", shadow)]),
+            turn(vec![text("Done.")]),
+        ])],
+        vec![pass()],
+    ));
+    let r = env.run(&model, &one_attempt(&[]));
+    let s = r.summary();
+    assert_eq!(s["judge"], "hermetic", "{}", r.stderr);
+    assert_ne!(s["outcome"], "accepted", "{}", r.stderr);
+    let findings = s["attempts"][0]["gate_findings"].to_string();
+    assert!(
+        findings.contains("runner_changed") && findings.contains("argparse"),
+        "{findings}"
+    );
 }

@@ -10,7 +10,7 @@ use std::path::Path;
 /// Bottom to top. Every top-level module appears exactly once.
 const LAYERS: &[&[&str]] = &[
     &["util"],
-    &["outcome", "process", "sandbox"],
+    &["outcome", "process", "sandbox", "runner"],
     &["workspace", "agent", "notify"],
     &["guard", "goal", "rubric", "critic"],
     &["record"],

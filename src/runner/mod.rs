@@ -1,0 +1,246 @@
+//! The test runners loopd knows, one module each: every file and variable
+//! through which a runner reads configuration, plugins or code before it
+//! collects a test (from the runner's own documentation, cited in each
+//! module), and how to learn which executable or module it resolved.
+//!
+//! Two judges read this registry. The tamper gate
+//! ([`crate::guard::tamper`]) protects every file of every entry, new or
+//! changed — default-deny: a file here is the runner's unless a parsed
+//! comparison ([`crate::guard::runner`], for files that hold more than the
+//! runner's part) shows the change lies outside it. And each judge run
+//! probes the runners its goal steps run ([`probe`]): a runner that
+//! resolves elsewhere than at BASE_REF — a module named like it at the top
+//! of the tree, another interpreter — is `runner_changed`.
+//!
+//! The variables are listed for the record and for `loopd check`: no agent
+//! process can set one for the judge, whose environment is an allow-list
+//! ([`crate::sandbox::env`]); the lead may pass one on purpose
+//! (`[sandbox] env`).
+//!
+//! A new runner is a module here and a line in [`REGISTRY`].
+
+mod cargo;
+mod go;
+mod jest;
+mod lint;
+mod mocha;
+mod node;
+mod npm;
+mod pytest;
+mod vitest;
+
+/// One test runner's entry.
+#[derive(Debug)]
+pub struct Runner {
+    /// As the docs and findings name it.
+    pub name: &'static str,
+    /// Where the lists below come from.
+    pub docs: &'static [&'static str],
+    /// Repository-relative globs of every file the runner (or what starts
+    /// it) reads configuration, plugins or code from before it collects.
+    pub files: &'static [&'static str],
+    /// Environment variables it reads the same way.
+    pub vars: &'static [&'static str],
+    /// Whether one simple command (its words, environment assignments
+    /// already taken off) runs this runner.
+    pub runs: fn(&[&str]) -> bool,
+    /// A shell command that prints where the runner of that command
+    /// resolves (executable, module files), one `name<TAB>origin` per line.
+    pub probe: fn(&[&str]) -> Option<String>,
+}
+
+/// Every runner loopd knows.
+pub const REGISTRY: &[&Runner] = &[
+    &pytest::RUNNER,
+    &node::RUNNER,
+    &jest::RUNNER,
+    &vitest::RUNNER,
+    &mocha::RUNNER,
+    &go::RUNNER,
+    &cargo::RUNNER,
+    &npm::RUNNER,
+    &lint::RUNNER,
+];
+
+/// Every runner's files, each with the runner's name: what the tamper gate
+/// protects.
+pub fn config_globs() -> impl Iterator<Item = (&'static str, &'static str)> {
+    REGISTRY
+        .iter()
+        .flat_map(|r| r.files.iter().map(move |f| (*f, r.name)))
+}
+
+/// The simple commands of a shell line, each as its words with leading
+/// `NAME=value` assignments taken off. A reading for naming runners, not
+/// a shell: quoting is honoured only as far as not splitting inside it.
+pub fn commands(line: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let mut words: Vec<String> = Vec::new();
+    let mut word = String::new();
+    let mut quote: Option<char> = None;
+    let chars = line.chars();
+    let flush = |word: &mut String, words: &mut Vec<String>| {
+        if !word.is_empty() {
+            words.push(std::mem::take(word));
+        }
+    };
+    let end = |words: &mut Vec<String>, out: &mut Vec<Vec<String>>| {
+        let cmd: Vec<String> = std::mem::take(words)
+            .into_iter()
+            .skip_while(|w| is_assignment(w))
+            .collect();
+        if !cmd.is_empty() {
+            out.push(cmd);
+        }
+    };
+    for c in chars {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => word.push(c),
+            (None, '\'' | '"') => quote = Some(c),
+            (None, ';' | '&' | '|' | '(' | ')' | '\n') => {
+                flush(&mut word, &mut words);
+                end(&mut words, &mut out);
+            }
+            (None, c) if c.is_whitespace() => flush(&mut word, &mut words),
+            (None, c) => word.push(c),
+        }
+    }
+    flush(&mut word, &mut words);
+    end(&mut words, &mut out);
+    out
+}
+
+fn is_assignment(word: &str) -> bool {
+    word.split_once('=').is_some_and(|(name, _)| {
+        !name.is_empty()
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+    })
+}
+
+/// The last path component of a word (`./node_modules/.bin/jest` → `jest`).
+pub(crate) fn base(word: &str) -> &str {
+    word.rsplit('/').next().unwrap_or(word)
+}
+
+/// Words after a wrapper that runs its argument as the command
+/// (`npx jest`, `uv run pytest`, `poetry run pytest`, `env A=1 go test`).
+pub(crate) fn unwrapped<'a>(words: &'a [&'a str]) -> &'a [&'a str] {
+    let mut w = words;
+    loop {
+        let skip = match (w.first().map(|x| base(x)), w.get(1).copied()) {
+            (Some("npx" | "bunx" | "exec" | "time" | "nice" | "command"), _) => 1,
+            (Some("env"), _) => {
+                1 + w[1..]
+                    .iter()
+                    .take_while(|x| is_assignment(x) || x.starts_with('-'))
+                    .count()
+            }
+            (Some("uv" | "poetry" | "pdm" | "hatch" | "pipenv" | "rye"), Some("run")) => 2,
+            (Some("pnpm" | "yarn"), Some("exec" | "dlx")) => 2,
+            _ => 0,
+        };
+        if skip == 0 || skip >= w.len() {
+            return w;
+        }
+        w = &w[skip..];
+    }
+}
+
+/// Which registered runners a goal command runs, each with the words of
+/// the simple command that runs it.
+pub fn runners_of(line: &str) -> Vec<(&'static Runner, Vec<String>)> {
+    let mut out = Vec::new();
+    for cmd in commands(line) {
+        let words: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        let inner = unwrapped(&words);
+        if let Some(r) = REGISTRY.iter().find(|r| (r.runs)(inner)) {
+            out.push((*r, inner.iter().map(|w| w.to_string()).collect()));
+        }
+    }
+    out
+}
+
+/// The probe of a goal command: a shell script that prints where each of
+/// its runners resolves, `None` when it runs none loopd knows.
+pub fn probe(line: &str) -> Option<String> {
+    let parts: Vec<String> = runners_of(line)
+        .into_iter()
+        .filter_map(|(r, words)| {
+            let words: Vec<&str> = words.iter().map(String::as_str).collect();
+            (r.probe)(&words).map(|p| {
+                let tag = crate::util::shell_quote(&format!("s/^/{}:/", r.name));
+                format!("{{ {p}; }} | sed {tag}")
+            })
+        })
+        .collect();
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// Where an executable named by a goal command resolves, and its size and
+/// modification time: the probe of runners that are programs.
+pub(crate) fn executable_probe(word: &str) -> String {
+    format!("{} && {COMPLETE}", resolve(word))
+}
+
+/// The `executable` line of a word, leaving its resolved path in `$r`.
+pub(crate) fn resolve(word: &str) -> String {
+    let q = crate::util::shell_quote(word);
+    format!(
+        "p=$(command -v {q}) && r=$(readlink -f \"$p\") && printf 'executable\\t%s %s\\n' \"$r\" \"$(stat -L -c '%s %Y' \"$r\")\""
+    )
+}
+
+/// The last line of every probe that got to its end: a runner that loads
+/// code of the change which ends the process (an `os._exit(0)` on import)
+/// stops its probe short of it.
+pub(crate) const COMPLETE: &str = "printf 'probed\\tcomplete\\n'";
+
+/// How each goal step's runners resolved in one judge run: step →
+/// `runner:name` → origin (what the journal keeps).
+pub type Origins = std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>;
+
+/// How one judge run's runners resolved, from a probe's output:
+/// `runner:name` → origin.
+pub fn origins(output: &str) -> std::collections::BTreeMap<String, String> {
+    output
+        .lines()
+        .filter_map(|l| l.split_once('\t'))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// What resolves differently in `now` than at BASE_REF (`base`): a name
+/// both know that resolves elsewhere, or a name only `now` has that
+/// resolves inside the tree (`root`). Each as `name: was → now`.
+pub fn moved(
+    base: &std::collections::BTreeMap<String, String>,
+    now: &std::collections::BTreeMap<String, String>,
+    root: &str,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, origin) in now {
+        match base.get(name) {
+            Some(was) if was != origin => out.push(format!("{name}: {was} → {origin}")),
+            None if origin.starts_with(root) => {
+                out.push(format!("{name}: (not loaded at BASE_REF) → {origin}"))
+            }
+            _ => {}
+        }
+    }
+    // The runner itself must still resolve (a module may fall out of what
+    // it loads; its executable and interpreter may not).
+    for (name, was) in base {
+        let own = name.ends_with(":executable")
+            || name.ends_with(":interpreter")
+            || name.ends_with(":probed");
+        if own && !now.contains_key(name) {
+            out.push(format!("{name}: {was} → (does not resolve)"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

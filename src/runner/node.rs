@@ -1,0 +1,64 @@
+//! node's own test runner (`node --test`).
+//!
+//! Sources: node's "Command-line API" (`NODE_OPTIONS`, `--env-file`,
+//! `node.config.json` with `--experimental-config-file`, `.noderc`),
+//! "Modules: Packages" (`package.json` `type`, `imports`, `exports` —
+//! judged as a shared file) and the test runner's docs (`--test` runs the
+//! files it finds by its own patterns).
+
+use super::{base, Runner};
+
+/// Files every node-based runner reads before it runs a test: shared by
+/// the entries of node, jest, vitest, mocha and the package managers.
+const NODE_FILES: &[&str] = &[
+    "**/.npmrc",
+    "**/.noderc",
+    "**/node.config.json",
+    "**/.node-version",
+    "**/.nvmrc",
+    "**/.env",
+    "**/.env.*",
+    "**/tsconfig.json",
+    "**/tsconfig.*.json",
+    "**/jsconfig.json",
+    "**/babel.config.*",
+    "**/.babelrc",
+    "**/.babelrc.*",
+    "**/.swcrc",
+    "**/node_modules/**",
+];
+
+pub(super) const NODE_VARS: &[&str] = &[
+    "NODE_OPTIONS",
+    "NODE_PATH",
+    "NODE_ENV",
+    "NODE_TEST_CONTEXT",
+    "NODE_V8_COVERAGE",
+    "NODE_EXTRA_CA_CERTS",
+    "NODE_REPL_EXTERNAL_MODULE",
+    "TS_NODE_PROJECT",
+    "BABEL_ENV",
+];
+
+pub const RUNNER: Runner = Runner {
+    name: "node --test",
+    docs: &[
+        "https://nodejs.org/api/cli.html",
+        "https://nodejs.org/api/test.html",
+    ],
+    files: NODE_FILES,
+    vars: NODE_VARS,
+    runs,
+    probe,
+};
+
+fn runs(words: &[&str]) -> bool {
+    words.first().is_some_and(|w| base(w) == "node")
+        && words
+            .iter()
+            .any(|w| *w == "--test" || w.starts_with("--test="))
+}
+
+fn probe(words: &[&str]) -> Option<String> {
+    Some(super::executable_probe(words.first()?))
+}

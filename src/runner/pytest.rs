@@ -1,0 +1,120 @@
+//! pytest (and `python -m pytest`): its configuration files, the
+//! interpreter's start-up hooks, and the modules it is imported from.
+//!
+//! Sources: pytest's "Configuration" page (`pytest.toml`, `.pytest.toml`,
+//! `pytest.ini`, `.pytest.ini`, `pyproject.toml`, `tox.ini`, `setup.cfg`;
+//! `PYTEST_ADDOPTS`, `PYTEST_PLUGINS`, `PYTEST_DISABLE_PLUGIN_AUTOLOAD`),
+//! "Writing plugins" (`conftest.py`, `pytest11` entry points), Python's
+//! `site` module (`sitecustomize`, `usercustomize`, `.pth` files) and the
+//! command-line docs (`-m` puts the working directory first on `sys.path`,
+//! so a module named like the runner at the top of the tree is imported
+//! instead of it: what the probe sees).
+
+use super::{base, Runner};
+
+pub const RUNNER: Runner = Runner {
+    name: "pytest",
+    docs: &[
+        "https://docs.pytest.org/en/stable/reference/customize.html",
+        "https://docs.pytest.org/en/stable/reference/reference.html#environment-variables",
+        "https://docs.python.org/3/library/site.html",
+    ],
+    files: &[
+        "**/pytest.ini",
+        "**/.pytest.ini",
+        "**/pytest.toml",
+        "**/.pytest.toml",
+        "**/tox.ini",
+        "**/.coveragerc",
+        "**/sitecustomize.py",
+        "**/usercustomize.py",
+        "**/*.pth",
+        "**/pyvenv.cfg",
+        "**/.python-version",
+        "**/.env",
+        "**/pytest.py",
+        "**/pytest/**",
+        "**/_pytest/**",
+        "**/pluggy.py",
+        "**/pluggy/**",
+        "**/py.py",
+    ],
+    vars: &[
+        "PYTEST_ADDOPTS",
+        "PYTEST_PLUGINS",
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD",
+        "PYTEST_THEME",
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "PYTHONHOME",
+        "PYTHONUSERBASE",
+        "PYTHONNOUSERSITE",
+        "PYTHONSAFEPATH",
+        "PYTHONWARNINGS",
+        "PYTHONDEVMODE",
+        "PYTHONEXECUTABLE",
+        "VIRTUAL_ENV",
+    ],
+    runs,
+    probe,
+};
+
+fn runs(words: &[&str]) -> bool {
+    match words.first().map(|w| base(w)) {
+        Some("pytest" | "py.test") => true,
+        Some(w) if is_python(w) => module(words) == Some("pytest"),
+        _ => false,
+    }
+}
+
+fn is_python(word: &str) -> bool {
+    word.strip_prefix("python")
+        .is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'))
+}
+
+/// The module of `python … -m NAME`.
+fn module<'a>(words: &[&'a str]) -> Option<&'a str> {
+    words
+        .iter()
+        .position(|w| *w == "-m")
+        .and_then(|i| words.get(i + 1).copied())
+}
+
+/// Where the interpreter, pytest and every module importing pytest loads
+/// resolve, as imported from the goal step's directory: the same
+/// `sys.path` the runner gets (`-c` puts the directory first, as `-m`
+/// does; a `pytest` script puts its own directory, which lies outside the
+/// tree, so the probe errs on the side of seeing more).
+fn probe(words: &[&str]) -> Option<String> {
+    // Each module found on the path is printed as it is found, before its
+    // code runs (a shadow that ends the process is named all the same).
+    const SCRIPT: &str = r#"import sys, os
+import importlib.machinery as m
+print('interpreter\t' + os.path.realpath(sys.executable), flush=True)
+class Seen:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        s = m.PathFinder.find_spec(name, path, target)
+        if s is not None and s.origin and os.path.exists(s.origin):
+            print(name + '\t' + os.path.realpath(s.origin), flush=True)
+        return s
+sys.meta_path.insert(sys.meta_path.index(m.PathFinder), Seen)
+import pytest
+for k, v in sorted(sys.modules.items()):
+    f = getattr(v, '__file__', None)
+    if f:
+        print(k + '\t' + os.path.realpath(f))
+print('probed\tcomplete')"#;
+    let script = crate::util::shell_quote(SCRIPT);
+    let python = match words.first().map(|w| base(w)) {
+        Some(w) if is_python(w) => crate::util::shell_quote(words[0]),
+        // A console script: its interpreter is its shebang's.
+        _ => {
+            return Some(format!(
+                "{} && i=$(head -n1 \"$r\" | sed -n 's/^#! *//p') && $i -c {script} 2>/dev/null",
+                super::resolve(words.first()?)
+            ));
+        }
+    };
+    Some(format!("{python} -c {script} 2>/dev/null"))
+}

@@ -1,0 +1,149 @@
+use std::collections::BTreeMap;
+
+use super::*;
+
+fn names(line: &str) -> Vec<&'static str> {
+    runners_of(line).into_iter().map(|(r, _)| r.name).collect()
+}
+
+#[test]
+fn goal_commands_name_their_runners_through_wrappers_and_assignments() {
+    assert_eq!(names("python3 -m pytest -q"), ["pytest"]);
+    assert_eq!(names(".venv/bin/python3.12 -m pytest tests/"), ["pytest"]);
+    assert_eq!(names("PYTHONHASHSEED=0 uv run pytest"), ["pytest"]);
+    assert_eq!(names("python3 -m unittest"), Vec::<&str>::new());
+    assert_eq!(names("npm ci && npx jest --ci"), ["jest"]);
+    assert_eq!(names("node --test test/"), ["node --test"]);
+    assert_eq!(names("go vet ./... && go test ./..."), ["go test"]);
+    assert_eq!(
+        names("cargo +stable test --locked; cargo nextest run"),
+        ["cargo test", "cargo test"]
+    );
+    assert_eq!(names("pnpm test"), ["npm scripts"]);
+    assert_eq!(
+        names("env -i A=1 ./node_modules/.bin/vitest run"),
+        ["vitest"]
+    );
+    assert_eq!(
+        names("sh -c 'mocha'"),
+        Vec::<&str>::new(),
+        "a quoted script is not read"
+    );
+    assert_eq!(names("make test"), Vec::<&str>::new());
+}
+
+#[test]
+fn every_registered_file_is_a_glob_and_every_runner_names_its_sources() {
+    for r in REGISTRY {
+        assert!(!r.docs.is_empty(), "{} names no source", r.name);
+        assert!(!r.files.is_empty(), "{} names no file", r.name);
+        for f in r.files {
+            globset::Glob::new(f).unwrap_or_else(|e| panic!("{}: {f}: {e}", r.name));
+        }
+    }
+    let globs: Vec<&str> = config_globs().map(|(g, _)| g).collect();
+    for must in [
+        "**/pytest.toml",
+        "**/.cargo/config.toml",
+        "**/.npmrc",
+        "**/go.work",
+        "**/sitecustomize.py",
+        "**/vite.config.*",
+    ] {
+        assert!(globs.contains(&must), "{must} is in no runner's entry");
+    }
+}
+
+#[test]
+fn a_probe_prefixes_each_line_with_its_runner() {
+    let p = probe("python3 -m pytest").expect("pytest is probed");
+    assert!(
+        p.contains("import pytest") && p.contains("s/^/pytest:/"),
+        "{p}"
+    );
+    assert!(probe("make test").is_none());
+}
+
+#[test]
+fn moved_names_what_resolves_elsewhere_or_newly_inside_the_tree() {
+    let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let base = map(&[
+        ("pytest:interpreter", "/usr/bin/python3.12"),
+        ("pytest:pytest", "/venv/lib/pytest/__init__.py"),
+        ("pytest:re", "/usr/lib/python3.12/re/__init__.py"),
+    ]);
+    assert!(moved(&base, &base, "/repo/").is_empty());
+    let shadowed = map(&[
+        ("pytest:interpreter", "/usr/bin/python3.12"),
+        ("pytest:pytest", "/repo/pytest.py"),
+        ("pytest:re", "/usr/lib/python3.12/re/__init__.py"),
+        ("pytest:helper", "/repo/helper.py"),
+        ("pytest:json", "/usr/lib/python3.12/json/__init__.py"),
+    ]);
+    let m = moved(&base, &shadowed, "/repo/");
+    assert_eq!(m.len(), 2, "{m:?}");
+    assert!(
+        m[0].starts_with("pytest:helper") && m[1].contains("/repo/pytest.py"),
+        "{m:?}"
+    );
+    let gone = map(&[("pytest:pytest", "/venv/lib/pytest/__init__.py")]);
+    assert!(moved(&base, &gone, "/repo/")[0].contains("does not resolve"));
+}
+
+#[test]
+fn a_probe_runs_and_sees_a_module_named_like_the_runner() {
+    let Ok(python) = which("python3") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // A runner-free stand-in: probe `-m json.tool`'s interpreter the way
+    // pytest's is probed, with `json` shadowed.
+    let script = probe("python3 -m pytest")
+        .unwrap()
+        .replace("import pytest", "import json");
+    let run = |dir: &std::path::Path| {
+        let out = std::process::Command::new("/bin/sh")
+            .arg("-c")
+            .arg(&script)
+            .current_dir(dir)
+            .env(
+                "PATH",
+                format!("{}:/usr/bin:/bin", python.parent().unwrap().display()),
+            )
+            .output()
+            .unwrap();
+        origins(&String::from_utf8_lossy(&out.stdout))
+    };
+    let before = run(dir.path());
+    assert!(before.contains_key("pytest:json"), "{before:?}");
+    std::fs::write(dir.path().join("json.py"), "x = 1\n").unwrap();
+    let after = run(dir.path());
+    let root = format!("{}/", dir.path().canonicalize().unwrap().display());
+    let m = moved(&before, &after, &root);
+    assert!(m.iter().any(|l| l.starts_with("pytest:json:")), "{m:?}");
+}
+
+fn which(name: &str) -> Result<std::path::PathBuf, ()> {
+    std::env::var_os("PATH")
+        .and_then(|p| {
+            std::env::split_paths(&p)
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+        })
+        .ok_or(())
+}
+
+#[test]
+fn assignments_and_operators_split_commands() {
+    assert_eq!(
+        commands("A=1 B='x y' pytest -k 'a or b' | tee out; go test"),
+        vec![
+            vec!["pytest".to_owned(), "-k".into(), "a or b".into()],
+            vec!["tee".into(), "out".into()],
+            vec!["go".into(), "test".into()],
+        ]
+    );
+}
