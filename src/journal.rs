@@ -171,6 +171,10 @@ pub enum Event {
         /// test counts are compared with.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         held_out: Option<GoalReport>,
+        /// The held-out steps' test counts at BASE_REF (BASE_REF's code
+        /// printed them): what each later count is checked against.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        held_out_counts: BTreeMap<String, crate::guard::testcount::Counts>,
         /// With a hermetic judge: where each goal step's runner resolved
         /// at BASE_REF (what `runner_changed` compares with).
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -271,6 +275,10 @@ pub enum Event {
         /// the judge's tree; no name is kept, they may be held-out files').
         #[serde(default, skip_serializing_if = "is_zero")]
         overwrote: usize,
+        /// Each step's outcome, failing ids and count verdict (the
+        /// report's output is kept only under `full` feedback).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        outcomes: Vec<crate::guard::held_out::Outcome>,
     },
     /// What changed between attempt `from`'s tree and this attempt's
     /// (`interdiff.patch`), and which of those files no finding that
@@ -661,6 +669,8 @@ pub struct Current {
     pub goal_written: Vec<crate::workspace::layers::Written>,
     /// Where the runners of this attempt's goal runs resolved.
     pub goal_origins: crate::runner::Origins,
+    /// The held-out steps' outcomes of this attempt.
+    pub held_out_outcomes: Vec<crate::guard::held_out::Outcome>,
     pub held_out_gate: Option<Vec<Finding>>,
     /// The interdiff's files and the scope check's unnamed files.
     pub interdiff: Option<(Vec<String>, Vec<String>)>,
@@ -789,6 +799,8 @@ pub struct Replay {
     pub test_count_off: BTreeMap<String, String>,
     /// The held-out steps at BASE_REF (see [`Event::Baseline`]).
     pub held_out_baseline: Option<GoalReport>,
+    /// The held-out steps' counts at BASE_REF.
+    pub held_out_counts: BTreeMap<String, crate::guard::testcount::Counts>,
     /// Where each goal step's runner resolved at BASE_REF.
     pub baseline_origins: crate::runner::Origins,
     /// Ended attempts, in order.
@@ -993,10 +1005,12 @@ impl Replay {
                 artefacts,
                 test_count_off,
                 held_out,
+                held_out_counts,
                 origins,
             } => {
                 self.held_out_baseline = held_out.clone();
                 self.baseline_origins = origins.clone();
+                self.held_out_counts = held_out_counts.clone();
                 self.baseline = Some(report.clone());
                 self.test_count_off = test_count_off.clone();
                 self.last_goal = Some(report.clone());
@@ -1133,11 +1147,13 @@ impl Replay {
                 attempt,
                 report,
                 overwrote,
+                outcomes,
                 ..
             } => {
                 if let Some(c) = current(self, *attempt) {
                     c.held_out = Some(report.clone());
                     c.held_out_overwrote = *overwrote;
+                    c.held_out_outcomes = outcomes.clone();
                 }
             }
             Event::InterdiffTaken {
@@ -1350,6 +1366,7 @@ mod tests {
                 artefacts: BTreeMap::new(),
                 test_count_off: BTreeMap::new(),
                 held_out: None,
+                held_out_counts: BTreeMap::new(),
                 origins: BTreeMap::new(),
             },
             Event::AttemptStarted {

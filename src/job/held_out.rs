@@ -10,12 +10,77 @@ use std::time::Instant;
 use super::{prepare, JobError, Run};
 use crate::goal::held_out::{copy_files, MAX_BYTES};
 use crate::goal::{self, GoalReport, GoalStep, Mode};
+use crate::guard::held_out::{known_ids, CountCheck, Feedback, Outcome};
+use crate::guard::{precheck, testcount};
 
 /// The largest held-out file whose words name its tests (bigger ones are
 /// data, not tests).
 const MAX_TEST_FILE: u64 = 1 << 20;
 
 impl Run<'_> {
+    /// Each held-out step of `report` as the journal keeps it: passed or
+    /// not, the failing ids the held-out files define, and the count
+    /// gate's verdict against BASE_REF's counts — no output, no number.
+    pub(super) fn held_out_outcomes(&self, report: &GoalReport) -> Vec<Outcome> {
+        let names = self.held_out_test_names();
+        let known = |n: &str| names.contains(n);
+        let steps = self.held_out_steps();
+        let state = self.journal.state();
+        let base = match (&state.held_out_baseline, state.held_out_counts.is_empty()) {
+            // A journal of a loopd that kept BASE_REF's output: count it.
+            (Some(report), true) => super::judge::counts_of(&steps, report),
+            _ => state.held_out_counts.clone(),
+        };
+        report
+            .steps
+            .iter()
+            .map(|r| {
+                let step = steps.iter().find(|s| s.name == r.name);
+                let count = match (step.and_then(|s| s.report), base.get(&r.name)) {
+                    (Some(preset), Some(base)) => match testcount::read(preset, &r.output) {
+                        Err(_) => CountCheck::Unreadable,
+                        Ok(now) if testcount::compare(base, &now).is_some() => CountCheck::Dropped,
+                        Ok(_) => CountCheck::Held,
+                    },
+                    _ => CountCheck::NotCounted,
+                };
+                Outcome {
+                    name: r.name.clone(),
+                    passed: r.passed,
+                    timed_out: r.timed_out,
+                    failing: known_ids(&precheck::failing_tests(&r.output), &known),
+                    count,
+                }
+            })
+            .collect()
+    }
+
+    /// A held-out report as the journal keeps it: each step's output
+    /// replaced by what loopd read of it, unless `full` feedback tells the
+    /// output anyway (then `docs/judging.md` says what that exposes).
+    pub(super) fn held_out_kept(&self, mut report: GoalReport, outcomes: &[Outcome]) -> GoalReport {
+        if self.job.guard.held_out_feedback == Feedback::Full {
+            return report;
+        }
+        for step in &mut report.steps {
+            let failing = outcomes
+                .iter()
+                .find(|o| o.name == step.name)
+                .map(|o| o.failing.join(", "))
+                .unwrap_or_default();
+            step.output = format!(
+                "loopd: a held-out step's output is not kept (it may quote the hidden tests); {}\n",
+                match (step.passed, failing.is_empty()) {
+                    (true, _) => "it passed".to_owned(),
+                    (false, true) =>
+                        "it failed; no failing test of the held-out files was named".to_owned(),
+                    (false, false) => format!("failing held-out tests: {failing}"),
+                }
+            );
+        }
+        report
+    }
+
     /// The held-out steps as goal steps.
     pub(super) fn held_out_steps(&self) -> Vec<GoalStep> {
         self.job.held_out.iter().map(|h| h.step.clone()).collect()

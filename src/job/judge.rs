@@ -62,7 +62,7 @@ pub fn baseline_counts(job: &Job, baseline: &GoalReport) -> BTreeMap<String, Cou
 }
 
 /// The test counts of `steps` (those with a report) in `report`.
-fn counts_of(steps: &[GoalStep], baseline: &GoalReport) -> BTreeMap<String, Counts> {
+pub(super) fn counts_of(steps: &[GoalStep], baseline: &GoalReport) -> BTreeMap<String, Counts> {
     baseline_reads(steps, baseline)
         .filter_map(|(step, read)| {
             let counts = read.ok()?;
@@ -326,11 +326,15 @@ impl Run<'_> {
                     if let Some(e) = self.signalled() {
                         return stop(e);
                     }
+                    // Outcomes and ids, decided now; the output is kept
+                    // only where `full` feedback tells it anyway.
+                    let outcomes = self.held_out_outcomes(&report);
                     self.journal.append(Event::HeldOutRun {
                         attempt: n,
-                        report,
+                        report: self.held_out_kept(report, &outcomes),
                         files,
                         overwrote,
+                        outcomes,
                     })?;
                 }
                 let held_out = self.gate(n, Gate::HeldOut, |run| Ok(run.held_out_findings()))?;
@@ -1134,37 +1138,23 @@ impl Run<'_> {
                 fix: "leave the tree alone from code the tests run: write outputs to temporary files".into(),
             }];
         }
-        let failing: Vec<Vec<String>> = report
-            .steps
-            .iter()
-            .map(|s| precheck::failing_tests(&s.output))
-            .collect();
-        let steps: Vec<held_out::Step<'_>> = report
-            .steps
-            .iter()
-            .zip(&failing)
-            .map(|(s, failing)| held_out::Step {
-                name: &s.name,
-                passed: s.passed,
-                timed_out: s.timed_out,
-                output: &s.output,
-                failing,
-            })
-            .collect();
-        let names = self.held_out_test_names();
-        let mut out = held_out::findings(
-            &steps,
+        let outcomes = match self.current().held_out_outcomes {
+            o if !o.is_empty() => o,
+            // A journal of a loopd that kept the output: read it now.
+            _ => self.held_out_outcomes(&report),
+        };
+        held_out::findings(
+            &outcomes,
             self.job.guard.held_out_feedback,
-            &|n| names.contains(n),
+            &|name| {
+                report
+                    .steps
+                    .iter()
+                    .find(|s| s.name == name)
+                    .map(|s| goal::head_and_tail(&s.output, held_out::FULL_OUTPUT))
+            },
             rule,
-            &goal::head_and_tail,
-        );
-        if let Some(base) = &self.journal.state().held_out_baseline {
-            let held = self.held_out_steps();
-            let counts = counts_of(&held, base);
-            out.extend(self.test_count_findings(&held, "held-out step", &report, &counts));
-        }
-        out
+        )
     }
 
     /// The test-count gate for the steps of a green goal test (`label`:

@@ -734,13 +734,21 @@ impl Run<'_> {
             if let Some(e) = self.signalled() {
                 return Ok(Err(e));
             }
-            Some(report)
+            // BASE_REF's code printed these counts, not the candidate's.
+            let counts = judge::counts_of(&self.held_out_steps(), &report);
+            let kept = self.held_out_kept(report, &[]);
+            Some((kept, counts))
+        };
+        let (held_out, held_out_counts) = match held_out {
+            Some((r, c)) => (Some(r), c),
+            None => (None, Default::default()),
         };
         self.journal.append(Event::Baseline {
             report: baseline.clone(),
             artefacts,
             test_count_off: judge::test_count_off(self.job, &baseline),
             held_out,
+            held_out_counts,
             origins,
         })?;
         Ok(Ok(baseline))

@@ -175,19 +175,45 @@ fn printed_fake_test_ids_carry_nothing_of_the_held_out_files() {
         );
     }
     assert!(!bodies.contains(MARKER));
-    // The payload ran: the held-out step's own output (loopd's, never the
-    // agent's) holds the fake ids.
-    let printed = journal(&s).into_iter().find_map(|e| match e {
-        loopd::journal::Event::HeldOutRun {
-            attempt: 1, report, ..
-        } => Some(report.steps[0].output.clone()),
-        _ => None,
-    });
+    // The journal keeps the held-out run as outcomes and ids the held-out
+    // files define, never its output (which held the fake ids): nothing
+    // of the hidden files is in the run directory an artefact upload
+    // would carry.
+    let outcomes = journal(&s)
+        .into_iter()
+        .find_map(|e| match e {
+            loopd::journal::Event::HeldOutRun {
+                attempt: 1,
+                outcomes,
+                ..
+            } => Some(outcomes),
+            _ => None,
+        })
+        .expect("the held-out run is journaled");
+    assert!(!outcomes[0].passed);
     assert!(
-        printed
-            .is_some_and(|o| o.contains(&format!("FAILED tests_hidden/test_hidden.py::{MARKER}"))),
-        "the payload printed its fake ids"
+        outcomes[0]
+            .failing
+            .iter()
+            .all(|id| id.starts_with("test_") && id != MARKER),
+        "{outcomes:?}"
     );
+    let run_dir = std::path::PathBuf::from(s["run_dir"].as_str().expect("run dir"));
+    let mut stack = vec![run_dir];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("run dir").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(text) = std::fs::read(&p) {
+                assert!(
+                    !String::from_utf8_lossy(&text).contains(MARKER),
+                    "`{}` holds a word of the held-out files",
+                    p.display()
+                );
+            }
+        }
+    }
 }
 
 /// The held-out files as a ref of another repository: pinned to its commit
