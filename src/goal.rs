@@ -15,6 +15,7 @@ use crate::guard::testcount::Preset;
 use crate::process::{self, Contained};
 
 pub mod held_out;
+pub mod results;
 
 /// Output kept per step: the head and tail of anything longer.
 pub const MAX_STEP_OUTPUT: usize = 64 * 1024;
@@ -47,6 +48,10 @@ pub struct StepResult {
     /// loopd stopped after it.
     #[serde(default)]
     pub leftovers: usize,
+    /// The tests of the report loopd asked the runner for
+    /// ([`results`]): `None` when none was asked for or none was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub results: Option<results::Results>,
 }
 
 /// The goal test's result.
@@ -248,6 +253,9 @@ pub struct Limits<'a> {
     pub scope: &'a str,
     /// The Landlock sandbox the steps run in.
     pub sandbox: Option<&'a crate::sandbox::Sandbox>,
+    /// A directory outside the tree the steps may write, where a step's
+    /// runner is asked for its report ([`results::channel`]).
+    pub results: Option<&'a Path>,
 }
 
 impl Limits<'_> {
@@ -273,6 +281,14 @@ async fn run_step(
     let writer_out: OwnedFd = OwnedFd::from(writer);
     let token = process::new_token(limits.scope, "goal");
     let mut cmd = process::command("/bin/sh", &token, limits.env.pairs());
+    let report = report_path(step, limits);
+    if let Some((path, vars)) = &report {
+        // A file of an earlier run never counts as this one's.
+        let _ = std::fs::remove_file(path);
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+    }
     cmd.arg("-c")
         .arg(&step.run)
         .current_dir(dir)
@@ -315,6 +331,10 @@ async fn run_step(
         tracing::info!(step = %step.name, leftovers, "stopped processes the goal step left running");
     }
     let output = read_task.await.unwrap_or_default();
+    let results = report.and_then(|(path, _)| {
+        let bytes = crate::util::read_untrusted(&path, results::MAX_REPORT).ok()?;
+        results::parse_junit(&String::from_utf8_lossy(&bytes))
+    });
     Ok(StepResult {
         name: step.name.clone(),
         command: step.run.clone(),
@@ -324,7 +344,30 @@ async fn run_step(
         output,
         duration_ms: started.elapsed().as_millis() as u64,
         leftovers,
+        results,
     })
+}
+
+/// Where `step`'s report goes and the variables that ask for it, when the
+/// steps have a results directory and its runner such a channel.
+fn report_path(
+    step: &GoalStep,
+    limits: &Limits<'_>,
+) -> Option<(std::path::PathBuf, Vec<(String, String)>)> {
+    let dir = limits.results?;
+    use sha2::Digest;
+    // Named by the step's name, whatever characters it holds.
+    let digest = hex::encode(&sha2::Sha256::digest(step.name.as_bytes())[..8]);
+    let path = dir.join(format!("{digest}.xml"));
+    let inherited = |var: &str| {
+        limits
+            .env
+            .pairs()
+            .find(|(k, _)| *k == var)
+            .map(|(_, v)| v.to_string_lossy().into_owned())
+    };
+    let vars = results::channel(step.report?, &path, &inherited)?;
+    Some((path, vars))
 }
 
 async fn stop_requested(stop: &mut Option<tokio::sync::watch::Receiver<Option<StopRequest>>>) {
@@ -400,6 +443,7 @@ mod tests {
             stop: None,
             scope: "unit",
             sandbox: None,
+            results: None,
         }
     }
 

@@ -1281,6 +1281,7 @@ mod tests {
                 output: "1 failed, 2 passed".into(),
                 duration_ms: 5,
                 leftovers: 0,
+                results: None,
             }],
         }
     }

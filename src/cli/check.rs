@@ -297,6 +297,7 @@ fn preflight(job: &Job, root: &std::path::Path) -> Result<(String, ExitStatus), 
         scope: "check",
         // The user's own goal test at their checkout, no agent involved.
         sandbox: None,
+        results: None,
     };
     let report =
         crate::cli::runtime()?.block_on(goal::run(&job.goal, root, goal::Mode::All, &limits));

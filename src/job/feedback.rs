@@ -107,6 +107,7 @@ mod tests {
                 output: "F..\n1 failed, 2 passed".into(),
                 duration_ms: 5,
                 leftovers: 0,
+                results: None,
             }],
         }
     }

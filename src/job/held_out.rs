@@ -31,24 +31,52 @@ impl Run<'_> {
             (Some(report), true) => super::judge::counts_of(&steps, report),
             _ => state.held_out_counts.clone(),
         };
+        let base_ids = |name: &str| {
+            state
+                .held_out_baseline
+                .as_ref()?
+                .steps
+                .iter()
+                .find(|s| s.name == name)?
+                .results
+                .clone()
+        };
         report
             .steps
             .iter()
             .map(|r| {
                 let step = steps.iter().find(|s| s.name == r.name);
-                let count = match (step.and_then(|s| s.report), base.get(&r.name)) {
-                    (Some(preset), Some(base)) => match testcount::read(preset, &r.output) {
-                        Err(_) => CountCheck::Unreadable,
-                        Ok(now) if testcount::compare(base, &now).is_some() => CountCheck::Dropped,
-                        Ok(_) => CountCheck::Held,
-                    },
-                    _ => CountCheck::NotCounted,
-                };
+                // By ids where the runner wrote its report at BASE_REF.
+                let by_ids = base_ids(&r.name).map(|base| match &r.results {
+                    None => CountCheck::Unreadable,
+                    Some(now) if !goal::results::compare(&base, now, 1).is_empty() => {
+                        CountCheck::Dropped
+                    }
+                    Some(_) => CountCheck::Held,
+                });
+                let mut failing = precheck::failing_tests(&r.output);
+                // The report's failing tests by their name (`module::name[param]`).
+                failing.extend(r.results.iter().flatten().filter_map(|(id, v)| {
+                    let name = id.rsplit("::").next()?;
+                    let name = name.split('[').next().unwrap_or(name);
+                    (*v == goal::results::Verdict::Failed).then(|| name.to_owned())
+                }));
+                let count =
+                    by_ids.unwrap_or(match (step.and_then(|s| s.report), base.get(&r.name)) {
+                        (Some(preset), Some(base)) => match testcount::read(preset, &r.output) {
+                            Err(_) => CountCheck::Unreadable,
+                            Ok(now) if testcount::compare(base, &now).is_some() => {
+                                CountCheck::Dropped
+                            }
+                            Ok(_) => CountCheck::Held,
+                        },
+                        _ => CountCheck::NotCounted,
+                    });
                 Outcome {
                     name: r.name.clone(),
                     passed: r.passed,
                     timed_out: r.timed_out,
-                    failing: known_ids(&precheck::failing_tests(&r.output), &known),
+                    failing: known_ids(&failing, &known),
                     count,
                 }
             })

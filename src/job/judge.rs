@@ -265,7 +265,7 @@ impl Run<'_> {
 
         if goal.passed() {
             let test_count = self.gate(n, Gate::TestCount, |run| {
-                Ok(run.test_count_findings(&run.job.goal, "goal step", &goal, counts))
+                Ok(run.test_count_findings(&run.job.goal, "goal step", &goal, counts, baseline))
             })?;
             if let Some(rejected) = test_count {
                 return Ok(rejected);
@@ -1165,9 +1165,21 @@ impl Run<'_> {
         label: &str,
         goal: &GoalReport,
         counts: &BTreeMap<String, Counts>,
+        baseline: &GoalReport,
     ) -> Vec<Finding> {
         let mut out = Vec::new();
         for (step, result) in steps.iter().zip(&goal.steps) {
+            // Where the runner wrote the report loopd asked for at
+            // BASE_REF, the gate reads ids from it, not stdout.
+            let base_ids = baseline
+                .steps
+                .iter()
+                .find(|s| s.name == step.name)
+                .and_then(|s| s.results.as_ref());
+            if let Some(base_ids) = base_ids {
+                out.extend(self.id_findings(label, step, base_ids, result));
+                continue;
+            }
             let (Some(preset), Some(base)) = (step.report, counts.get(&step.name)) else {
                 continue;
             };
@@ -1201,6 +1213,62 @@ impl Run<'_> {
             }
         }
         out
+    }
+
+    /// The test-count gate by ids ([`goal::results`]): each test that ran
+    /// at BASE_REF still runs, each that passed still passes.
+    fn id_findings(
+        &self,
+        label: &str,
+        step: &GoalStep,
+        base: &goal::results::Results,
+        result: &goal::StepResult,
+    ) -> Option<Finding> {
+        let path = format!("{label} `{}`", step.name);
+        let rule = self.job.rubric.tests_rule();
+        let Some(now) = &result.results else {
+            return Some(Finding {
+                reason: Reason::TestCountUnreadable,
+                path,
+                line: None,
+                rule,
+                check: None,
+                problem: format!(
+                    "the runner wrote no report loopd could read where it wrote one at BASE_REF ({} tests by id): what ran cannot be told",
+                    base.len()
+                ),
+                fix: "leave how the goal step's tests run and report as it was at baseline; fix the code, not the runner".into(),
+            });
+        };
+        let mut problems = goal::results::compare(base, now, 10);
+        // A step that exited 0 while its own report shows a failing test:
+        // the exit, not the tests, was made green.
+        let failing: Vec<&str> = now
+            .iter()
+            .filter(|(_, v)| **v == goal::results::Verdict::Failed)
+            .map(|(id, _)| id.as_str())
+            .collect();
+        if result.passed && !failing.is_empty() {
+            problems.push(format!(
+                "the step exited 0, but {} test(s) fail in its report: {}",
+                failing.len(),
+                failing
+                    .iter()
+                    .take(10)
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        (!problems.is_empty()).then(|| Finding {
+            reason: Reason::TestCountDropped,
+            path,
+            line: None,
+            rule,
+            check: None,
+            problem: format!("the tests of BASE_REF, by id, in the runner's own report: {}", problems.join("; ")),
+            fix: "run every test that ran at baseline, none skipped or deselected, and keep each that passed green; fix the code, not the test selection".into(),
+        })
     }
 
     /// Judge integrity: the config, the rubric and the policy are unchanged.

@@ -574,6 +574,7 @@ impl Run<'_> {
             stop: Some(self.stop.clone()),
             scope: &self.id,
             sandbox: self.env.agent.sandbox.as_ref(),
+            results: None,
         }
     }
 

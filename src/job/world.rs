@@ -302,8 +302,11 @@ impl Run<'_> {
         );
         read_only.push(root.join(".git"));
         let (home, tmp) = (dir.join("home"), dir.join("tmp"));
+        // Where the runners write the reports loopd asks for: outside the
+        // tree, in this run's own fresh temporary directory.
+        let results = tmp.join("loopd-results");
         // Made before the namespaces: the root shows only what exists.
-        for d in [&home, &tmp] {
+        for d in [&home, &tmp, &results] {
             crate::util::private_dir(d).map_err(|source| JobError::RunDir {
                 path: d.clone(),
                 source,
@@ -328,6 +331,7 @@ impl Run<'_> {
         let limits = goal::Limits {
             sandbox: Some(&sandbox),
             env: &env,
+            results: Some(&results),
             ..self.goal_limits(deadline)
         };
         // Where the runners resolve, in this world, before anything of the

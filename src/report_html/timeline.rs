@@ -313,6 +313,7 @@ mod tests {
             output: String::new(),
             duration_ms,
             leftovers: 0,
+            results: None,
         }
     }
 

@@ -573,15 +573,19 @@ fn issue39_3_a_module_shadowing_what_the_runner_loads_is_runner_changed() {
 }
 
 /// Finding 5: held-out feedback carries no data the candidate controls.
-/// With `held_out_feedback = "none"`, code of the change prints, after the
-/// real summary of the held-out run, one of its own whose skipped and
-/// deselected counts could carry bytes of the hidden file: the next
-/// prompt says one bit — the held-out tests found the change wrong — and
-/// quotes no count. (On `7056f70` it quoted both numbers.)
+/// With `held_out_feedback = "none"`, code of the change removes the
+/// held-out run's report and prints, after the real summary, one of its
+/// own whose skipped and deselected counts could carry bytes of the
+/// hidden file: the next prompt says one bit — the held-out tests found
+/// the change wrong — and quotes no count. (On `7056f70` it quoted both
+/// numbers.)
 #[test]
 fn issue39_5_held_out_none_is_one_bit_and_quotes_no_count() {
     let (env, _dir) = crate::held_out::held_out_env(Some("none"));
-    let payload = "import atexit\nimport os\n\nif os.path.isdir(\"tests_hidden\"):\n    atexit.register(lambda: os.write(1, b\"==== 1 passed, 4711 skipped, 8273 deselected in 0.01s ====\\n\"))\n";
+    // In the held-out run only: the report loopd asked for is removed
+    // (its path is in the runner's options) and a summary of its own
+    // printed, so that only stdout is left to count from.
+    let payload = "import atexit\nimport os\n\n\ndef _leak():\n    for value in list(os.environ.values()):\n        for opt in value.split():\n            if opt.startswith(\"--junit\") and \"=\" in opt:\n                os.remove(opt.split(\"=\", 1)[1])\n    os.write(1, b\"==== 1 passed, 4711 skipped, 8273 deselected in 0.01s ====\\n\")\n\n\nif os.path.isdir(\"tests_hidden\"):\n    atexit.register(_leak)\n";
     let cheat = clean_solution().replacen(
         "from decimal import",
         "import _probe  # noqa: F401\nfrom decimal import",
@@ -620,4 +624,71 @@ fn issue39_5_held_out_none_is_one_bit_and_quotes_no_count() {
     }
     let findings = s["attempts"][0]["gate_findings"].to_string();
     assert_eq!(findings.matches("held_out_failed").count(), 1, "{findings}");
+}
+
+/// Finding 4: the count is no longer read from stdout, which the code
+/// under test writes to. Library code, imported under pytest, prints a
+/// green runner summary after the real one and ends the process with 0 —
+/// through `os.write`, a spelling no rule reads. loopd asked pytest for
+/// its junit report at a path outside the tree: by ids, the tests still
+/// fail, and the attempt is rejected with a critic that always answers
+/// PASS. (Accepted on `7056f70`.)
+#[test]
+fn issue39_4_results_come_from_the_runners_report_not_stdout() {
+    let env = TestEnv::scripted();
+    let payload = "import atexit\nimport os\nimport sys\n\nif \"pytest\" in sys.modules:\n    atexit.register(lambda: (os.write(1, b\"============ 14 passed in 0.02s ============\\n\"), os._exit(0)))\n";
+    // Lint-clean, with a bug the visible tests see: only the tests are red.
+    let buggy = clean_solution().replace(
+        "    return quantity * unit_price",
+        "    return quantity + unit_price",
+    );
+    assert_ne!(buggy, clean_solution(), "the bug went in");
+    let cheat = buggy.replacen(
+        "from decimal import",
+        "import _probe  # noqa: F401\nfrom decimal import",
+        1,
+    );
+    assert_ne!(cheat, buggy, "the import went in");
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![
+            turn(vec![
+                write("_probe.py", payload),
+                write("rechnung.py", &cheat),
+            ]),
+            turn(vec![bash(
+                "python3 -m pytest -q >/dev/null 2>&1; echo FORGED-$?",
+            )]),
+            turn(vec![text("Done.")]),
+        ])],
+        vec![pass()],
+    ));
+    let r = env.run(&model, &one_attempt(&[]));
+    assert!(
+        all_bodies(&model).contains("FORGED-0"),
+        "the forged exit works where the agent runs it: {}",
+        r.stderr
+    );
+    let s = r.summary();
+    assert_ne!(s["outcome"], "accepted", "{}", r.stderr);
+    let findings = s["attempts"][0]["gate_findings"].to_string();
+    assert!(
+        findings.contains("in its report") && findings.contains("test_"),
+        "{findings}\n{}",
+        r.stderr
+    );
+    // The baseline's report was read by ids.
+    let baseline = journal(&s)
+        .into_iter()
+        .find_map(|e| match e {
+            loopd::journal::Event::Baseline { report, .. } => Some(report),
+            _ => None,
+        })
+        .expect("a baseline");
+    assert!(
+        baseline.steps[0]
+            .results
+            .as_ref()
+            .is_some_and(|r| !r.is_empty()),
+        "pytest's junit report was read at the baseline"
+    );
 }
