@@ -570,6 +570,99 @@ mod in_process {
         }
     }
 
+    /// A real PNG, `w` x `h` pixels of one colour: a few hundred bytes.
+    fn flat_png(w: u32, h: u32) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut e = png::Encoder::new(&mut out, w, h);
+        e.set_color(png::ColorType::Grayscale);
+        e.set_depth(png::BitDepth::One);
+        e.set_compression(png::Compression::High);
+        let mut writer = e.write_header().expect("png header");
+        writer
+            .write_image_data(&vec![0; (w as usize).div_ceil(8) * h as usize])
+            .expect("png data");
+        writer.finish().expect("png end");
+        out
+    }
+
+    /// A burst call carrying `n` copies of `png`, half of them in a tool
+    /// result (where Claude Code puts screenshots and the images its Read
+    /// tool opens), with a small output bound.
+    fn burst_with_images(png: &[u8], n: usize) -> String {
+        let image = serde_json::json!({"type": "image", "source": {"type": "base64", "media_type": "image/png",
+            "data": crate::support::gitserver::base64(png)}});
+        let mut content = vec![
+            serde_json::json!({"type": "text", "text": "LOOPD-BURST output=1000 stall_ms=200"}),
+        ];
+        content.extend(std::iter::repeat_n(image.clone(), n / 2));
+        content.push(
+            serde_json::json!({"type": "tool_result", "tool_use_id": "toolu_1",
+            "content": vec![image; n - n / 2]}),
+        );
+        serde_json::json!({"model": "claude-opus-5-5", "max_tokens": 1024, "stream": true,
+            "messages": [{"role": "user", "content": content}]})
+        .to_string()
+    }
+
+    /// Issue 39, finding 8: parallel calls, each with many small PNGs of
+    /// many pixels, under a $0.50 budget. Reserved by their bytes (a token
+    /// is at least a byte), several fit at once and the upstream billed
+    /// $1.23; reserved by their pixels, the upstream's own bill — which
+    /// counts the images by the provider's formula — stays under the cap.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn parallel_calls_full_of_small_images_never_pass_the_cap() {
+        let model = ScriptedModel::start(scenario(vec![], vec![]));
+        let budget = 0.5;
+        let gw = gateway(&model, budget);
+        let token = gw.open_session(tag(), 0);
+        let url = format!("{}/v1/messages?beta=true", gw.base_url());
+        let png = flat_png(1568, 1568);
+        assert!(png.len() < 2_000, "{} bytes", png.len());
+        let body = burst_with_images(&png, 12);
+        let client = reqwest::Client::new();
+        let mut tasks = Vec::new();
+        for _ in 0..6 {
+            let (client, url, token, body) =
+                (client.clone(), url.clone(), token.clone(), body.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut resp = client
+                    .post(&url)
+                    .header("x-api-key", &token)
+                    .header("content-type", "application/json")
+                    .body(body)
+                    .send()
+                    .await
+                    .expect("send");
+                let status = resp.status().as_u16();
+                while resp.chunk().await.ok().flatten().is_some() {}
+                status
+            }));
+        }
+        let mut statuses = Vec::new();
+        for t in tasks {
+            statuses.push(t.await.expect("task"));
+        }
+        gw.settle(Duration::from_secs(10)).await;
+        let bursts = model.bursts();
+        assert!(!bursts.is_empty(), "no call got through: {statuses:?}");
+        assert!(statuses.contains(&400), "none refused: {statuses:?}");
+        // The upstream counted the images (12 x 1568 x 1568 / 750).
+        assert!(
+            bursts[0].usage.input_tokens > 12 * 3_000,
+            "{:?}",
+            bursts[0].usage
+        );
+        let billed = bill(&model);
+        let spent = gw.spent();
+        assert!(billed <= budget + 1e-9, "the upstream billed {billed}");
+        assert!(
+            spent.cost_usd + 1e-9 >= billed,
+            "loopd billed {} < {billed}",
+            spent.cost_usd
+        );
+        assert!(spent.cost_usd <= budget + 1e-9, "{}", spent.cost_usd);
+    }
+
     /// Every target but the exact endpoints is refused before it reaches
     /// the upstream: dot segments, encodings, case, slashes, queries,
     /// methods, absolute and authority forms, with and without the token.

@@ -29,8 +29,10 @@
 //! with content, then (after `M` ms) `min(N, max_tokens)` output tokens, and
 //! billed that whole output when it arrives, whether or not the client
 //! stays to read it — the upstream's own count of what a caller spent
-//! ([`ScriptedModel::bursts`]). Like the real API, it routes on the path as
-//! a server normalises it (`/v1/./messages` is `/v1/messages`).
+//! ([`ScriptedModel::bursts`]). Its input is 100 tokens plus its PNG images
+//! at the provider's formula ([`image_tokens`]). Like the real API, it
+//! routes on the path as a server normalises it (`/v1/./messages` is
+//! `/v1/messages`).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -817,7 +819,7 @@ fn burst(state: &Arc<Mutex<State>>, body: &Value, spec: &str) -> Response {
     let max_tokens = body["max_tokens"].as_u64().unwrap_or(0);
     let model = body["model"].as_str().unwrap_or("unknown").to_owned();
     let usage = Usage {
-        input_tokens: 100,
+        input_tokens: 100 + image_tokens(body),
         output_tokens: arg("output").min(max_tokens),
         ..Usage::default()
     };
@@ -853,6 +855,64 @@ fn burst(state: &Arc<Mutex<State>>, body: &Value, spec: &str) -> Response {
             });
         Body::from_stream(stream)
     })
+}
+
+/// Input tokens of the base64 PNG images anywhere in a Messages API
+/// request, as the provider bills them ("Images and vision": about
+/// `width * height / 750`, after an image above the native resolution is
+/// scaled down, aspect kept — here the largest, Opus 4.7's 2576 px long
+/// edge and ~3.75 MP). Written apart from loopd's pricing, and read with
+/// the `png` crate rather than loopd's header reader, so the gateway's
+/// reservation is checked against an independent count. Any other image
+/// bills nothing here.
+fn image_tokens(value: &Value) -> u64 {
+    match value {
+        Value::Object(map) => {
+            let own = (map.get("type") == Some(&json!("image"))
+                && value["source"]["type"] == "base64")
+                .then(|| value["source"]["data"].as_str())
+                .flatten()
+                .and_then(png_size)
+                .map_or(0, |(w, h)| {
+                    let (w, h) = (w as f64, h as f64);
+                    let s = (2576.0 / w.max(h))
+                        .min((2576.0 * 1456.0 / (w * h)).sqrt())
+                        .min(1.0);
+                    let (w, h) = ((w * s).floor(), (h * s).floor());
+                    (w * h / 750.0).ceil() as u64
+                });
+            own + map.values().map(image_tokens).sum::<u64>()
+        }
+        Value::Array(items) => items.iter().map(image_tokens).sum(),
+        _ => 0,
+    }
+}
+
+/// A base64 PNG's width and height, by the `png` crate.
+fn png_size(data: &str) -> Option<(u32, u32)> {
+    let mut bytes = Vec::new();
+    let mut bits = 0u32;
+    let mut n = 0;
+    for c in data.bytes().take_while(|&c| c != b'=') {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        };
+        bits = bits << 6 | u32::from(v);
+        n += 6;
+        if n >= 8 {
+            n -= 8;
+            bytes.push((bits >> n) as u8);
+        }
+    }
+    let reader = png::Decoder::new(std::io::Cursor::new(bytes))
+        .read_info()
+        .ok()?;
+    Some((reader.info().width, reader.info().height))
 }
 
 fn short(id: &str) -> String {

@@ -10,11 +10,13 @@ use hyper::body::Bytes;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
+use serde_json::Value;
 
 use super::OAUTH_BETA;
 use crate::agent::events::Usage;
 use crate::agent::gateway::json::{contains, find_object, top_level_value};
-use crate::agent::gateway::spend::Ask;
+use crate::agent::gateway::media;
+use crate::agent::gateway::spend::{Ask, INPUT_MARGIN};
 use crate::agent::gateway::target::{Endpoint, Kind};
 use crate::agent::gateway::{Credential, Meter, Reading, Wire};
 
@@ -86,7 +88,7 @@ struct Thinking {
 impl Anthropic {
     /// Read and check a `/v1/messages` body.
     pub fn read_call(body: &[u8]) -> Result<(Ask, u64), String> {
-        let b = Anthropic::read_body(body)?;
+        let (b, deep) = Anthropic::read_body(body)?;
         let Some(max_tokens) = b.max_tokens else {
             return Err("a model call without `max_tokens` cannot be capped: refused".into());
         };
@@ -98,7 +100,11 @@ impl Anthropic {
             Ask {
                 model: b.model,
                 max_tokens,
-                input_bound: body.len() as u64 + crate::agent::gateway::spend::INPUT_MARGIN,
+                // The bytes bound the text; images and documents are
+                // billed by their pixels and pages, on top.
+                input_bound: (body.len() as u64)
+                    .saturating_add(INPUT_MARGIN)
+                    .saturating_add(deep.as_ref().map_or(0, media::claude_tokens)),
             },
             thinking,
         ))
@@ -106,7 +112,9 @@ impl Anthropic {
 
     /// Read a Messages API body (a call's or a token count's) and refuse
     /// what reaches the network or is billed from the provider's side.
-    fn read_body(body: &[u8]) -> Result<CallBody, String> {
+    /// The body's whole JSON comes back too when its content blocks needed
+    /// a look ([`deep`]).
+    fn read_body(body: &[u8]) -> Result<(CallBody, Option<Value>), String> {
         let b: CallBody = serde_json::from_slice(body).map_err(|e| {
             format!("the request body is not a Messages API request loopd can meter: {e}")
         })?;
@@ -123,25 +131,30 @@ impl Anthropic {
         }) {
             return Err(format!("the server tool `{kind}` reaches the network from the provider's side and is billed outside the metered usage: refused"));
         }
-        if let Some(why) = remote_content(body) {
+        let deep = deep(body);
+        if let Some(why) = deep.as_ref().and_then(remote_content) {
             return Err(why);
         }
-        Ok(b)
+        Ok((b, deep))
     }
+}
+
+/// The whole body as JSON, when its content blocks need a look: only a
+/// body that could hold a `source`, an image or a document is parsed whole
+/// (an escaped key could spell any of them).
+fn deep(body: &[u8]) -> Option<Value> {
+    if !contains(body, b"\"source\"") && !media::may_hold_media(body, media::CLAUDE_NAMES) {
+        return None;
+    }
+    serde_json::from_slice(body).ok()
 }
 
 /// An image or document block whose content the provider fetches (`url`)
 /// or holds (`file`): it reaches the network from the provider's side, and
 /// costs input tokens the request's size does not bound. Only content in
 /// the request itself (`base64`, `text`, `content`) goes through.
-fn remote_content(body: &[u8]) -> Option<String> {
-    // Only a body that could hold one is parsed whole (an escaped key
-    // could spell `source`).
-    if !contains(body, b"\"source\"") && !contains(body, b"\\u") {
-        return None;
-    }
-    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
-    find_object(&value, &|m| {
+fn remote_content(value: &Value) -> Option<String> {
+    find_object(value, &|m| {
         let source = m.get("source")?.as_object()?;
         let kind = source.get("type").and_then(|t| t.as_str()).unwrap_or("");
         (!matches!(kind, "base64" | "text" | "content")).then(|| {
@@ -466,6 +479,43 @@ mod tests {
                 "{good}"
             );
         }
+    }
+
+    /// Issue 39, finding 8: a PNG of a few dozen bytes that declares
+    /// 1568x1568 pixels is billed thousands of tokens; the input bound
+    /// counts each image by its pixels, wherever it sits.
+    #[test]
+    fn small_images_of_many_pixels_are_reserved_by_their_pixels() {
+        use crate::agent::gateway::media::{header::Dimensions, price, tests::png};
+        let image = serde_json::json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png(1568, 1568)}});
+        let n = 20;
+        let body = serde_json::json!({
+            "model": "claude-opus-5-5", "max_tokens": 100,
+            "messages": [{"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t", "content": vec![image.clone(); n / 2]},
+            ]}, {"role": "user", "content": vec![image; n / 2]}]
+        })
+        .to_string();
+        let per_image = price::claude_image(Dimensions {
+            width: 1568,
+            height: 1568,
+        });
+        assert!(per_image > 1600, "{per_image}");
+        let ask = Anthropic.ask(body.as_bytes()).expect("ask");
+        assert!(
+            ask.input_bound >= n as u64 * per_image + body.len() as u64,
+            "{} < {n} x {per_image}",
+            ask.input_bound
+        );
+        // Escaped names are the same names.
+        let escaped = body.replacen("\"type\":\"image\"", "\"type\":\"\\u0069mage\"", 1);
+        assert_ne!(escaped, body);
+        assert!(Anthropic.ask(escaped.as_bytes()).expect("ask").input_bound >= ask.input_bound);
+        // A rewritten `max_tokens` keeps the same bound.
+        let out = Anthropic
+            .with_max_tokens(body.as_bytes(), 50)
+            .expect("rewritten");
+        assert!(Anthropic.ask(&out).expect("ask").input_bound + 10 >= ask.input_bound);
     }
 
     #[test]

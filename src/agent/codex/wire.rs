@@ -10,10 +10,12 @@ use hyper::body::Bytes;
 use hyper::header::{HeaderMap, HeaderValue};
 use serde::de::IgnoredAny;
 use serde::Deserialize;
+use serde_json::Value;
 
 use crate::agent::events::Usage;
 use crate::agent::gateway::json::{contains, find_object, top_level_value};
-use crate::agent::gateway::spend::Ask;
+use crate::agent::gateway::media;
+use crate::agent::gateway::spend::{Ask, INPUT_MARGIN};
 use crate::agent::gateway::target::{Endpoint, Kind};
 use crate::agent::gateway::{Credential, Meter, Reading, Wire};
 
@@ -93,19 +95,21 @@ impl ToolHead {
     }
 }
 
+/// The whole body as JSON, when its input items need a look: only a body
+/// that could hold an input image or file or an item reference is parsed
+/// whole (an escaped key could spell any of them).
+fn deep(body: &[u8]) -> Option<Value> {
+    if !contains(body, b"item_reference") && !media::may_hold_media(body, media::OPENAI_NAMES) {
+        return None;
+    }
+    serde_json::from_slice(body).ok()
+}
+
 /// An input image or file the provider fetches (`image_url`/`file_url`
 /// that is not a `data:` URL) or holds (`file_id`): the network from the
 /// provider's side, and input tokens the request's size does not bound.
-fn remote_content(body: &[u8]) -> Option<String> {
-    if !contains(body, b"input_image")
-        && !contains(body, b"input_file")
-        && !contains(body, b"item_reference")
-        && !contains(body, b"\\u")
-    {
-        return None;
-    }
-    let value: serde_json::Value = serde_json::from_slice(body).ok()?;
-    find_object(&value, &|m| {
+fn remote_content(value: &Value) -> Option<String> {
+    find_object(value, &|m| {
         let kind = m.get("type")?.as_str()?;
         if kind == "item_reference" {
             return Some("an `item_reference` brings in an item the provider holds (its cost cannot be bounded): refused".into());
@@ -146,13 +150,18 @@ impl Wire for Responses {
         if let Some(kind) = b.tools.iter().find_map(ToolHead::server_side) {
             return Err(format!("the server tool `{kind}` reaches the network from the provider's side and is billed outside the metered usage: refused"));
         }
-        if let Some(why) = remote_content(body) {
+        let deep = deep(body);
+        if let Some(why) = deep.as_ref().and_then(remote_content) {
             return Err(why);
         }
         Ok(Ask {
             model: b.model,
             max_tokens: b.max_output_tokens.unwrap_or(MAX_OUTPUT).max(1),
-            input_bound: body.len() as u64 + crate::agent::gateway::spend::INPUT_MARGIN,
+            // The bytes bound the text; images and files are billed by
+            // their pixels and pages, on top.
+            input_bound: (body.len() as u64)
+                .saturating_add(INPUT_MARGIN)
+                .saturating_add(deep.as_ref().map_or(0, media::openai_tokens)),
         })
     }
 
@@ -397,6 +406,32 @@ mod tests {
         ] {
             assert!(Responses.ask(body(good).as_bytes()).is_ok(), "{good}");
         }
+    }
+
+    /// Issue 39, finding 8, for Codex: images in a message and in a
+    /// function call's output are reserved by their pixels.
+    #[test]
+    fn small_images_of_many_pixels_are_reserved_by_their_pixels() {
+        use crate::agent::gateway::media::{header::Dimensions, price, tests::png};
+        let image = serde_json::json!({"type": "input_image", "image_url": format!("data:image/png;base64,{}", png(4000, 3000))});
+        let n = 10;
+        let body = serde_json::json!({
+            "model": "gpt-5-codex",
+            "input": [
+                {"type": "message", "role": "user", "content": vec![image.clone(); n / 2]},
+                {"type": "function_call_output", "call_id": "c", "output": vec![image; n / 2]},
+            ]
+        })
+        .to_string();
+        let per_image = price::openai_image(
+            Some(Dimensions {
+                width: 4000,
+                height: 3000,
+            }),
+            price::Detail::High,
+        );
+        let ask = Responses.ask(body.as_bytes()).expect("ask");
+        assert!(ask.input_bound >= n as u64 * per_image + body.len() as u64);
     }
 
     #[test]

@@ -15,7 +15,8 @@
 //!    normalisation — everything else is refused (403) and journaled;
 //! 3. a model call's body must be one the gateway can meter (the
 //!    [`Wire`]'s reading of it), and its worst case is reserved against the
-//!    job's caps beside every call in flight ([`spend`]); a call that does
+//!    job's caps beside every call in flight ([`spend`]; its images and
+//!    documents priced by their pixels and pages, [`media`]); a call that does
 //!    not fit is forwarded with a smaller `max_tokens`, or refused (HTTP 400,
 //!    which the CLI does not retry);
 //! 4. the upstream request is built from the matched endpoint with an
@@ -36,6 +37,7 @@
 
 pub mod channel;
 pub mod json;
+pub mod media;
 pub mod spend;
 pub mod target;
 

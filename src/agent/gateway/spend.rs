@@ -127,10 +127,11 @@ pub struct Ask {
 /// is refused instead.
 pub const MIN_GRANT: u64 = 1024;
 
-/// Input tokens reserved beyond the request's byte count: a token is at
-/// least a byte on every tokenizer loopd prices, and the margin covers
-/// what the upstream adds (system prompts of server-side features, the
-/// message framing).
+/// Input tokens reserved beyond the request's byte count: a token of text
+/// is at least a byte on every tokenizer loopd prices, and the margin
+/// covers what the upstream adds (system prompts of server-side features,
+/// the message framing). Images and documents are not text: the wires add
+/// their pixels' and pages' worth on top ([`super::media`]).
 pub const INPUT_MARGIN: u64 = 4096;
 
 /// A call let through: its reservation, and the output bound it may use.
