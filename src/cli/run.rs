@@ -75,7 +75,7 @@ pub fn run(args: RunArgs, progress: bool) -> Result<ExitStatus, CliError> {
     let (ws, job) = prepare(&args.flags)?;
     // The credentials before anything is written: a bad credential file
     // leaves no trace.
-    let mut control = crate::cli::foreground_control(&job, progress, &args.credentials)?;
+    let mut control = crate::cli::foreground_control(&job, &ws, progress, &args.credentials)?;
     let id = args.job_id.clone().unwrap_or_else(crate::util::new_job_id);
     let run_dir = job.state_dir.join("runs").join(&id);
     // A new job starts from a clean tree; a job continued starts from the
