@@ -1244,6 +1244,44 @@ pub fn default_allowed_tools(goal: &[GoalStep]) -> Vec<String> {
 }
 
 impl Job {
+    /// What the job is judged by and may spend, as its journal pins it
+    /// ([`crate::journal::Spec`]): the task, the goal and held-out steps,
+    /// the caps, and the digests of the configuration file and the rubric.
+    pub fn spec(&self) -> crate::journal::Spec {
+        use crate::journal::{Spec, SpecHeldOut, SpecStep};
+        use sha2::Digest;
+        let sha256 = |bytes: &[u8]| hex::encode(sha2::Sha256::digest(bytes));
+        let text = |d: Duration| humantime::format_duration(d).to_string();
+        let step = |s: &GoalStep| SpecStep {
+            name: s.name.clone(),
+            run: s.run.clone(),
+            timeout: text(s.timeout),
+            report: s.report.map(|p| p.name().to_owned()),
+        };
+        Spec {
+            task: self.task.clone(),
+            goal: self.goal.iter().map(step).collect(),
+            held_out: self
+                .held_out
+                .iter()
+                .map(|h| SpecHeldOut {
+                    step: step(&h.step),
+                    files: h.files.clone(),
+                    commit: h.commit.clone(),
+                })
+                .collect(),
+            budget_usd: self.caps.budget_usd,
+            max_turns: self.caps.max_turns,
+            max_tokens: self.caps.max_tokens,
+            max_attempts: self.max_attempts,
+            timeout: text(self.caps.timeout),
+            attempt_timeout: text(self.caps.attempt_timeout),
+            idle_timeout: text(self.caps.idle_timeout),
+            config_sha256: self.config_text.as_deref().map(|t| sha256(t.as_bytes())),
+            rubric_sha256: sha256(self.rubric.text.as_bytes()),
+        }
+    }
+
     /// The job's caps as the guards check them.
     /// The environment every process of the job starts from: the
     /// allow-list of [`crate::sandbox::env`] applied to loopd's own, and

@@ -232,6 +232,7 @@ fn a_planted_or_linked_run_dir_never_decides_what_a_job_does() {
             base_ref: base.clone(),
             repo: env.repo.clone(),
             task: task.into(),
+            spec: None,
         })
         .expect("append");
         if ended {
@@ -374,3 +375,78 @@ fn issue39_9_a_credential_entry_that_resolves_where_the_agent_reads_is_refused()
         .all(|q| q.api_key.as_deref() == Some("sk-ant-dated")));
 }
 
+/// Issue 39 #14: the journal pins the whole job spec, not only the task
+/// and the repository. A drained job (exit 4) started again with another
+/// goal step and a larger budget would be judged by the new goal and
+/// spend the new budget: refused (exit 2), naming both fields, nothing
+/// billed; the same command line as the first continues it to acceptance.
+#[test]
+fn issue39_14_a_continuation_with_another_goal_or_budget_is_refused() {
+    let env = TestEnv::scripted();
+    let partial = fixture("rechnung/repo/rechnung.py")
+        .replace("quantity + unit_price", "quantity * unit_price");
+    let model = ScriptedModel::start(scenario(
+        vec![
+            session(vec![
+                turn(vec![write("rechnung.py", &partial)]),
+                stalled(120_000),
+            ]),
+            agent_writes(&clean_solution()),
+        ],
+        vec![pass()],
+    ));
+    let id = "issue39-14";
+    let run = |extra: &[&str]| {
+        let mut cmd = env.loopd(Some(&model));
+        cmd.args(["run", "--json", "--job-id", id])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    };
+    let first = run(&[]).spawn().expect("spawn loopd");
+    wait_for_requests(&model, 0, 2);
+    send_signal(first.id(), libc::SIGTERM);
+    let r = finish(first.wait_with_output().expect("wait loopd"));
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    let started = journal(&r.summary())
+        .into_iter()
+        .find_map(|e| match e {
+            loopd::journal::Event::JobStarted { spec, .. } => spec,
+            _ => None,
+        })
+        .expect("the journal pins the spec");
+    let was = format!("budget_usd: was {} → now 50", started.budget_usd);
+    let calls = model.requests().len();
+
+    // Another goal, a larger budget: the continuation would grade itself.
+    let other = finish(
+        run(&["--goal", "true", "--budget-usd", "50"])
+            .output()
+            .expect("run loopd"),
+    );
+    assert_eq!(other.code, 2, "{}", other.stderr);
+    assert_contains_all(
+        &other.stderr,
+        &[
+            id,
+            "goal: was [",
+            "now [`true` runs `true`",
+            &was,
+            "loopd resume",
+        ],
+        "the refusal",
+    );
+    assert!(!other.stderr.contains("max_turns"), "{}", other.stderr);
+    assert_eq!(
+        model.requests().len(),
+        calls,
+        "a refused run reached the model"
+    );
+
+    // The same spec: on from the journal, to acceptance.
+    let r = finish(run(&[]).output().expect("run loopd"));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.summary()["outcome"], "accepted");
+    assert_eq!(env.read_repo("rechnung.py"), clean_solution());
+}
