@@ -47,6 +47,15 @@ pub enum ConfigError {
         /// The configuration file to price it in.
         config: PathBuf,
     },
+    /// A held-out `ref` whose commit the job's repository can reach: the
+    /// agent could read the held-out tests through git from its Bash.
+    #[error("{}: {field}: the held-out tests of `{git_ref}` can be read from the job's repository: {why}", file.display())]
+    HeldOutReachable {
+        file: PathBuf,
+        field: String,
+        git_ref: String,
+        why: String,
+    },
 }
 
 impl ConfigError {
@@ -67,6 +76,9 @@ impl ConfigError {
                 "price it (USD per million tokens) in `{}`: [prices.\"{model}\"] input = …, output = …, cache_read = …, cache_write = …",
                 config.display()
             )),
+            ConfigError::HeldOutReachable { .. } => Some(
+                "keep held-out tests in a repository the job's repository cannot reach: not the job's repository, not a worktree of it, and neither borrowing the other's objects (`git clone --no-shared`)".into(),
+            ),
             ConfigError::File(FileError::Read { .. }) => None,
         }
     }
@@ -685,16 +697,30 @@ fn held_out_steps<'a>(
             }
         };
         // A ref of a repository: pinned to its commit for the whole job.
+        let ref_field = format!("goal (held-out step `{}`).ref", step.name);
         let commit = match &git_ref {
             None => None,
             Some(r) => Some(crate::goal::held_out::pin_ref(&full, r).map_err(|why| {
                 o.invalid(
-                    &format!("goal (held-out step `{}`).ref", step.name),
+                    &ref_field,
                     "a ref of the git repository `files` names, of at most 10,000 files and 256 MiB",
                     format!("`{r}` ({why})"),
                 )
             })?),
         };
+        // The agent runs git on the job's repository: a commit it can reach
+        // there is a held-out test it can print.
+        if let (Some(r), Some(c)) = (&git_ref, &commit) {
+            if let Some(why) = crate::goal::held_out::reachable_from_job(&full, repo_root, c) {
+                let (file, field) = o.field(&ref_field);
+                return Err(ConfigError::HeldOutReachable {
+                    file,
+                    field,
+                    git_ref: r.clone(),
+                    why,
+                });
+            }
+        }
         let limits = if commit.is_some() {
             Ok(())
         } else {
@@ -1218,6 +1244,44 @@ pub fn default_allowed_tools(goal: &[GoalStep]) -> Vec<String> {
 }
 
 impl Job {
+    /// What the job is judged by and may spend, as its journal pins it
+    /// ([`crate::journal::Spec`]): the task, the goal and held-out steps,
+    /// the caps, and the digests of the configuration file and the rubric.
+    pub fn spec(&self) -> crate::journal::Spec {
+        use crate::journal::{Spec, SpecHeldOut, SpecStep};
+        use sha2::Digest;
+        let sha256 = |bytes: &[u8]| hex::encode(sha2::Sha256::digest(bytes));
+        let text = |d: Duration| humantime::format_duration(d).to_string();
+        let step = |s: &GoalStep| SpecStep {
+            name: s.name.clone(),
+            run: s.run.clone(),
+            timeout: text(s.timeout),
+            report: s.report.map(|p| p.name().to_owned()),
+        };
+        Spec {
+            task: self.task.clone(),
+            goal: self.goal.iter().map(step).collect(),
+            held_out: self
+                .held_out
+                .iter()
+                .map(|h| SpecHeldOut {
+                    step: step(&h.step),
+                    files: h.files.clone(),
+                    commit: h.commit.clone(),
+                })
+                .collect(),
+            budget_usd: self.caps.budget_usd,
+            max_turns: self.caps.max_turns,
+            max_tokens: self.caps.max_tokens,
+            max_attempts: self.max_attempts,
+            timeout: text(self.caps.timeout),
+            attempt_timeout: text(self.caps.attempt_timeout),
+            idle_timeout: text(self.caps.idle_timeout),
+            config_sha256: self.config_text.as_deref().map(|t| sha256(t.as_bytes())),
+            rubric_sha256: sha256(self.rubric.text.as_bytes()),
+        }
+    }
+
     /// The job's caps as the guards check them.
     /// The environment every process of the job starts from: the
     /// allow-list of [`crate::sandbox::env`] applied to loopd's own, and

@@ -124,6 +124,155 @@ pub enum Gate {
     HeldOut,
 }
 
+/// What a job is judged by and what it may spend, recorded when it starts
+/// (and again when `loopd resume` raises its caps): a later `loopd run
+/// --job-id` of the same job must bring the same spec, or the job would be
+/// judged by another goal, another rubric or other caps than it started
+/// with — a continuation that grades itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Spec {
+    pub task: String,
+    pub goal: Vec<SpecStep>,
+    #[serde(default)]
+    pub held_out: Vec<SpecHeldOut>,
+    pub budget_usd: f64,
+    pub max_turns: u64,
+    pub max_tokens: u64,
+    pub max_attempts: u32,
+    /// The three time limits, as durations are written (`1h`).
+    pub timeout: String,
+    pub attempt_timeout: String,
+    pub idle_timeout: String,
+    /// The sha256 of the configuration file's bytes (`None`: no file).
+    pub config_sha256: Option<String>,
+    /// The sha256 of the rubric's bytes (the embedded one's too).
+    pub rubric_sha256: String,
+}
+
+/// A goal step as a [`Spec`] pins it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpecStep {
+    pub name: String,
+    pub run: String,
+    pub timeout: String,
+    /// The test report it is read as (`None`: no count).
+    pub report: Option<String>,
+}
+
+/// A held-out step as a [`Spec`] pins it: the step, where its files come
+/// from, and the commit of its `ref`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpecHeldOut {
+    #[serde(flatten)]
+    pub step: SpecStep,
+    pub files: PathBuf,
+    pub commit: Option<String>,
+}
+
+/// One field two [`Spec`]s disagree on, for people: its name, and what
+/// each says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecChange {
+    pub field: &'static str,
+    pub was: String,
+    pub now: String,
+}
+
+impl Spec {
+    /// Every field of `now` that is not what `self` says, in the order
+    /// the struct declares them (empty: the same spec).
+    pub fn changes(&self, now: &Spec) -> Vec<SpecChange> {
+        fn steps(s: &[SpecStep]) -> String {
+            let shown: Vec<String> = s.iter().map(step).collect();
+            format!("[{}]", shown.join(", "))
+        }
+        fn step(s: &SpecStep) -> String {
+            format!(
+                "`{}` runs `{}` (timeout {}, report {})",
+                s.name,
+                s.run,
+                s.timeout,
+                s.report.as_deref().unwrap_or("none")
+            )
+        }
+        fn held(s: &[SpecHeldOut]) -> String {
+            let shown: Vec<String> = s
+                .iter()
+                .map(|h| {
+                    format!(
+                        "{} from `{}`{}",
+                        step(&h.step),
+                        h.files.display(),
+                        h.commit
+                            .as_deref()
+                            .map(|c| format!(" at {c}"))
+                            .unwrap_or_default()
+                    )
+                })
+                .collect();
+            format!("[{}]", shown.join(", "))
+        }
+        fn digest(d: &Option<String>) -> String {
+            d.clone().unwrap_or_else(|| "no file".into())
+        }
+        let mut out = Vec::new();
+        let mut field = |field: &'static str, was: String, now: String| {
+            if was != now {
+                out.push(SpecChange { field, was, now });
+            }
+        };
+        field(
+            "task",
+            format!("{:?}", self.task),
+            format!("{:?}", now.task),
+        );
+        field("goal", steps(&self.goal), steps(&now.goal));
+        field("held_out", held(&self.held_out), held(&now.held_out));
+        field(
+            "budget_usd",
+            self.budget_usd.to_string(),
+            now.budget_usd.to_string(),
+        );
+        field(
+            "max_turns",
+            self.max_turns.to_string(),
+            now.max_turns.to_string(),
+        );
+        field(
+            "max_tokens",
+            self.max_tokens.to_string(),
+            now.max_tokens.to_string(),
+        );
+        field(
+            "max_attempts",
+            self.max_attempts.to_string(),
+            now.max_attempts.to_string(),
+        );
+        field("timeout", self.timeout.clone(), now.timeout.clone());
+        field(
+            "attempt_timeout",
+            self.attempt_timeout.clone(),
+            now.attempt_timeout.clone(),
+        );
+        field(
+            "idle_timeout",
+            self.idle_timeout.clone(),
+            now.idle_timeout.clone(),
+        );
+        field(
+            "config (sha256)",
+            digest(&self.config_sha256),
+            digest(&now.config_sha256),
+        );
+        field(
+            "rubric (sha256)",
+            self.rubric_sha256.clone(),
+            now.rubric_sha256.clone(),
+        );
+        out
+    }
+}
+
 /// Every fact of a job, in the order it happened.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -134,6 +283,10 @@ pub enum Event {
         base_ref: String,
         repo: PathBuf,
         task: String,
+        /// What the job is judged by and may spend (journals of loopd
+        /// before it was pinned have none).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        spec: Option<Box<Spec>>,
     },
     /// A later process took the job over (after a crash or a shutdown).
     Resumed {
@@ -364,6 +517,10 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         note: Option<String>,
         restore: Option<String>,
+        /// The job's spec from here on, its caps raised (`None`: the
+        /// spec stays as it was).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        spec: Option<Box<Spec>>,
     },
     /// The parked work is back in the working tree.
     Restored {
@@ -793,6 +950,9 @@ pub struct Replay {
     pub started_at: Option<String>,
     pub repo: Option<PathBuf>,
     pub task: Option<String>,
+    /// The job's spec as it started, or as `loopd resume` last raised its
+    /// caps (`None`: a journal of a loopd before specs were pinned).
+    pub spec: Option<Spec>,
     pub base_ref: Option<String>,
     pub baseline: Option<GoalReport>,
     /// Steps whose test-count gate is off (see [`Event::Baseline`]).
@@ -980,7 +1140,9 @@ impl Replay {
                 base_ref,
                 repo,
                 task,
+                spec,
             } => {
+                self.spec = spec.as_deref().cloned();
                 self.repo = Some(repo.clone());
                 self.task = Some(task.clone());
                 self.job_id = Some(job_id.clone());
@@ -1203,7 +1365,15 @@ impl Replay {
             Event::LessonsLearned { .. } => self.lessons_learned = true,
             Event::Finalized { state } => self.finalized = Some(*state),
             Event::Escalated { escalation } => self.escalation = Some(escalation.clone()),
-            Event::Reopened { note, restore, .. } => {
+            Event::Reopened {
+                note,
+                restore,
+                spec,
+                ..
+            } => {
+                if let Some(spec) = spec {
+                    self.spec = Some((**spec).clone());
+                }
                 // The ending is undone: the job continues after its last
                 // ended attempt, and parks again if it ends without
                 // acceptance.
@@ -1269,6 +1439,84 @@ impl Replay {
 mod tests {
     use super::*;
     use crate::goal::StepResult;
+
+    fn spec() -> Spec {
+        Spec {
+            task: "t".into(),
+            goal: vec![SpecStep {
+                name: "pytest".into(),
+                run: "python3 -m pytest -q".into(),
+                timeout: "10m".into(),
+                report: Some("pytest".into()),
+            }],
+            held_out: Vec::new(),
+            budget_usd: 2.0,
+            max_turns: 200,
+            max_tokens: 5_000_000,
+            max_attempts: 5,
+            timeout: "1h".into(),
+            attempt_timeout: "20m".into(),
+            idle_timeout: "5m".into(),
+            config_sha256: Some("c1".into()),
+            rubric_sha256: "r1".into(),
+        }
+    }
+
+    #[test]
+    fn a_journal_without_a_spec_loads_and_a_raised_spec_replaces_the_first() {
+        // A first line as a loopd before pinned specs wrote it.
+        let old = r#"{"ts":"t","ms":0,"event":"job_started","job_id":"j","base_ref":"b","repo":"/r","task":"t"}"#;
+        let (entries, _) = parse(&format!("{old}\n"));
+        assert_eq!(entries.len(), 1, "the old line parses");
+        assert_eq!(Replay::fold(&entries).spec, None);
+
+        let mut raised = spec();
+        raised.budget_usd = 5.0;
+        let ev = vec![
+            Event::JobStarted {
+                job_id: "j".into(),
+                base_ref: "b".into(),
+                repo: "/r".into(),
+                task: "t".into(),
+                spec: Some(Box::new(spec())),
+            },
+            Event::Reopened {
+                budget_usd: Some(5.0),
+                max_attempts: None,
+                timeout: None,
+                note: None,
+                restore: None,
+                spec: Some(Box::new(raised.clone())),
+            },
+        ];
+        let r = Replay::fold(&parse(&lines(ev[..1].to_vec())).0);
+        assert_eq!(r.spec, Some(spec()));
+        let r = Replay::fold(&parse(&lines(ev)).0);
+        assert_eq!(r.spec, Some(raised));
+    }
+
+    #[test]
+    fn spec_changes_name_each_field_that_differs_and_nothing_else() {
+        let was = spec();
+        assert!(was.changes(&was.clone()).is_empty());
+        let mut now = spec();
+        now.goal[0].run = "true".into();
+        now.budget_usd = 50.0;
+        now.rubric_sha256 = "r2".into();
+        now.config_sha256 = None;
+        let changes = was.changes(&now);
+        let fields: Vec<&str> = changes.iter().map(|c| c.field).collect();
+        assert_eq!(
+            fields,
+            ["goal", "budget_usd", "config (sha256)", "rubric (sha256)"]
+        );
+        assert_eq!(
+            (changes[1].was.as_str(), changes[1].now.as_str()),
+            ("2", "50")
+        );
+        assert!(changes[0].now.contains("runs `true`"), "{:?}", changes[0]);
+        assert_eq!(changes[2].now, "no file");
+    }
 
     fn goal(passed: bool) -> GoalReport {
         GoalReport {
@@ -1361,6 +1609,7 @@ mod tests {
                 base_ref: "b".into(),
                 repo: "/r".into(),
                 task: "t".into(),
+                spec: None,
             },
             Event::Baseline {
                 report: goal(false),
@@ -1665,6 +1914,7 @@ mod tests {
                 timeout: None,
                 note: Some("the test is right".into()),
                 restore: Some("s1".into()),
+                spec: None,
             },
         ]);
         let r = Replay::fold(&parse(&lines(ev.clone())).0);
@@ -1846,6 +2096,7 @@ mod tests {
                 timeout: None,
                 note: Some("the test is right".into()),
                 restore: Some("abc".into()),
+                spec: None,
             },
             Event::Restored {
                 stash_commit: "abc".into(),

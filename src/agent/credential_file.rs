@@ -39,10 +39,36 @@ pub enum CredentialFileError {
     Malformed { path: PathBuf, line: usize },
     #[error("the credential file `{path}` holds no credential")]
     Empty { path: PathBuf },
+    /// An entry that is, or resolves (through a link) to, a path a job's
+    /// processes can read: the agent would read the key itself, or swap
+    /// the link for one of its own before the next start.
+    #[error("the credential file `{}`: `{}` {} inside {why} (`{}`): the agent can read it", path.display(), entry.display(), reached(entry, resolved), root.display())]
+    Exposed {
+        path: PathBuf,
+        /// The entry of the directory (or the file itself).
+        entry: PathBuf,
+        /// The path on the way (a link, or where it ends) that is readable.
+        resolved: PathBuf,
+        /// The readable root it lies under, and why the sandbox reads it.
+        root: PathBuf,
+        why: String,
+    },
+}
+
+/// How an [`CredentialFileError::Exposed`] entry reaches what is readable.
+fn reached(entry: &Path, resolved: &Path) -> String {
+    if entry == resolved {
+        "lies".to_owned()
+    } else {
+        format!("resolves through `{}`,", resolved.display())
+    }
 }
 
 impl CredentialFileError {
     pub fn hint(&self) -> String {
+        if let CredentialFileError::Exposed { .. } = self {
+            return "keep the credentials, and every link to them, outside the repository and outside what the job's sandbox reads (`loopd check` lists it): a Secret volume, `$RUNNER_TEMP`, `/run/credentials`".into();
+        }
         format!(
             "a directory with one file per variable, or a file of `NAME=value` lines; the names loopd reads: {}",
             super::credential_vars().join(", ")
@@ -104,6 +130,120 @@ pub fn read(path: &Path) -> Result<BTreeMap<String, String>, CredentialFileError
         });
     }
     Ok(out)
+}
+
+/// Every path `path` (the credential file, or each entry of the
+/// credential directory, `..data` and the like included) passes through
+/// on its way to what is read: the entry itself, each link followed (hop by
+/// hop, a link inside a linked directory too), and where it ends. A Secret
+/// volume's `KEY -> ..data/KEY`, `..data -> ..2026_…` yields the entry,
+/// the two links and the file; a link into the repository yields a path
+/// in the repository. Relative paths are taken from the current directory.
+pub fn resolve(path: &Path) -> Result<Vec<(PathBuf, Vec<PathBuf>)>, CredentialFileError> {
+    let read_err = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| CredentialFileError::Read { path: p, source }
+    };
+    let path = std::path::absolute(path).map_err(read_err(path))?;
+    let mut entries = vec![path.clone()];
+    if std::fs::metadata(&path).map_err(read_err(&path))?.is_dir() {
+        for e in std::fs::read_dir(&path).map_err(read_err(&path))? {
+            entries.push(e.map_err(read_err(&path))?.path());
+        }
+    }
+    // The file itself first, then the entries loopd reads, then a
+    // volume's bookkeeping (`..data`): a refusal names the first.
+    entries[1..].sort_by_key(|e| {
+        let hidden = e
+            .file_name()
+            .is_some_and(|n| n.as_encoded_bytes().starts_with(b"."));
+        (hidden, e.clone())
+    });
+    entries
+        .into_iter()
+        .map(|e| {
+            let hops = trace(&e).map_err(read_err(&e))?;
+            Ok((e, hops))
+        })
+        .collect()
+}
+
+/// Refuse `path` when one of its entries is, or passes on its way to what
+/// is read ([`resolve`]), a path under one of `readable` (the roots a
+/// job's processes read, each with why); else nothing.
+pub fn refuse_exposed(
+    path: &Path,
+    readable: &[(PathBuf, String)],
+) -> Result<(), CredentialFileError> {
+    for (entry, hops) in resolve(path)? {
+        for hop in &hops {
+            if let Some((root, why)) = readable.iter().find(|(r, _)| hop.starts_with(r)) {
+                return Err(CredentialFileError::Exposed {
+                    path: path.to_path_buf(),
+                    entry,
+                    resolved: hop.clone(),
+                    root: root.clone(),
+                    why: why.clone(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The paths an absolute `path` passes through, resolved component by
+/// component: each link met (as the path of the link) and the final path.
+/// At most 40 links, as the kernel allows.
+fn trace(path: &Path) -> std::io::Result<Vec<PathBuf>> {
+    use std::collections::VecDeque;
+    use std::ffi::OsString;
+    use std::path::Component;
+    /// A component, owned: a link's target is spliced in front of what
+    /// is left of the path.
+    enum Part {
+        Root,
+        Up,
+        Name(OsString),
+    }
+    fn parts(p: &Path) -> impl DoubleEndedIterator<Item = Part> + '_ {
+        p.components().filter_map(|c| match c {
+            Component::RootDir => Some(Part::Root),
+            Component::ParentDir => Some(Part::Up),
+            Component::Normal(n) => Some(Part::Name(n.to_owned())),
+            Component::CurDir | Component::Prefix(_) => None,
+        })
+    }
+    let mut hops = vec![path.to_path_buf()];
+    let mut pending: VecDeque<Part> = parts(path).collect();
+    let mut links = 0;
+    let mut at = PathBuf::from("/");
+    while let Some(part) = pending.pop_front() {
+        match part {
+            Part::Root => at = PathBuf::from("/"),
+            Part::Up => {
+                at.pop();
+            }
+            Part::Name(name) => {
+                let next = at.join(name);
+                if std::fs::symlink_metadata(&next)?.file_type().is_symlink() {
+                    links += 1;
+                    if links > 40 {
+                        return Err(std::io::Error::other("too many levels of links"));
+                    }
+                    let target = std::fs::read_link(&next)?;
+                    for p in parts(&target).rev() {
+                        pending.push_front(p);
+                    }
+                    hops.push(next);
+                } else {
+                    at = next;
+                }
+            }
+        }
+    }
+    hops.push(at);
+    hops.dedup();
+    Ok(hops)
 }
 
 /// `NAME` as the environment spells one: what an error may quote.
@@ -180,6 +320,55 @@ mod tests {
             Some("sk-test")
         );
         assert_eq!(got.len(), 1);
+    }
+
+    #[test]
+    fn every_entry_is_traced_through_each_link_to_where_it_ends() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().canonicalize().unwrap();
+        let (secret, repo) = (root.join("secret"), root.join("repo"));
+        let dated = secret.join("..2026_12_04_01_00_00.1");
+        std::fs::create_dir_all(&dated).unwrap();
+        std::fs::create_dir_all(repo.join("keys")).unwrap();
+        std::fs::write(dated.join("ANTHROPIC_API_KEY"), "sk-dated\n").unwrap();
+        std::fs::write(repo.join("keys/real"), "sk-real\n").unwrap();
+        std::os::unix::fs::symlink("..2026_12_04_01_00_00.1", secret.join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/ANTHROPIC_API_KEY", secret.join("ANTHROPIC_API_KEY"))
+            .unwrap();
+        let traced = resolve(&secret).unwrap();
+        let key = traced
+            .iter()
+            .find(|(e, _)| e.ends_with("ANTHROPIC_API_KEY"))
+            .expect("the key's entry");
+        assert_eq!(
+            key.1,
+            [
+                secret.join("ANTHROPIC_API_KEY"),
+                secret.join("..data"),
+                dated.join("ANTHROPIC_API_KEY")
+            ]
+        );
+        let readable = [(repo.clone(), "the repository".to_owned())];
+        refuse_exposed(&secret, &readable).unwrap();
+
+        // `..data` moved to a linked directory in the repository: the key
+        // resolves there, though no entry names the repository itself.
+        std::fs::remove_file(secret.join("..data")).unwrap();
+        std::os::unix::fs::symlink(root.join("via"), secret.join("..data")).unwrap();
+        std::os::unix::fs::symlink("repo/keys", root.join("via")).unwrap();
+        std::fs::rename(repo.join("keys/real"), repo.join("keys/ANTHROPIC_API_KEY")).unwrap();
+        let e = refuse_exposed(&secret, &readable).unwrap_err();
+        match &e {
+            CredentialFileError::Exposed {
+                entry, resolved, ..
+            } => {
+                assert_eq!(entry, &secret.join("ANTHROPIC_API_KEY"));
+                assert_eq!(resolved, &repo.join("keys/ANTHROPIC_API_KEY"));
+            }
+            other => panic!("{other}"),
+        }
+        assert!(!e.to_string().contains("sk-"), "{e}");
+        assert!(e.to_string().contains("inside the repository"), "{e}");
     }
 
     #[test]

@@ -69,7 +69,7 @@ pub fn ci(args: CiArgs, progress: bool) -> Result<ExitStatus, CliError> {
     })?;
     let rt = crate::cli::runtime()?;
     let (ws, job) = prepare(&args.flags)?;
-    let control = crate::cli::foreground_control(&job, progress, &args.credentials)?;
+    let control = crate::cli::foreground_control(&job, &ws, progress, &args.credentials)?;
     let fix = Autofix {
         actions: &actions,
         job,

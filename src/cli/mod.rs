@@ -260,25 +260,13 @@ pub fn access(
 /// stop it through the circuit breaker, a second one skips the grace period.
 pub fn foreground_control(
     job: &crate::config::Job,
+    ws: &crate::workspace::Workspace,
     progress: bool,
     credentials: &CredentialArgs,
 ) -> Result<crate::job::Control, CliError> {
     let (agent, critic) = job.agents();
-    // A credential file the job's tree holds is a file the agent can read.
     if let Some(path) = &credentials.credential_file {
-        let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
-        let repo = std::fs::canonicalize(&job.repo).unwrap_or_else(|_| job.repo.clone());
-        if real.starts_with(&repo) {
-            return Err(CliError::new(
-                ExitStatus::Usage,
-                format!(
-                    "the credential file `{}` is inside the repository `{}`: the agent can read it",
-                    path.display(),
-                    repo.display()
-                ),
-            )
-            .hint("keep it outside the repository (a Secret volume, `$RUNNER_TEMP`, `/run/credentials`)"));
-        }
+        refuse_readable_credentials(path, job, ws)?;
     }
     use crate::agent::session::{StopCause, StopRequest};
     use crate::outcome::Reason;
@@ -305,6 +293,36 @@ pub fn foreground_control(
         access: access(&[agent, critic], credentials)?,
         job_id: None,
         progress,
+    })
+}
+
+/// A credential file any of whose entries the job's processes can read —
+/// it, or a link on its way, or what it resolves to lies in the
+/// repository or under a root of the job's sandbox plan — is refused
+/// before it is read: the agent would read the key, or replace a link it
+/// can write with one of its own before the job's next start.
+fn refuse_readable_credentials(
+    path: &std::path::Path,
+    job: &crate::config::Job,
+    ws: &crate::workspace::Workspace,
+) -> Result<(), CliError> {
+    let canonical = |p: &std::path::Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let plan = crate::job::sandbox_plan(job, ws, &loopd_exe());
+    let readable: Vec<(std::path::PathBuf, String)> = [
+        (canonical(&job.repo), "the repository".to_owned()),
+        (canonical(ws.root()), "the repository".to_owned()),
+    ]
+    .into_iter()
+    .chain(plan.read_write.iter().chain(&plan.read).map(|(p, why)| {
+        (
+            canonical(p),
+            format!("what the job's sandbox reads as {why}"),
+        )
+    }))
+    .collect();
+    crate::agent::credential_file::refuse_exposed(path, &readable).map_err(|e| {
+        let hint = e.hint();
+        CliError::new(ExitStatus::Usage, e).hint(hint)
     })
 }
 

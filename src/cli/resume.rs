@@ -78,7 +78,7 @@ pub fn resume(args: ResumeArgs, progress: bool) -> Result<ExitStatus, CliError> 
         Resumed::Here(mut here) => {
             let _lock = crate::cli::run::lock_job(&here.ws, &here.job, &here.run_dir, id)?;
             let mut control =
-                crate::cli::foreground_control(&here.job, progress, &args.credentials)?;
+                crate::cli::foreground_control(&here.job, &here.ws, progress, &args.credentials)?;
             control.job_id = Some(id.clone());
             here.reopen().map_err(cli_error)?;
             tracing::info!(job_id = %id, spent_usd = %format!("{:.4}", here.spent_usd), "resuming the job");

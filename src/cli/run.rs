@@ -75,7 +75,7 @@ pub fn run(args: RunArgs, progress: bool) -> Result<ExitStatus, CliError> {
     let (ws, job) = prepare(&args.flags)?;
     // The credentials before anything is written: a bad credential file
     // leaves no trace.
-    let mut control = crate::cli::foreground_control(&job, progress, &args.credentials)?;
+    let mut control = crate::cli::foreground_control(&job, &ws, progress, &args.credentials)?;
     let id = args.job_id.clone().unwrap_or_else(crate::util::new_job_id);
     let run_dir = job.state_dir.join("runs").join(&id);
     // A new job starts from a clean tree; a job continued starts from the
@@ -193,6 +193,7 @@ fn continue_job(
         ))
         .hint("a new job needs a new `--job-id`; `loopd report ID` shows what that one was"));
     }
+    check_spec(job, id, replay)?;
     let run_dir = job.state_dir.join("runs").join(id);
     // An ending the job decided is final: its summary, its code. One a
     // scheduler retries (a signal, an environment failure) continues, as
@@ -231,6 +232,7 @@ fn continue_job(
                 timeout: None,
                 note: None,
                 restore: replay.parked.as_ref().and_then(|p| p.stash_commit.clone()),
+                spec: None,
             });
         }
     }
@@ -275,6 +277,38 @@ fn continue_job(
     state.pid = Some(std::process::id());
     state.save(&job.state_dir);
     finish_foreground(job, ws, control, state, args.json)
+}
+
+/// A job continued by `run --job-id` is judged by the spec it started
+/// with (or that `loopd resume` last raised): another goal, held-out step,
+/// rubric, configuration file or cap on the command line would have the
+/// continuation graded by rules the job was not given, and its budget
+/// raised by whoever restarts it. Refused (exit 2), naming each field
+/// that differs. A journal of an older loopd pins no spec: let through,
+/// with a warning.
+fn check_spec(job: &Job, id: &str, replay: &crate::journal::Replay) -> Result<(), CliError> {
+    let Some(was) = &replay.spec else {
+        tracing::warn!(job_id = %id, "the journal of this job records no spec (an older loopd wrote it): this run's goal, rubric and caps are taken as they are, unchecked");
+        return Ok(());
+    };
+    let changes = was.changes(&job.spec());
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let lines: Vec<String> = changes
+        .iter()
+        .map(|c| format!("  {}: was {} → now {}", c.field, c.was, c.now))
+        .collect();
+    Err(CliError::new(
+        ExitStatus::Usage,
+        format!(
+            "job `{id}` was started with another spec than this run's; what differs:\n{}",
+            lines.join("\n")
+        ),
+    )
+    .hint(format!(
+        "continue it with the same goal, configuration and caps; raising its caps is `loopd resume {id} --budget-usd X` (or `--max-attempts`, `--max-turns`, `--max-tokens`, `--timeout`) once it has stopped; another goal is a new job with a new `--job-id`"
+    )))
 }
 
 /// The lock of a foreground job's run directory.

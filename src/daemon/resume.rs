@@ -282,6 +282,9 @@ pub fn resume(
         timeout: raise.timeout.clone(),
         note: raise.note.clone().filter(|n| !n.trim().is_empty()),
         restore: replay.parked.as_ref().and_then(|p| p.stash_commit.clone()),
+        // The raised caps are the job's from here on: a later `loopd run
+        // --job-id` of it is compared with them.
+        spec: Some(Box::new(job.spec())),
     };
 
     if daemon {

@@ -66,6 +66,70 @@ pub fn pin_ref(repo: &Path, git_ref: &str) -> Result<String, String> {
     Ok(commit.id().to_string())
 }
 
+/// Why the job's repository at `job_repo` can reach `commit`, a held-out
+/// commit of the repository at `held` (`None`: it cannot). The agent runs
+/// git on the job's repository from its Bash, and git reads every object
+/// that repository's database holds or borrows: held-out tests in it, in a
+/// linked worktree of it, or in a repository either borrows objects from
+/// (`objects/info/alternates`), are tests the agent can print with `git
+/// show`. Checked on the common git directories, the alternates of both,
+/// and the job's object database itself (which follows its alternates).
+pub fn reachable_from_job(held: &Path, job_repo: &Path, commit: &str) -> Option<String> {
+    let job = git2::Repository::open(job_repo).ok()?;
+    let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let job_common = canonical(job.commondir());
+    if let Ok(h) = git2::Repository::open(held) {
+        let held_common = canonical(h.commondir());
+        if held_common == job_common {
+            return Some(format!(
+                "it is the job's repository or a worktree of it (git directory `{}`)",
+                job_common.display()
+            ));
+        }
+        let (held_objects, job_objects) = (held_common.join("objects"), job_common.join("objects"));
+        if alternates(&job_objects).contains(&canonical(&held_objects)) {
+            return Some(format!(
+                "the job's repository borrows its objects (`{}` lists `{}`)",
+                job_objects.join("info/alternates").display(),
+                held_objects.display()
+            ));
+        }
+        if alternates(&held_objects).contains(&canonical(&job_objects)) {
+            return Some(format!(
+                "it borrows the job's repository's objects (`{}` lists `{}`)",
+                held_objects.join("info/alternates").display(),
+                job_objects.display()
+            ));
+        }
+    }
+    let oid = git2::Oid::from_str(commit).ok()?;
+    let in_job = job.odb().map(|db| db.exists(oid)).unwrap_or(false);
+    in_job.then(|| {
+        format!(
+            "its commit {commit} is in the object database of `{}`",
+            job_repo.display()
+        )
+    })
+}
+
+/// The object directories `objects/info/alternates` of the object
+/// directory `objects` lists (relative lines are relative to `objects`),
+/// canonical; none when it has no such file.
+fn alternates(objects: &Path) -> Vec<PathBuf> {
+    let Ok(text) = crate::util::read_untrusted(&objects.join("info/alternates"), 64 << 10) else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&text)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let p = objects.join(l);
+            p.canonicalize().unwrap_or(p)
+        })
+        .collect()
+}
+
 /// The most a held-out directory may hold: loopd copies it per attempt.
 pub const MAX_FILES: usize = 10_000;
 pub const MAX_BYTES: u64 = 256 << 20;
@@ -197,6 +261,37 @@ pub fn copy_files(from: &Path, to: &Path) -> Result<Copied, CopyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ref_of_the_jobs_own_repository_is_reachable_and_one_of_another_is_not() {
+        let t = tempfile::tempdir().unwrap();
+        let commit_in = |dir: &Path, message: &str| {
+            let repo = git2::Repository::init(dir).unwrap();
+            let sig = git2::Signature::now("t", "t@example.invalid").unwrap();
+            let tree = repo.treebuilder(None).unwrap().write().unwrap();
+            let tree = repo.find_tree(tree).unwrap();
+            repo.commit(Some("HEAD"), &sig, &sig, message, &tree, &[])
+                .unwrap()
+                .to_string()
+        };
+        let (job, other) = (t.path().join("job"), t.path().join("other"));
+        let mine = commit_in(&job, "the job's");
+        let theirs = commit_in(&other, "held-out tests");
+        let why = reachable_from_job(&job, &job, &mine).expect("its own repository");
+        assert!(why.contains("worktree"), "{why}");
+        // A repository of its own, sharing no object: unreachable.
+        assert_eq!(reachable_from_job(&other, &job, &theirs), None);
+        // Its commit copied into the job's database: reachable.
+        let (dst, src) = (
+            git2::Repository::open(&job).unwrap(),
+            git2::Repository::open(&other).unwrap(),
+        );
+        let (dst, src) = (dst.odb().unwrap(), src.odb().unwrap());
+        let obj = src.read(git2::Oid::from_str(&theirs).unwrap()).unwrap();
+        dst.write(obj.kind(), obj.data()).unwrap();
+        let why = reachable_from_job(&other, &job, &theirs).expect("in the job's objects");
+        assert!(why.contains("object database"), "{why}");
+    }
 
     #[test]
     fn files_are_copied_over_the_tree_and_links_and_fifos_are_not() {

@@ -249,6 +249,7 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
             base_ref: base.clone(),
             repo: ws.root().to_path_buf(),
             task: job.task.clone(),
+            spec: Some(Box::new(job.spec())),
         })?;
         tracing::info!(job_id = %id, base_ref = %base, run_dir = %dir.display(), "job started");
     } else {

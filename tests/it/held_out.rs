@@ -385,3 +385,87 @@ fn a_held_out_directory_inside_the_repository_is_refused() {
         r.stderr
     );
 }
+
+/// Issue 39 #13: held-out tests committed in a linked worktree of the
+/// job's repository, or in a clone that borrows its objects, are objects
+/// the agent prints with `git show` from its Bash. Each is refused when
+/// the job is configured (exit 2), naming the ref and why; the same tests
+/// in a repository of their own are accepted.
+#[test]
+fn issue39_13_a_held_out_ref_the_jobs_repository_can_reach_is_refused() {
+    let (env, dir) = held_out_env(None);
+    let with_ref = |files: &std::path::Path, git_ref: &str| {
+        let cfg = env.read_repo("loopd.toml");
+        let start = cfg.find("files = \"").expect("the held-out step's files");
+        let end = start + cfg[start..].find("\"\n").expect("end of files") + 2;
+        let end = match cfg[end..].starts_with("ref = ") {
+            true => end + cfg[end..].find('\n').expect("end of ref") + 1,
+            false => end,
+        };
+        let cfg = format!(
+            "{}files = \"{}\"\nref = \"{git_ref}\"\n{}",
+            &cfg[..start],
+            files.display(),
+            &cfg[end..]
+        );
+        std::fs::write(env.repo.join("loopd.toml"), cfg).expect("cfg");
+        env.git(&["commit", "-qam", "held out from a ref"]);
+        env.exec(&["check"])
+    };
+    let commit_tests = |repo: &std::path::Path, tag: &str| {
+        copy_tree(&dir.join("tests_hidden"), &repo.join("tests_hidden"));
+        env.git_in(repo, &["add", "-A"]);
+        env.git_in(repo, &["commit", "-qm", "held-out tests"]);
+        env.git_in(repo, &["tag", tag]);
+    };
+
+    // A linked worktree of the job's repository, outside it.
+    let linked = env.tmp.path().join("linked");
+    env.git(&[
+        "worktree",
+        "add",
+        "-q",
+        "-b",
+        "held-out",
+        linked.to_str().expect("UTF-8 path"),
+    ]);
+    commit_tests(&linked, "hidden-v1");
+    let c = with_ref(&linked, "hidden-v1");
+    assert_eq!(c.code, 2, "{}", c.stderr);
+    assert_contains_all(
+        &c.stderr,
+        &[
+            "`hidden-v1`",
+            "worktree",
+            "loopd.toml",
+            "hint:",
+            "cannot reach",
+        ],
+        "the refusal",
+    );
+
+    // A clone that borrows the job's repository's objects.
+    let borrowing = env.tmp.path().join("borrowing");
+    env.git_in(
+        env.tmp.path(),
+        &[
+            "clone",
+            "-q",
+            "--shared",
+            env.repo.to_str().expect("UTF-8 path"),
+            borrowing.to_str().expect("UTF-8 path"),
+        ],
+    );
+    commit_tests(&borrowing, "hidden-v2");
+    let c = with_ref(&borrowing, "hidden-v2");
+    assert_eq!(c.code, 2, "{}", c.stderr);
+    assert_contains_all(&c.stderr, &["`hidden-v2`", "borrows"], "the refusal");
+
+    // A repository of its own: accepted as before.
+    env.git_in(&dir, &["init", "-q", "-b", "main", "."]);
+    env.git_in(&dir, &["add", "-A"]);
+    env.git_in(&dir, &["commit", "-qm", "held-out tests"]);
+    env.git_in(&dir, &["tag", "v1"]);
+    let c = with_ref(&dir, "v1");
+    assert_eq!(c.code, 0, "{}", c.stderr);
+}

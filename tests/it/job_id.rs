@@ -232,6 +232,7 @@ fn a_planted_or_linked_run_dir_never_decides_what_a_job_does() {
             base_ref: base.clone(),
             repo: env.repo.clone(),
             task: task.into(),
+            spec: None,
         })
         .expect("append");
         if ended {
@@ -282,4 +283,170 @@ fn a_planted_or_linked_run_dir_never_decides_what_a_job_does() {
     );
     assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("inside the repository"), "{}", r.stderr);
+}
+
+/// A directory shaped as a Kubernetes Secret volume mounts one: `..data`
+/// a link to the dated directory, and `ANTHROPIC_API_KEY` a link to
+/// `target` (relative to the directory, or absolute).
+fn secret_dir(at: &std::path::Path, target: &str) {
+    let dated = at.join("..2026_12_04_00_00_00.1");
+    std::fs::create_dir_all(&dated).expect("secret dir");
+    std::fs::write(dated.join("ANTHROPIC_API_KEY"), "sk-ant-dated\n").expect("key file");
+    std::os::unix::fs::symlink("..2026_12_04_00_00_00.1", at.join("..data")).expect("link");
+    std::os::unix::fs::symlink(target, at.join("ANTHROPIC_API_KEY")).expect("link");
+}
+
+/// Issue 39 #9: a credential directory outside the repository whose entry
+/// is a link into the repository (where the agent reads the real key), or
+/// into a directory `[sandbox] read` grants, is refused before anything
+/// runs (exit 2), naming the entry and where it resolves, never the key;
+/// a Secret volume as Kubernetes mounts it is accepted.
+#[test]
+fn issue39_9_a_credential_entry_that_resolves_where_the_agent_reads_is_refused() {
+    let env = TestEnv::scripted();
+    let key = unique_secret("sk-ant-repo");
+    std::fs::write(env.repo.join("somefile"), format!("{key}\n")).expect("key in the repo");
+    env.git(&["add", "somefile"]);
+    env.git(&["commit", "-qm", "a file the agent reads"]);
+    let model = ScriptedModel::start(scenario(
+        vec![agent_writes(&clean_solution())],
+        vec![pass()],
+    ));
+    let run = |secret: &std::path::Path| {
+        let mut cmd = env.loopd(Some(&model));
+        cmd.env_remove("ANTHROPIC_API_KEY")
+            .args(["run", "--json", "--max-attempts", "1", "--credential-file"])
+            .arg(secret);
+        finish(cmd.output().expect("run loopd"))
+    };
+
+    let into_repo = env.tmp.path().join("secret-repo");
+    let target = env.repo.join("somefile");
+    secret_dir(&into_repo, target.to_str().expect("UTF-8 path"));
+    let r = run(&into_repo);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert_contains_all(
+        &r.stderr,
+        &[
+            &into_repo.join("ANTHROPIC_API_KEY").display().to_string(),
+            &target.display().to_string(),
+            "inside the repository",
+            "hint:",
+        ],
+        "the refusal",
+    );
+    assert!(!r.stderr.contains(&key), "{}", r.stderr);
+
+    // Through `..data`: the dated directory is a link to a directory the
+    // job's sandbox reads.
+    let shared = env.tmp.path().join("shared");
+    std::fs::create_dir_all(&shared).expect("shared");
+    std::fs::write(shared.join("ANTHROPIC_API_KEY"), "sk-ant-shared\n").expect("key");
+    env.sandbox_reads(&[&shared]);
+    let into_read = env.tmp.path().join("secret-read");
+    std::fs::create_dir_all(&into_read).expect("secret dir");
+    std::os::unix::fs::symlink(&shared, into_read.join("..data")).expect("link");
+    std::os::unix::fs::symlink(
+        "..data/ANTHROPIC_API_KEY",
+        into_read.join("ANTHROPIC_API_KEY"),
+    )
+    .expect("link");
+    let r = run(&into_read);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert_contains_all(
+        &r.stderr,
+        &[
+            &into_read.join("ANTHROPIC_API_KEY").display().to_string(),
+            &shared.join("ANTHROPIC_API_KEY").display().to_string(),
+            "[sandbox] read",
+        ],
+        "the refusal",
+    );
+    assert!(model.requests().is_empty(), "nothing ran");
+
+    // A Secret volume as Kubernetes mounts it: accepted, its key used.
+    let normal = env.tmp.path().join("secret-ok");
+    secret_dir(&normal, "..data/ANTHROPIC_API_KEY");
+    let r = run(&normal);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(model
+        .requests()
+        .iter()
+        .all(|q| q.api_key.as_deref() == Some("sk-ant-dated")));
+}
+
+/// Issue 39 #14: the journal pins the whole job spec, not only the task
+/// and the repository. A drained job (exit 4) started again with another
+/// goal step and a larger budget would be judged by the new goal and
+/// spend the new budget: refused (exit 2), naming both fields, nothing
+/// billed; the same command line as the first continues it to acceptance.
+#[test]
+fn issue39_14_a_continuation_with_another_goal_or_budget_is_refused() {
+    let env = TestEnv::scripted();
+    let partial = fixture("rechnung/repo/rechnung.py")
+        .replace("quantity + unit_price", "quantity * unit_price");
+    let model = ScriptedModel::start(scenario(
+        vec![
+            session(vec![
+                turn(vec![write("rechnung.py", &partial)]),
+                stalled(120_000),
+            ]),
+            agent_writes(&clean_solution()),
+        ],
+        vec![pass()],
+    ));
+    let id = "issue39-14";
+    let run = |extra: &[&str]| {
+        let mut cmd = env.loopd(Some(&model));
+        cmd.args(["run", "--json", "--job-id", id])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    };
+    let first = run(&[]).spawn().expect("spawn loopd");
+    wait_for_requests(&model, 0, 2);
+    send_signal(first.id(), libc::SIGTERM);
+    let r = finish(first.wait_with_output().expect("wait loopd"));
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    let started = journal(&r.summary())
+        .into_iter()
+        .find_map(|e| match e {
+            loopd::journal::Event::JobStarted { spec, .. } => spec,
+            _ => None,
+        })
+        .expect("the journal pins the spec");
+    let was = format!("budget_usd: was {} → now 50", started.budget_usd);
+    let calls = model.requests().len();
+
+    // Another goal, a larger budget: the continuation would grade itself.
+    let other = finish(
+        run(&["--goal", "true", "--budget-usd", "50"])
+            .output()
+            .expect("run loopd"),
+    );
+    assert_eq!(other.code, 2, "{}", other.stderr);
+    assert_contains_all(
+        &other.stderr,
+        &[
+            id,
+            "goal: was [",
+            "now [`true` runs `true`",
+            &was,
+            "loopd resume",
+        ],
+        "the refusal",
+    );
+    assert!(!other.stderr.contains("max_turns"), "{}", other.stderr);
+    assert_eq!(
+        model.requests().len(),
+        calls,
+        "a refused run reached the model"
+    );
+
+    // The same spec: on from the journal, to acceptance.
+    let r = finish(run(&[]).output().expect("run loopd"));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.summary()["outcome"], "accepted");
+    assert_eq!(env.read_repo("rechnung.py"), clean_solution());
 }
