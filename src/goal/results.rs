@@ -24,7 +24,18 @@ use crate::guard::testcount::{Counts, Preset};
 pub enum Verdict {
     Passed,
     Failed,
+    /// An `<error>`: the test did not get to run its body (a collection
+    /// error — a module that does not import at BASE_REF — or a fixture
+    /// that failed). Failing, but not a test that ran.
+    Error,
     Skipped,
+}
+
+impl Verdict {
+    /// Whether the report counts it against the run.
+    pub fn failing(self) -> bool {
+        matches!(self, Verdict::Failed | Verdict::Error)
+    }
 }
 
 /// Each test of a report by its id (`classname::name`).
@@ -92,19 +103,21 @@ pub fn parse_junit(xml: &str) -> Option<Results> {
             Some(class) => format!("{class}::{name}"),
             None => name,
         };
-        let verdict = if body.contains("<failure") || body.contains("<error") {
+        let verdict = if body.contains("<failure") {
             Verdict::Failed
+        } else if body.contains("<error") {
+            Verdict::Error
         } else if body.contains("<skipped") {
             Verdict::Skipped
         } else {
             Verdict::Passed
         };
-        // A name met twice (parametrised by the same id, a rerun): the
+        // A name met twice (a test's call and its teardown, a rerun): the
         // worse verdict stands.
         out.entry(id)
             .and_modify(|v| {
-                if verdict == Verdict::Failed {
-                    *v = Verdict::Failed
+                if verdict.failing() && !v.failing() {
+                    *v = verdict
                 }
             })
             .or_insert(verdict);
@@ -158,6 +171,7 @@ pub fn counts(results: &Results) -> Counts {
                 c.ran += 1;
                 c.failed += 1;
             }
+            Verdict::Error => c.failed += 1,
             Verdict::Skipped => c.skipped += 1,
         }
     }
@@ -166,7 +180,8 @@ pub fn counts(results: &Results) -> Counts {
 
 /// What the ids of `now` break of `base`'s: each test that ran at
 /// BASE_REF that no longer runs (gone, or skipped), each that passed and
-/// no longer passes. At most `max` ids are named per kind; the counts say
+/// no longer passes. An id that was an error at BASE_REF (a module that
+/// did not import: its tests were not known yet) need not appear again. At most `max` ids are named per kind; the counts say
 /// how many.
 pub fn compare(base: &Results, now: &Results, max: usize) -> Vec<String> {
     let mut gone = Vec::new();
@@ -175,7 +190,7 @@ pub fn compare(base: &Results, now: &Results, max: usize) -> Vec<String> {
         let ran = matches!(was, Verdict::Passed | Verdict::Failed);
         match now.get(id) {
             None | Some(Verdict::Skipped) if ran => gone.push(id.as_str()),
-            Some(Verdict::Failed) if *was == Verdict::Passed => broke.push(id.as_str()),
+            Some(v) if v.failing() && *was == Verdict::Passed => broke.push(id.as_str()),
             _ => {}
         }
     }
@@ -254,6 +269,10 @@ mod tests {
         let p = compare(&base, &now, 5);
         assert_eq!(p.len(), 1, "{p:?}");
         assert!(p[0].contains("test_net_total"), "{p:?}");
+        // A collection error at BASE_REF is not a test that must still run.
+        let mut errored = base.clone();
+        errored.insert("tests.test_more".into(), Verdict::Error);
+        assert!(compare(&errored, &base, 5).is_empty());
         let mut skipped = base.clone();
         skipped.insert("tests.test_rechnung::test_gross".into(), Verdict::Skipped);
         assert!(compare(&base, &skipped, 5)[0].contains("no longer run"));

@@ -59,7 +59,7 @@ impl Run<'_> {
                 failing.extend(r.results.iter().flatten().filter_map(|(id, v)| {
                     let name = id.rsplit("::").next()?;
                     let name = name.split('[').next().unwrap_or(name);
-                    (*v == goal::results::Verdict::Failed).then(|| name.to_owned())
+                    v.failing().then(|| name.to_owned())
                 }));
                 let count =
                     by_ids.unwrap_or(match (step.and_then(|s| s.report), base.get(&r.name)) {

@@ -1245,7 +1245,7 @@ impl Run<'_> {
         // the exit, not the tests, was made green.
         let failing: Vec<&str> = now
             .iter()
-            .filter(|(_, v)| **v == goal::results::Verdict::Failed)
+            .filter(|(_, v)| v.failing())
             .map(|(id, _)| id.as_str())
             .collect();
         if result.passed && !failing.is_empty() {

@@ -3,8 +3,10 @@
 //! Sources: "go help environment" and "go help modules" (`go.work` and
 //! `go.work.sum` change which module code a test builds against;
 //! `go.mod`'s `replace`, `toolchain` and `godebug` directives — `go.mod`
-//! is judged as a shared file, its requirements free to change; `vendor/`
-//! holds the code of dependencies; `GOFLAGS` from `go env -w` lives in the
+//! is judged as a shared file, its requirements free to change;
+//! `vendor/modules.txt` switches the build to the vendored copies (the
+//! vendored code itself is the repository's code, judged like the rest);
+//! `GOFLAGS` from `go env -w` lives in the
 //! user's config, under a HOME the judge does not share).
 
 use super::{base, Runner};
@@ -16,7 +18,12 @@ pub const RUNNER: Runner = Runner {
         "https://go.dev/ref/mod#go-work-file",
         "https://go.dev/doc/toolchain",
     ],
-    files: &["**/go.work", "**/go.work.sum", "**/vendor/**", "**/go.env"],
+    files: &[
+        "**/go.work",
+        "**/go.work.sum",
+        "**/vendor/modules.txt",
+        "**/go.env",
+    ],
     vars: &[
         "GOFLAGS",
         "GOENV",

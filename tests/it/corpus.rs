@@ -56,6 +56,8 @@ struct Outcome {
     /// With the held-out tests, and without them.
     accepted: [bool; 2],
     reason: String,
+    /// The last attempt's gate findings: what a miss is diagnosed from.
+    findings: Vec<String>,
 }
 
 fn corpus_jobs() -> Vec<Job> {
@@ -210,6 +212,7 @@ fn run_case(job: &Job) -> Outcome {
         note: case.note,
         accepted: [accepted || only_held_out, accepted],
         reason: s["reason"].as_str().unwrap_or("?").to_owned(),
+        findings,
     }
 }
 
@@ -274,6 +277,8 @@ fn the_corpus_table() {
             say(verdicts[1], &o.reason),
             if good {
                 String::new()
+            } else if o.class == "honest" {
+                format!(" — {} (findings: {})", o.note, o.findings.join("; "))
             } else {
                 format!(" — {}", o.note)
             }

@@ -692,3 +692,45 @@ fn issue39_4_results_come_from_the_runners_report_not_stdout() {
         "pytest's junit report was read at the baseline"
     );
 }
+
+/// A mutation guard (issue 39, "done means"): the sandbox's list of secret
+/// files under `/etc` is what keeps the password hashes and the host's SSH
+/// configuration from the agent's Bash and a goal step. Emptying
+/// `ETC_SECRETS` left the suite green on `7056f70`; here, whatever of them
+/// this process can read, no process of the job reads (the check is
+/// meaningful where the suite runs as root, as CI does; elsewhere the
+/// files are unreadable to everyone involved).
+#[test]
+fn the_secret_files_under_etc_are_read_by_no_process_of_a_job() {
+    let env = TestEnv::scripted();
+    env.append_config(
+        "[[goal]]\nname = \"etc\"\nrun = \"cat /etc/shadow /etc/gshadow; cat /etc/ssh/* 2>&1; true\"\n",
+        "a goal step that reads the secret files",
+    );
+    let secrets: Vec<String> = ["/etc/shadow", "/etc/gshadow", "/etc/ssh/ssh_config"]
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .filter_map(|t| {
+            t.lines()
+                .find(|l| l.len() > 12 && !l.trim_start().starts_with('#'))
+                .map(str::to_owned)
+        })
+        .collect();
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![
+            turn(vec![bash(
+                "cat /etc/shadow /etc/gshadow /etc/ssh/ssh_config 2>&1; ls -la /etc/ssh 2>&1; echo READ-ATTEMPTED",
+            )]),
+            turn(vec![text("Done.")]),
+        ])],
+        vec![pass()],
+    ));
+    let r = env.run(&model, &one_attempt(&["--allow-green"]));
+    let bodies = all_bodies(&model);
+    assert!(bodies.contains("READ-ATTEMPTED"), "{}", r.stderr);
+    let refs: Vec<&str> = secrets.iter().map(String::as_str).collect();
+    for s in &refs {
+        assert!(!bodies.contains(s), "`{s}` reached the agent");
+    }
+    env.assert_no_secret_in_state(&refs);
+}
