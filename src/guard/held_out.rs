@@ -102,6 +102,24 @@ pub fn known_ids(failing: &[String], known: &dyn Fn(&str) -> bool) -> Vec<String
     ids
 }
 
+/// The one bit `none` feedback tells, whatever failed and however: the
+/// same words for a red step, a count drop and a run that wrote over its
+/// tree.
+pub fn one_bit(tests_rule: Option<u32>) -> Finding {
+    Finding {
+        reason: Reason::HeldOutFailed,
+        path: "held-out steps".into(),
+        line: None,
+        rule: tests_rule,
+        check: None,
+        problem: "tests you cannot see, of the same task, found the change wrong".into(),
+        fix: FIX.into(),
+    }
+}
+
+const FIX: &str =
+    "make the change right for every input the task describes, not only for the tests you can see";
+
 /// The findings on the held-out steps. `none` feedback is one bit: one
 /// finding whatever failed and however; `ids` names each red step and the
 /// ids kept; `full` quotes a red step's output (`output`: by step name,
@@ -128,10 +146,7 @@ pub fn findings(
         return Vec::new();
     }
     if feedback == Feedback::None {
-        return vec![finding(
-            "held-out steps".into(),
-            "tests you cannot see, of the same task, found the change wrong".into(),
-        )];
+        return vec![one_bit(tests_rule)];
     }
     red.into_iter()
         .map(|s| {

@@ -1127,14 +1127,19 @@ impl Run<'_> {
         };
         let overwrote = self.current().held_out_overwrote;
         if overwrote > 0 {
-            // No name: they may be held-out files.
+            // No name, no count: they may be held-out files', and which or
+            // how many is the candidate's to choose. Under `none`, not even
+            // how: the one bit every red held-out run is.
+            if self.job.guard.held_out_feedback == held_out::Feedback::None {
+                return vec![held_out::one_bit(rule)];
+            }
             return vec![Finding {
                 reason: Reason::HeldOutFailed,
                 path: "held-out steps".into(),
                 line: None,
                 rule,
                 check: None,
-                problem: format!("the change's code, run by the held-out steps, wrote over or deleted {overwrote} file(s) of the tree it ran in"),
+                problem: "the change's code, run by the held-out steps, wrote over or deleted files of the tree it ran in".into(),
                 fix: "leave the tree alone from code the tests run: write outputs to temporary files".into(),
             }];
         }

@@ -80,16 +80,23 @@ fn module<'a>(words: &[&'a str]) -> Option<&'a str> {
         .and_then(|i| words.get(i + 1).copied())
 }
 
-/// Where the interpreter, pytest and every module importing pytest loads
-/// resolve, as imported from the goal step's directory: the same
+/// Where the interpreter, pytest, every module importing pytest loads and
+/// every module of the standard library and the installed distributions
+/// would resolve, from the goal step's directory: the same
 /// `sys.path` the runner gets (`-c` puts the directory first, as `-m`
 /// does; a `pytest` script puts its own directory, which lies outside the
 /// tree, so the probe errs on the side of seeing more).
 fn probe(words: &[&str]) -> Option<String> {
     // Each module found on the path is printed as it is found, before its
     // code runs (a shadow that ends the process is named all the same).
+    // Then where every module of the standard library and every installed
+    // distribution's top-level module *would* resolve from here — found,
+    // not imported: a module the runner imports later in the run (pdb's
+    // `cmd`), or the tests do, is shadowed all the same by a file named
+    // like it at the top of the tree.
     const SCRIPT: &str = r#"import sys, os
 import importlib.machinery as m
+import importlib.util as u
 print('interpreter\t' + os.path.realpath(sys.executable), flush=True)
 class Seen:
     @staticmethod
@@ -100,10 +107,26 @@ class Seen:
         return s
 sys.meta_path.insert(sys.meta_path.index(m.PathFinder), Seen)
 import pytest
+sys.meta_path.remove(Seen)
 for k, v in sorted(sys.modules.items()):
     f = getattr(v, '__file__', None)
     if f:
         print(k + '\t' + os.path.realpath(f))
+names = set(getattr(sys, 'stdlib_module_names', ()))
+try:
+    import importlib.metadata as md
+    names.update(md.packages_distributions())
+except Exception:
+    pass
+for n in sorted(names):
+    if n in sys.modules or not n.isidentifier():
+        continue
+    try:
+        s = m.PathFinder.find_spec(n)
+    except Exception:
+        continue
+    if s is not None and s.origin and os.path.exists(s.origin):
+        print(n + '\t' + os.path.realpath(s.origin))
 print('probed\tcomplete')"#;
     let script = crate::util::shell_quote(SCRIPT);
     let python = match words.first().map(|w| base(w)) {
