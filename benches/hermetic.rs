@@ -11,10 +11,11 @@
 //!   (fifty 10 MB files, like a virtualenv or `node_modules`).
 //!
 //! Each job: the scripted agent writes the honest fix, the goal runs, the
-//! critic passes. Printed per tree and mode: the job's wall time, the
-//! baseline phase (the judge's world made, BASE_REF's goal run) and the
-//! attempt's judging (from the agent session's end to the goal's result:
-//! the change layer, the old tests alone and the whole change), each the
+//! critic passes. Printed per tree and mode: the job's wall time, its
+//! setup (to the sandbox and the judge's world made), the baseline phase
+//! (BASE_REF's goal run), the attempt's judging (from the agent session's end to the goal's result:
+//! the change layer, the old tests alone and the whole change) and the
+//! end (the critic, the commit, the judge's world removed), each the
 //! median of `LOOPD_BENCH_RUNS` runs (default 3), from the journal's clock.
 //!
 //! `cargo bench --features failpoints,scripted-agent --bench hermetic`
@@ -49,8 +50,13 @@ fn at(events: &[(String, u64)], name: &str) -> u64 {
 
 struct Timing {
     wall_ms: u64,
+    /// From the job's start to its sandbox and judge made (`confined`).
+    setup_ms: u64,
     baseline_ms: u64,
     judging_ms: u64,
+    /// From the goal's result to the job's last event (the critic, the
+    /// commit).
+    end_ms: u64,
 }
 
 fn one(tree: &str, shared: bool) -> Timing {
@@ -109,10 +115,13 @@ fn one(tree: &str, shared: bool) -> Timing {
         r.stderr
     );
     let events = clock(Path::new(s["run_dir"].as_str().expect("run dir")));
+    let last = events.last().map_or(0, |(_, ms)| *ms);
     Timing {
         wall_ms,
+        setup_ms: at(&events, "confined"),
         baseline_ms: at(&events, "baseline") - at(&events, "confined"),
         judging_ms: at(&events, "goal_run") - at(&events, "session_finished"),
+        end_ms: last - at(&events, "goal_run"),
     }
 }
 
@@ -128,19 +137,26 @@ fn main() {
         .unwrap_or(3);
     println!("hermetic judge cost, one attempt, median of {runs} runs (ms)");
     println!(
-        "{:<16} {:<9} {:>8} {:>10} {:>14}",
-        "tree", "judge", "job", "baseline", "attempt judge"
+        "{:<16} {:<9} {:>8} {:>8} {:>10} {:>14} {:>8}",
+        "tree", "judge", "job", "setup", "baseline", "attempt judge", "end"
     );
-    for tree in ["fixture", "30k files", "500 MB ignored"] {
+    // `LOOPD_BENCH_TREES=30k` (a substring of a tree's name) runs part.
+    let only = std::env::var("LOOPD_BENCH_TREES").unwrap_or_default();
+    for tree in ["fixture", "30k files", "500 MB ignored"]
+        .into_iter()
+        .filter(|t| t.contains(only.as_str()))
+    {
         for shared in [true, false] {
             let t: Vec<Timing> = (0..runs).map(|_| one(tree, shared)).collect();
             println!(
-                "{:<16} {:<9} {:>8} {:>10} {:>14}",
+                "{:<16} {:<9} {:>8} {:>8} {:>10} {:>14} {:>8}",
                 tree,
                 if shared { "shared" } else { "hermetic" },
                 median(t.iter().map(|t| t.wall_ms).collect()),
+                median(t.iter().map(|t| t.setup_ms).collect()),
                 median(t.iter().map(|t| t.baseline_ms).collect()),
                 median(t.iter().map(|t| t.judging_ms).collect()),
+                median(t.iter().map(|t| t.end_ms).collect()),
             );
         }
     }
