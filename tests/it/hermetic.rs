@@ -497,8 +497,10 @@ fn issue39_10_every_file_of_every_registered_runner_is_refused() {
 
 /// Done means, the variables: the agent sets every variable of every
 /// registered runner where a shell or a tool would pick it up — its
-/// environment, `~/.profile`, `~/.bashrc`, a `.envrc` — and no goal step
-/// sees one (the judge's environment is an allow-list, its `HOME` fresh).
+/// environment, `~/.profile`, `~/.bashrc`, a `.envrc` — and so does
+/// loopd's own environment; no goal step sees one (the judge's environment
+/// is an allow-list, its `HOME` fresh), but where the toolchains live.
+/// (On `7056f70` loopd's `PYTHONPATH`, `NODE_OPTIONS`, … reached it.)
 #[test]
 fn issue39_10_no_variable_of_a_registered_runner_reaches_the_goal() {
     let env = TestEnv::scripted();
@@ -525,7 +527,21 @@ fn issue39_10_no_variable_of_a_registered_runner_reaches_the_goal() {
         ])],
         vec![pass()],
     ));
-    let r = env.run(&model, &one_attempt(&[]));
+    // And in loopd's own environment, which a lead did not name: none but
+    // where the toolchains live (passed by design) reaches a goal step.
+    let mut cmd = env.loopd(Some(&model));
+    for v in vars
+        .iter()
+        .filter(|v| !loopd::sandbox::env::TOOLCHAIN_VARS.contains(v))
+    {
+        cmd.env(v, format!("planted-{v}"));
+    }
+    let r = finish(
+        cmd.args(["run", "--json"])
+            .args(one_attempt(&[]))
+            .output()
+            .expect("run"),
+    );
     assert!(all_bodies(&model).contains("PLANTED"), "{}", r.stderr);
     let s = r.summary();
     let goal = journal(&s)
