@@ -222,10 +222,21 @@ fn walk(plan: Plan, crash: Option<&str>) -> (Outcome, Vec<String>) {
             if let Some(s) = first.try_wait().expect("try_wait") {
                 break s;
             }
-            assert!(
-                Instant::now() < until,
-                "the daemon never reached crash point {point}"
-            );
+            if Instant::now() >= until {
+                let _ = first.kill();
+                let log =
+                    std::fs::read_to_string(env.tmp.path().join("daemon.log")).unwrap_or_default();
+                let tail: String = log
+                    .lines()
+                    .rev()
+                    .take(60)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                panic!("the daemon never reached crash point {point}; its log ends:\n{tail}");
+            }
             std::thread::sleep(Duration::from_millis(20));
         };
         use std::os::unix::process::ExitStatusExt;
