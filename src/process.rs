@@ -290,6 +290,39 @@ impl<'a, H: Future<Output = ()>> Hurry<'a, H> {
     }
 }
 
+/// Spawn a helper loopd waits for itself (std, not tokio), marked managed
+/// across the spawn and until [`Managed::wait`]: between its fork and its
+/// exec a child shows loopd's own environment, with no token, so a sweep
+/// for strays on another thread (another job of the daemon) would take it
+/// for an orphan and stop it; and `reap_orphans` must leave its exit to
+/// the wait.
+pub fn spawn_managed(cmd: &mut std::process::Command) -> std::io::Result<Managed> {
+    let mut managed = MANAGED.lock().expect("managed pid set");
+    let child = cmd.spawn()?;
+    let pid = i32::try_from(child.id())
+        .ok()
+        .and_then(Pid::new)
+        .expect("a child that was just spawned and not yet waited for has a pid");
+    managed.get_or_insert_with(HashSet::new).insert(pid);
+    drop(managed);
+    Ok(Managed { child, pid })
+}
+
+/// A std child marked managed until waited for ([`spawn_managed`]).
+pub struct Managed {
+    pub child: std::process::Child,
+    pid: Pid,
+}
+
+impl Managed {
+    /// Wait for it to exit, and unmark it.
+    pub fn wait(mut self) -> std::io::Result<std::process::ExitStatus> {
+        let status = self.child.wait();
+        managed_remove(self.pid);
+        status
+    }
+}
+
 /// A running contained child.
 #[derive(Debug)]
 pub struct Contained {

@@ -87,11 +87,13 @@ pub fn create(spec: &NsSpec) -> Result<(Namespaces, Option<std::net::TcpListener
             Ok(())
         });
     }
-    let mut proc = cmd
-        .spawn()
+    // Managed until waited for: a sweep for strays (another job's, in the
+    // daemon) must not take it, between its fork and its exec, for an
+    // orphan with no token.
+    let mut proc = crate::process::spawn_managed(&mut cmd)
         .map_err(|e| format!("the namespace helper: {e}"))?;
     drop(theirs);
-    if let Some(mut stdin) = proc.stdin.take() {
+    if let Some(mut stdin) = proc.child.stdin.take() {
         // The helper reads all of it before anything else; a failure shows
         // as its error below.
         let _ = stdin.write_all(text.as_bytes());
