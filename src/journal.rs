@@ -101,27 +101,62 @@ pub enum AttemptEnd {
     },
 }
 
-/// Which deterministic gate produced a [`Event::GateChecked`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Gate {
+/// Which deterministic gate produced a [`Event::GateChecked`]: its name
+/// in the gate table (`crate::job::gate::GATES`). A name, not an enum, so
+/// that a new gate is its own module and a line of the table — the journal
+/// keeps whatever the table names, and a journal written by a loopd with
+/// fewer gates reads the same.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Gate(std::borrow::Cow<'static, str>);
+
+impl Gate {
     /// Protected paths and skip markers, on the diff.
-    Diff,
+    pub const DIFF: Gate = Gate::named("diff");
     /// The test count of a green goal test against the baseline.
-    TestCount,
+    pub const TEST_COUNT: Gate = Gate::named("test_count");
     /// `.git/` (config, hooks, info) against its pin, after the agent session.
-    GitDir,
+    pub const GIT_DIR: Gate = Gate::named("git_dir");
     /// `.git/` against its pin, after the goal test ran the agent's code.
-    GitDirAfterGoal,
+    pub const GIT_DIR_AFTER_GOAL: Gate = Gate::named("git_dir_after_goal");
     /// Protected paths and skip markers again, on the tree the goal test
     /// left: the goal ran the agent's code, which the hook never sees.
-    DiffAfterGoal,
+    pub const DIFF_AFTER_GOAL: Gate = Gate::named("diff_after_goal");
     /// The pre-critic on the added lines of a green attempt, before the
     /// critic ([`crate::guard::precheck`]).
-    Precheck,
+    pub const PRECHECK: Gate = Gate::named("precheck");
     /// The held-out goal steps on the judge-only tree, after the
     /// pre-critic and before the critic ([`crate::guard::held_out`]).
-    HeldOut,
+    pub const HELD_OUT: Gate = Gate::named("held_out");
+
+    pub const fn named(name: &'static str) -> Gate {
+        Gate(std::borrow::Cow::Borrowed(name))
+    }
+
+    pub fn name(&self) -> &str {
+        &self.0
+    }
+
+    /// The gate's name for humans (the live view's and the HTML report's
+    /// one wording). A gate without a line here is shown by its name.
+    pub fn label(&self) -> &str {
+        match self.name() {
+            "diff" => "diff gate",
+            "test_count" => "test-count gate",
+            "git_dir" => "`.git/` check",
+            "git_dir_after_goal" => "`.git/` check after the goal test",
+            "diff_after_goal" => "diff gate after the goal test",
+            "precheck" => "pre-critic",
+            "held_out" => "held-out tests",
+            other => other,
+        }
+    }
+}
+
+impl std::fmt::Display for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// What a job is judged by and what it may spend, recorded when it starts
@@ -809,15 +844,11 @@ pub struct Current {
     pub agent: Option<SessionFinished>,
     /// The diff's sha256 and what the progress guard said of it.
     pub diff: Option<(String, Option<Reason>)>,
-    pub diff_gate: Option<Vec<Finding>>,
     pub denied: Vec<Finding>,
-    /// `.git/` against its pin, after the agent session / after the goal.
-    pub git_dir_gate: Option<Vec<Finding>>,
-    pub git_dir_after_goal: Option<Vec<Finding>>,
-    pub diff_after_goal: Option<Vec<Finding>>,
     pub goal: Option<GoalReport>,
-    pub test_count_gate: Option<Vec<Finding>>,
-    pub precheck_gate: Option<Vec<Finding>>,
+    /// Each gate that ran, in the order it ran, with its findings (none:
+    /// it passed).
+    pub gates: Vec<(Gate, Vec<Finding>)>,
     pub held_out: Option<GoalReport>,
     /// How many paths of its tree the held-out run changed (see
     /// [`Event::HeldOutRun`]).
@@ -828,7 +859,6 @@ pub struct Current {
     pub goal_origins: crate::runner::Origins,
     /// The held-out steps' outcomes of this attempt.
     pub held_out_outcomes: Vec<crate::guard::held_out::Outcome>,
-    pub held_out_gate: Option<Vec<Finding>>,
     /// The interdiff's files and the scope check's unnamed files.
     pub interdiff: Option<(Vec<String>, Vec<String>)>,
     pub critic: Option<SessionFinished>,
@@ -840,36 +870,19 @@ pub struct Current {
 
 impl Current {
     /// A gate's findings, once it ran.
-    pub fn gate(&self, gate: Gate) -> Option<&Vec<Finding>> {
-        match gate {
-            Gate::Diff => self.diff_gate.as_ref(),
-            Gate::TestCount => self.test_count_gate.as_ref(),
-            Gate::Precheck => self.precheck_gate.as_ref(),
-            Gate::GitDir => self.git_dir_gate.as_ref(),
-            Gate::GitDirAfterGoal => self.git_dir_after_goal.as_ref(),
-            Gate::DiffAfterGoal => self.diff_after_goal.as_ref(),
-            Gate::HeldOut => self.held_out_gate.as_ref(),
-        }
+    pub fn gate(&self, gate: &Gate) -> Option<&Vec<Finding>> {
+        self.gates.iter().find(|(g, _)| g == gate).map(|(_, f)| f)
     }
 
     /// What rejects this attempt: gate and pre-critic findings, denials,
     /// critic violations, a red goal step.
     fn rejection(&self) -> Rejection {
-        let gates = [
-            &self.git_dir_gate,
-            &self.diff_gate,
-            &self.git_dir_after_goal,
-            &self.diff_after_goal,
-            &self.test_count_gate,
-            &self.precheck_gate,
-            &self.held_out_gate,
-        ];
         Rejection {
             attempt: self.attempt,
-            findings: gates
-                .into_iter()
-                .flatten()
-                .flatten()
+            findings: self
+                .gates
+                .iter()
+                .flat_map(|(_, f)| f)
                 .chain(&self.denied)
                 .cloned()
                 .collect(),
@@ -1269,23 +1282,12 @@ impl Replay {
                 gate,
                 findings,
             } => {
+                // A goal re-run after a crash checks `.git/` again: what
+                // either check found stands.
                 if let Some(c) = current(self, *attempt) {
-                    match gate {
-                        Gate::Diff => c.diff_gate = Some(findings.clone()),
-                        Gate::TestCount => c.test_count_gate = Some(findings.clone()),
-                        // A goal re-run after a crash checks `.git/` again:
-                        // what either check found stands.
-                        Gate::GitDir => c
-                            .git_dir_gate
-                            .get_or_insert_with(Vec::new)
-                            .extend(findings.iter().cloned()),
-                        Gate::GitDirAfterGoal => c
-                            .git_dir_after_goal
-                            .get_or_insert_with(Vec::new)
-                            .extend(findings.iter().cloned()),
-                        Gate::DiffAfterGoal => c.diff_after_goal = Some(findings.clone()),
-                        Gate::Precheck => c.precheck_gate = Some(findings.clone()),
-                        Gate::HeldOut => c.held_out_gate = Some(findings.clone()),
+                    match c.gates.iter_mut().find(|(g, _)| g == gate) {
+                        Some((_, found)) => found.extend(findings.iter().cloned()),
+                        None => c.gates.push((gate.clone(), findings.clone())),
                     }
                 }
             }
@@ -1966,7 +1968,7 @@ mod tests {
             finished(1, Role::Agent, 0, 0.1),
             Event::GateChecked {
                 attempt: 1,
-                gate: Gate::Precheck,
+                gate: Gate::PRECHECK,
                 findings: vec![finding.clone()],
             },
             Event::AttemptEnded {
@@ -2067,7 +2069,7 @@ mod tests {
             },
             Event::GateChecked {
                 attempt: 1,
-                gate: Gate::GitDirAfterGoal,
+                gate: Gate::GIT_DIR_AFTER_GOAL,
                 findings: vec![],
             },
             Event::Pushed {

@@ -10,7 +10,7 @@
 //! in a pipe or a CI log they stay readable.
 
 use crate::agent::session::Role;
-use crate::journal::{AttemptEnd, Entry, Event, Gate, Replay};
+use crate::journal::{AttemptEnd, Entry, Event, Replay};
 
 /// Renders journal entries as progress lines for one job.
 #[derive(Debug, Clone)]
@@ -119,7 +119,7 @@ impl Progress {
                 gate,
                 findings,
             } => {
-                let name = gate_name(*gate);
+                let name = gate.label();
                 match findings.first() {
                     None => format!("attempt {attempt}: {name}: passed"),
                     Some(f) => format!(
@@ -325,18 +325,6 @@ fn role_name(role: Role) -> &'static str {
     }
 }
 
-fn gate_name(gate: Gate) -> &'static str {
-    match gate {
-        Gate::Diff => "diff gate",
-        Gate::TestCount => "test-count gate",
-        Gate::Precheck => "pre-critic",
-        Gate::GitDir => ".git/ check",
-        Gate::GitDirAfterGoal => ".git/ check after the goal test",
-        Gate::DiffAfterGoal => "diff gate after the goal test",
-        Gate::HeldOut => "held-out tests",
-    }
-}
-
 fn first_line(text: &str) -> String {
     let line = text.lines().next().unwrap_or("").trim();
     let mut out: String = line.chars().take(100).collect();
@@ -391,7 +379,7 @@ mod tests {
             }),
             Event::GateChecked {
                 attempt: 1,
-                gate: Gate::Diff,
+                gate: crate::journal::Gate::DIFF,
                 findings: vec![],
             },
             Event::JobEnded {

@@ -37,6 +37,7 @@ mod attempt;
 mod channel;
 mod ending;
 mod feedback;
+mod gate;
 mod held_out;
 mod judge;
 mod prepare;

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::timeline::{gate_label, AttemptTimeline, PhaseKind};
+use super::timeline::{AttemptTimeline, PhaseKind};
 use super::{CacheTokens, Inputs, MARKER};
 use crate::journal::AttemptEnd;
 use crate::outcome::Outcome;
@@ -749,7 +749,7 @@ fn findings(h: &mut String, a: &AttemptRecord, t: Option<&AttemptTimeline>) {
             );
             let rows = found
                 .iter()
-                .map(|(g, f)| (gate_label(*g), f))
+                .map(|(g, f)| (g.label(), f))
                 .chain(denied.iter().map(|f| ("hook (denied tool call)", f)));
             for (gate, f) in rows {
                 let at = match f.line {

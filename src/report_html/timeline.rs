@@ -103,19 +103,6 @@ impl AttemptTimeline {
     }
 }
 
-/// A gate's name for humans.
-pub fn gate_label(gate: Gate) -> &'static str {
-    match gate {
-        Gate::Diff => "diff gate (protected paths, skip markers)",
-        Gate::TestCount => "test count",
-        Gate::GitDir => "`.git/` unchanged",
-        Gate::GitDirAfterGoal => "`.git/` unchanged after the goal test",
-        Gate::DiffAfterGoal => "diff gate after the goal test (protected paths, skip markers, what the goal test changed)",
-        Gate::Precheck => "pre-critic",
-        Gate::HeldOut => "held-out tests (on a judge-only tree)",
-    }
-}
-
 /// Fold the journal's entries into one timeline per attempt.
 pub fn build(entries: &[Entry]) -> BTreeMap<u32, AttemptTimeline> {
     let mut out: BTreeMap<u32, AttemptTimeline> = BTreeMap::new();
@@ -191,7 +178,7 @@ pub fn build(entries: &[Entry]) -> BTreeMap<u32, AttemptTimeline> {
                 let start = last_ms.max(t.started_ms);
                 t.phases.push(Phase {
                     kind: PhaseKind::Gate,
-                    label: gate_label(*gate).to_owned(),
+                    label: gate.label().to_owned(),
                     start_ms: start - t.started_ms,
                     duration_ms: ms.saturating_sub(start),
                     passed: Some(findings.is_empty()),
@@ -202,7 +189,7 @@ pub fn build(entries: &[Entry]) -> BTreeMap<u32, AttemptTimeline> {
                     },
                 });
                 t.findings
-                    .extend(findings.iter().map(|f| (*gate, f.clone())));
+                    .extend(findings.iter().map(|f| (gate.clone(), f.clone())));
             }
             Event::GoalRun {
                 attempt: n, report, ..
@@ -214,7 +201,7 @@ pub fn build(entries: &[Entry]) -> BTreeMap<u32, AttemptTimeline> {
                 // gate itself took the rest of it.
                 let after_goal = t
                     .phases
-                    .pop_if(|p| p.label == gate_label(Gate::GitDirAfterGoal));
+                    .pop_if(|p| p.label == Gate::GIT_DIR_AFTER_GOAL.label());
                 let mut at = match &after_goal {
                     Some(g) => g.start_ms,
                     None => ms.saturating_sub(total).max(t.started_ms) - t.started_ms,
@@ -349,7 +336,7 @@ mod tests {
                 5110,
                 Event::GateChecked {
                     attempt: 1,
-                    gate: Gate::Diff,
+                    gate: Gate::DIFF,
                     findings: vec![],
                 },
             ),
@@ -357,7 +344,7 @@ mod tests {
                 5850,
                 Event::GateChecked {
                     attempt: 1,
-                    gate: Gate::GitDirAfterGoal,
+                    gate: Gate::GIT_DIR_AFTER_GOAL,
                     findings: vec![],
                 },
             ),
@@ -378,7 +365,7 @@ mod tests {
                 6000,
                 Event::GateChecked {
                     attempt: 1,
-                    gate: Gate::Precheck,
+                    gate: Gate::PRECHECK,
                     findings: vec![finding.clone()],
                 },
             ),
@@ -419,7 +406,7 @@ mod tests {
                 (PhaseKind::Gate, 4900, 100, Some(false)),
             ]
         );
-        assert_eq!(a1.findings, vec![(Gate::Precheck, finding)]);
+        assert_eq!(a1.findings, vec![(Gate::PRECHECK, finding)]);
         assert!((a1.agent_cost_usd - 0.25).abs() < 1e-12);
         assert_eq!(a1.ended_ms, None);
         assert_eq!(a1.duration_ms(), 5000);

@@ -434,7 +434,7 @@ fn issue12_a_push_url_redirected_through_the_agents_bash_reaches_no_attacker() {
         events.iter().any(|e| matches!(e, loopd::journal::Event::ToolDenied(d) if d.input["command"].as_str().is_some_and(|c| c.contains("git remote set-url")))),
         "the hook denied `git remote set-url`"
     );
-    let found = gate_findings(&events, loopd::journal::Gate::GitDir);
+    let found = gate_findings(&events, loopd::journal::Gate::GIT_DIR);
     assert!(
         found.iter().any(|f| f.path == ".git/config"),
         "the gate after the session saw the config change: {found:?}"
@@ -469,7 +469,7 @@ fn issue12_a_push_url_redirected_by_code_the_goal_test_runs_reaches_no_attacker(
     assert_eq!(ci.authenticated_pushes(), 1);
     assert_eq!(ci.config(), config_before);
     let events = ci_journal(&report);
-    let found = gate_findings(&events, loopd::journal::Gate::GitDirAfterGoal);
+    let found = gate_findings(&events, loopd::journal::Gate::GIT_DIR_AFTER_GOAL);
     assert!(
         found
             .iter()

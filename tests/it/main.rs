@@ -15,6 +15,7 @@ mod corpus;
 mod crash;
 mod daemon;
 mod export;
+mod gates;
 mod gateway;
 mod guards;
 mod held_out;
