@@ -318,6 +318,12 @@ impl Progress {
     }
 }
 
+/// The tracing target of a warning that a live line also says (a gate's
+/// finding, a stop for no progress, files set aside): with live lines on,
+/// stderr leaves it to the live line, and the job's log keeps it — each
+/// event is said once.
+pub const SAID: &str = "loopd::said";
+
 fn role_name(role: Role) -> &'static str {
     match role {
         Role::Agent => "agent",

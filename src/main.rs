@@ -23,7 +23,14 @@ fn init_logging(verbose: u8, quiet: bool, live: bool) {
     let filter = std::env::var("LOOPD_LOG")
         .ok()
         .and_then(|f| EnvFilter::try_new(f).ok())
-        .unwrap_or_else(|| EnvFilter::new(format!("loopd={default},warn")));
+        .unwrap_or_else(|| {
+            let said = if live && verbose == 0 {
+                format!(",{}=off", loopd::live::SAID)
+            } else {
+                String::new()
+            };
+            EnvFilter::new(format!("loopd={default}{said},warn"))
+        });
     let ansi = std::env::var_os("NO_COLOR").is_none()
         && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let stderr = fmt::layer()

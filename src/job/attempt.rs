@@ -330,8 +330,7 @@ impl Run<'_> {
             _ => self.session_failure(number, &end, &spend),
         };
         if refused > 0 {
-            tracing::warn!(
-                role = role.as_str(),
+            tracing::warn!(target: crate::live::SAID, role = role.as_str(),
                 refused,
                 "the gateway refused requests of this session"
             );

@@ -1,11 +1,13 @@
-//! Everything after the agent session, in order: `.git/` against its pin
-//! (then put back) → the diff and the progress guard → the interdiff with
-//! the previous attempt and the scope check → the hook's denials → the diff
-//! gate (protected paths, skip markers) → the goal test → `.git/` and the
-//! diff gate again (the goal ran the agent's code) → the test-count gate →
-//! the pre-critic → judge integrity → the critic → the decision. Each
-//! step's result is journaled; on a resume a step whose result the journal
-//! holds is not run again.
+//! Everything after the agent session, in stages: `.git/` against its pin
+//! (then put back) → the diff, the progress guard and the gates that judge
+//! the change the session left ([`gate::Stage::Session`]) → the agent's
+//! escalation, no progress, the interdiff, the hook's denials → the goal
+//! test (in the judge's own world, or in the worktree followed by `.git/`
+//! again) → the gates on what the goal did → on a green goal, the gates
+//! before any model call, the held-out run and its gate → the critic →
+//! judge integrity → the decision. The gates themselves are the table of
+//! [`gate::GATES`]. Each step's result is journaled; on a resume a step
+//! whose result the journal holds is not run again.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -76,7 +78,7 @@ pub fn test_count_off(job: &Job, baseline: &GoalReport) -> BTreeMap<String, Stri
     baseline_reads(&job.goal, baseline)
         .filter_map(|(step, read)| {
             let why = read.err()?.explain();
-            tracing::warn!(step = %step, why = %why, "the test-count gate is off for this step");
+            tracing::warn!(target: crate::live::SAID, step = %step, why = %why, "the test-count gate is off for this step");
             Some((step.to_owned(), why))
         })
         .collect()
@@ -202,7 +204,7 @@ impl Run<'_> {
             return Ok(Err(Judged::Stop(self.guard_ending(reason))));
         }
         if let Some((sha, Some(reason))) = &current.diff {
-            tracing::warn!(attempt = n, %reason, diff_sha256 = %sha, "no progress");
+            tracing::warn!(target: crate::live::SAID, attempt = n, %reason, diff_sha256 = %sha, "no progress");
             return Ok(Err(Judged::Stop(self.guard_ending(*reason))));
         }
         let interdiff = self.interdiff(n, snapshot, dir)?;
@@ -637,7 +639,7 @@ impl Run<'_> {
                     .collect()
             };
             if !unnamed.is_empty() {
-                tracing::warn!(attempt = n, files = ?unnamed, "scope check: files changed that no finding named");
+                tracing::warn!(target: crate::live::SAID, attempt = n, files = ?unnamed, "scope check: files changed that no finding named");
             }
             self.journal.append(Event::InterdiffTaken {
                 attempt: n,
@@ -715,7 +717,7 @@ impl Run<'_> {
                 e
             }
         };
-        tracing::warn!(attempt = n, test = %esc.test, claim = %esc.claim, "the agent escalated the task to a human");
+        tracing::warn!(target: crate::live::SAID, attempt = n, test = %esc.test, claim = %esc.claim, "the agent escalated the task to a human");
         Ok(Some(Ending {
             reason: Reason::Escalated,
             detail: format!(
@@ -734,7 +736,7 @@ impl Run<'_> {
             _ => 2,
         });
         for f in &findings {
-            tracing::warn!(attempt = n, reason = %f.reason, path = %f.path, line = f.line.unwrap_or(0), problem = %f.problem, "gate finding");
+            tracing::warn!(target: crate::live::SAID, attempt = n, reason = %f.reason, path = %f.path, line = f.line.unwrap_or(0), problem = %f.problem, "gate finding");
         }
         let gate = findings.first().map(|f| f.reason);
         findings.extend(denied);
@@ -770,7 +772,7 @@ impl Run<'_> {
             })?;
             let findings = tamper::git_dir_findings(&changes, stage);
             for f in &findings {
-                tracing::warn!(attempt = n, path = %f.path, problem = %f.problem, "the git directory changed");
+                tracing::warn!(target: crate::live::SAID, attempt = n, path = %f.path, problem = %f.problem, "the git directory changed");
             }
             self.journal.append(Event::GateChecked {
                 attempt: n,

@@ -529,8 +529,7 @@ impl Run<'_> {
                     source,
                 }
             })?;
-        tracing::warn!(
-            attempt = n,
+        tracing::warn!(target: crate::live::SAID, attempt = n,
             moved = done.moved.len(),
             removed = done.removed.len(),
             "files the judges do not see, new or changed since the baseline, set aside before the goal test"

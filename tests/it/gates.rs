@@ -57,4 +57,14 @@ fn a_gate_registered_by_one_line_of_the_table_judges_like_every_other() {
         "the live view says it by its name: {}",
         r.stderr
     );
+    // Said once: the live line, not a warning after it as well; the job's
+    // log keeps the warning.
+    assert!(
+        !r.stderr.contains("gate finding"),
+        "a warning repeats the live line: {}",
+        r.stderr
+    );
+    let run_dir = std::path::PathBuf::from(s["run_dir"].as_str().expect("run_dir"));
+    let log = std::fs::read_to_string(run_dir.join("loopd.log")).expect("loopd.log");
+    assert!(log.contains("gate finding"), "{log}");
 }

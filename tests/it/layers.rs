@@ -205,6 +205,59 @@ fn modules_use_only_their_layer_and_below_and_form_no_cycle() {
     );
 }
 
+/// The top-level modules a text names in backticks, in `→`-separated
+/// layers (docs/architecture.md) or in the rows of a table whose second
+/// cell lists them (src/lib.rs).
+fn named_layers(groups: Vec<&str>) -> Vec<BTreeSet<String>> {
+    let known: BTreeSet<&str> = LAYERS.iter().flat_map(|l| l.iter().copied()).collect();
+    groups
+        .into_iter()
+        .map(|g| {
+            g.split('`')
+                .skip(1)
+                .step_by(2)
+                .map(|w| w.trim_matches(['[', ']']))
+                .filter(|w| known.contains(w))
+                .map(str::to_owned)
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn the_architecture_page_and_lib_rs_name_the_layers_the_code_has() {
+    let want: Vec<BTreeSet<String>> = LAYERS
+        .iter()
+        .map(|l| l.iter().map(|m| (*m).to_owned()).collect())
+        .collect();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let page = std::fs::read_to_string(root.join("docs/architecture.md")).expect("the page");
+    let body = page.split_once(':').map_or(page.as_str(), |(_, b)| b);
+    // Only the first mention of a module counts: a layer's parenthesis
+    // may name a lower one (`job`'s `held_out` is its own module).
+    let mut seen = BTreeSet::new();
+    let page_layers: Vec<BTreeSet<String>> = named_layers(body.split('→').collect())
+        .into_iter()
+        .map(|l| l.into_iter().filter(|m| seen.insert(m.clone())).collect())
+        .collect();
+    assert_eq!(
+        page_layers, want,
+        "docs/architecture.md names other layers than LAYERS"
+    );
+    let lib = std::fs::read_to_string(root.join("src/lib.rs")).expect("lib.rs");
+    let rows: Vec<&str> = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("//! | "))
+        .filter(|l| l.chars().next().is_some_and(|c| c.is_ascii_digit()))
+        .filter_map(|l| l.split(" | ").nth(1))
+        .collect();
+    assert_eq!(
+        named_layers(rows),
+        want,
+        "src/lib.rs's table names other layers than LAYERS"
+    );
+}
+
 /// A file's module path: `src/agent/gateway/spend.rs` → `agent::gateway::spend`,
 /// `src/agent/gateway/mod.rs` → `agent::gateway`.
 fn module_path(src: &Path, file: &Path) -> Vec<String> {

@@ -676,6 +676,47 @@ fn suite_tests() -> Vec<(String, String, String)> {
     out
 }
 
+/// The "Counts" table of `tests/it/README.md`, computed from the suite:
+/// the test functions by attribute and the rows by agent. `Err` holds the
+/// table as it should read.
+fn counts_match(
+    readme: &str,
+    rows: &std::collections::BTreeMap<(String, String), String>,
+    tests: &[(String, String, String)],
+) -> Result<(), String> {
+    let tokio = tests
+        .iter()
+        .filter(|(_, _, body)| body.trim_start().starts_with("#[tokio::test"))
+        .count();
+    let by = |prefix: &str| rows.values().filter(|a| a.starts_with(prefix)).count();
+    let want = format!(
+        "| test fns ({} `#[test]` + {tokio} `#[tokio::test]`) | {} |\n\
+         | drive the scripted agent (\"scripted\") | {} |\n\
+         | start a real agent CLI (\"real CLI\") | {} |\n\
+         | no agent (pure Rust, files, `check`/`report`/`status`, or stop before any session) | {} |\n",
+        tests.len() - tokio,
+        tests.len(),
+        by("scripted"),
+        by("real CLI"),
+        by("none"),
+    );
+    let have: String = readme
+        .split_once("### Counts")
+        .map(|(_, rest)| rest)
+        .unwrap_or_default()
+        .lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .filter(|l| !l.starts_with("| |") && !l.starts_with("|---"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    if have == want {
+        Ok(())
+    } else {
+        Err(want)
+    }
+}
+
 /// The inventory in `tests/it/README.md` has a row for every test, and its
 /// "agent" column is true where the source can tell: a test marked
 /// `scripted` builds its job on the scripted agent (`TestEnv::scripted()`,
@@ -706,6 +747,9 @@ fn the_suite_inventory_names_each_test_with_the_agent_it_uses() {
         rows.insert((module.clone(), name), cells[1].to_owned());
     }
     let tests = suite_tests();
+    if let Err(table) = counts_match(&readme, &rows, &tests) {
+        panic!("tests/it/README.md's counts are not the suite's; they are:\n{table}");
+    }
     // Whether `body` calls `call` (`name(`), not a longer name ending so.
     let calls = |body: &str, call: &str| {
         body.match_indices(call).any(|(i, _)| {

@@ -133,7 +133,7 @@ fn runner_changed(run: &Run<'_>) -> Vec<Finding> {
         if moved.is_empty() {
             continue;
         }
-        tracing::warn!(step = %name, moved = moved.len(), "the goal step's runner resolved elsewhere than at BASE_REF");
+        tracing::warn!(target: crate::live::SAID, step = %name, moved = moved.len(), "the goal step's runner resolved elsewhere than at BASE_REF");
         out.push(Finding {
             reason: Reason::RunnerChanged,
             path: moved
