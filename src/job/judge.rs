@@ -117,6 +117,23 @@ impl Run<'_> {
                 tree: tree.map(|t| t.to_string()),
             })?;
         }
+        // What the lead's exceptions let through, recorded before the gate
+        // that lets it through (once: a resumed job holds it).
+        if self.current().diff_gate.is_none() {
+            let lifted = self
+                .env
+                .policy
+                .compile()
+                .map_err(JobError::Policy)?
+                .lifted_changes(&diff);
+            if !lifted.is_empty() {
+                tracing::info!(attempt = n, files = ?lifted, "changed, allowed by [protect] allow: recorded, not rejected");
+                self.journal.append(Event::ProtectionLifted {
+                    attempt: n,
+                    files: lifted,
+                })?;
+            }
+        }
         // The deterministic gate on the diff; what `.git/` showed rejects
         // with it.
         self.check_gate(n, Gate::Diff, |run| {
@@ -557,7 +574,8 @@ impl Run<'_> {
         if let Some(e) = self.verify_integrity() {
             return Ok(Err(e));
         }
-        let mut gates = gates_statement(self.job, goal, counts);
+        let lifted = self.current().lifted;
+        let mut gates = gates_statement(self.job, goal, counts, !lifted.is_empty());
         if self.strict(n) {
             gates.push_str(&format!("\n\n{}", late_attempt(n)));
         }
@@ -595,6 +613,7 @@ impl Run<'_> {
             },
             bound: self.job.guard.max_diff_bytes(),
             gates: &gates,
+            allowed: &lifted,
             previous,
             answer_with: self.critic.answer_with(),
         }
@@ -1012,6 +1031,9 @@ impl Run<'_> {
         if !self.env.policy.append_only {
             return Vec::new();
         }
+        // A test `[protect] allow` names may change whole: the lead said
+        // so. (A policy that does not compile lifts nothing.)
+        let policy = self.env.policy.compile().ok();
         let tests = &self.env.policy.files;
         let modified: Vec<&str> = diff
             .changes
@@ -1019,6 +1041,7 @@ impl Run<'_> {
             .filter(|c| c.status == workspace::ChangeKind::Modified && !c.submodule)
             .filter(|c| {
                 tests.get(&c.path).map(String::as_str) == Some(crate::guard::tamper::TEST_AT_BASE)
+                    && !policy.as_ref().is_some_and(|p| p.lifted(&c.path))
             })
             .map(|c| c.path.as_str())
             .collect();
@@ -1072,9 +1095,13 @@ impl Run<'_> {
     /// The runner's configuration inside shared files (`package.json`'s
     /// scripts, `[tool.pytest]`, a conftest's hooks, ...), compared parsed.
     fn runner_findings(&self, diff: &Diff) -> Vec<Finding> {
-        let files = self
-            .ws
-            .changed_texts(self.base_oid, diff, crate::guard::runner::wanted);
+        // A file `[protect] allow` names is the lead's exception here too
+        // (a `conftest.py` the task says to change). A policy that does not
+        // compile lifts nothing.
+        let policy = self.env.policy.compile().ok();
+        let files = self.ws.changed_texts(self.base_oid, diff, |p| {
+            crate::guard::runner::wanted(p) && !policy.as_ref().is_some_and(|c| c.lifted(p))
+        });
         // The words of the Python tests at BASE_REF, read once, and only
         // when a new conftest defines something to look up.
         let base_words: std::cell::OnceCell<BTreeSet<String>> = std::cell::OnceCell::new();
@@ -1323,10 +1350,19 @@ fn late_attempt(n: u32) -> String {
 }
 
 /// What the critic is told the code already established.
-fn gates_statement(job: &Job, goal: &GoalReport, counts: &BTreeMap<String, Counts>) -> String {
+fn gates_statement(
+    job: &Job,
+    goal: &GoalReport,
+    counts: &BTreeMap<String, Counts>,
+    lifted: bool,
+) -> String {
     let mut s = String::from(
-        "The deterministic gates passed: no protected path (tests that existed at BASE_REF, test-runner configuration, loopd.toml, the rubric) was changed and no skip marker was added",
+        "The deterministic gates passed: no protected path (tests that existed at BASE_REF, test-runner configuration, loopd.toml, the rubric) was changed",
     );
+    if lifted {
+        s.push_str(" but the files the lead allowed (listed below)");
+    }
+    s.push_str(" and no skip marker was added");
     let lines: Vec<String> = job
         .goal
         .iter()
