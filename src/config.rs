@@ -18,7 +18,7 @@ pub use crate::goal::GoalStep;
 use crate::guard::append_only::TestsMode;
 pub use crate::guard::caps::Caps;
 use crate::guard::risk::RiskPolicy;
-use crate::guard::tamper::ProtectSettings;
+use crate::guard::tamper::{AllowRefusal, ProtectSettings};
 use crate::guard::testcount::Preset;
 pub use crate::guard::GuardSettings;
 use crate::notify::Webhook;
@@ -56,6 +56,16 @@ pub enum ConfigError {
         git_ref: String,
         why: String,
     },
+    /// A `[protect] allow` entry loopd will not take: not a path or glob
+    /// inside the repository, or one that reaches the judge's own files
+    /// ([`crate::guard::tamper::check_allow`]).
+    #[error("`{}`: field `{field}`: `{entry}` {why}", file.display())]
+    Allow {
+        file: PathBuf,
+        field: String,
+        entry: String,
+        why: AllowRefusal,
+    },
 }
 
 impl ConfigError {
@@ -78,6 +88,15 @@ impl ConfigError {
             )),
             ConfigError::HeldOutReachable { .. } => Some(
                 "keep held-out tests in a repository the job's repository cannot reach: not the job's repository, not a worktree of it, and neither borrowing the other's objects (`git clone --no-shared`)".into(),
+            ),
+            ConfigError::Allow {
+                why: AllowRefusal::Judge(_),
+                ..
+            } => Some(
+                "`allow` names what the task needs changed (`tests/test_client.py`, `tests/fixtures/*.json`); `loopd.toml`, the rubric and `.git/` stay protected whatever it says".into(),
+            ),
+            ConfigError::Allow { .. } => Some(
+                "an entry is a path or glob relative to the repository root, such as `tests/test_client.py` or `tests/fixtures/*.json`".into(),
             ),
             ConfigError::File(FileError::Read { .. }) => None,
         }
@@ -345,6 +364,7 @@ struct ProtectFile {
     skip_markers: Option<Vec<String>>,
     allow_submodules: Option<bool>,
     tests: Option<String>,
+    allow: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -887,8 +907,14 @@ fn guard_settings(o: &Origin<'_>, g: GuardFile) -> Result<GuardSettings, ConfigE
     })
 }
 
-/// `[protect]`: what besides the tests no agent may change, checked.
-fn protect_settings(o: &Origin<'_>, p: ProtectFile) -> Result<ProtectSettings, ConfigError> {
+/// `[protect]`: what besides the tests no agent may change, and the
+/// lead's exceptions, checked. `judge` are the judge's own files as
+/// (repository-relative path, what it is): no `allow` entry may reach one.
+fn protect_settings(
+    o: &Origin<'_>,
+    p: ProtectFile,
+    judge: &[(String, &str)],
+) -> Result<ProtectSettings, ConfigError> {
     let tests = match p.tests.as_deref() {
         None => TestsMode::default(),
         Some(v) => TestsMode::parse(v).ok_or_else(|| {
@@ -899,11 +925,27 @@ fn protect_settings(o: &Origin<'_>, p: ProtectFile) -> Result<ProtectSettings, C
             )
         })?,
     };
+    let judge: Vec<(&str, &str)> = judge.iter().map(|(p, w)| (p.as_str(), *w)).collect();
+    let mut allow = Vec::new();
+    for (i, entry) in p.allow.unwrap_or_default().iter().enumerate() {
+        let normal = normal_allow_entry(entry);
+        crate::guard::tamper::check_allow(&normal, &judge).map_err(|why| {
+            let (file, field) = o.field(&format!("protect.allow[{i}]"));
+            ConfigError::Allow {
+                file,
+                field,
+                entry: entry.clone(),
+                why,
+            }
+        })?;
+        allow.push(normal);
+    }
     let protect = ProtectSettings {
         paths: p.paths.unwrap_or_default(),
         skip_markers: p.skip_markers,
         allow_submodules: p.allow_submodules.unwrap_or(false),
         tests,
+        allow,
     };
     for (i, p) in protect.paths.iter().enumerate() {
         if p.trim().is_empty() || globset::Glob::new(p).is_err() {
@@ -924,6 +966,49 @@ fn protect_settings(o: &Origin<'_>, p: ProtectFile) -> Result<ProtectSettings, C
         }
     }
     Ok(protect)
+}
+
+/// An `allow` entry as the policy matches it: repository paths are
+/// matched without a leading `./`, so `./tests/x.py` means `tests/x.py`.
+fn normal_allow_entry(entry: &str) -> String {
+    let mut e = entry.trim();
+    while let Some(rest) = e.strip_prefix("./") {
+        e = rest;
+    }
+    e.to_owned()
+}
+
+/// The judge's own files inside the repository, as `allow` is checked
+/// against them: `loopd.toml` at the root (whichever file this job reads),
+/// the configuration file and the rubric when they lie in the repository.
+fn judge_files(
+    repo_root: &Path,
+    config: Option<&Path>,
+    rubric: Option<&Path>,
+) -> Vec<(String, &'static str)> {
+    let mut out = vec![(CONFIG_FILE.to_owned(), "the job's configuration")];
+    for (path, what) in [(config, "the job's configuration"), (rubric, "the rubric")] {
+        if let Some(rel) = path.and_then(|p| repo_relative(p, repo_root)) {
+            if !out.iter().any(|(p, _)| *p == rel) {
+                out.push((rel, what));
+            }
+        }
+    }
+    out
+}
+
+/// `path` relative to `repo_root`, when it lies inside (compared as
+/// written, then with both resolved through their links).
+fn repo_relative(path: &Path, repo_root: &Path) -> Option<String> {
+    let rel = path
+        .strip_prefix(repo_root)
+        .ok()
+        .map(Path::to_path_buf)
+        .or_else(|| {
+            let (p, r) = (path.canonicalize().ok()?, repo_root.canonicalize().ok()?);
+            p.strip_prefix(r).ok().map(Path::to_path_buf)
+        })?;
+    Some(rel.to_string_lossy().into_owned())
 }
 
 /// `[sandbox]`: what a job's processes may read, write and reach; a
@@ -1219,6 +1304,24 @@ pub fn protect_of_repo(
             "the rubric".to_owned(),
         ));
     }
+    let judge = judge_files(repo_root, None, own.get(1).map(|(p, _)| p.as_path()));
+    let judge: Vec<(&str, &str)> = judge.iter().map(|(p, w)| (p.as_str(), *w)).collect();
+    // The standalone hook stays strict: an entry it cannot take lifts
+    // nothing (`loopd check` says why).
+    let allow = file
+        .protect
+        .allow
+        .unwrap_or_default()
+        .iter()
+        .map(|e| normal_allow_entry(e))
+        .filter(|e| match crate::guard::tamper::check_allow(e, &judge) {
+            Ok(()) => true,
+            Err(why) => {
+                tracing::warn!(entry = %e, %why, "a `[protect] allow` entry is refused; it lifts nothing");
+                false
+            }
+        })
+        .collect();
     Ok((
         ProtectSettings {
             paths: file.protect.paths.unwrap_or_default(),
@@ -1231,6 +1334,7 @@ pub fn protect_of_repo(
                 .as_deref()
                 .and_then(TestsMode::parse)
                 .unwrap_or_default(),
+            allow,
         },
         own,
     ))
@@ -1497,7 +1601,12 @@ impl Job {
 
         let o = origin(false);
         let guard = guard_settings(&o, file.guard)?;
-        let protect = protect_settings(&o, file.protect)?;
+        let rubric_file = match &rubric.source {
+            crate::rubric::RubricSource::File(p) => Some(p.as_path()),
+            crate::rubric::RubricSource::Embedded => None,
+        };
+        let judge = judge_files(repo_root, config_path.as_deref(), rubric_file);
+        let protect = protect_settings(&o, file.protect, &judge)?;
         let sandbox = sandbox_settings(&o, file.sandbox, flags.require_sandbox, &flags.env)?;
         if !sandbox.enabled && !held_out.is_empty() {
             return Err(o.invalid(
@@ -1786,6 +1895,107 @@ mod tests {
         assert!(matches!(e, ConfigError::NoTask { .. }));
         let e = resolve_with("task = \"t\"\n", JobFlags::default()).unwrap_err();
         assert!(matches!(e, ConfigError::NoGoal { .. }));
+    }
+
+    #[test]
+    fn protect_allow_entries_are_kept_as_the_policy_matches_them() {
+        let toml = format!(
+            "{OK}[protect]\nallow = [\"tests/test_client.py\", \"./tests/fixtures/*.json\", \" conftest.py \"]\n"
+        );
+        let job = resolve_with(&toml, JobFlags::default()).expect("valid");
+        assert_eq!(
+            job.protect.allow,
+            [
+                "tests/test_client.py",
+                "tests/fixtures/*.json",
+                "conftest.py"
+            ]
+        );
+        let job = resolve_with(OK, JobFlags::default()).expect("valid");
+        assert!(job.protect.allow.is_empty(), "no exception unless said");
+    }
+
+    #[test]
+    fn a_protect_allow_entry_that_is_no_repository_path_is_refused_by_index() {
+        for (entry, why) in [
+            ("", "is empty"),
+            ("   ", "is empty"),
+            ("/etc/passwd", "is an absolute path"),
+            ("../x", "has a `..` component"),
+            ("tests/../../x.py", "has a `..` component"),
+            ("tests/[x.py", "is not a valid glob"),
+        ] {
+            let toml = format!("{OK}[protect]\nallow = [\"tests/ok.py\", {entry:?}]\n");
+            let e = resolve_with(&toml, JobFlags::default()).expect_err(entry);
+            assert!(matches!(e, ConfigError::Allow { .. }), "{entry}: {e:?}");
+            let msg = e.to_string();
+            assert!(
+                msg.contains("loopd.toml")
+                    && msg.contains("`protect.allow[1]`")
+                    && msg.contains(&format!("`{entry}`"))
+                    && msg.contains(why),
+                "{entry}: {msg}"
+            );
+            let hint = e.hint().expect("a hint");
+            assert!(hint.contains("relative to the repository root"), "{hint}");
+        }
+    }
+
+    #[test]
+    fn protect_allow_never_reaches_the_judges_own_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            dir.path().join("strict.toml"),
+            crate::rubric::DEFAULT_RUBRIC,
+        )
+        .expect("rubric");
+        for (entry, what) in [
+            ("loopd.toml", "`loopd.toml` (the job's configuration)"),
+            ("*", "`loopd.toml`"),
+            ("**", "`loopd.toml`"),
+            ("*.toml", "`loopd.toml`"),
+            ("strict.toml", "`strict.toml` (the rubric)"),
+            (".git/config", "git directory"),
+            ("vendor/lib/.git", "git directory"),
+            (".*/**", "git directory"),
+            ("?git/hooks/*", "git directory"),
+        ] {
+            let toml = format!("rubric = \"strict.toml\"\n{OK}[protect]\nallow = [{entry:?}]\n");
+            std::fs::write(dir.path().join(CONFIG_FILE), &toml).expect("write config");
+            let e = Job::resolve(&JobFlags::default(), dir.path()).expect_err(entry);
+            let msg = e.to_string();
+            assert!(
+                matches!(
+                    e,
+                    ConfigError::Allow {
+                        why: AllowRefusal::Judge(_),
+                        ..
+                    }
+                ) && msg.contains("`protect.allow[0]`")
+                    && msg.contains(what)
+                    && msg.contains("the judge's own configuration is never the agent's to edit"),
+                "{entry}: {msg}"
+            );
+            let hint = e.hint().expect("a hint");
+            assert!(hint.contains("stay protected"), "{hint}");
+        }
+    }
+
+    #[test]
+    fn the_standalone_hook_reads_allow_and_drops_what_it_cannot_take() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            dir.path().join(CONFIG_FILE),
+            "[protect]\nallow = [\"tests/test_client.py\", \"*\", \"../x\", \"tests/fixtures/*.json\"]\n",
+        )
+        .expect("write config");
+        let (protect, own) = protect_of_repo(dir.path()).expect("read");
+        assert_eq!(
+            protect.allow,
+            ["tests/test_client.py", "tests/fixtures/*.json"],
+            "a refused entry lifts nothing"
+        );
+        assert_eq!(own.len(), 1, "the configuration protects itself");
     }
 
     #[test]

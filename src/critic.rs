@@ -359,6 +359,10 @@ pub struct CriticInput<'a> {
     /// What the deterministic gates established, stated so the critic does
     /// not re-litigate it (empty when there are no gates to report).
     pub gates: &'a str,
+    /// Files of the change that would be protected but for the lead's
+    /// `[protect] allow`: the critic is told the lead allowed them, so it
+    /// neither takes their change for tampering nor lets it pass unread.
+    pub allowed: &'a [String],
     /// From attempt 2 on: the previous rejection and the interdiff.
     pub previous: Option<Previous<'a>>,
     /// How the critic's CLI takes the verdict ([`crate::agent::Agent::answer_with`]).
@@ -385,6 +389,20 @@ impl CriticInput<'_> {
         if !self.gates.is_empty() {
             s.push_str(self.gates.trim_end());
             s.push('\n');
+        }
+        if !self.allowed.is_empty() {
+            s.push_str("\n# Files the lead allowed to change\n");
+            s.push_str(
+                "The lead's configuration lifts the protection of these files (`[protect] allow` in loopd.toml), and this change touches them:\n",
+            );
+            for f in self.allowed {
+                s.push_str(&format!("- `{f}`\n"));
+            }
+            s.push_str(
+                "Changing them is not tampering in itself, and no gate rejected it. Judge those changes by the rules like the rest of the change: \
+                 they must serve the task, and must not weaken what a test checks (fewer or looser assertions, a test that no longer exercises the code). \
+                 Skip markers in them are still refused in code, and the test count still holds.\n",
+            );
         }
         s.push_str(&format!("\n# Rubric: {}\n", self.rubric.name));
         if let Some(ctx) = &self.rubric.context {
@@ -557,10 +575,15 @@ mod tests {
             },
             bound: 1024,
             gates: "",
+            allowed: &[],
             previous: None,
             answer_with: "by calling the StructuredOutput tool",
         }
         .render();
+        assert!(
+            !input.contains("the lead allowed"),
+            "no exceptions, no section"
+        );
         for needle in [
             "Make the tests pass.",
             "4 failed, 2 passed",
@@ -591,6 +614,7 @@ mod tests {
             },
             bound: 1024,
             gates: "",
+            allowed: &[],
             previous: Some(Previous {
                 attempt: 1,
                 findings: &findings,
@@ -614,6 +638,45 @@ mod tests {
             "was each finding fixed?",
             "Scope warning: these files changed since attempt 1 although no finding named them: `helpers.py`",
             "-    print(x)",
+        ] {
+            assert!(input.contains(needle), "missing {needle:?} in\n{input}");
+        }
+    }
+
+    #[test]
+    fn the_critic_is_told_which_files_the_lead_allowed() {
+        let rubric = Rubric::embedded_default();
+        let allowed = vec!["tests/test_client.py".to_owned()];
+        let patch = "+++ b/tests/test_client.py\n+client = Client(FakeTransport())\n";
+        let input = CriticInput {
+            task: "Point the live-service test at the fake transport.",
+            baseline: "1 failed",
+            goal_names: vec!["pytest"],
+            rubric: &rubric,
+            base_ref: "abc",
+            change: Shown {
+                patch,
+                files: &[one("tests/test_client.py", patch)],
+            },
+            bound: 4096,
+            gates: "The deterministic gates passed",
+            allowed: &allowed,
+            previous: None,
+            answer_with: "by calling the StructuredOutput tool",
+        }
+        .render();
+        let section = input
+            .find("# Files the lead allowed to change")
+            .expect("the section");
+        assert!(
+            section < input.find("# The change since abc").expect("the diff"),
+            "the exception is read before the diff"
+        );
+        for needle in [
+            "`[protect] allow` in loopd.toml",
+            "- `tests/test_client.py`",
+            "must not weaken what a test checks",
+            "Skip markers in them are still refused in code",
         ] {
             assert!(input.contains(needle), "missing {needle:?} in\n{input}");
         }

@@ -432,6 +432,14 @@ pub enum Event {
         gate: Gate,
         findings: Vec<Finding>,
     },
+    /// Files of the change that would be protected but for the lead's
+    /// `[protect] allow`: let through by the diff gate, never silently —
+    /// the summary, the reports and the critic name them. Journaled before
+    /// the diff gate's result, only when there are any.
+    ProtectionLifted {
+        attempt: u32,
+        files: Vec<String>,
+    },
     GoalRun {
         attempt: u32,
         report: GoalReport,
@@ -606,6 +614,7 @@ impl Event {
             Event::DiffTaken { .. } => "diff_taken",
             Event::SetAside { .. } => "set_aside",
             Event::GateChecked { .. } => "gate_checked",
+            Event::ProtectionLifted { .. } => "protection_lifted",
             Event::GoalRun { .. } => "goal_run",
             Event::HeldOutRun { .. } => "held_out_run",
             Event::InterdiffTaken { .. } => "interdiff_taken",
@@ -861,6 +870,8 @@ pub struct Current {
     pub held_out_outcomes: Vec<crate::guard::held_out::Outcome>,
     /// The interdiff's files and the scope check's unnamed files.
     pub interdiff: Option<(Vec<String>, Vec<String>)>,
+    /// What `[protect] allow` let through (see [`Event::ProtectionLifted`]).
+    pub lifted: Vec<String>,
     pub critic: Option<SessionFinished>,
     /// The agent's escalation (test, reason), as the gateway received it.
     pub escalation_request: Option<(String, String)>,
@@ -1291,6 +1302,11 @@ impl Replay {
                     }
                 }
             }
+            Event::ProtectionLifted { attempt, files } => {
+                if let Some(c) = current(self, *attempt) {
+                    c.lifted = files.clone();
+                }
+            }
             Event::GoalRun {
                 attempt,
                 report,
@@ -1578,6 +1594,7 @@ mod tests {
             rejected_by: None,
             interdiff_files: vec![],
             scope_warnings: vec![],
+            allowed_changes: vec![],
             denied_tool_calls: 0,
             cost_usd: 0.0,
             turns: 0,

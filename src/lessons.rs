@@ -531,6 +531,7 @@ mod tests {
             git_dirs: vec![],
             allow_submodules: false,
             append_only: false,
+            allow: vec![],
         }
     }
 

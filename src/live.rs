@@ -130,6 +130,10 @@ impl Progress {
                     ),
                 }
             }
+            Event::ProtectionLifted { attempt, files } => format!(
+                "attempt {attempt}: changed, allowed by [protect] allow (recorded, not rejected): {}",
+                files.join(", ")
+            ),
             Event::GoalRun {
                 attempt, report, ..
             } => {

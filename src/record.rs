@@ -46,6 +46,10 @@ pub struct AttemptRecord {
     /// previous rejection named. A warning, not a gate.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scope_warnings: Vec<String>,
+    /// Files this attempt changed that would be protected but for the
+    /// lead's `[protect] allow`: let through, and said so.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_changes: Vec<String>,
     /// Tool calls loopd's hook denied during the agent session.
     #[serde(default)]
     pub denied_tool_calls: usize,

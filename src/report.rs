@@ -168,6 +168,7 @@ pub fn markdown(
         if a.violations.is_empty()
             && a.gate_findings.is_empty()
             && a.scope_warnings.is_empty()
+            && a.allowed_changes.is_empty()
             && interdiff.is_none()
         {
             continue;
@@ -184,6 +185,9 @@ pub fn markdown(
                 "- scope warning: `{f}` changed, but no finding of attempt {} named it\n",
                 a.n - 1
             ));
+        }
+        for f in &a.allowed_changes {
+            md.push_str(&format!("- `{f}` changed (allowed by [protect] allow)\n"));
         }
         if let Some(d) = interdiff {
             md.push_str(&format!(
@@ -266,6 +270,9 @@ pub fn render_human(s: &Summary) -> String {
             out.push_str(&format!(
                 "    scope warning: `{f}` changed, but no finding named it\n"
             ));
+        }
+        for f in &a.allowed_changes {
+            out.push_str(&format!("    {f} changed (allowed by [protect] allow)\n"));
         }
         for v in &a.violations {
             out.push_str(&format!("    {}\n", v.render()));

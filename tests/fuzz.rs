@@ -420,6 +420,7 @@ fn the_policy_decides_any_tool_call_without_panic() {
         git_dirs: vec![root.join(".git")],
         allow_submodules: false,
         append_only: false,
+        allow: vec![],
     };
     let compiled = policy.compile().expect("compile");
     const TOOLS: &[&str] = &[

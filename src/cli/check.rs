@@ -262,6 +262,12 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
             job.protect.paths.join(", ")
         ));
     }
+    // The lead's exceptions, each said with what it does not lift.
+    for entry in &job.protect.allow {
+        out.push_str(&format!(
+            "protect.allow: {entry} (lifted: changes recorded, skip markers still refused)\n"
+        ));
+    }
 
     out.push_str(&format!("state dir:     {}\n", job.state_dir.display()));
     if let Some((line, _)) = &preflight {

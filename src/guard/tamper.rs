@@ -10,7 +10,6 @@
 //!   file and shows the change lies outside the runner's part;
 //! - the job's `loopd.toml` and the rubric;
 //! - whatever the lead adds in `loopd.toml` (`[protect] paths`).
-//!
 //! - the repository's git directory (`.git/**`): loopd's during a job, since
 //!   its config decides where a push goes and its hooks what git runs.
 //!
@@ -20,6 +19,13 @@
 //! protected path (content, deletion, rename, mode, type) and any skip marker
 //! added anywhere. The hook is a courtesy to the agent (it learns at once);
 //! the diff gate is the guarantee.
+//!
+//! A lead's exceptions (`[protect] allow`, issue 40) lift the protection of
+//! exactly the files they name — a test the task says to change, a fixture
+//! — and nothing else: never the judge's own files (`loopd.toml`, the
+//! rubric, `.git/`), never the skip-marker check, never the test count. A
+//! lifted file that changed is recorded ([`Compiled::lifted_changes`]), so
+//! the report and the critic say so.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -145,6 +151,11 @@ pub struct Policy {
     /// change by [`super::append_only`] instead of refusing it whole.
     #[serde(default)]
     pub append_only: bool,
+    /// `[protect] allow`: globs (repository-relative) whose files are not
+    /// protected — checked by [`check_allow`] when the policy is built, so
+    /// none of them reaches the judge's own files.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -157,6 +168,78 @@ pub enum PolicyError {
     Git(#[from] git2::Error),
     #[error("cannot read the policy file `{}`: {message}", path.display())]
     Read { path: PathBuf, message: String },
+    #[error("`[protect] allow` entry `{entry}` {why}")]
+    Allow { entry: String, why: AllowRefusal },
+}
+
+/// Why a `[protect] allow` entry is refused. An entry names files inside
+/// the repository, relative to its root, and may never lift the protection
+/// of what judges the change: the lead's exception is for the work, not
+/// for the judge.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllowRefusal {
+    #[error("is empty")]
+    Empty,
+    #[error("is an absolute path, and an entry is relative to the repository root")]
+    Absolute,
+    #[error("has a `..` component, and an entry names files inside the repository")]
+    ParentDir,
+    #[error("is not a valid glob: {0}")]
+    Glob(String),
+    /// It matches `loopd.toml`, the rubric or the git directory.
+    #[error("would lift the protection of {0}: the judge's own configuration is never the agent's to edit")]
+    Judge(String),
+}
+
+/// Paths an entry is tried against to see whether it reaches into a git
+/// directory (the repository's, or a submodule's `.git`).
+const GIT_SAMPLES: &[&str] = &[
+    ".git",
+    ".git/config",
+    ".git/HEAD",
+    ".git/hooks/pre-commit",
+    ".git/info/exclude",
+    ".git/refs/heads/main",
+    "sub/.git",
+    "sub/.git/config",
+];
+
+/// Check one `[protect] allow` entry: a non-empty path or glob relative to
+/// the repository root, with no `..`, that matches none of `judge` — the
+/// judge's own files as (repository-relative path, what it is) — and
+/// nothing under a `.git`. Default-deny: a glob broad enough to reach one
+/// of them (`*`, `**`, `*.toml`, `.*`) is refused whole, not narrowed.
+pub fn check_allow(entry: &str, judge: &[(&str, &str)]) -> Result<(), AllowRefusal> {
+    if entry.trim().is_empty() {
+        return Err(AllowRefusal::Empty);
+    }
+    if entry.starts_with('/') {
+        return Err(AllowRefusal::Absolute);
+    }
+    let parts: Vec<&str> = entry.split('/').collect();
+    if parts.contains(&"..") {
+        return Err(AllowRefusal::ParentDir);
+    }
+    if parts.contains(&".git") {
+        return Err(AllowRefusal::Judge(
+            "the repository's git directory (`.git/`)".into(),
+        ));
+    }
+    let matcher = glob(entry)
+        .map_err(|e| match e {
+            PolicyError::Glob { message, .. } => AllowRefusal::Glob(message),
+            other => AllowRefusal::Glob(other.to_string()),
+        })?
+        .compile_matcher();
+    if let Some((path, what)) = judge.iter().find(|(path, _)| matcher.is_match(path)) {
+        return Err(AllowRefusal::Judge(format!("`{path}` ({what})")));
+    }
+    if GIT_SAMPLES.iter().any(|p| matcher.is_match(p)) {
+        return Err(AllowRefusal::Judge(
+            "the repository's git directory (`.git/`)".into(),
+        ));
+    }
+    Ok(())
 }
 
 fn glob(pattern: &str) -> Result<Glob, PolicyError> {
@@ -196,6 +279,12 @@ pub struct ProtectSettings {
     /// files (judged by [`super::append_only`] at the diff gate).
     #[serde(default)]
     pub tests: super::append_only::TestsMode,
+    /// `[protect] allow`: the lead's exceptions, paths or globs relative to
+    /// the repository root whose protection is lifted (a test the task says
+    /// to change). Checked by [`check_allow`]; their changes are recorded,
+    /// and skip markers in them are still refused.
+    #[serde(default)]
+    pub allow: Vec<String>,
 }
 
 impl Policy {
@@ -232,15 +321,27 @@ impl Policy {
             patterns.push((p.clone(), "protected in loopd.toml".to_owned()));
         }
         let mut outside = BTreeMap::new();
+        let mut judge = Vec::new();
         for (path, why) in own_files {
             match path.strip_prefix(repo) {
                 Ok(rel) => {
-                    files.insert(rel.to_string_lossy().into_owned(), why.to_string());
+                    let rel = rel.to_string_lossy().into_owned();
+                    judge.push((rel.clone(), *why));
+                    files.insert(rel, why.to_string());
                 }
                 Err(_) => {
                     outside.insert(path.clone(), why.to_string());
                 }
             }
+        }
+        // Checked at config load too; here again for the policy itself:
+        // whatever reads `loopd.toml`, no exception reaches the judge.
+        let judge: Vec<(&str, &str)> = judge.iter().map(|(p, w)| (p.as_str(), *w)).collect();
+        for entry in &protect.allow {
+            check_allow(entry, &judge).map_err(|why| PolicyError::Allow {
+                entry: entry.clone(),
+                why,
+            })?;
         }
         let skip_markers = protect
             .skip_markers
@@ -262,6 +363,7 @@ impl Policy {
             git_dirs: vec![],
             allow_submodules: protect.allow_submodules,
             append_only: protect.tests == super::append_only::TestsMode::AppendOnly,
+            allow: protect.allow.clone(),
         })
     }
 
@@ -270,6 +372,7 @@ impl Policy {
         Ok(Compiled {
             policy: self,
             patterns: globset(self.patterns.iter().map(|(p, _)| p.as_str()))?,
+            allow: globset(self.allow.iter().map(String::as_str))?,
             markers: self
                 .skip_markers
                 .iter()
@@ -288,6 +391,8 @@ impl Policy {
 pub struct Compiled<'a> {
     pub policy: &'a Policy,
     patterns: GlobSet,
+    /// `[protect] allow`.
+    allow: GlobSet,
     markers: Vec<Regex>,
 }
 
@@ -375,33 +480,75 @@ fn normalize(path: &Path) -> PathBuf {
 
 impl Compiled<'_> {
     /// Why `rel` (repository-relative) is protected, if it is. A directory
-    /// that contains protected files counts as protected too.
+    /// that contains protected files counts as protected too. A file
+    /// `[protect] allow` names is not (see [`Compiled::lifted`]).
     pub fn protected(&self, rel: &str) -> Option<String> {
+        self.protection(rel, true)
+    }
+
+    /// Whether `[protect] allow` lifts the protection of `rel`. Never true
+    /// in a git directory; the policy was built refusing any entry that
+    /// reaches the judge's own files ([`check_allow`]).
+    pub fn lifted(&self, rel: &str) -> bool {
+        let rel = rel.trim_start_matches("./").trim_end_matches('/');
+        !rel.split('/').any(|c| c == ".git") && self.allow.is_match(rel)
+    }
+
+    /// Why `rel` is protected; `honour_allow: false` asks what it would be
+    /// without `[protect] allow` (to record what an exception let through).
+    fn protection(&self, rel: &str, honour_allow: bool) -> Option<String> {
         let rel = rel.trim_start_matches("./").trim_end_matches('/');
         if self.owns_git_dir() && (rel == ".git" || rel.starts_with(".git/")) {
             return Some(GIT_DIR_WHY.to_owned());
         }
+        let lifted = |f: &str| honour_allow && self.lifted(f);
         if rel.is_empty() || rel == "." {
-            return (!self.policy.files.is_empty())
+            return self
+                .policy
+                .files
+                .keys()
+                .any(|f| !lifted(f))
                 .then(|| "the repository root contains protected files".to_owned());
         }
-        if let Some(why) = self.policy.files.get(rel) {
-            return Some(why.clone());
-        }
-        if let Some(i) = self.patterns.matches(rel).first() {
-            return Some(self.policy.patterns[*i].1.clone());
+        if !lifted(rel) {
+            if let Some(why) = self.policy.files.get(rel) {
+                return Some(why.clone());
+            }
+            if let Some(i) = self.patterns.matches(rel).first() {
+                return Some(self.policy.patterns[*i].1.clone());
+            }
         }
         let dir = format!("{rel}/");
         if let Some((f, _)) = self
             .policy
             .files
             .range(dir.clone()..)
-            .next()
-            .filter(|(f, _)| f.starts_with(&dir))
+            .take_while(|(f, _)| f.starts_with(&dir))
+            .find(|(f, _)| !lifted(f))
         {
             return Some(format!("it contains `{f}`, a protected file"));
         }
         None
+    }
+
+    /// The paths of `diff` that would be protected but for `[protect]
+    /// allow`: what the lead's exceptions let through this time, for the
+    /// journal, the report and the critic. Sorted, each once.
+    pub fn lifted_changes(&self, diff: &Diff) -> Vec<String> {
+        if self.policy.allow.is_empty() {
+            return Vec::new();
+        }
+        let mut out: Vec<String> = diff
+            .changes
+            .iter()
+            .filter(|c| !c.submodule)
+            .flat_map(|c| std::iter::once(&c.path).chain(c.old_path.iter()))
+            .filter(|p| self.lifted(p) && self.protection(p, false).is_some())
+            .cloned()
+            .collect();
+        out.sort();
+        out.dedup();
+        out
     }
 
     /// Resolve a path as the agent wrote it (absolute, or relative to `cwd`)
@@ -486,7 +633,7 @@ impl Compiled<'_> {
         self.policy
             .files
             .iter()
-            .find(|(f, _)| g.is_match(f))
+            .find(|(f, _)| g.is_match(f) && !self.lifted(f))
             .map(|(f, why)| (f.clone(), why.clone()))
     }
 
@@ -658,7 +805,7 @@ impl Compiled<'_> {
         self.policy
             .files
             .iter()
-            .find(|(f, _)| code.contains(f.as_str()))
+            .find(|(f, _)| code.contains(f.as_str()) && !self.lifted(f))
             .map(|(f, why)| (f.clone(), why.clone()))
             .or_else(|| {
                 self.policy
@@ -1187,6 +1334,7 @@ mod tests {
             git_dirs: vec![PathBuf::from("/repo/.git")],
             allow_submodules: false,
             append_only: false,
+            allow: vec![],
         }
     }
 
@@ -1558,6 +1706,189 @@ mod tests {
         assert!(p.protected("tests").is_some());
         assert!(p.protected("tests/").is_some());
         assert!(p.protected("test").is_none());
+    }
+
+    /// The test policy with a second test, a fixture and `allow` naming
+    /// one test and the fixtures' glob.
+    fn allowing() -> Policy {
+        let mut pol = policy();
+        for f in ["tests/test_client.py", "tests/fixtures/reply.json"] {
+            pol.files.insert(f.to_owned(), TEST_AT_BASE.to_owned());
+        }
+        pol.allow = vec![
+            "tests/test_client.py".into(),
+            "tests/fixtures/*.json".into(),
+        ];
+        pol
+    }
+
+    fn change(path: &str, status: ChangeKind) -> crate::workspace::Change {
+        crate::workspace::Change {
+            path: path.into(),
+            old_path: None,
+            status,
+            submodule: false,
+        }
+    }
+
+    fn diff_of(changes: Vec<crate::workspace::Change>, added: &[(&str, &str)]) -> Diff {
+        Diff {
+            patch: None,
+            patch_bytes: 0,
+            changes,
+            files: vec![],
+            excluded: vec![],
+            sha256: String::new(),
+            added: added
+                .iter()
+                .map(|(path, text)| crate::workspace::AddedLine {
+                    path: (*path).into(),
+                    line: 3,
+                    text: (*text).into(),
+                })
+                .collect(),
+            added_complete: true,
+            limits: crate::workspace::DiffLimits::for_bound(200 * 1024),
+        }
+    }
+
+    #[test]
+    fn allow_lifts_exactly_the_files_it_names_at_the_hook() {
+        let pol = allowing();
+        let p = pol.compile().expect("compile");
+        let cwd = Path::new("/repo");
+        let tool = |name: &str, input: Value| p.check_tool(&call(name, input), cwd);
+        for allowed in [
+            "/repo/tests/test_client.py",
+            "/repo/tests/fixtures/reply.json",
+            "/repo/tests/fixtures/new.json",
+        ] {
+            assert!(
+                tool("Edit", json!({ "file_path": allowed })).is_none(),
+                "{allowed}"
+            );
+        }
+        assert!(tool(
+            "Bash",
+            json!({"command": "sed -i s/live/fake/ tests/test_client.py"})
+        )
+        .is_none());
+        // The others stay protected, by any tool and through any spelling.
+        for denied in [
+            "/repo/tests/test_rechnung.py",
+            "/repo/loopd.toml",
+            "/repo/pytest.ini",
+        ] {
+            assert!(
+                tool("Write", json!({ "file_path": denied })).is_some(),
+                "{denied}"
+            );
+        }
+        for cmd in [
+            "rm -r tests",
+            "rm tests/*.py",
+            "python3 -c 'open(\"tests/test_rechnung.py\", \"w\")'",
+            "echo x > .git/config",
+        ] {
+            assert!(tool("Bash", json!({ "command": cmd })).is_some(), "{cmd}");
+        }
+        // A directory whose protected files are all allowed is not protected.
+        assert!(p.protected("tests/fixtures").is_none());
+        assert!(p.protected("tests").is_some());
+    }
+
+    #[test]
+    fn allow_never_lifts_the_judge_even_in_a_hand_made_policy() {
+        let mut pol = allowing();
+        pol.allow.push(".git/**".into());
+        let p = pol.compile().expect("compile");
+        assert!(!p.lifted(".git/config"));
+        assert_eq!(p.protected(".git/config").as_deref(), Some(GIT_DIR_WHY));
+    }
+
+    #[test]
+    fn the_diff_gate_lets_an_allowed_change_through_and_records_it() {
+        let pol = allowing();
+        let p = pol.compile().expect("compile");
+        let diff = diff_of(
+            vec![
+                change("tests/test_client.py", ChangeKind::Modified),
+                change("tests/fixtures/new.json", ChangeKind::Added),
+                change("tests/fixtures/reply.json", ChangeKind::Deleted),
+                change("tests/test_rechnung.py", ChangeKind::Modified),
+                change("rechnung.py", ChangeKind::Modified),
+            ],
+            &[("tests/test_client.py", "client = Client(FakeTransport())")],
+        );
+        let findings = p.diff_findings(&diff, Some(1));
+        let paths: Vec<&str> = findings.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths, ["tests/test_rechnung.py"], "{findings:?}");
+        // Recorded: what would have been protected. A new fixture never was.
+        assert_eq!(
+            p.lifted_changes(&diff),
+            ["tests/fixtures/reply.json", "tests/test_client.py"]
+        );
+        // The lead allowed editing, not skipping.
+        let diff = diff_of(
+            vec![change("tests/test_client.py", ChangeKind::Modified)],
+            &[("tests/test_client.py", "@pytest.mark.skip")],
+        );
+        let findings = p.diff_findings(&diff, Some(1));
+        assert_eq!(findings.len(), 1, "{findings:?}");
+        assert_eq!(findings[0].reason, Reason::SkipMarker);
+        assert_eq!(findings[0].path, "tests/test_client.py");
+        // No exception, nothing recorded.
+        assert!(policy()
+            .compile()
+            .expect("compile")
+            .lifted_changes(&diff)
+            .is_empty());
+    }
+
+    #[test]
+    fn check_allow_refuses_what_is_no_repository_path_or_reaches_the_judge() {
+        let judge = [
+            ("loopd.toml", "the job's configuration"),
+            ("ci/rubric.toml", "the rubric"),
+        ];
+        for ok in [
+            "tests/test_client.py",
+            "tests/fixtures/*.json",
+            "conftest.py",
+            "pytest.ini",
+            "**/*.py",
+        ] {
+            assert_eq!(check_allow(ok, &judge), Ok(()), "{ok}");
+        }
+        for (bad, want) in [
+            ("", AllowRefusal::Empty),
+            ("/abs/x.py", AllowRefusal::Absolute),
+            ("../x", AllowRefusal::ParentDir),
+            ("a/../../x", AllowRefusal::ParentDir),
+        ] {
+            assert_eq!(check_allow(bad, &judge), Err(want), "{bad}");
+        }
+        assert!(matches!(
+            check_allow("a[", &judge),
+            Err(AllowRefusal::Glob(_))
+        ));
+        for judged in [
+            "loopd.toml",
+            "*",
+            "**",
+            "*.toml",
+            "ci/*",
+            ".git",
+            ".git/config",
+            "**/.git/**",
+            ".*/*",
+            "sub/.git",
+        ] {
+            assert!(
+                matches!(check_allow(judged, &judge), Err(AllowRefusal::Judge(_))),
+                "{judged}"
+            );
+        }
     }
 
     #[test]

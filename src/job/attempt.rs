@@ -477,6 +477,7 @@ fn record_of(c: &Current, n: u32, run_dir: &Path) -> AttemptRecord {
             .as_ref()
             .map(|i| i.1.clone())
             .unwrap_or_default(),
+        allowed_changes: c.lifted.clone(),
         denied_tool_calls: c.denied.len(),
         cost_usd: round_usd(spend.cost_usd),
         turns: spend.turns,

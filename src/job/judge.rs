@@ -170,6 +170,23 @@ impl Run<'_> {
                 tree: tree.map(|t| t.to_string()),
             })?;
         }
+        // What the lead's exceptions let through, recorded before the gate
+        // that lets it through (once: a resumed job holds it).
+        if self.current().gate(&Gate::DIFF).is_none() {
+            let lifted = self
+                .env
+                .policy
+                .compile()
+                .map_err(JobError::Policy)?
+                .lifted_changes(&diff);
+            if !lifted.is_empty() {
+                tracing::info!(attempt = n, files = ?lifted, "changed, allowed by [protect] allow: recorded, not rejected");
+                self.journal.append(Event::ProtectionLifted {
+                    attempt: n,
+                    files: lifted,
+                })?;
+            }
+        }
         Ok((diff, snapshot, unlocked))
     }
 
@@ -494,7 +511,8 @@ impl Run<'_> {
         if let Some(e) = self.verify_integrity() {
             return Ok(Err(e));
         }
-        let mut gates = gates_statement(self.job, goal, counts);
+        let lifted = self.current().lifted;
+        let mut gates = gates_statement(self.job, goal, counts, !lifted.is_empty());
         if self.strict(n) {
             gates.push_str(&format!("\n\n{}", late_attempt(n)));
         }
@@ -532,6 +550,7 @@ impl Run<'_> {
             },
             bound: self.job.guard.max_diff_bytes(),
             gates: &gates,
+            allowed: &lifted,
             previous,
             answer_with: self.critic.answer_with(),
         }
@@ -806,10 +825,19 @@ fn late_attempt(n: u32) -> String {
 }
 
 /// What the critic is told the code already established.
-fn gates_statement(job: &Job, goal: &GoalReport, counts: &BTreeMap<String, Counts>) -> String {
+fn gates_statement(
+    job: &Job,
+    goal: &GoalReport,
+    counts: &BTreeMap<String, Counts>,
+    lifted: bool,
+) -> String {
     let mut s = String::from(
-        "The deterministic gates passed: no protected path (tests that existed at BASE_REF, test-runner configuration, loopd.toml, the rubric) was changed and no skip marker was added",
+        "The deterministic gates passed: no protected path (tests that existed at BASE_REF, test-runner configuration, loopd.toml, the rubric) was changed",
     );
+    if lifted {
+        s.push_str(" but the files the lead allowed (listed below)");
+    }
+    s.push_str(" and no skip marker was added");
     let lines: Vec<String> = job
         .goal
         .iter()

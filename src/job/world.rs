@@ -425,7 +425,14 @@ impl Run<'_> {
         let (all, old, new_tests) = {
             let h = self.hermetic.as_ref().expect("a hermetic judge");
             let delta = layers::delta(self.ws.git2(), self.base_oid, tree)?;
-            let new_tests = delta.new_test_files(|p| test_files().is_match(p));
+            let mut new_tests = delta.new_test_files(|p| test_files().is_match(p));
+            // A new file `[protect] allow` names is the lead's, not the
+            // agent's own test code: the old tests run with it (a fixture
+            // an allowed test now reads). A policy that does not compile
+            // lifts nothing.
+            if let Ok(policy) = self.env.policy.compile() {
+                new_tests.retain(|p| !policy.lifted(p));
+            }
             let all = h.change_layer(&self.ws, tree, &delta, &[], &format!("{n}-all"))?;
             let old = match new_tests.is_empty() {
                 true => None,

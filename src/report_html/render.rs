@@ -654,6 +654,13 @@ fn attempt_section(h: &mut String, inputs: &Inputs, a: &AttemptRecord) {
         }
         h.push_str("</p>\n");
     }
+    if !a.allowed_changes.is_empty() {
+        h.push_str("<p class=\"allowed\">Changed, allowed by <code>[protect] allow</code> (recorded, not rejected):");
+        for f in &a.allowed_changes {
+            let _ = write!(h, " <code>{}</code>", escape(f));
+        }
+        h.push_str("</p>\n");
+    }
     let last = inputs.summary.attempts.last().map(|l| l.n) == Some(a.n);
     if let Some(d) = inputs.interdiffs.get(&a.n).filter(|d| !d.trim().is_empty()) {
         let files = if a.interdiff_files.is_empty() {
@@ -852,6 +859,7 @@ pub(crate) mod tests {
             rejected_by: None,
             interdiff_files: vec![],
             scope_warnings: vec![],
+            allowed_changes: vec![],
             denied_tool_calls: 0,
             cost_usd: cost,
             turns: 3,

@@ -8,6 +8,7 @@
 mod support;
 
 mod agents;
+mod allow;
 mod attacks;
 mod boundary;
 mod ci;

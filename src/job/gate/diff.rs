@@ -73,6 +73,9 @@ fn append_only_findings(run: &Run<'_>, diff: &Diff) -> Vec<Finding> {
     if !run.env.policy.append_only {
         return Vec::new();
     }
+    // A test `[protect] allow` names may change whole: the lead said
+    // so. (A policy that does not compile lifts nothing.)
+    let policy = run.env.policy.compile().ok();
     let tests = &run.env.policy.files;
     let modified: Vec<&str> = diff
         .changes
@@ -80,6 +83,7 @@ fn append_only_findings(run: &Run<'_>, diff: &Diff) -> Vec<Finding> {
         .filter(|c| c.status == workspace::ChangeKind::Modified && !c.submodule)
         .filter(|c| {
             tests.get(&c.path).map(String::as_str) == Some(crate::guard::tamper::TEST_AT_BASE)
+                && !policy.as_ref().is_some_and(|p| p.lifted(&c.path))
         })
         .map(|c| c.path.as_str())
         .collect();
@@ -133,9 +137,13 @@ fn append_only_findings(run: &Run<'_>, diff: &Diff) -> Vec<Finding> {
 /// The runner's configuration inside shared files (`package.json`'s
 /// scripts, `[tool.pytest]`, a conftest's hooks, ...), compared parsed.
 fn runner_findings(run: &Run<'_>, diff: &Diff) -> Vec<Finding> {
-    let files = run
-        .ws
-        .changed_texts(run.base_oid, diff, crate::guard::runner::wanted);
+    // A file `[protect] allow` names is the lead's exception here too (a
+    // `conftest.py` the task says to change). A policy that does not
+    // compile lifts nothing.
+    let policy = run.env.policy.compile().ok();
+    let files = run.ws.changed_texts(run.base_oid, diff, |p| {
+        crate::guard::runner::wanted(p) && !policy.as_ref().is_some_and(|c| c.lifted(p))
+    });
     // The words of the Python tests at BASE_REF, read once, and only
     // when a new conftest defines something to look up.
     let base_words: std::cell::OnceCell<BTreeSet<String>> = std::cell::OnceCell::new();
