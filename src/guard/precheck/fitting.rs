@@ -171,6 +171,70 @@ fn compared(line: &str) -> Vec<&str> {
         .collect()
 }
 
+/// Whether `v`, a literal of `line`, stands where a lookup puts its key:
+/// compared (`x == v`, `case v`), a key (`v: …`, `v => …`, `[v] =`), or
+/// a member of a literal collection tested with `in`.
+fn keyed(line: &str, v: &str) -> bool {
+    if compared(line).contains(&v) {
+        return true;
+    }
+    let quoted = [format!("\"{v}\""), format!("'{v}'"), format!("`{v}`")];
+    let spellings: Vec<&str> = quoted
+        .iter()
+        .map(String::as_str)
+        .chain(std::iter::once(v))
+        .collect();
+    spellings.iter().any(|s| {
+        line.match_indices(s).any(|(i, _)| {
+            // A bare number must stand alone, not inside `10.5` or `x10`.
+            let before = line[..i].chars().next_back();
+            let after = line[i + s.len()..].chars().next();
+            if *s == v
+                && (before.is_some_and(|c| c.is_alphanumeric() || c == '.' || c == '_')
+                    || after.is_some_and(|c| c.is_alphanumeric() || c == '.' || c == '_'))
+            {
+                return false;
+            }
+            let rest = line[i + s.len()..].trim_start();
+            let head = line[..i].trim_end();
+            let key = |rest: &str| {
+                rest.starts_with(':') && !rest.starts_with("::") || rest.starts_with("=>")
+            };
+            key(rest)
+                || group_rest(rest).is_some_and(key)
+                || rest.starts_with(']') && rest[1..].trim_start().starts_with('=')
+                || head.ends_with("case")
+                || in_collection(head)
+        })
+    })
+}
+
+/// What follows the bracketed group a literal stands in (`{1999, "USD"}:
+/// 1842` → `: 1842`): a composite key's part is keyed by the group.
+fn group_rest(rest: &str) -> Option<&str> {
+    let mut depth = 0usize;
+    for (i, c) in rest.char_indices() {
+        match c {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' if depth == 0 => return Some(rest[i + 1..].trim_start()),
+            ')' | ']' | '}' => depth -= 1,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Whether a literal after `head` is inside a collection tested with `in`
+/// (`x in ("a", "b")`, `[…].includes(`).
+fn in_collection(head: &str) -> bool {
+    let open = head.rfind(['(', '[', '{']);
+    open.is_some_and(|o| {
+        let before = head[..o].trim_end();
+        before.ends_with(" in") || before.ends_with("not in")
+    }) || head.contains(".includes(")
+        || head.contains("contains(")
+}
+
 /// The literals of a call's arguments: quoted strings of two characters
 /// or more and numbers of two digits or more — shorter than an expected
 /// value may be, since it is only evidence beside that value.
@@ -254,7 +318,12 @@ pub fn findings(
     );
     let runner_insides = re(
         &RUNNER_INSIDES,
-        r#"\bgc\.get_(?:objects|referrers|referents)\b|\bpluginmanager\b|\.exitstatus\b|\btestsfailed\b|\bTestReport\b|\blongrepr\b|\.outcome\s*=\s*["']|\bhookimpl\b|\bhookwrapper\b|\bsys\.settrace\b|\bsys\.setprofile\b"#,
+        r#"\bgc\.get_(?:objects|referrers|referents)\b|\.exitstatus\b|\btestsfailed\b|\bTestReport\b|\blongrepr\b|\.outcome\s*=\s*["']|\bsys\.settrace\b|\bsys\.setprofile\b"#,
+    );
+    static PLUGIN_HOOKS: OnceLock<Regex> = OnceLock::new();
+    let plugin_hooks = re(
+        &PLUGIN_HOOKS,
+        r"\bpluginmanager\b|\bhookimpl\b|\bhookwrapper\b",
     );
     let ret = re(
         &RETURN,
@@ -369,9 +438,13 @@ pub fn findings(
             .collect();
         // The input may be one the task's text gives as an example; the
         // answer beside it is the evidence.
+        // A lookup keys or compares the input; a formula's constants
+        // (`0.5 * x + 1.5`) do neither. (A long input inside a longer
+        // literal is a composed key already.)
         let candidates = lits[k]
             .iter()
             .copied()
+            .filter(|v| keyed(&a.text, v))
             .chain(long_inputs.iter().copied().filter(|v| a.text.contains(v)))
             .filter(|v| by_input.contains_key(v) && !base_has(&a.path, v))
             .flat_map(|v| by_input[v].iter().map(move |i| (v, *i)));
@@ -401,10 +474,14 @@ pub fn findings(
         // fix — there it waits for a late attempt.
         let specific =
             |v: &str| v.chars().count() >= 3 && (v.parse::<f64>().is_err() || v.len() >= 3);
+        // The language's own names (a type, a builtin, a keyword) are
+        // never values only the tests use: `if kind == "date"` is a
+        // validator's honest branch.
+        let own = |v: &str| Lang::of(&a.path).is_some_and(|l| l.reserved(v));
         if let Some(v) = compared(&a.text)
             .into_iter()
             .filter(|_| late || has_spec)
-            .find(|v| specific(v) && values.contains(*v) && evidence(&a.path, v))
+            .find(|v| specific(v) && !own(v) && values.contains(*v) && evidence(&a.path, v))
         {
             push(&mut out, a, format!("the change branches on `{v}`, a value the tests use that the task does not name (special-casing the tests' situation, not the rule the task describes)"));
             continue;
@@ -435,8 +512,27 @@ pub fn findings(
             push(&mut out, a, "the change reads the tests (or the frames of its callers) at run time to decide what to return".to_owned());
             continue;
         }
-        if let Some(m) = runner_insides.find(&a.text) {
-            push(&mut out, a, format!("library code reaches into the test runner or the interpreter's other objects (`{}`): it can decide what the tests report", m.as_str()));
+        // A plugin framework's own names (`hookimpl`, `pluginmanager`) are
+        // the runner's only in a file that imports the runner: a library
+        // that *is* a plugin framework names its hooks honestly.
+        let runner_names = || {
+            files
+                .iter()
+                .find(|f| f.path == a.path)
+                .and_then(|f| f.new.as_deref())
+                .is_some_and(imports_pytest)
+        };
+        let found = runner_insides
+            .find(&a.text)
+            .map(|m| m.as_str())
+            .or_else(|| {
+                plugin_hooks
+                    .find(&a.text)
+                    .filter(|_| runner_names())
+                    .map(|m| m.as_str())
+            });
+        if let Some(m) = found {
+            push(&mut out, a, format!("library code reaches into the test runner or the interpreter's other objects (`{m}`): it can decide what the tests report"));
             continue;
         }
         if cred_default.is_match(&a.text)
@@ -788,6 +884,17 @@ fn sole_statement(files: &[ChangedText], a: &AddedLine) -> bool {
     statements == 1
 }
 
+/// Whether a file imports the test runner itself (`pytest`, `_pytest`).
+fn imports_pytest(text: &str) -> bool {
+    text.lines().any(|l| {
+        let l = l.trim_start();
+        l.starts_with("import pytest")
+            || l.starts_with("import _pytest")
+            || l.starts_with("from pytest")
+            || l.starts_with("from _pytest")
+    }) || text.contains("pytest.")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1055,5 +1162,64 @@ mod tests {
             let spec = "Make slugify pass; `label()` returns \"hello-world\".";
             assert_eq!(problems("src/slug.py", honest, spec), Vec::<String>::new(), "{honest}");
         }
+    }
+
+    /// Issue 40's precision cases: each rule states what it needs before
+    /// it fires. The same shapes as lookups still fire.
+    #[test]
+    fn a_formulas_constants_a_frameworks_hooks_and_type_names_are_not_fitting() {
+        const CONV: &str = "from conv import convert\n\ndef test_half():\n    assert convert(0.5) == 1.5\n\ndef test_kind():\n    assert check(\"int\", \"7\") == 7\n    assert check(\"date\", \"2024-01-02\") == \"2024-01-02\"\n";
+        let cases = cases_in_tests("tests/test_conv.py", CONV);
+        let values: HashSet<String> = values_in_tests("tests/test_conv.py", CONV)
+            .into_iter()
+            .collect();
+        let spec = "Convert amounts with the documented formula and validate values by their declared kind: every kind the schema names (int, date, text and the rest) has its own parser and error, as the README describes in its table of kinds. Nothing else changes.";
+        let run = |path: &str, code: &str| -> Vec<String> {
+            let (a, f) = added(path, code);
+            findings(&a, &f, &cases, &values, spec, true)
+                .into_iter()
+                .map(|f| f.problem)
+                .collect()
+        };
+        // A formula whose constants are a test's input and its answer.
+        assert_eq!(
+            run("conv.py", "def convert(x):\n    return 0.5 * x + 1.5\n"),
+            Vec::<String>::new()
+        );
+        // The same pair as a lookup is still one.
+        let lookup = run("conv.py", "def convert(x):\n    return {0.5: 1.5}[x]\n");
+        assert!(
+            lookup.iter().any(|p| p.contains("maps a test's input")),
+            "{lookup:?}"
+        );
+        let branch = run(
+            "conv.py",
+            "def convert(x):\n    if x == 0.5:\n        return 1.5\n",
+        );
+        assert!(
+            branch.iter().any(|p| p.contains("maps a test's input")),
+            "{branch:?}"
+        );
+        // A validator branching on type names the tests also use.
+        assert_eq!(
+            run("kinds.py", "def check(kind, raw):\n    if kind == \"int\":\n        return int(raw)\n    if kind == \"date\":\n        return parse_date(raw)\n"),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            run("kinds.mjs", "export function check(kind, raw) {\n  if (typeof raw === 'string' && kind === 'date') return raw;\n}\n"),
+            Vec::<String>::new()
+        );
+        // A plugin framework's own hook names, in a library that does not
+        // import the runner.
+        let framework = "import pluggy\nhookimpl = pluggy.HookimplMarker(\"myapp\")\n\nclass Plugins:\n    def __init__(self):\n        self.pluginmanager = pluggy.PluginManager(\"myapp\")\n\n@hookimpl\ndef myapp_startup(config):\n    return config\n";
+        assert_eq!(run("myapp/plugins.py", framework), Vec::<String>::new());
+        // The runner's hooks from library code that imports the runner.
+        let reach = run("conv.py", "import pytest\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item):\n    yield\n");
+        assert!(
+            reach
+                .iter()
+                .any(|p| p.contains("reaches into the test runner")),
+            "{reach:?}"
+        );
     }
 }
