@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
 
 use crate::agent::session::{self, StopRequest};
-use crate::guard::testcount::Preset;
+use crate::guard::precheck;
+use crate::guard::testcount::{self, Counts, Preset, Unreadable};
 use crate::process::{self, Contained};
 
 pub mod held_out;
@@ -52,6 +53,58 @@ pub struct StepResult {
     /// ([`results`]): `None` when none was asked for or none was written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub results: Option<results::Results>,
+    /// What the output says, read once where the step ran (`None` in a
+    /// journal of a loopd that did not read it: [`StepResult::read`]
+    /// reads it then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read: Option<Read>,
+}
+
+/// What a step's output says, read where the step ran: the counts of its
+/// runner's summary, the tests that failed and the values they expected.
+/// Every judge takes them from here; none parses the output again.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Read {
+    /// The runner's summary by the step's preset (`None`: the step has
+    /// none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counts: Option<Result<Counts, Unreadable>>,
+    /// The tests that failed, by name, as the runner printed them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failing: Vec<String>,
+    /// The values the failing tests expected, as the runner printed them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub expected: Vec<String>,
+}
+
+impl Read {
+    /// Read `output` by `preset`.
+    pub fn of(preset: Option<Preset>, output: &str) -> Read {
+        Read {
+            counts: preset.map(|p| testcount::read(p, output)),
+            failing: precheck::failing_tests(output),
+            expected: precheck::failing_expected(output),
+        }
+    }
+}
+
+impl StepResult {
+    /// What the output says: as read where the step ran, or (a journal of
+    /// a loopd that did not read it) read now by `preset`.
+    pub fn read(&self, preset: Option<Preset>) -> std::borrow::Cow<'_, Read> {
+        match &self.read {
+            Some(r) if r.counts.is_some() || preset.is_none() => std::borrow::Cow::Borrowed(r),
+            _ => std::borrow::Cow::Owned(Read::of(preset, &self.output)),
+        }
+    }
+
+    /// The counts of the runner's summary by `preset`.
+    pub fn counts(&self, preset: Preset) -> Result<Counts, Unreadable> {
+        self.read(Some(preset))
+            .counts
+            .clone()
+            .expect("a read by a preset holds counts")
+    }
 }
 
 /// The goal test's result.
@@ -335,6 +388,7 @@ async fn run_step(
         let bytes = crate::util::read_untrusted(&path, results::MAX_REPORT).ok()?;
         results::parse_junit(&String::from_utf8_lossy(&bytes))
     });
+    let read = Some(Read::of(step.report, &output));
     Ok(StepResult {
         name: step.name.clone(),
         command: step.run.clone(),
@@ -345,6 +399,7 @@ async fn run_step(
         duration_ms: started.elapsed().as_millis() as u64,
         leftovers,
         results,
+        read,
     })
 }
 
@@ -429,6 +484,44 @@ async fn read_bounded(mut reader: tokio::net::unix::pipe::Receiver) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    /// What a step's output says is read once, where the step ran, and
+    /// the same read is what a journal of an older loopd gets on demand.
+    #[test]
+    fn a_steps_output_is_read_once_where_it_ran() {
+        let output = "FAILED tests/test_r.py::test_total - AssertionError\n\
+                      E       AssertionError: assert Decimal('5.50') == Decimal('7.50')\n\
+                      ========== 1 failed, 3 passed in 0.12s ==========\n";
+        let read = Read::of(Some(Preset::Pytest), output);
+        let counts = read.counts.clone().expect("a preset").expect("readable");
+        assert_eq!((counts.ran, counts.passed, counts.failed), (4, 3, 1));
+        assert!(
+            read.failing.iter().any(|f| f.contains("test_total")),
+            "{read:?}"
+        );
+        assert_eq!(read.expected, ["7.50"]);
+        let mut step = StepResult {
+            name: "pytest".into(),
+            command: "pytest".into(),
+            exit_code: Some(1),
+            timed_out: false,
+            passed: false,
+            output: output.into(),
+            duration_ms: 1,
+            leftovers: 0,
+            results: None,
+            read: Some(read.clone()),
+        };
+        assert_eq!(*step.read(Some(Preset::Pytest)), read);
+        // Read where it ran: the output is not parsed again.
+        step.output = String::new();
+        assert_eq!(step.counts(Preset::Pytest), Ok(counts));
+        // A journal of a loopd that did not read it.
+        step.read = None;
+        step.output = output.into();
+        assert_eq!(*step.read(Some(Preset::Pytest)), read);
+    }
+
     use super::*;
     use crate::outcome::Reason;
     use crate::process::testing::{self, expect_line, stubborn_script, KillOnDrop};

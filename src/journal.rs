@@ -1548,6 +1548,7 @@ mod tests {
                 duration_ms: 5,
                 leftovers: 0,
                 results: None,
+                read: None,
             }],
         }
     }

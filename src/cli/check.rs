@@ -315,7 +315,7 @@ fn preflight(job: &Job, root: &std::path::Path) -> Result<(String, ExitStatus), 
     // What the test-count gate would read at this baseline.
     for (step, result) in job.goal.iter().zip(&report.steps) {
         let Some(preset) = step.report else { continue };
-        match crate::guard::testcount::read(preset, &result.output) {
+        match result.counts(preset) {
             Ok(c) => eprintln!(
                 "test count at `{}`: {} ran ({} passed, {} failed), {} skipped, {} deselected{}",
                 step.name,

@@ -156,7 +156,7 @@ pub struct Counts {
 
 /// Why a runner's output could not be read: the gate cannot count, and
 /// says so instead of counting zero.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Unreadable {
     pub preset: Preset,
     /// The last line that looked like the runner's summary but did not

@@ -125,7 +125,7 @@ impl Run<'_> {
             .baseline
             .iter()
             .flat_map(|b| &b.steps)
-            .flat_map(|s| crate::guard::precheck::failing_expected(&s.output))
+            .flat_map(|s| s.read(None).expected.clone())
             .collect();
         let mut kept = Vec::new();
         let mut audits = Vec::new();

@@ -108,6 +108,7 @@ mod tests {
                 duration_ms: 5,
                 leftovers: 0,
                 results: None,
+                read: None,
             }],
         }
     }

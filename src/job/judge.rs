@@ -24,7 +24,7 @@ use crate::guard::finding::Finding;
 use crate::guard::precheck;
 use crate::guard::size;
 use crate::guard::tamper;
-use crate::guard::testcount::{self, Counts, Unreadable};
+use crate::guard::testcount::{Counts, Unreadable};
 use crate::journal::{Ending, Event, Gate};
 use crate::outcome::{Escalation, Reason};
 use crate::workspace::{self, Diff, Interdiff, Snapshot};
@@ -46,12 +46,7 @@ fn baseline_reads<'a>(
     steps
         .iter()
         .zip(&baseline.steps)
-        .filter_map(|(step, result)| {
-            Some((
-                step.name.as_str(),
-                testcount::read(step.report?, &result.output),
-            ))
-        })
+        .filter_map(|(step, result)| Some((step.name.as_str(), result.counts(step.report?))))
 }
 
 /// The test counts of each goal step at baseline (steps with a report).
@@ -844,7 +839,7 @@ fn gates_statement(
         .zip(&goal.steps)
         .filter_map(|(step, r)| {
             let base = counts.get(&step.name)?;
-            let now = testcount::parse(step.report?, &r.output)?;
+            let now = r.counts(step.report?).ok()?;
             Some(format!(
                 "`{}`: {} tests ran and {} passed (baseline: {} ran)",
                 step.name, now.ran, now.passed, base.ran

@@ -301,6 +301,7 @@ mod tests {
             duration_ms,
             leftovers: 0,
             results: None,
+            read: None,
         }
     }
 

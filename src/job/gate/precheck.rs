@@ -157,12 +157,12 @@ fn failing_and_expected(run: &Run<'_>, baseline: &GoalReport) -> (Vec<String>, V
     let failing: Vec<String> = baseline
         .steps
         .iter()
-        .flat_map(|s| precheck::failing_tests(&s.output))
+        .flat_map(|s| s.read(None).failing.clone())
         .collect();
     let mut expected: Vec<String> = baseline
         .steps
         .iter()
-        .flat_map(|s| precheck::failing_expected(&s.output))
+        .flat_map(|s| s.read(None).expected.clone())
         .collect();
     if !failing.is_empty() {
         let tests = run

@@ -64,7 +64,7 @@ fn test_count_findings(
             continue;
         };
         let path = format!("{label} `{}`", step.name);
-        match testcount::read(preset, &result.output) {
+        match result.counts(preset) {
             Err(unreadable) => out.push(Finding {
                 reason: Reason::TestCountUnreadable,
                 path,
