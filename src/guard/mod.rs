@@ -1,5 +1,6 @@
 //! The guards that watch a session as it streams: resource caps
-//! ([`caps`]), the progress guard ([`progress`]), the tamper gates that run
+//! ([`caps`]), the progress guard ([`progress`], reading shell commands
+//! with [`shell`]), the tamper gates that run
 //! at the tool call and on the diff after each attempt ([`tamper`],
 //! [`runner`], [`testcount`]), the size gate ([`size`]), the drift gate after the goal
 //! test ([`drift`]), and the pre-critic on the added lines ([`precheck`]).
@@ -19,6 +20,7 @@ pub mod precheck;
 pub mod progress;
 pub mod risk;
 pub mod runner;
+pub mod shell;
 pub mod size;
 pub mod syntax;
 pub mod tamper;
