@@ -10,7 +10,9 @@
 //! are trivia, so `sleep 0; cat lager.py` repeated is `cat lager.py`
 //! repeated (issue 40). A poll — a command that waits and then only looks
 //! (`sleep 5; curl …/health`, `tail -f log`, an `until … sleep` loop) — is
-//! exempt: waiting on a long build is not being stuck.
+//! exempt: waiting on a long build is not being stuck. And a re-run after a
+//! change is a new question ([`RepeatDetector`]): running the tests after
+//! each edit is never a repeat.
 
 use std::collections::VecDeque;
 
@@ -114,6 +116,23 @@ pub struct Judged {
     pub repeat_hash: String,
     /// A poll: exempt from the count.
     pub polling: bool,
+    /// What it does to the files: whether what follows it is a new
+    /// question.
+    pub effect: Effect,
+}
+
+/// What a call does to the files, for the repeat count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Effect {
+    /// Changes no file (that matters): a read, a run whose output only
+    /// the agent sees.
+    Looks,
+    /// May change files, and its text does not say what it writes: a shell
+    /// command that writes (`sed -i`, `cp`, `git checkout`, `pytest >
+    /// log`).
+    Writes,
+    /// Its input is what it writes: an edit, a write, a patch.
+    Edits,
 }
 
 /// Judge a call; `patterns` are the polling patterns (`[guard]
@@ -123,6 +142,11 @@ pub fn judge(call: &ToolCall, patterns: &[String]) -> Judged {
         return Judged {
             repeat_hash: call_hash(call),
             polling: false,
+            effect: if call.mutating() {
+                Effect::Edits
+            } else {
+                Effect::Looks
+            },
         };
     };
     let reading = shell::read(command);
@@ -132,6 +156,11 @@ pub fn judge(call: &ToolCall, patterns: &[String]) -> Judged {
     Judged {
         repeat_hash: hex::encode(h.finalize()),
         polling: reading.is_poll(patterns) || call.input.get("run_in_background").is_some(),
+        effect: if reading.writes() {
+            Effect::Writes
+        } else {
+            Effect::Looks
+        },
     }
 }
 
@@ -144,12 +173,24 @@ pub fn is_polling(call: &ToolCall, patterns: &[String]) -> bool {
     judge(call, patterns).polling
 }
 
-/// The same call K times among the last W calls means stuck.
+/// The same call K times among the last W calls means stuck — counted
+/// since the last change another call made: after an edit, running the
+/// tests again (or reading the file again) is a new question, and a shell
+/// command that writes (`pytest > log`, `sed -i …`) is re-run after
+/// another change as freely. An edit, whose input is exactly what it
+/// writes, counts every repeat in the window: the same edit again, or two
+/// edits undoing each other, is stuck whatever came between.
 #[derive(Debug, Clone)]
 pub struct RepeatDetector {
     window: usize,
     repeat: usize,
-    recent: VecDeque<String>,
+    recent: VecDeque<Seen>,
+}
+
+#[derive(Debug, Clone)]
+struct Seen {
+    hash: String,
+    effect: Effect,
 }
 
 impl RepeatDetector {
@@ -167,12 +208,21 @@ impl RepeatDetector {
         if call.polling {
             return None;
         }
-        let hash = &call.repeat_hash;
-        self.recent.push_back(hash.clone());
+        self.recent.push_back(Seen {
+            hash: call.repeat_hash.clone(),
+            effect: call.effect,
+        });
         if self.recent.len() > self.window {
             self.recent.pop_front();
         }
-        let same = self.recent.iter().filter(|h| *h == hash).count();
+        let mut same = 0;
+        for seen in self.recent.iter().rev() {
+            if seen.hash == call.repeat_hash {
+                same += 1;
+            } else if call.effect != Effect::Edits && seen.effect != Effect::Looks {
+                break;
+            }
+        }
         (same >= self.repeat).then_some(Reason::StuckRepeat)
     }
 }
@@ -333,6 +383,23 @@ mod tests {
         Judged {
             repeat_hash: hash.into(),
             polling: false,
+            effect: Effect::Looks,
+        }
+    }
+
+    /// A shell command that writes, by its hash.
+    fn writes(hash: &str) -> Judged {
+        Judged {
+            effect: Effect::Writes,
+            ..looks(hash)
+        }
+    }
+
+    /// An edit, by its hash.
+    fn edits(hash: &str) -> Judged {
+        Judged {
+            effect: Effect::Edits,
+            ..looks(hash)
         }
     }
 
@@ -352,6 +419,58 @@ mod tests {
                 "a repeats but never 3 times within 5"
             );
         }
+    }
+
+    /// Before this rule an honest test-edit loop was stopped at its third
+    /// run (`pytest`, edit, `pytest`, edit, `pytest`: three in five).
+    #[test]
+    fn a_rerun_after_another_change_is_a_new_question() {
+        let outcome = |calls: &[Judged]| {
+            let mut d = RepeatDetector::new(5, 3);
+            calls.iter().map(|c| d.observe(c)).collect::<Vec<_>>()
+        };
+        let stuck = |calls: &[Judged]| outcome(calls).iter().any(Option::is_some);
+        let mut honest = Vec::new();
+        for round in 0..6 {
+            honest.push(looks("pytest"));
+            honest.push(edits(&format!("edit {round}")));
+            honest.push(writes("pytest > log"));
+            honest.push(writes(&format!("sed -i s/{round}/x/ f")));
+        }
+        assert!(!stuck(&honest), "{:?}", outcome(&honest));
+        // Nothing changed between: stuck, a look or a writer alike.
+        assert!(stuck(&[looks("cat"), looks("cat"), looks("cat")]));
+        assert!(stuck(&[writes("sed"), writes("sed"), writes("sed")]));
+        // Only the writer itself changed something between the looks: the
+        // writer is the repeat.
+        let v = outcome(&[
+            looks("cat"),
+            writes("log"),
+            looks("cat"),
+            writes("log"),
+            looks("cat"),
+            writes("log"),
+        ]);
+        assert_eq!(v[5], Some(Reason::StuckRepeat), "{v:?}");
+        // The same edit again and again is stuck, runs between or not…
+        let v = outcome(&[
+            edits("e"),
+            looks("pytest"),
+            edits("e"),
+            looks("pytest"),
+            edits("e"),
+        ]);
+        assert_eq!(v[4], Some(Reason::StuckRepeat), "{v:?}");
+        // …and so are two edits that undo each other.
+        let v = outcome(&[edits("a"), edits("b"), edits("a"), edits("b"), edits("a")]);
+        assert_eq!(v[4], Some(Reason::StuckRepeat), "{v:?}");
+        // A poll is not counted, and changes nothing.
+        let poll = Judged {
+            polling: true,
+            ..writes("cat")
+        };
+        let v = outcome(&[looks("cat"), poll.clone(), poll, looks("cat"), looks("cat")]);
+        assert_eq!(v[4], Some(Reason::StuckRepeat), "{v:?}");
     }
 
     fn call(tool: &str, input: Value) -> ToolCall {
@@ -503,9 +622,45 @@ mod tests {
             .all(Option::is_none));
     }
 
+    #[test]
+    fn a_test_rerun_after_each_edit_is_not_stuck() {
+        let codex = |id: u32, patch: String| {
+            crate::agent::Agent::tool_call(
+                &crate::agent::codex::Codex,
+                format!("c{id}"),
+                "apply_patch".into(),
+                json!({ "input": patch }),
+            )
+        };
+        let mut calls = Vec::new();
+        for i in 0..4 {
+            calls.push(bash("pytest -q"));
+            calls.push(call(
+                "Edit",
+                json!({"file_path": "/r/lager.py", "old_string": format!("v{i}"), "new_string": format!("v{}", i + 1)}),
+            ));
+            calls.push(bash("pytest -q"));
+            calls.push(codex(
+                i,
+                format!(
+                    "*** Begin Patch\n*** Update File: lager.py\n@@\n-w{i}\n+w{}\n*** End Patch",
+                    i + 1
+                ),
+            ));
+            calls.push(bash("pytest -q > out.txt 2>&1; tail -n 30 out.txt"));
+            calls.push(bash(&format!("sed -i 's/x{i}/x{}/' lager.py", i + 1)));
+            calls.push(bash("pytest -q > out.txt 2>&1; tail -n 30 out.txt"));
+        }
+        let v = verdicts(&calls, 5, 3);
+        assert!(v.iter().all(Option::is_none), "{v:?}");
+        // Without the edits, the third run is stuck.
+        let runs = vec![bash("pytest -q"); 3];
+        assert_eq!(verdicts(&runs, 5, 3)[2], Some(Reason::StuckRepeat));
+    }
+
     mod properties {
-        //! Trivial variation never hides a repeat; honest polling never
-        //! stops.
+        //! Trivial variation never hides a repeat; honest polling and a
+        //! re-run after an edit never stop.
 
         use super::*;
         use proptest::prelude::*;
@@ -558,6 +713,15 @@ mod tests {
             &[" 2>&1", "  2>&1", "\t2>&1"],
             &[" > /dev/null", " >/dev/null", " 1>/dev/null"],
         ];
+        /// Test runs: what an agent re-runs after each edit.
+        const TEST_RUNS: &[&[&str]] = &[
+            &["pytest"],
+            &["python3", "-m", "pytest"],
+            &["cargo", "test"],
+            &["npm", "test"],
+            &["go", "test", "./..."],
+            &["make", "test"],
+        ];
         const JOINTS: &[&str] = &["&&", ";", "|", "||"];
 
         /// A base command: one to three simple commands joined by `&&`,
@@ -586,6 +750,17 @@ mod tests {
 
         fn redirect() -> impl Strategy<Value = Option<&'static [&'static str]>> {
             prop::option::of(prop::sample::select(REDIRECTS))
+        }
+
+        /// A test run (with arguments, maybe redirected), as a [`Base`].
+        fn test_run() -> impl Strategy<Value = Base> {
+            (prop::sample::select(TEST_RUNS), args(), redirect()).prop_map(
+                |(run, args, redirect)| Base {
+                    commands: vec![run.iter().map(|w| w.to_string()).chain(args).collect()],
+                    joints: Vec::new(),
+                    redirect,
+                },
+            )
         }
 
         fn base() -> impl Strategy<Value = Base> {
@@ -752,6 +927,34 @@ mod tests {
                 prop_assert!(is_polling(&c, &default_patterns()), "{:?}", poll);
                 let v = verdicts(&vec![c; 3 * w], w, k);
                 prop_assert!(v.iter().all(Option::is_none), "{:?}", poll);
+            }
+
+            /// Running the tests (however varied) after each edit never
+            /// stops, whatever the edits are made with.
+            #[test]
+            fn a_rerun_after_each_edit_never_stops(
+                run in test_run(),
+                bytes in tape(),
+                edits in prop::collection::vec(0u8..4, 1..12),
+                (k, w) in k_of_w(),
+            ) {
+                let mut t = Tape { bytes: &bytes, at: 0 };
+                let mut calls = Vec::new();
+                for (i, how) in edits.iter().enumerate() {
+                    calls.push(bash(&variant(&run, &mut t)));
+                    calls.push(match how {
+                        0 => call("Edit", json!({"file_path": "/r/a.py", "old_string": format!("v{i}"), "new_string": format!("v{}", i + 1)})),
+                        1 => call("Write", json!({"file_path": "/r/a.py", "content": format!("v{i}")})),
+                        2 => call("Read", json!({"file_path": "/r/a.py"})),
+                        _ => bash(&format!("sed -i 's/v{i}/v{}/' a.py", i + 1)),
+                    });
+                    if *how == 2 {
+                        // A look at the file, then the edit.
+                        calls.push(call("Edit", json!({"file_path": "/r/a.py", "old_string": format!("v{i}"), "new_string": format!("v{}", i + 1)})));
+                    }
+                }
+                let v = verdicts(&calls, w, k);
+                prop_assert!(v.iter().all(Option::is_none), "{:?}", v);
             }
         }
     }
