@@ -28,7 +28,8 @@
 //! ([`agent::gateway`]: the credential stays in loopd, every call is metered
 //! and journaled, a call the budget cannot cover is refused). Repeated tool
 //! calls (with the nudge before the stop), no progress, oscillation:
-//! [`guard::progress`]. The agent's approved exit, `loopd escalate`:
+//! [`guard::progress`], which reads shell commands with
+//! [`guard::shell`]. The agent's approved exit, `loopd escalate`:
 //! [`guard::escalation`]. Wall clock, attempt
 //! and idle timeouts: [`agent::session`]. Process trees: [`process`].
 //! Protected paths, skip markers, submodules: [`guard::tamper`]. The size

@@ -1,5 +1,6 @@
 //! The guards that watch a session as it streams: resource caps
-//! ([`caps`]), the progress guard ([`progress`]), the tamper gates that run
+//! ([`caps`]), the progress guard ([`progress`], reading shell commands
+//! with [`shell`]), the tamper gates that run
 //! at the tool call and on the diff after each attempt ([`tamper`],
 //! [`runner`], [`testcount`]), the size gate ([`size`]), the drift gate after the goal
 //! test ([`drift`]), and the pre-critic on the added lines ([`precheck`]).
@@ -19,6 +20,7 @@ pub mod precheck;
 pub mod progress;
 pub mod risk;
 pub mod runner;
+pub mod shell;
 pub mod size;
 pub mod syntax;
 pub mod tamper;
@@ -47,8 +49,11 @@ pub struct GuardSettings {
     pub stuck_window: usize,
     /// How many identical calls within the window mean "stuck".
     pub stuck_repeat: usize,
-    /// Bash commands matching one of these (substring of the command's first
-    /// word sequence) are polling and never count as stuck.
+    /// The commands that wait, word for word at the start of a command
+    /// (wrappers such as `timeout 30` looked through): a shell call that
+    /// waits with one of these and otherwise only looks (`sleep 5; curl
+    /// …/health`) is polling and never counts as stuck
+    /// ([`progress::is_polling`]).
     pub poll_patterns: Vec<String>,
     /// Time between SIGTERM and SIGKILL when stopping a process tree.
     #[serde(with = "crate::util::duration_text")]
@@ -103,7 +108,10 @@ pub const DEFAULT_MAX_DIFF_KB: u64 = 200;
 /// while judging grows with it.
 pub const MAX_MAX_DIFF_KB: u64 = 64 * 1024;
 
-pub const DEFAULT_POLL_PATTERNS: [&str; 6] = ["sleep", "wait", "tail -f", "watch", "timeout", "ps"];
+/// What `[guard] poll_patterns` is when `loopd.toml` says nothing: the commands
+/// that wait (and `ps`, whose repeats are a process being waited for).
+/// Wrappers (`timeout`, `env`, `nice`) are looked through, never patterns.
+pub const DEFAULT_POLL_PATTERNS: [&str; 5] = ["sleep", "wait", "tail -f", "watch", "ps"];
 
 /// One model call, as the stream reported it: the live estimate of what it
 /// cost. A finished session's reconciled totals supersede these; they count
@@ -426,10 +434,10 @@ impl Observer for Watch<'_> {
             Event::ToolUse(call) => {
                 self.tool_calls += 1;
                 let hash = progress::call_hash(call);
-                let polling = progress::is_polling(call, &self.settings.poll_patterns);
                 let mut verdict = None;
-                if self.role == Role::Agent && !polling {
-                    verdict = self.repeat.observe(&hash);
+                if self.role == Role::Agent {
+                    let judged = progress::judge(call, &self.settings.poll_patterns);
+                    verdict = self.repeat.observe(&judged);
                     if verdict.is_some() && self.settings.nudge && !self.nudged {
                         // The hook denies this call with a nudge (loopd counts
                         // the same calls); the next repeat stops.

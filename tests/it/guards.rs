@@ -209,6 +209,59 @@ fn a_polling_command_repeated_is_not_stuck() {
     );
 }
 
+/// Issue 40: `sleep 0` waits for nothing, and quoting, wrappers and no-op
+/// elements are trivia. The same read, varied each time, is one call
+/// repeated: nudged at the 3rd, stopped at the 4th.
+#[test]
+fn trivially_varied_repeats_of_a_read_are_stuck() {
+    let env = TestEnv::scripted();
+    let variants = [
+        "sleep 0; cat rechnung.py",
+        "sleep 0;  cat 'rechnung.py'",
+        "true && env X=1 cat rechnung.py",
+        "sleep 0; timeout 30 \"cat\" rechnung.py",
+        "cat rechnung.py",
+    ];
+    let mut turns: Vec<Turn> = variants.iter().map(|c| turn(vec![bash(c)])).collect();
+    turns.push(turn(vec![text("Done.")]));
+    let model = ScriptedModel::start(scenario(vec![session(turns)], vec![]));
+    let r = env.run(&model, &one_attempt(&[]));
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["reason"], "stuck_repeat");
+    let calls = agent_tool_calls(&s);
+    assert_eq!(calls.len(), 4, "stopped at the 4th: {calls:?}");
+    assert_eq!(nudged_events(&s).len(), 1);
+    // The journal keeps each call as it ran.
+    assert_ne!(calls[0].args_sha256, calls[1].args_sha256);
+}
+
+/// A read re-run after each write is a new question, not a repeat (it
+/// was nudged at its 3rd run before a change started a new round).
+#[test]
+fn a_read_after_each_write_is_not_a_repeat() {
+    let env = TestEnv::scripted();
+    let check = || turn(vec![bash("cat rechnung.py")]);
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![
+            check(),
+            turn(vec![write("rechnung.py", "# draft 1\n")]),
+            check(),
+            turn(vec![write("rechnung.py", "# draft 2\n")]),
+            check(),
+            turn(vec![write("rechnung.py", &clean_solution())]),
+            check(),
+            turn(vec![text("Done.")]),
+        ])],
+        vec![pass()],
+    ));
+    let r = env.run(&model, &one_attempt(&[]));
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let s = r.summary();
+    assert_eq!(s["reason"], "accepted");
+    assert!(nudged_events(&s).is_empty(), "{:?}", nudged_events(&s));
+}
+
 #[test]
 fn two_attempts_without_change_are_no_progress() {
     let env = TestEnv::scripted();
