@@ -39,16 +39,11 @@ impl Gate for HeldOut {
 fn held_out_findings(run: &Run<'_>) -> Vec<Finding> {
     let rule = run.job.rubric.tests_rule();
     let Some(report) = run.current().held_out else {
-        return vec![Finding {
-            reason: Reason::HeldOutFailed,
-            path: "held-out steps".into(),
-            line: None,
+        return vec![failed(
             rule,
-            check: None,
-            problem: "the held-out steps could not run: the change is too large to write as a tree"
-                .into(),
-            fix: "make a smaller change".into(),
-        }];
+            "the held-out steps could not run: the change is too large to write as a tree",
+            "make a smaller change",
+        )];
     };
     let overwrote = run.current().held_out_overwrote;
     if overwrote > 0 {
@@ -58,15 +53,11 @@ fn held_out_findings(run: &Run<'_>) -> Vec<Finding> {
         if run.job.guard.held_out_feedback == held_out::Feedback::None {
             return vec![held_out::one_bit(rule)];
         }
-        return vec![Finding {
-            reason: Reason::HeldOutFailed,
-            path: "held-out steps".into(),
-            line: None,
+        return vec![failed(
             rule,
-            check: None,
-            problem: "the change's code, run by the held-out steps, wrote over or deleted files of the tree it ran in".into(),
-            fix: "leave the tree alone from code the tests run: write outputs to temporary files".into(),
-        }];
+            "the change's code, run by the held-out steps, wrote over or deleted files of the tree it ran in",
+            "leave the tree alone from code the tests run: write outputs to temporary files",
+        )];
     }
     let outcomes = match run.current().held_out_outcomes {
         o if !o.is_empty() => o,
@@ -85,4 +76,17 @@ fn held_out_findings(run: &Run<'_>) -> Vec<Finding> {
         },
         rule,
     )
+}
+
+/// A finding on the held-out steps as a whole, naming no file of theirs.
+fn failed(rule: Option<u32>, problem: &str, fix: &str) -> Finding {
+    Finding {
+        reason: Reason::HeldOutFailed,
+        path: "held-out steps".into(),
+        line: None,
+        rule,
+        check: None,
+        problem: problem.into(),
+        fix: fix.into(),
+    }
 }

@@ -121,6 +121,23 @@ fn shadowing_modules(run: &Run<'_>, diff: &Diff) -> Vec<Finding> {
     out
 }
 
+/// The text of each test file of BASE_REF in a language the pre-critic
+/// reads, at most [`EXPECTED_FILES`] of them.
+fn tests_at_base<'r>(run: &'r Run<'_>) -> impl Iterator<Item = (&'r str, String)> + 'r {
+    run.env
+        .policy
+        .files
+        .iter()
+        .filter(|(path, why)| {
+            why.as_str() == crate::guard::tamper::TEST_AT_BASE && Lang::of(path).is_some()
+        })
+        .take(EXPECTED_FILES)
+        .filter_map(|(path, _)| match run.ws.base_content(run.base_oid, path) {
+            workspace::Content::Text { text } => Some((path.as_str(), text)),
+            _ => None,
+        })
+}
+
 /// Every assertion's inputs and expected values in the test files of
 /// BASE_REF (at most [`EXPECTED_FILES`] of them), and every value they
 /// spell out: what a change fitted to the tests repeats.
@@ -132,20 +149,9 @@ fn test_cases_at_base(
 ) {
     let mut cases = Vec::new();
     let mut values = std::collections::HashSet::new();
-    for (path, _) in run
-        .env
-        .policy
-        .files
-        .iter()
-        .filter(|(path, why)| {
-            why.as_str() == crate::guard::tamper::TEST_AT_BASE && Lang::of(path).is_some()
-        })
-        .take(EXPECTED_FILES)
-    {
-        if let workspace::Content::Text { text } = run.ws.base_content(run.base_oid, path) {
-            cases.extend(precheck::fitting::cases_in_tests(path, &text));
-            values.extend(precheck::fitting::values_in_tests(path, &text));
-        }
+    for (path, text) in tests_at_base(run) {
+        cases.extend(precheck::fitting::cases_in_tests(path, &text));
+        values.extend(precheck::fitting::values_in_tests(path, &text));
     }
     (cases, values)
 }
@@ -165,19 +171,8 @@ fn failing_and_expected(run: &Run<'_>, baseline: &GoalReport) -> (Vec<String>, V
         .flat_map(|s| s.read(None).expected.clone())
         .collect();
     if !failing.is_empty() {
-        let tests = run
-            .env
-            .policy
-            .files
-            .iter()
-            .filter(|(path, why)| {
-                why.as_str() == crate::guard::tamper::TEST_AT_BASE && Lang::of(path).is_some()
-            })
-            .take(EXPECTED_FILES);
-        for (path, _) in tests {
-            if let workspace::Content::Text { text } = run.ws.base_content(run.base_oid, path) {
-                expected.extend(precheck::expected_in_tests(path, &text, &failing));
-            }
+        for (path, text) in tests_at_base(run) {
+            expected.extend(precheck::expected_in_tests(path, &text, &failing));
         }
     }
     expected.sort();
