@@ -83,7 +83,8 @@ pub fn resume(args: ResumeArgs, progress: bool) -> Result<ExitStatus, CliError> 
             here.reopen().map_err(cli_error)?;
             tracing::info!(job_id = %id, spent_usd = %format!("{:.4}", here.spent_usd), "resuming the job");
             let here = *here;
-            crate::cli::run::finish_foreground(&here.job, here.ws, control, here.state, args.json)
+            let record = daemon::foreground::Foreground::resumed(here.state, &here.job.state_dir);
+            crate::cli::run::finish_foreground(&here.job, here.ws, control, record, args.json)
         }
     }
 }

@@ -2,9 +2,7 @@
 
 use crate::cli::CliError;
 use crate::config::{Job, JobFlags};
-use crate::daemon::spool::JobSpec;
-use crate::daemon::state::{JobState, Status};
-use crate::daemon::worker::notify_end;
+use crate::daemon::foreground::{self, Foreground, JobSpec};
 use crate::job;
 use crate::outcome::ExitStatus;
 use crate::report;
@@ -64,7 +62,7 @@ pub fn ready(ws: &Workspace, job: &Job) -> Result<(), CliError> {
 /// `progress`: print live progress lines on stderr (not with `-q`).
 pub fn run(args: RunArgs, progress: bool) -> Result<ExitStatus, CliError> {
     if let Some(id) = &args.job_id {
-        if !crate::daemon::spool::valid_id(id) || id.starts_with('-') {
+        if !foreground::valid_id(id) || id.starts_with('-') {
             return Err(CliError::new(
                 ExitStatus::Usage,
                 format!("`--job-id {id}` is not a job id"),
@@ -94,15 +92,13 @@ pub fn run(args: RunArgs, progress: bool) -> Result<ExitStatus, CliError> {
     // and `resume` find it: its job file beside its journal, its state.
     control.job_id = Some(id.clone());
     let spec = spec_of(&ws, &job, &args.flags, &id)?;
-    crate::util::write_json_atomic(&run_dir.join(SPEC_FILE), &spec).map_err(|e| {
+    let record = Foreground::record(&run_dir, &job.state_dir, &spec).map_err(|e| {
         CliError::new(
             ExitStatus::Environment,
             format!("cannot record the job in `{}`: {e}", run_dir.display()),
         )
     })?;
-    let mut state = JobState::foreground(&spec);
-    state.save(&job.state_dir);
-    finish_foreground(&job, ws, control, state, args.json)
+    finish_foreground(&job, ws, control, record, args.json)
 }
 
 /// The job's run directory, created, and its lock, held while this
@@ -264,19 +260,10 @@ fn continue_job(
             .and_then(|mut j| j.append(reopened))
             .map_err(|e| CliError::new(ExitStatus::Environment, e))?;
     }
-    let spec = crate::util::read_text(&run_dir.join(SPEC_FILE))
-        .ok()
-        .and_then(|t| serde_json::from_str::<JobSpec>(&t).ok());
-    let spec = match spec {
-        Some(s) => s,
-        None => spec_of(&ws, job, &args.flags, id)?,
-    };
-    let mut state =
-        JobState::load(&job.state_dir, id).unwrap_or_else(|| JobState::foreground(&spec));
-    state.state = Status::Running;
-    state.pid = Some(std::process::id());
-    state.save(&job.state_dir);
-    finish_foreground(job, ws, control, state, args.json)
+    let record = Foreground::reopen(&run_dir, &job.state_dir, id, || {
+        spec_of(&ws, job, &args.flags, id)
+    })?;
+    finish_foreground(job, ws, control, record, args.json)
 }
 
 /// A job continued by `run --job-id` is judged by the spec it started
@@ -314,15 +301,13 @@ fn check_spec(job: &Job, id: &str, replay: &crate::journal::Replay) -> Result<()
 /// The lock of a foreground job's run directory.
 const LOCK_FILE: &str = "run.lock";
 
-use crate::daemon::resume::SPEC_FILE;
-
 /// Run (or continue) a foreground job to its end: its state for `loopd
 /// status`, the webhooks, the human summary on stderr, `--json` on stdout.
 pub fn finish_foreground(
     job: &Job,
     ws: Workspace,
     control: job::Control,
-    mut state: JobState,
+    mut record: Foreground,
     json: bool,
 ) -> Result<ExitStatus, CliError> {
     let rt = crate::cli::runtime()?;
@@ -330,14 +315,11 @@ pub fn finish_foreground(
     let summary = match rt.block_on(job::run(job, ws, control)) {
         Ok(s) => s,
         Err(e) => {
-            state.state = Status::Error;
-            state.reason = Some(crate::outcome::Reason::InternalError.to_string());
-            state.detail = Some(e.to_string());
-            state.save(&job.state_dir);
+            record.failed(&e.to_string());
             return Err(CliError::new(ExitStatus::Environment, e));
         }
     };
-    state.fill_from(&summary);
+    let state = record.ended(&summary);
     // The final state is the journal's first: a run of the same
     // `--job-id` after this point prints the summary and does nothing.
     {
@@ -351,7 +333,7 @@ pub fn finish_foreground(
                 );
             }
             match j.state().finalized {
-                None => j.append(crate::journal::Event::Finalized { state: state.state }),
+                None => j.append(crate::journal::Event::Finalized { state }),
                 Some(_) => Ok(()),
             }
         });
@@ -359,8 +341,7 @@ pub fn finish_foreground(
             tracing::error!(error = %e, "cannot journal the final state");
         }
     }
-    state.save(&job.state_dir);
-    rt.block_on(notify_end(&job.notify, &state, summary.escalation.clone()));
+    rt.block_on(record.close(&job.notify, summary.escalation.clone()));
     print_summary(&summary, json);
     Ok(summary.reason.into())
 }

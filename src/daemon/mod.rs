@@ -29,6 +29,7 @@
 //! grace period.
 
 pub mod approval;
+pub mod foreground;
 pub mod intake;
 pub mod resume;
 pub mod spool;
