@@ -190,7 +190,7 @@ fn precheck() {
 /// The pre-critic on a 2,000-line added diff per language: 40 files of 50
 /// lines, ordinary library code with aliases and a print in every file.
 fn precheck_cost() {
-    use loopd::guard::precheck::{Plan, PrecheckSettings};
+    use loopd::judges::precheck::{Plan, PrecheckSettings};
     use loopd::workspace::{AddedLine, ChangedText};
     const RULES: [(u32, &str); 4] = [
         (1, "No test was deleted, skipped or weakened."),
@@ -258,17 +258,18 @@ fn precheck_cost() {
         for _ in 0..15 {
             let t = std::time::Instant::now();
             let cases =
-                loopd::guard::precheck::fitting::cases_in_tests("tests/test_all.py", &tests);
+                loopd::judges::precheck::fitting::cases_in_tests("tests/test_all.py", &tests);
             let values: std::collections::HashSet<String> =
-                loopd::guard::precheck::fitting::values_in_tests("tests/test_all.py", &tests)
+                loopd::judges::precheck::fitting::values_in_tests("tests/test_all.py", &tests)
                     .into_iter()
                     .collect();
             found = plan.run("t", &added, &files).len()
-                + loopd::guard::precheck::fitting::findings(
+                + loopd::judges::precheck::fitting::findings(
                     &added, &files, &cases, &values, "t", true,
                 )
                 .len()
-                + loopd::guard::precheck::test_special_casing(&added, &files, true, &[], &[]).len();
+                + loopd::judges::precheck::test_special_casing(&added, &files, true, &[], &[])
+                    .len();
             times.push(t.elapsed().as_secs_f64() * 1000.0);
         }
         times.sort_by(f64::total_cmp);

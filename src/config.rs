@@ -15,12 +15,12 @@ use serde::{Deserialize, Serialize};
 use crate::agent::{Agent, Price};
 pub use crate::goal::held_out::HeldOutStep;
 pub use crate::goal::GoalStep;
-use crate::guard::append_only::TestsMode;
 pub use crate::guard::caps::Caps;
-use crate::guard::risk::RiskPolicy;
-use crate::guard::tamper::{AllowRefusal, ProtectSettings};
-use crate::guard::testcount::Preset;
 pub use crate::guard::GuardSettings;
+use crate::judges::append_only::TestsMode;
+use crate::judges::risk::RiskPolicy;
+use crate::judges::tamper::{AllowRefusal, ProtectSettings};
+use crate::judges::testcount::Preset;
 use crate::notify::Webhook;
 use crate::rubric::Rubric;
 use crate::util::FileError;
@@ -58,7 +58,7 @@ pub enum ConfigError {
     },
     /// A `[protect] allow` entry loopd will not take: not a path or glob
     /// inside the repository, or one that reaches the judge's own files
-    /// ([`crate::guard::tamper::check_allow`]).
+    /// ([`crate::judges::tamper::check_allow`]).
     #[error("`{}`: field `{field}`: `{entry}` {why}", file.display())]
     Allow {
         file: PathBuf,
@@ -896,7 +896,7 @@ fn guard_settings(o: &Origin<'_>, g: GuardFile) -> Result<GuardSettings, ConfigE
         max_diff_kb,
         held_out_feedback: match g.held_out_feedback.as_deref() {
             None => defaults.held_out_feedback,
-            Some(v) => crate::guard::held_out::Feedback::parse(v).ok_or_else(|| {
+            Some(v) => crate::judges::held_out::Feedback::parse(v).ok_or_else(|| {
                 o.invalid(
                     "guard.held_out_feedback",
                     "one of `ids`, `none`, `full`",
@@ -929,7 +929,7 @@ fn protect_settings(
     let mut allow = Vec::new();
     for (i, entry) in p.allow.unwrap_or_default().iter().enumerate() {
         let normal = normal_allow_entry(entry);
-        crate::guard::tamper::check_allow(&normal, &judge).map_err(|why| {
+        crate::judges::tamper::check_allow(&normal, &judge).map_err(|why| {
             let (file, field) = o.field(&format!("protect.allow[{i}]"));
             ConfigError::Allow {
                 file,
@@ -1314,7 +1314,7 @@ pub fn protect_of_repo(
         .unwrap_or_default()
         .iter()
         .map(|e| normal_allow_entry(e))
-        .filter(|e| match crate::guard::tamper::check_allow(e, &judge) {
+        .filter(|e| match crate::judges::tamper::check_allow(e, &judge) {
             Ok(()) => true,
             Err(why) => {
                 tracing::warn!(entry = %e, %why, "a `[protect] allow` entry is refused; it lifts nothing");
@@ -1759,7 +1759,7 @@ mod tests {
         );
         assert_eq!(
             job.guard.held_out_feedback,
-            crate::guard::held_out::Feedback::None
+            crate::judges::held_out::Feedback::None
         );
         // A held-out directory that holds the state dir, or too much.
         let flags = JobFlags {

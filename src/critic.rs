@@ -7,7 +7,7 @@
 //! The critic sees the whole change: a listing of every changed file with
 //! its size, then every file's section of the diff whole. Nothing is cut
 //! silently: a change over the bound never reaches the critic (the size
-//! gate, [`crate::guard::size`]), and where a section of the interdiff does
+//! gate, [`crate::judges::size`]), and where a section of the interdiff does
 //! not fit its bound, whole hunks are shown and the listing says what is not.
 //!
 //! The verdict is read from `structured_output` only. Prose, a missing
@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::agent::events::SessionResult;
-use crate::guard::size::human;
+use crate::judges::size::human;
 use crate::rubric::Rubric;
 use crate::workspace::FilePatch;
 

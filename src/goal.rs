@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncReadExt;
 
 use crate::agent::session::{self, StopRequest};
-use crate::guard::precheck;
-use crate::guard::testcount::{self, Counts, Preset, Unreadable};
+use crate::judges::precheck;
+use crate::judges::testcount::{self, Counts, Preset, Unreadable};
 use crate::process::{self, Contained};
 
 pub mod held_out;

@@ -33,9 +33,9 @@ use crate::agent::session::Role;
 use crate::critic::{CriticVerdict, Violation};
 use crate::goal::GoalReport;
 use crate::guard::caps::Spend;
-use crate::guard::finding::Finding;
 use crate::guard::progress::DiffHistory;
 use crate::guard::{ModelCall, Nudge, Record, Recorder, ToolCall};
+use crate::judges::finding::Finding;
 use crate::outcome::{Escalation, Reason, Status};
 use crate::record::{AttemptRecord, Summary, Totals};
 use crate::workspace::gitdir::Pinned;
@@ -123,10 +123,10 @@ impl Gate {
     /// left: the goal ran the agent's code, which the hook never sees.
     pub const DIFF_AFTER_GOAL: Gate = Gate::named("diff_after_goal");
     /// The pre-critic on the added lines of a green attempt, before the
-    /// critic ([`crate::guard::precheck`]).
+    /// critic ([`crate::judges::precheck`]).
     pub const PRECHECK: Gate = Gate::named("precheck");
     /// The held-out goal steps on the judge-only tree, after the
-    /// pre-critic and before the critic ([`crate::guard::held_out`]).
+    /// pre-critic and before the critic ([`crate::judges::held_out`]).
     pub const HELD_OUT: Gate = Gate::named("held_out");
 
     pub const fn named(name: &'static str) -> Gate {
@@ -362,7 +362,7 @@ pub enum Event {
         /// The held-out steps' test counts at BASE_REF (BASE_REF's code
         /// printed them): what each later count is checked against.
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-        held_out_counts: BTreeMap<String, crate::guard::testcount::Counts>,
+        held_out_counts: BTreeMap<String, crate::judges::testcount::Counts>,
         /// With a hermetic judge: where each goal step's runner resolved
         /// at BASE_REF (what `runner_changed` compares with).
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -474,7 +474,7 @@ pub enum Event {
         /// Each step's outcome, failing ids and count verdict (the
         /// report's output is kept only under `full` feedback).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        outcomes: Vec<crate::guard::held_out::Outcome>,
+        outcomes: Vec<crate::judges::held_out::Outcome>,
     },
     /// What changed between attempt `from`'s tree and this attempt's
     /// (`interdiff.patch`), and which of those files no finding that
@@ -867,7 +867,7 @@ pub struct Current {
     /// Where the runners of this attempt's goal runs resolved.
     pub goal_origins: crate::runner::Origins,
     /// The held-out steps' outcomes of this attempt.
-    pub held_out_outcomes: Vec<crate::guard::held_out::Outcome>,
+    pub held_out_outcomes: Vec<crate::judges::held_out::Outcome>,
     /// The interdiff's files and the scope check's unnamed files.
     pub interdiff: Option<(Vec<String>, Vec<String>)>,
     /// What `[protect] allow` let through (see [`Event::ProtectionLifted`]).
@@ -984,7 +984,7 @@ pub struct Replay {
     /// The held-out steps at BASE_REF (see [`Event::Baseline`]).
     pub held_out_baseline: Option<GoalReport>,
     /// The held-out steps' counts at BASE_REF.
-    pub held_out_counts: BTreeMap<String, crate::guard::testcount::Counts>,
+    pub held_out_counts: BTreeMap<String, crate::judges::testcount::Counts>,
     /// Where each goal step's runner resolved at BASE_REF.
     pub baseline_origins: crate::runner::Origins,
     /// Ended attempts, in order.
@@ -1259,7 +1259,7 @@ impl Replay {
                     .map(|r| format!("{}/", r.display()))
                     .unwrap_or_default();
                 if let Some(c) = current(self, d.attempt) {
-                    c.denied.push(crate::guard::tamper::denial_finding(
+                    c.denied.push(crate::judges::tamper::denial_finding(
                         &d.tool, &d.input, &d.reason, &root,
                     ));
                 }
@@ -1977,7 +1977,7 @@ mod tests {
             path: "rechnung.py".into(),
             line: Some(18),
             rule: Some(2),
-            check: Some(crate::guard::finding::Check::DebugOutput),
+            check: Some(crate::judges::finding::Check::DebugOutput),
             problem: "debug output".into(),
             fix: "remove it".into(),
         };

@@ -29,8 +29,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::critic::Violation;
-use crate::guard::finding::{Check, Finding};
-use crate::guard::tamper::Compiled;
+use crate::judges::finding::{Check, Finding};
+use crate::judges::tamper::Compiled;
 use crate::outcome::Reason;
 
 /// The most lessons a first prompt carries.
@@ -515,7 +515,7 @@ pub fn forget(lessons: &mut Lessons, id: &str) -> Result<Lesson, LessonsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::guard::tamper::{Policy, SKIP_MARKERS, TEST_AT_BASE};
+    use crate::judges::tamper::{Policy, SKIP_MARKERS, TEST_AT_BASE};
     use std::collections::BTreeMap;
 
     fn policy() -> Policy {

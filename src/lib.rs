@@ -8,7 +8,7 @@
 //!    event stream read as it arrives into typed [`agent::events`]; every event
 //!    passes the guards ([`guard::Watch`]) and may stop the session mid-turn.
 //! 2. **Attempt loop** ([`job`]): agent → progress check → goal test
-//!    ([`goal`]) → only when green, the pre-critic ([`guard::precheck`], no
+//!    ([`goal`]) → only when green, the pre-critic ([`judges::precheck`], no
 //!    model call) and then the critic ([`critic`], from attempt 2 on with the
 //!    interdiff, [`workspace::interdiff`]) → the code decides; a rejection
 //!    becomes the next prompt.
@@ -32,8 +32,8 @@
 //! [`guard::shell`]. The agent's approved exit, `loopd escalate`:
 //! [`guard::escalation`]. Wall clock, attempt
 //! and idle timeouts: [`agent::session`]. Process trees: [`process`].
-//! Protected paths, skip markers, submodules: [`guard::tamper`]. The size
-//! bound of a change the critic judges: [`guard::size`].
+//! Protected paths, skip markers, submodules: [`judges::tamper`]. The size
+//! bound of a change the critic judges: [`judges::size`].
 //!
 //! # The module layers
 //! Bottom to top; a module uses only its own layer and those below, never in
@@ -44,7 +44,7 @@
 //! | 0 | [`util`] | atomic writes, ids, clock, shell quoting, crash points |
 //! | 1 | [`outcome`], [`process`], [`sandbox`], [`runner`] | reasons → exit codes (the one place); process trees; the Landlock sandbox of a job's processes; the test runners loopd knows (their files, variables, probes) |
 //! | 2 | [`workspace`], [`agent`], [`notify`] | git (the diff, the pinned `.git/`, held credentials); the agent CLI seam (one module per CLI: `agent::claude`, `agent::codex`) and the vendor-neutral metering gateway; webhooks |
-//! | 3 | [`guard`], [`goal`], [`rubric`], [`critic`] | the judges and their settings |
+//! | 3 | [`guard`], [`judges`], [`goal`], [`rubric`], [`critic`] | the live guards of a session; the judges of a change and their settings |
 //! | 4 | [`record`] | what a job leaves for its views: the summary, its attempts and totals, the failure record, where the work was parked |
 //! | 5 | [`journal`] | the job's truth, folded into those records |
 //! | 6 | [`report`], [`report_html`], [`breaker`], [`lessons`] | views (`report.html`: the page a human reads), parking, what a repository taught |
@@ -70,6 +70,7 @@ pub mod goal;
 pub mod guard;
 pub mod job;
 pub mod journal;
+pub mod judges;
 pub mod lessons;
 pub mod live;
 pub mod notify;

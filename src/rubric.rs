@@ -5,7 +5,7 @@
 //! these rules, so findings stay concrete enough to become the next prompt.
 //!
 //! An optional `[precheck]` table tunes the pre-critic
-//! ([`crate::guard::precheck`]), the deterministic checks that enforce some
+//! ([`crate::judges::precheck`]), the deterministic checks that enforce some
 //! of these rules before the critic is asked: `enabled = false` turns it
 //! off; `[precheck.<check>]` takes `enabled`, `rule` (the id it enforces,
 //! inferred from the rule texts when absent) and `allow` (path globs). It
@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::guard::finding::Check;
-use crate::guard::precheck::{self, CheckSettings, Plan, PrecheckSettings};
+use crate::judges::finding::Check;
+use crate::judges::precheck::{self, CheckSettings, Plan, PrecheckSettings};
 
 /// A rubric file that cannot be used, named with its file and field.
 pub type RubricError = crate::util::FileError;

@@ -406,7 +406,7 @@ fn the_policy_decides_any_tool_call_without_panic() {
     let dir = tempfile::tempdir().expect("tmp");
     let root = dir.path().canonicalize().expect("canonical");
     std::fs::create_dir_all(root.join("tests")).expect("tests");
-    let policy = loopd::guard::tamper::Policy {
+    let policy = loopd::judges::tamper::Policy {
         repo: root.clone(),
         base_ref: "0".repeat(40),
         files: [(

@@ -2,7 +2,7 @@
 //!
 //! Reasoning and execution live apart: the loop (agent, gates, critic) runs
 //! first; then the **autofix gate** is computed in code — accepted, every
-//! deterministic gate green, and the risk policy ([`crate::guard::risk`]) satisfied — and
+//! deterministic gate green, and the risk policy ([`crate::judges::risk`]) satisfied — and
 //! only then does the one step that writes to the outside world run: push
 //! `loopd/autofix/<short-sha>` and open a pull request against the failing
 //! branch. Otherwise nothing is pushed and the reason is reported.

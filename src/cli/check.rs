@@ -53,7 +53,7 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
                 );
             }
         }
-        if step.report.is_none() && crate::guard::testcount::looks_like_tests(&step.run) {
+        if step.report.is_none() && crate::judges::testcount::looks_like_tests(&step.run) {
             eprintln!(
                 "warning: goal step `{}` seems to run tests but has no `report`: the test-count gate cannot check it\nhint: add `report = \"pytest\"` (or cargo, go, jest, vitest, node) to that [[goal]] step, or `report = \"none\"` to silence this",
                 step.name

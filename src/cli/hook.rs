@@ -23,7 +23,7 @@ use serde_json::Value;
 use crate::agent::gateway::channel::{self, HookDecision};
 use crate::agent::{Agent, HookReply};
 use crate::cli::CliError;
-use crate::guard::tamper::Policy;
+use crate::judges::tamper::Policy;
 use crate::outcome::ExitStatus;
 use crate::workspace::Workspace;
 

@@ -16,7 +16,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::guard::testcount::{Counts, Preset};
+use crate::judges::testcount::{Counts, Preset};
 
 /// How one test ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,31 +1,18 @@
-//! The guards that watch a session as it streams: resource caps
-//! ([`caps`]), the progress guard ([`progress`], reading shell commands
-//! with [`shell`]), the tamper gates that run
-//! at the tool call and on the diff after each attempt ([`tamper`],
-//! [`runner`], [`testcount`]), the size gate ([`size`]), the drift gate after the goal
-//! test ([`drift`]), and the pre-critic on the added lines ([`precheck`]).
+//! The live guards: what watches a session as it streams and stops it —
+//! resource caps ([`caps`]), the progress guard ([`progress`], reading
+//! shell commands with [`shell`]) and the agent's approved exit
+//! ([`escalation`]). What judges a change after a session is
+//! [`crate::judges`].
 //!
 //! [`Watch`] is the observer a session runs under. On the hot path it does
 //! only what it must per event: account a model call when it completes,
 //! hash a tool call when it is issued, and hand a typed [`Record`] of each to
 //! its [`Recorder`] (the job's journal).
 
-pub mod append_only;
 pub mod caps;
-pub mod drift;
 pub mod escalation;
-pub mod finding;
-pub mod held_out;
-pub mod precheck;
 pub mod progress;
-pub mod risk;
-pub mod runner;
 pub mod shell;
-pub mod size;
-pub mod syntax;
-pub mod tamper;
-pub mod testcount;
-pub mod tree;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -72,7 +59,7 @@ pub struct GuardSettings {
     /// gate ([`size`]), so the critic always sees all of what it judges.
     pub max_diff_kb: u64,
     /// What the next prompt learns of a red held-out step.
-    pub held_out_feedback: held_out::Feedback,
+    pub held_out_feedback: crate::judges::held_out::Feedback,
 }
 
 impl GuardSettings {
@@ -97,7 +84,7 @@ impl Default for GuardSettings {
             nudge: true,
             strict_from: 3,
             max_diff_kb: DEFAULT_MAX_DIFF_KB,
-            held_out_feedback: held_out::Feedback::Ids,
+            held_out_feedback: crate::judges::held_out::Feedback::Ids,
         }
     }
 }

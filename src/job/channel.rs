@@ -12,7 +12,7 @@ use crate::agent::gateway::channel::{Channel, HookDecision, HookInput};
 use crate::agent::gateway::Tag;
 use crate::agent::{Agent, Role};
 use crate::guard::progress::Nudger;
-use crate::guard::tamper::Policy;
+use crate::judges::tamper::Policy;
 
 pub struct JobChannel {
     policy: Policy,

@@ -4,7 +4,7 @@
 
 use crate::critic::{self, CriticVerdict};
 use crate::goal::{self, GoalReport};
-use crate::guard::finding::Finding;
+use crate::judges::finding::Finding;
 
 /// The most of a failing step's output that goes into the next prompt.
 pub const MAX_FEEDBACK: usize = 8 * 1024;

@@ -20,12 +20,12 @@ use crate::agent::session::Role;
 use crate::config::Job;
 use crate::critic::{self, CriticInput, CriticVerdict, Previous, Shown};
 use crate::goal::{self, GoalReport, GoalStep, Mode};
-use crate::guard::finding::Finding;
-use crate::guard::precheck;
-use crate::guard::size;
-use crate::guard::tamper;
-use crate::guard::testcount::{Counts, Unreadable};
 use crate::journal::{Ending, Event, Gate};
+use crate::judges::finding::Finding;
+use crate::judges::precheck;
+use crate::judges::size;
+use crate::judges::tamper;
+use crate::judges::testcount::{Counts, Unreadable};
 use crate::outcome::{Escalation, Reason};
 use crate::workspace::{self, Diff, Interdiff, Snapshot};
 

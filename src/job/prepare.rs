@@ -13,7 +13,7 @@ use crate::agent::{Agent, Prices};
 use crate::config::Job;
 use crate::guard::caps::Spend;
 use crate::guard::progress::{NudgeSettings, Nudger};
-use crate::guard::tamper::{self, Policy};
+use crate::judges::tamper::{self, Policy};
 use crate::rubric::RubricSource;
 use crate::sandbox::env::Environment;
 use crate::sandbox::{self, Sandbox};

@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use super::{prepare, JobError, Run};
 use crate::goal::{self, GoalReport, GoalStep, Mode};
-use crate::guard::finding::TEST_GLOBS;
+use crate::judges::finding::TEST_GLOBS;
 use crate::runner::Origins;
 use crate::sandbox::{self, Overlay, Sandbox};
 use crate::workspace::layers::{self, Ignored, Written};

@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 
 use crate::agent::session::Role;
 use crate::critic::CriticVerdict;
-use crate::guard::finding::Finding;
 use crate::journal::{AttemptEnd, Entry, Event, Gate};
+use crate::judges::finding::Finding;
 
 /// What a phase of an attempt was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

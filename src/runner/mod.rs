@@ -4,9 +4,9 @@
 //! module), and how to learn which executable or module it resolved.
 //!
 //! Two judges read this registry. The tamper gate
-//! ([`crate::guard::tamper`]) protects every file of every entry, new or
+//! ([`crate::judges::tamper`]) protects every file of every entry, new or
 //! changed — default-deny: a file here is the runner's unless a parsed
-//! comparison ([`crate::guard::runner`], for files that hold more than the
+//! comparison ([`crate::judges::runner`], for files that hold more than the
 //! runner's part) shows the change lies outside it. And each judge run
 //! probes the runners its goal steps run ([`probe`]): a runner that
 //! resolves elsewhere than at BASE_REF — a module named like it at the top

@@ -374,7 +374,7 @@ fn redirect_script(ci: &Ci, attacker: &Attacker) -> String {
 fn gate_findings(
     events: &[loopd::journal::Event],
     which: loopd::journal::Gate,
-) -> Vec<loopd::guard::finding::Finding> {
+) -> Vec<loopd::judges::finding::Finding> {
     events
         .iter()
         .filter_map(|e| match e {

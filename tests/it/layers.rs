@@ -12,7 +12,7 @@ const LAYERS: &[&[&str]] = &[
     &["util"],
     &["outcome", "process", "sandbox", "runner"],
     &["workspace", "agent", "notify"],
-    &["guard", "goal", "rubric", "critic"],
+    &["guard", "judges", "goal", "rubric", "critic"],
     &["record"],
     &["journal"],
     &["report", "report_html", "breaker", "lessons"],
@@ -276,8 +276,8 @@ fn module_path(src: &Path, file: &Path) -> Vec<String> {
 
 /// Every module path a file names through `crate::`, `super::` or `self::`
 /// (groups included), resolved against the file's own module path `at`:
-/// the leading lowercase segments only (`crate::guard::tamper::Finding` →
-/// `guard::tamper`).
+/// the leading lowercase segments only (`crate::judges::tamper::Finding` →
+/// `judges::tamper`).
 fn module_references(text: &str, at: &[String]) -> BTreeSet<Vec<String>> {
     let code: String = text
         .lines()
@@ -355,8 +355,8 @@ fn module_references(text: &str, at: &[String]) -> BTreeSet<Vec<String>> {
 }
 
 /// Inside every folder, the files (and sub-folders) are a graph too: a
-/// sibling may use a sibling, but never in a cycle (`guard/precheck ↔
-/// guard/tamper` was one: what both need is a module of its own). A child
+/// sibling may use a sibling, but never in a cycle (`judges/precheck ↔
+/// judges/tamper` was one: what both need is a module of its own). A child
 /// using its folder's `mod.rs` (a shared type like `agent::Role`) is not a
 /// sibling edge.
 #[test]

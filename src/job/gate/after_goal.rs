@@ -5,9 +5,9 @@
 //! it was before the goal test ([`Drift`]).
 
 use super::{Facts, Gate, Stage};
-use crate::guard::finding::Finding;
 use crate::job::{JobError, Run};
 use crate::journal;
+use crate::judges::finding::Finding;
 use crate::outcome::Reason;
 
 /// A hermetic goal run's writes over its own tree: a protected path it
@@ -106,7 +106,7 @@ impl Gate for Drift {
         // Whatever else it changed would be committed unjudged.
         let named: Vec<String> = findings.iter().map(|f| f.path.clone()).collect();
         findings.extend(
-            crate::guard::drift::findings(facts.diff, &after)
+            crate::judges::drift::findings(facts.diff, &after)
                 .into_iter()
                 .filter(|f| !named.contains(&f.path)),
         );

@@ -6,9 +6,9 @@
 use std::collections::BTreeSet;
 
 use super::{Facts, Gate, Stage};
-use crate::guard::finding::Finding;
 use crate::job::{JobError, Run};
 use crate::journal;
+use crate::judges::finding::Finding;
 use crate::outcome::Reason;
 use crate::workspace::{self, Diff};
 
@@ -26,7 +26,7 @@ impl Gate for DiffGate {
 
     fn check(&self, run: &Run<'_>, facts: &Facts<'_>) -> Result<Vec<Finding>, JobError> {
         let mut findings = change_findings(run, facts.diff)?;
-        findings.extend(crate::guard::size::findings(
+        findings.extend(crate::judges::size::findings(
             facts.diff,
             run.job.guard.max_diff_bytes(),
         ));
@@ -82,7 +82,7 @@ fn append_only_findings(run: &Run<'_>, diff: &Diff) -> Vec<Finding> {
         .iter()
         .filter(|c| c.status == workspace::ChangeKind::Modified && !c.submodule)
         .filter(|c| {
-            tests.get(&c.path).map(String::as_str) == Some(crate::guard::tamper::TEST_AT_BASE)
+            tests.get(&c.path).map(String::as_str) == Some(crate::judges::tamper::TEST_AT_BASE)
                 && !policy.as_ref().is_some_and(|p| p.lifted(&c.path))
         })
         .map(|c| c.path.as_str())
@@ -98,7 +98,7 @@ fn append_only_findings(run: &Run<'_>, diff: &Diff) -> Vec<Finding> {
     let mut out = Vec::new();
     for f in &files {
         match (&f.old, &f.new) {
-            (Some(old), Some(new)) => out.extend(crate::guard::append_only::findings(
+            (Some(old), Some(new)) => out.extend(crate::judges::append_only::findings(
                 &f.path,
                 old,
                 new,
@@ -142,7 +142,7 @@ fn runner_findings(run: &Run<'_>, diff: &Diff) -> Vec<Finding> {
     // compile lifts nothing.
     let policy = run.env.policy.compile().ok();
     let files = run.ws.changed_texts(run.base_oid, diff, |p| {
-        crate::guard::runner::wanted(p) && !policy.as_ref().is_some_and(|c| c.lifted(p))
+        crate::judges::runner::wanted(p) && !policy.as_ref().is_some_and(|c| c.lifted(p))
     });
     // The words of the Python tests at BASE_REF, read once, and only
     // when a new conftest defines something to look up.
@@ -152,14 +152,14 @@ fn runner_findings(run: &Run<'_>, diff: &Diff) -> Vec<Finding> {
             .get_or_init(|| {
                 let mut words = BTreeSet::new();
                 for (path, why) in &run.env.policy.files {
-                    if why.as_str() != crate::guard::tamper::TEST_AT_BASE || !path.ends_with(".py")
+                    if why.as_str() != crate::judges::tamper::TEST_AT_BASE || !path.ends_with(".py")
                     {
                         continue;
                     }
                     if let workspace::Content::Text { text } =
                         run.ws.base_content(run.base_oid, path)
                     {
-                        words.extend(crate::guard::syntax::words(&text));
+                        words.extend(crate::judges::syntax::words(&text));
                     }
                 }
                 words
@@ -167,7 +167,7 @@ fn runner_findings(run: &Run<'_>, diff: &Diff) -> Vec<Finding> {
             .contains(name)
     };
     let in_change = |module: &str| module_in_change(diff, module, false);
-    crate::guard::runner::findings(
+    crate::judges::runner::findings(
         &files,
         run.job.rubric.tests_rule(),
         &used_at_base,

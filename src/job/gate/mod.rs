@@ -17,9 +17,9 @@ use std::path::Path;
 
 use super::{JobError, Run};
 use crate::goal::GoalReport;
-use crate::guard::finding::Finding;
-use crate::guard::testcount::Counts;
 use crate::journal;
+use crate::judges::finding::Finding;
+use crate::judges::testcount::Counts;
 use crate::workspace::Diff;
 
 mod after_goal;

@@ -6,9 +6,9 @@
 //! reports show them.
 
 use super::{Facts, Gate, Stage};
-use crate::guard::finding::Finding;
 use crate::job::{JobError, Run};
 use crate::journal;
+use crate::judges::finding::Finding;
 use crate::outcome::Reason;
 use crate::workspace::ChangeKind;
 

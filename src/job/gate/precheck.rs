@@ -7,10 +7,10 @@
 
 use super::{Facts, Gate, Stage};
 use crate::goal::GoalReport;
-use crate::guard::finding::{Check, Finding};
-use crate::guard::precheck::{self, Lang};
 use crate::job::{JobError, Run};
 use crate::journal;
+use crate::judges::finding::{Check, Finding};
+use crate::judges::precheck::{self, Lang};
 use crate::outcome::Reason;
 use crate::workspace::{self, Diff};
 
@@ -129,7 +129,7 @@ fn tests_at_base<'r>(run: &'r Run<'_>) -> impl Iterator<Item = (&'r str, String)
         .files
         .iter()
         .filter(|(path, why)| {
-            why.as_str() == crate::guard::tamper::TEST_AT_BASE && Lang::of(path).is_some()
+            why.as_str() == crate::judges::tamper::TEST_AT_BASE && Lang::of(path).is_some()
         })
         .take(EXPECTED_FILES)
         .filter_map(|(path, _)| match run.ws.base_content(run.base_oid, path) {

@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 
 use super::{Facts, Gate, Stage};
 use crate::goal::{self, GoalReport, GoalStep};
-use crate::guard::finding::Finding;
-use crate::guard::testcount::{self, Counts};
 use crate::job::{JobError, Run};
 use crate::journal;
+use crate::judges::finding::Finding;
+use crate::judges::testcount::{self, Counts};
 use crate::outcome::Reason;
 
 /// See the module's doc.

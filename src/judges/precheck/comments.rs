@@ -11,8 +11,8 @@
 use tree_sitter::Node;
 
 use super::{finding, quote, Lang, Parsed};
-use crate::guard::finding::Finding;
-use crate::guard::tree::{self, Tree};
+use crate::judges::finding::Finding;
+use crate::judges::tree::{self, Tree};
 use crate::workspace::AddedLine;
 
 /// Node kinds that only code makes: a prose sentence that happens to parse

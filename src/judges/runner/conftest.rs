@@ -19,7 +19,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::guard::syntax::{identifier, python_statements as statements, scan, words, Statement};
+use crate::judges::syntax::{identifier, python_statements as statements, scan, words, Statement};
 
 /// pytest's built-in fixtures and the common plugins': a new fixture under
 /// one of these names replaces what an existing test requests.

@@ -207,7 +207,7 @@ fn introduces(lang: Lang, s: &Statement) -> Option<Vec<String>> {
             // Comments out, so `import x  # noqa: F403` reads as `import x`.
             let flat: String = rest
                 .iter()
-                .map(|l| crate::guard::syntax::scan(l, None, 0).0)
+                .map(|l| crate::judges::syntax::scan(l, None, 0).0)
                 .collect::<Vec<_>>()
                 .join(" ");
             let flat = flat.trim();
@@ -316,7 +316,7 @@ fn introduces(lang: Lang, s: &Statement) -> Option<Vec<String>> {
 fn imported_modules(lang: Lang, s: &Statement) -> Vec<String> {
     let flat: String = code_lines(s)
         .iter()
-        .map(|l| crate::guard::syntax::scan(l, None, 0).0)
+        .map(|l| crate::judges::syntax::scan(l, None, 0).0)
         .collect::<Vec<_>>()
         .join(" ");
     let flat = flat.trim();
@@ -393,7 +393,7 @@ fn runs_code(code: &str) -> bool {
 fn python_header(rest: &[&str]) -> String {
     let mut header = String::new();
     for l in rest {
-        let code = crate::guard::syntax::scan(l, None, 0).0;
+        let code = crate::judges::syntax::scan(l, None, 0).0;
         header.push_str(&code);
         header.push(' ');
         if code.trim_end().ends_with(':') {

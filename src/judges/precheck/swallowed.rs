@@ -18,8 +18,8 @@ use std::collections::BTreeSet;
 use tree_sitter::Node;
 
 use super::{does_nothing, finding, quote, Lang, Parsed};
-use crate::guard::finding::Finding;
-use crate::guard::tree::{self, Tree};
+use crate::judges::finding::Finding;
+use crate::judges::tree::{self, Tree};
 use crate::workspace::AddedLine;
 
 const FIX_PY: &str = "catch only the exception you expect and handle it, or let it propagate; never return a default for every error";

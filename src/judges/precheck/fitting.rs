@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 use regex::Regex;
 
 use super::{finding, is_test, literals, Lang};
-use crate::guard::finding::Finding;
+use crate::judges::finding::Finding;
 use crate::util::once_regex as re;
 use crate::workspace::{AddedLine, ChangedText};
 
@@ -749,7 +749,7 @@ pub fn test_patching(added: &[AddedLine], files: &[ChangedText]) -> Vec<Finding>
             .flatten();
         for a in added.iter().filter(|a| a.path == f.path) {
             let code = if python {
-                crate::guard::syntax::scan(&a.text, None, 0).0
+                crate::judges::syntax::scan(&a.text, None, 0).0
             } else {
                 a.text.clone()
             };

@@ -1,5 +1,5 @@
 //! Calls that write to the terminal, however the added code spells them,
-//! read from the file's syntax tree ([`crate::guard::tree`]).
+//! read from the file's syntax tree ([`crate::judges::tree`]).
 //!
 //! Line regexes anchored at `print(` were evaded by `print ("DEBUG", x)`,
 //! `_ = print(x)`, `if x: print(x)`, `sys.stdout.write`, `builtins.print`
@@ -22,7 +22,7 @@ use std::sync::OnceLock;
 use regex::Regex;
 use tree_sitter::Node;
 
-use crate::guard::tree::{self, Tree};
+use crate::judges::tree::{self, Tree};
 use crate::util::once_regex as re;
 
 use super::Lang;
@@ -167,7 +167,7 @@ impl<'t> Names<'t> {
         match n.kind() {
             "identifier" | "property_identifier" | "field_identifier" | "package_identifier" => {
                 // Python reads `ｐｒｉｎｔ` as `print` (NFKC).
-                let name = crate::guard::syntax::identifier(self.text(n));
+                let name = crate::judges::syntax::identifier(self.text(n));
                 let name = name.as_ref();
                 if let Some(v) = self.map.get(name) {
                     return Some(v.clone());
@@ -185,7 +185,7 @@ impl<'t> Names<'t> {
             "attribute" => Some(format!(
                 "{}.{}",
                 resolve(Self::field(n, "object")?)?,
-                crate::guard::syntax::identifier(self.text(Self::field(n, "attribute")?))
+                crate::judges::syntax::identifier(self.text(Self::field(n, "attribute")?))
             )),
             "member_expression" => {
                 let object = resolve(Self::field(n, "object")?)?;
