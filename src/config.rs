@@ -970,12 +970,14 @@ fn protect_settings(
 
 /// An `allow` entry as the policy matches it: repository paths are
 /// matched without a leading `./`, so `./tests/x.py` means `tests/x.py`.
+/// `.` components, repeated and trailing slashes go too (`tests//x.py/`
+/// is `tests/x.py`); an absolute entry is kept as written, to be refused.
 fn normal_allow_entry(entry: &str) -> String {
-    let mut e = entry.trim();
-    while let Some(rest) = e.strip_prefix("./") {
-        e = rest;
+    let e = entry.trim();
+    if e.starts_with('/') {
+        return e.to_owned();
     }
-    e.to_owned()
+    crate::judges::tamper::normal_entry(e)
 }
 
 /// The judge's own files inside the repository, as `allow` is checked
@@ -988,7 +990,7 @@ fn judge_files(
 ) -> Vec<(String, &'static str)> {
     let mut out = vec![(CONFIG_FILE.to_owned(), "the job's configuration")];
     for (path, what) in [(config, "the job's configuration"), (rubric, "the rubric")] {
-        if let Some(rel) = path.and_then(|p| repo_relative(p, repo_root)) {
+        for rel in path.into_iter().flat_map(|p| repo_relative(p, repo_root)) {
             if !out.iter().any(|(p, _)| *p == rel) {
                 out.push((rel, what));
             }
@@ -997,18 +999,33 @@ fn judge_files(
     out
 }
 
-/// `path` relative to `repo_root`, when it lies inside (compared as
-/// written, then with both resolved through their links).
-fn repo_relative(path: &Path, repo_root: &Path) -> Option<String> {
-    let rel = path
-        .strip_prefix(repo_root)
-        .ok()
-        .map(Path::to_path_buf)
-        .or_else(|| {
-            let (p, r) = (path.canonicalize().ok()?, repo_root.canonicalize().ok()?);
-            p.strip_prefix(r).ok().map(Path::to_path_buf)
-        })?;
-    Some(rel.to_string_lossy().into_owned())
+/// `path` relative to `repo_root`, when it lies inside: as written (`.`
+/// and `..` components resolved), and with both resolved through their
+/// links — a rubric named through a link (`rub.toml` → `rules/r.toml`) or
+/// through `ci/../rubric.toml` is both the name and the file.
+fn repo_relative(path: &Path, repo_root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Ok(rel) = path.strip_prefix(repo_root) {
+        let mut parts: Vec<String> = Vec::new();
+        for c in rel.components() {
+            match c {
+                std::path::Component::Normal(n) => parts.push(n.to_string_lossy().into_owned()),
+                std::path::Component::ParentDir => {
+                    parts.pop();
+                }
+                _ => {}
+            }
+        }
+        out.push(parts.join("/"));
+    }
+    if let (Ok(p), Ok(r)) = (path.canonicalize(), repo_root.canonicalize()) {
+        if let Ok(rel) = p.strip_prefix(r) {
+            out.push(rel.to_string_lossy().into_owned());
+        }
+    }
+    out.retain(|r| !r.is_empty());
+    out.dedup();
+    out
 }
 
 /// `[sandbox]`: what a job's processes may read, write and reach; a

@@ -426,12 +426,15 @@ impl Run<'_> {
             let h = self.hermetic.as_ref().expect("a hermetic judge");
             let delta = layers::delta(self.ws.git2(), self.base_oid, tree)?;
             let mut new_tests = delta.new_test_files(|p| test_files().is_match(p));
-            // A new file `[protect] allow` names is the lead's, not the
-            // agent's own test code: the old tests run with it (a fixture
-            // an allowed test now reads). A policy that does not compile
-            // lifts nothing.
+            // A new data file `[protect] allow` names is the lead's, not
+            // the agent's own test code: the old tests run with it (a
+            // fixture an allowed test now reads). New code is never the
+            // lead's: a module under an allowed glob that the runner would
+            // import stays out, as any new test code. A policy that does
+            // not compile lifts nothing.
             if let Ok(policy) = self.env.policy.compile() {
-                new_tests.retain(|p| !policy.lifted(p));
+                new_tests
+                    .retain(|p| !policy.lifted(p) || crate::judges::tree::Lang::of(p).is_some());
             }
             let all = h.change_layer(&self.ws, tree, &delta, &[], &format!("{n}-all"))?;
             let old = match new_tests.is_empty() {

@@ -204,6 +204,41 @@ const GIT_SAMPLES: &[&str] = &[
     "sub/.git/config",
 ];
 
+/// Whether `rel` is a file a test runner reads before it collects a test:
+/// a file of the runner registry, a shared file with a runner's part
+/// ([`super::runner::wanted`]), or a `conftest.py`.
+fn runs_the_tests(rel: &str) -> bool {
+    let name = rel.rsplit('/').next().unwrap_or(rel);
+    name == "conftest.py"
+        || super::runner::wanted(rel)
+        || crate::runner::config_globs().any(|(g, _)| {
+            globset::Glob::new(g)
+                .map(|g| g.compile_matcher().is_match(rel))
+                .unwrap_or(false)
+                || globset::Glob::new(&format!("**/{g}"))
+                    .map(|g| g.compile_matcher().is_match(rel))
+                    .unwrap_or(false)
+        })
+}
+
+/// Whether an `allow` entry names `rel` exactly (no glob), as a path is
+/// written: `./` and repeated slashes aside.
+fn allow_names(entry: &str, rel: &str) -> bool {
+    let entry = normal_entry(entry);
+    !entry.contains(['*', '?', '[', '{', '\\']) && entry == rel
+}
+
+/// An `allow` entry as the path it names: without a leading `./`, `.`
+/// components, repeated or trailing slashes.
+pub fn normal_entry(entry: &str) -> String {
+    entry
+        .trim()
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
 /// Check one `[protect] allow` entry: a non-empty path or glob relative to
 /// the repository root, with no `..`, that matches none of `judge` — the
 /// judge's own files as (repository-relative path, what it is) — and
@@ -489,9 +524,18 @@ impl Compiled<'_> {
     /// Whether `[protect] allow` lifts the protection of `rel`. Never true
     /// in a git directory; the policy was built refusing any entry that
     /// reaches the judge's own files ([`check_allow`]).
+    ///
+    /// A file through which a test runner reads configuration, plugins or
+    /// code (the runner registry's files, a `conftest.py`, a shared file
+    /// with a runner's part such as `pyproject.toml`) is lifted only by an
+    /// entry that names it exactly: a glob written for fixtures
+    /// (`tests/fixtures/**`) never hands the agent how the tests run.
     pub fn lifted(&self, rel: &str) -> bool {
         let rel = rel.trim_start_matches("./").trim_end_matches('/');
-        !rel.split('/').any(|c| c == ".git") && self.allow.is_match(rel)
+        if rel.split('/').any(|c| c == ".git") || !self.allow.is_match(rel) {
+            return false;
+        }
+        !runs_the_tests(rel) || self.policy.allow.iter().any(|e| allow_names(e, rel))
     }
 
     /// Why `rel` is protected; `honour_allow: false` asks what it would be
@@ -543,7 +587,9 @@ impl Compiled<'_> {
             .iter()
             .filter(|c| !c.submodule)
             .flat_map(|c| std::iter::once(&c.path).chain(c.old_path.iter()))
-            .filter(|p| self.lifted(p) && self.protection(p, false).is_some())
+            // Every change an entry covers, protected or not (a new file
+            // under a glob): what the lead let through is never silent.
+            .filter(|p| self.lifted(p))
             .cloned()
             .collect();
         out.sort();
@@ -1823,10 +1869,14 @@ mod tests {
         let findings = p.diff_findings(&diff, Some(1));
         let paths: Vec<&str> = findings.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(paths, ["tests/test_rechnung.py"], "{findings:?}");
-        // Recorded: what would have been protected. A new fixture never was.
+        // Recorded: every change an entry covers, a new fixture too.
         assert_eq!(
             p.lifted_changes(&diff),
-            ["tests/fixtures/reply.json", "tests/test_client.py"]
+            [
+                "tests/fixtures/new.json",
+                "tests/fixtures/reply.json",
+                "tests/test_client.py"
+            ]
         );
         // The lead allowed editing, not skipping.
         let diff = diff_of(
@@ -1843,6 +1893,34 @@ mod tests {
             .expect("compile")
             .lifted_changes(&diff)
             .is_empty());
+    }
+
+    #[test]
+    fn a_runners_file_is_lifted_only_by_an_entry_that_names_it() {
+        let mut policy = policy();
+        policy.allow = vec![
+            "tests/fixtures/**".into(),
+            "pyproject.toml".into(),
+            "tests/conftest.py".into(),
+        ];
+        let p = policy.compile().expect("compiles");
+        assert!(p.lifted("tests/fixtures/reply.json"));
+        assert!(
+            !p.lifted("tests/fixtures/conftest.py"),
+            "a glob lifts no conftest"
+        );
+        assert!(
+            !p.lifted("tests/fixtures/pytest.ini"),
+            "a glob lifts no runner file"
+        );
+        assert!(
+            !p.lifted("tests/fixtures/package.json"),
+            "a glob lifts no shared file"
+        );
+        assert!(p.lifted("pyproject.toml"), "named exactly");
+        assert!(p.lifted("tests/conftest.py"), "named exactly");
+        assert_eq!(normal_entry("./tests//x.py/"), "tests/x.py");
+        assert_eq!(normal_entry("tests/./x.py"), "tests/x.py");
     }
 
     #[test]

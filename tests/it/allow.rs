@@ -315,8 +315,8 @@ fn issue40_a_new_allowed_fixture_runs_with_the_old_tests() {
     assert_eq!(s["outcome"], "accepted", "{}", s["attempts"]);
     assert_eq!(
         s["attempts"][0]["allowed_changes"],
-        serde_json::json!([CLIENT]),
-        "a new file was never protected: nothing to record for it"
+        serde_json::json!(["tests/fixtures/up.json", CLIENT]),
+        "every change an entry covers is recorded, a new file too"
     );
 }
 
@@ -422,4 +422,171 @@ fn issue40_check_prints_the_exceptions() {
         job["protect"]["allow"],
         serde_json::json!(["tests/test_client.py", "tests/fixtures/*.json"])
     );
+}
+
+// The blind attack on `[protect] allow` (issue 40; the attacker's tests are
+// on the `attack40` branch): what it broke, now held.
+
+/// Lint-clean and wrong: the visible tests fail on it.
+fn buggy() -> String {
+    clean_solution().replace(
+        "    return quantity * unit_price",
+        "    return quantity + unit_price",
+    )
+}
+
+/// Test code that makes `rechnung.line_total` right for every test, by a
+/// spelling the pre-critic's lexical list does not know.
+const PATCHING: &str = "import importlib\nfrom decimal import Decimal\n\n\ndef _line(quantity, unit_price):\n    return quantity * unit_price\n\n\n_m = importlib.import_module(\"rech\" + \"nung\")\n_m.line_total = _line\n\n\ndef test_decimal():\n    assert Decimal(\"1\") == Decimal(\"1.0\")\n";
+
+/// The fixture repository with `files` committed and `[protect]` set.
+fn repo_with(files: &[(&str, &str)], protect: &str) -> TestEnv {
+    let env = TestEnv::scripted();
+    for (rel, content) in files {
+        let p = env.repo.join(rel);
+        std::fs::create_dir_all(p.parent().expect("a parent")).expect("a dir");
+        std::fs::write(&p, content).expect("a file");
+    }
+    if !files.is_empty() {
+        env.git(&["add", "-A"]);
+        env.git(&["commit", "-qm", "more files"]);
+    }
+    env.append_config(&format!("[protect]\n{protect}\n"), "the lead's exceptions");
+    env
+}
+
+/// One attempt writing `blocks`; a critic that says PASS to anything.
+fn one_try(env: &TestEnv, blocks: Vec<Block>) -> RunResult {
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![turn(blocks), turn(vec![text("Done.")])])],
+        vec![pass()],
+    ));
+    env.run(
+        &model,
+        &one_attempt(&["--allowed-tools", "Read,Edit,Write,Bash"]),
+    )
+}
+
+/// A glob written for fixtures (`tests/fixtures/**`) never lifts a file the
+/// runner reads: a new `conftest.py` under it that patches the library is
+/// the runner gate's `protected_path`, as without the exception.
+#[test]
+fn issue40_attack_a_fixture_glob_lifts_no_conftest() {
+    let env = repo_with(
+        &[("tests/fixtures/status.json", "{\"a\": 1}\n")],
+        "allow = [\"tests/fixtures/**\"]",
+    );
+    let r = one_try(
+        &env,
+        vec![
+            write("rechnung.py", &buggy()),
+            write("tests/fixtures/conftest.py", PATCHING),
+        ],
+    );
+    let s = r.summary();
+    assert_eq!(s["reason"], "protected_path", "{s}");
+    assert!(findings(&s).contains("tests/fixtures/conftest.py"), "{s}");
+}
+
+/// New test code under an allowed glob is not the lead's: the tests of
+/// BASE_REF run without it, so a module that patches the library cannot
+/// turn them green — and what the glob covered is recorded.
+#[test]
+fn issue40_attack_new_test_code_under_an_allowed_glob_runs_apart_from_the_old_tests() {
+    let env = repo_with(
+        &[(
+            "tests/integration/test_flow.py",
+            "def test_flow():\n    assert True\n",
+        )],
+        "allow = [\"tests/integration/**\"]",
+    );
+    let r = one_try(
+        &env,
+        vec![
+            write("rechnung.py", &buggy()),
+            write("tests/integration/test_aaa_setup.py", PATCHING),
+        ],
+    );
+    let s = r.summary();
+    assert_ne!(s["outcome"], "accepted", "{s}");
+    assert_eq!(
+        s["attempts"][0]["allowed_changes"],
+        serde_json::json!(["tests/integration/test_aaa_setup.py"]),
+        "{s}"
+    );
+}
+
+/// A runner's file the lead names exactly is lifted — and never silently:
+/// `allowed_changes`, the journal's `protection_lifted`, the critic's
+/// section, whatever part of it (`[tool.pytest]`) the runner gate judges.
+#[test]
+fn issue40_attack_an_allowed_pyproject_is_recorded_and_told() {
+    let env = repo_with(&[], "allow = [\"pyproject.toml\"]");
+    let pyproject = fixture("rechnung/repo/pyproject.toml")
+        .replace("pythonpath = [\".\"]", "pythonpath = [\"src\", \".\"]");
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![
+            turn(vec![
+                write("rechnung.py", &clean_solution()),
+                write("pyproject.toml", &pyproject),
+            ]),
+            turn(vec![text("Done.")]),
+        ])],
+        vec![pass()],
+    ));
+    let r = env.run(&model, &one_attempt(&[]));
+    let s = r.summary();
+    assert_eq!(
+        s["attempts"][0]["allowed_changes"],
+        serde_json::json!(["pyproject.toml"]),
+        "{s}"
+    );
+    let critic = model.session(crate::support::model::Role::Critic, 0)[0].prompt();
+    assert!(
+        critic.contains("# Files the lead allowed to change")
+            && critic.contains("`pyproject.toml`"),
+        "{critic}"
+    );
+}
+
+/// The rubric named through a link or a `..` is the rubric: an entry that
+/// reaches it by its other name is refused at load, by `check` and `run`
+/// alike (exit 2, naming the entry), never an environment error later.
+#[test]
+fn issue40_attack_the_rubric_by_another_name_is_refused_at_load() {
+    let rubric =
+        std::fs::read_to_string(manifest_dir().join("rubrics/default.toml")).expect("rubric");
+    for (link, entry) in [(true, "rules/r.toml"), (false, "rubric.toml")] {
+        let env = TestEnv::scripted();
+        let named = if link {
+            std::fs::create_dir_all(env.repo.join("rules")).expect("rules");
+            std::fs::write(env.repo.join("rules/r.toml"), &rubric).expect("r.toml");
+            std::os::unix::fs::symlink("rules/r.toml", env.repo.join("rub.toml")).expect("link");
+            "rub.toml"
+        } else {
+            std::fs::create_dir_all(env.repo.join("ci")).expect("ci");
+            std::fs::write(env.repo.join("ci/.keep"), "").expect("keep");
+            std::fs::write(env.repo.join("rubric.toml"), &rubric).expect("rubric.toml");
+            "ci/../rubric.toml"
+        };
+        let cfg = env.read_repo("loopd.toml");
+        std::fs::write(
+            env.repo.join("loopd.toml"),
+            format!("rubric = \"{named}\"\n{cfg}\n[protect]\nallow = [\"{entry}\"]\n"),
+        )
+        .expect("loopd.toml");
+        env.git(&["add", "-A"]);
+        env.git(&["commit", "-qm", "a rubric by another name"]);
+        let check = env.exec(&["check"]);
+        assert_eq!(check.code, 2, "{}", check.stderr);
+        assert!(
+            check.stderr.contains("protect.allow[0]"),
+            "{}",
+            check.stderr
+        );
+        let model = ScriptedModel::start(scenario(vec![], vec![]));
+        let run = env.run(&model, &[]);
+        assert_eq!(run.code, 2, "{}", run.stderr);
+        assert!(run.stderr.contains("protect.allow[0]"), "{}", run.stderr);
+    }
 }
