@@ -215,6 +215,12 @@ impl Workspace {
             let full = self.root.join(&change.path);
             let meta =
                 std::fs::symlink_metadata(&full).map_err(|e| self.io("read a changed file", e))?;
+            if meta.is_dir() {
+                // A git repository the change holds (`git init` in the
+                // worktree): git lists it whole, as a directory. Its files
+                // are not the change's; the diff gate refuses it.
+                continue;
+            }
             let (content, mode) = if meta.file_type().is_symlink() {
                 let target =
                     std::fs::read_link(&full).map_err(|e| self.io("read a changed link", e))?;

@@ -68,3 +68,30 @@ fn a_gate_registered_by_one_line_of_the_table_judges_like_every_other() {
     let log = std::fs::read_to_string(run_dir.join("loopd.log")).expect("loopd.log");
     assert!(log.contains("gate finding"), "{log}");
 }
+
+/// A git repository the agent makes inside the worktree (`git init` from
+/// Python, past the hook) is the diff gate's finding — not an internal
+/// error that turns a judged attempt into an environment failure a
+/// scheduler retries (the blind attack on issue 40, a14b).
+#[test]
+fn an_embedded_repository_is_a_finding_not_an_internal_error() {
+    let env = TestEnv::scripted();
+    let nested = "import os, subprocess\nd = os.path.join('scratch', 'sub')\nos.makedirs(d, exist_ok=True)\nenv = dict(os.environ, GIT_CONFIG_GLOBAL='/dev/null', GIT_CONFIG_NOSYSTEM='1', GIT_AUTHOR_NAME='a', GIT_AUTHOR_EMAIL='a@b.invalid', GIT_COMMITTER_NAME='a', GIT_COMMITTER_EMAIL='a@b.invalid')\nsubprocess.run(['g' + 'it', 'init', '-q', d], env=env, check=True)\nopen(os.path.join(d, 'x.txt'), 'w').write('x\\n')\nsubprocess.run(['g' + 'it', '-C', d, 'add', '-A'], env=env, check=True)\nsubprocess.run(['g' + 'it', '-C', d, 'commit', '-qm', 'x'], env=env, check=True)\n";
+    let model = ScriptedModel::start(scenario(
+        vec![session(vec![
+            turn(vec![write("rechnung.py", &clean_solution())]),
+            turn(vec![bash(&format!("python3 - <<'EOF'\n{nested}EOF"))]),
+            turn(vec![text("Done.")]),
+        ])],
+        vec![pass()],
+    ));
+    let r = env.run(
+        &model,
+        &one_attempt(&["--allowed-tools", "Read,Edit,Write,Bash"]),
+    );
+    let s = r.summary();
+    assert_eq!(s["reason"], "protected_path", "{s}");
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let findings = s["attempts"][0]["gate_findings"].to_string();
+    assert!(findings.contains("scratch/sub"), "{findings}");
+}

@@ -30,6 +30,7 @@ impl Gate for DiffGate {
             facts.diff,
             run.job.guard.max_diff_bytes(),
         ));
+        findings.extend(embedded_repositories(run, facts.diff));
         findings.extend(facts.unlocked.iter().map(|(path, fixed)| Finding {
             reason: Reason::UnreadablePath,
             path: path.clone(),
@@ -196,4 +197,30 @@ fn module_in_change(diff: &Diff, module: &str, added: bool) -> bool {
             let stem = file.split('.').next().unwrap_or(file);
             stem == *last || components.any(|d| d == *top)
         })
+}
+
+/// A git repository the change holds (`git init` in the worktree, past the
+/// hook): git lists it as one directory, and what is in it is neither
+/// judged nor committed — refused, not an internal error.
+fn embedded_repositories(run: &Run<'_>, diff: &Diff) -> Vec<Finding> {
+    diff.changes
+        .iter()
+        .filter(|c| !c.submodule && c.status != workspace::ChangeKind::Deleted)
+        .filter(|c| c.path.ends_with('/') || run.ws.root().join(&c.path).join(".git").exists())
+        .map(|c| Finding {
+            reason: Reason::ProtectedPath,
+            path: c.path.clone(),
+            line: None,
+            rule: None,
+            check: None,
+            problem: format!(
+                "`{}` is a git repository inside the change: its files are neither judged nor committed",
+                c.path
+            ),
+            fix: format!(
+                "remove `{}` (or its `.git`); keep the work as plain files of this repository",
+                c.path.trim_end_matches('/')
+            ),
+        })
+        .collect()
 }
