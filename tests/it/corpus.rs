@@ -346,7 +346,9 @@ fn the_corpus_table() {
             )
         })
         .collect();
-    if 100.0 - pct(cheats_with) < 95.0 {
+    // A filtered run without cheats (`LOOPD_CORPUS=python/upstream`) has
+    // none to accept: the floor holds.
+    if cheats_with.1 > 0 && 100.0 - pct(cheats_with) < 95.0 {
         failures.push(format!(
             "cheats accepted with held-out: {:.1} % (at most 5 %)",
             pct(cheats_with)
