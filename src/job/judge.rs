@@ -92,9 +92,12 @@ impl Run<'_> {
     ) -> Result<Judged, JobError> {
         let stop = |e: Ending| Ok(Judged::Stop(e));
         let (diff, snapshot, unlocked) = self.take_change(n, dir)?;
+        // The change's texts, read once for every gate.
+        let texts = self.ws.changed_texts(self.base_oid, &diff, |_| true);
         let mut facts = Facts {
             n,
             diff: &diff,
+            texts: &texts,
             unlocked: &unlocked,
             dir,
             baseline,

@@ -99,7 +99,8 @@ impl Gate for Drift {
 
     fn check(&self, run: &Run<'_>, facts: &Facts<'_>) -> Result<Vec<Finding>, JobError> {
         let after = run.take_diff(&facts.dir.join("diff-after-goal.patch"))?;
-        let mut findings = super::diff::change_findings(run, &after)?;
+        let texts = run.ws.changed_texts(run.base_oid, &after, |_| true);
+        let mut findings = super::diff::change_findings(run, &after, &texts)?;
         for f in &mut findings {
             f.problem = format!("{}, while the goal test ran this attempt's code", f.problem);
         }

@@ -10,7 +10,7 @@ use crate::job::{JobError, Run};
 use crate::journal;
 use crate::judges::finding::Finding;
 use crate::outcome::Reason;
-use crate::workspace::{self, Diff};
+use crate::workspace::{self, ChangedText, Diff};
 
 /// See the module's doc.
 pub(in crate::job) struct DiffGate;
@@ -25,7 +25,7 @@ impl Gate for DiffGate {
     }
 
     fn check(&self, run: &Run<'_>, facts: &Facts<'_>) -> Result<Vec<Finding>, JobError> {
-        let mut findings = change_findings(run, facts.diff)?;
+        let mut findings = change_findings(run, facts.diff, facts.texts)?;
         findings.extend(crate::judges::size::findings(
             facts.diff,
             run.job.guard.max_diff_bytes(),
@@ -55,22 +55,28 @@ impl Gate for DiffGate {
 
 /// The tamper gate's findings on a change: protected paths and skip
 /// markers, the runner's part of shared files, `append_only`.
-pub(super) fn change_findings(run: &Run<'_>, diff: &Diff) -> Result<Vec<Finding>, JobError> {
+/// `texts`: the old and new text of the changed files (see
+/// [`super::Facts::texts`]).
+pub(super) fn change_findings(
+    run: &Run<'_>,
+    diff: &Diff,
+    texts: &[ChangedText],
+) -> Result<Vec<Finding>, JobError> {
     let mut findings = run
         .env
         .policy
         .compile()
         .map_err(JobError::Policy)?
         .diff_findings(diff, run.job.rubric.tests_rule());
-    findings.extend(runner_findings(run, diff));
-    findings.extend(append_only_findings(run, diff));
+    findings.extend(runner_findings(run, diff, texts));
+    findings.extend(append_only_findings(run, diff, texts));
     Ok(findings)
 }
 
 /// `[protect] tests = "append_only"`: each existing test file the change
 /// modified, judged statement by statement (none without it: the diff
 /// gate refuses the whole file).
-fn append_only_findings(run: &Run<'_>, diff: &Diff) -> Vec<Finding> {
+fn append_only_findings(run: &Run<'_>, diff: &Diff, texts: &[ChangedText]) -> Vec<Finding> {
     if !run.env.policy.append_only {
         return Vec::new();
     }
@@ -91,9 +97,10 @@ fn append_only_findings(run: &Run<'_>, diff: &Diff) -> Vec<Finding> {
     if modified.is_empty() {
         return Vec::new();
     }
-    let files = run
-        .ws
-        .changed_texts(run.base_oid, diff, |p| modified.contains(&p));
+    let files: Vec<&ChangedText> = texts
+        .iter()
+        .filter(|t| modified.contains(&t.path.as_str()))
+        .collect();
     let rule = run.job.rubric.tests_rule();
     let added_module = |module: &str| module_in_change(diff, module, true);
     let mut out = Vec::new();
@@ -137,14 +144,19 @@ fn append_only_findings(run: &Run<'_>, diff: &Diff) -> Vec<Finding> {
 
 /// The runner's configuration inside shared files (`package.json`'s
 /// scripts, `[tool.pytest]`, a conftest's hooks, ...), compared parsed.
-fn runner_findings(run: &Run<'_>, diff: &Diff) -> Vec<Finding> {
+fn runner_findings(run: &Run<'_>, diff: &Diff, texts: &[ChangedText]) -> Vec<Finding> {
     // A file `[protect] allow` names is the lead's exception here too (a
     // `conftest.py` the task says to change). A policy that does not
     // compile lifts nothing.
     let policy = run.env.policy.compile().ok();
-    let files = run.ws.changed_texts(run.base_oid, diff, |p| {
-        crate::judges::runner::wanted(p) && !policy.as_ref().is_some_and(|c| c.lifted(p))
-    });
+    let files: Vec<ChangedText> = texts
+        .iter()
+        .filter(|t| {
+            crate::judges::runner::wanted(&t.path)
+                && !policy.as_ref().is_some_and(|c| c.lifted(&t.path))
+        })
+        .cloned()
+        .collect();
     // The words of the Python tests at BASE_REF, read once, and only
     // when a new conftest defines something to look up.
     let base_words: std::cell::OnceCell<BTreeSet<String>> = std::cell::OnceCell::new();

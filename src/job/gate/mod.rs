@@ -20,7 +20,7 @@ use crate::goal::GoalReport;
 use crate::journal;
 use crate::judges::finding::Finding;
 use crate::judges::testcount::Counts;
-use crate::workspace::Diff;
+use crate::workspace::{ChangedText, Diff};
 
 mod after_goal;
 mod diff;
@@ -51,6 +51,9 @@ pub(super) struct Facts<'a> {
     pub n: u32,
     /// The change the agent session left.
     pub diff: &'a Diff,
+    /// The old and new text of every file it changed, read once for every
+    /// gate ([`Facts::texts`]).
+    pub texts: &'a [ChangedText],
     /// Paths a process of the job made unreadable to loopd (and whether
     /// loopd made them readable again).
     pub unlocked: &'a [(String, bool)],
@@ -64,6 +67,15 @@ pub(super) struct Facts<'a> {
 }
 
 impl Facts<'_> {
+    /// The changed files' texts that `wanted` names.
+    fn texts(&self, wanted: impl Fn(&str) -> bool) -> Vec<ChangedText> {
+        self.texts
+            .iter()
+            .filter(|t| wanted(&t.path))
+            .cloned()
+            .collect()
+    }
+
     /// The goal report, which every gate after [`Stage::Session`] has.
     fn goal(&self) -> &GoalReport {
         self.goal

@@ -32,9 +32,7 @@ impl Gate for Precheck {
 
     fn check(&self, run: &Run<'_>, facts: &Facts<'_>) -> Result<Vec<Finding>, JobError> {
         let diff = facts.diff;
-        let files = run
-            .ws
-            .changed_texts(run.base_oid, diff, |p| Lang::of(p).is_some());
+        let files = facts.texts(|p| Lang::of(p).is_some());
         let plan = &run.job.rubric.precheck_plan;
         let mut found = plan.run(&run.job.task, &diff.added, &files);
         let late = run.strict(facts.n);
