@@ -896,7 +896,7 @@ fn guard_settings(o: &Origin<'_>, g: GuardFile) -> Result<GuardSettings, ConfigE
         max_diff_kb,
         held_out_feedback: match g.held_out_feedback.as_deref() {
             None => defaults.held_out_feedback,
-            Some(v) => crate::judges::held_out::Feedback::parse(v).ok_or_else(|| {
+            Some(v) => crate::goal::held_out::Feedback::parse(v).ok_or_else(|| {
                 o.invalid(
                     "guard.held_out_feedback",
                     "one of `ids`, `none`, `full`",
@@ -1776,7 +1776,7 @@ mod tests {
         );
         assert_eq!(
             job.guard.held_out_feedback,
-            crate::judges::held_out::Feedback::None
+            crate::goal::held_out::Feedback::None
         );
         // A held-out directory that holds the state dir, or too much.
         let flags = JobFlags {

@@ -126,7 +126,7 @@ impl Gate {
     /// critic ([`crate::judges::precheck`]).
     pub const PRECHECK: Gate = Gate::named("precheck");
     /// The held-out goal steps on the judge-only tree, after the
-    /// pre-critic and before the critic ([`crate::judges::held_out`]).
+    /// pre-critic and before the critic ([`crate::goal::held_out`]).
     pub const HELD_OUT: Gate = Gate::named("held_out");
 
     pub const fn named(name: &'static str) -> Gate {
@@ -474,7 +474,7 @@ pub enum Event {
         /// Each step's outcome, failing ids and count verdict (the
         /// report's output is kept only under `full` feedback).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        outcomes: Vec<crate::judges::held_out::Outcome>,
+        outcomes: Vec<crate::goal::held_out::Outcome>,
     },
     /// What changed between attempt `from`'s tree and this attempt's
     /// (`interdiff.patch`), and which of those files no finding that
@@ -867,7 +867,7 @@ pub struct Current {
     /// Where the runners of this attempt's goal runs resolved.
     pub goal_origins: crate::runner::Origins,
     /// The held-out steps' outcomes of this attempt.
-    pub held_out_outcomes: Vec<crate::judges::held_out::Outcome>,
+    pub held_out_outcomes: Vec<crate::goal::held_out::Outcome>,
     /// The interdiff's files and the scope check's unnamed files.
     pub interdiff: Option<(Vec<String>, Vec<String>)>,
     /// What `[protect] allow` let through (see [`Event::ProtectionLifted`]).

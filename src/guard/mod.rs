@@ -59,7 +59,7 @@ pub struct GuardSettings {
     /// gate ([`size`]), so the critic always sees all of what it judges.
     pub max_diff_kb: u64,
     /// What the next prompt learns of a red held-out step.
-    pub held_out_feedback: crate::judges::held_out::Feedback,
+    pub held_out_feedback: crate::goal::held_out::Feedback,
 }
 
 impl GuardSettings {
@@ -84,7 +84,7 @@ impl Default for GuardSettings {
             nudge: true,
             strict_from: 3,
             max_diff_kb: DEFAULT_MAX_DIFF_KB,
-            held_out_feedback: crate::judges::held_out::Feedback::Ids,
+            held_out_feedback: crate::goal::held_out::Feedback::Ids,
         }
     }
 }

@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use super::{prepare, JobError, Run};
 use crate::goal::held_out::{copy_files, MAX_BYTES};
+use crate::goal::held_out::{known_ids, CountCheck, Feedback, Outcome};
 use crate::goal::{self, GoalReport, GoalStep, Mode};
-use crate::judges::held_out::{known_ids, CountCheck, Feedback, Outcome};
 use crate::judges::testcount;
 
 /// The largest held-out file whose words name its tests (bigger ones are

@@ -2,8 +2,7 @@
 //! code — the tamper policy of the hook and the diff gate ([`tamper`],
 //! with the runner's part of shared files, [`runner`], and `append_only`,
 //! [`append_only`]), the size gate ([`size`]), the drift gate after the
-//! goal test ([`drift`]), the test count ([`testcount`]), the held-out
-//! steps' feedback ([`held_out`]), the pre-critic on the added lines
+//! goal test ([`drift`]), the test count ([`testcount`]), the pre-critic on the added lines
 //! ([`precheck`], reading [`syntax`] and syntax [`tree`]s), the autofix's
 //! risk policy ([`risk`]) and what they all say ([`finding`]). The gates of
 //! an attempt that run them are `crate::job`'s table; the live guards of a
@@ -12,7 +11,6 @@
 pub mod append_only;
 pub mod drift;
 pub mod finding;
-pub mod held_out;
 pub mod precheck;
 pub mod risk;
 pub mod runner;

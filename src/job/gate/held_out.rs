@@ -6,10 +6,10 @@
 
 use super::{Facts, Gate, Stage};
 use crate::goal;
+use crate::goal::held_out;
 use crate::job::{JobError, Run};
 use crate::journal;
 use crate::judges::finding::Finding;
-use crate::judges::held_out;
 use crate::outcome::Reason;
 
 /// See the module's doc.

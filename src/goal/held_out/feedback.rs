@@ -10,7 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::finding::Finding;
+use crate::judges::finding::Finding;
 use crate::outcome::Reason;
 
 /// `[guard] held_out_feedback`: what a red held-out step tells the agent.

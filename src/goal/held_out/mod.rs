@@ -7,7 +7,17 @@
 //! in a network of its own, and thrown away after. So an implementation
 //! that passes the tests the agent saw and fails the ones it did not is
 //! rejected, and what the agent learns of them is what `[guard]
-//! held_out_feedback` allows.
+//! held_out_feedback` allows ([`feedback`]).
+//!
+//! The held-out steps' one home below the job: what they are, their files,
+//! and what a red run tells. Running them for a job, and the gate that
+//! reads the run, are `crate::job`'s.
+
+pub mod feedback;
+
+pub use feedback::{
+    findings, known_ids, one_bit, CountCheck, Feedback, Outcome, FULL_OUTPUT, MAX_IDS,
+};
 
 use std::path::{Path, PathBuf};
 
