@@ -56,7 +56,7 @@ pub struct GuardSettings {
     pub strict_from: u32,
     /// The largest change the critic is asked about, in KiB of diff (files
     /// too large to load count whole): a larger one is rejected by the size
-    /// gate ([`size`]), so the critic always sees all of what it judges.
+    /// gate ([`crate::judges::size`]), so the critic always sees all of what it judges.
     pub max_diff_kb: u64,
     /// What the next prompt learns of a red held-out step.
     pub held_out_feedback: crate::goal::held_out::Feedback,
