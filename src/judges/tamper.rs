@@ -208,17 +208,22 @@ const GIT_SAMPLES: &[&str] = &[
 /// a file of the runner registry, a shared file with a runner's part
 /// ([`super::runner::wanted`]), or a `conftest.py`.
 fn runs_the_tests(rel: &str) -> bool {
+    static RUNNER_FILES: std::sync::OnceLock<GlobSet> = std::sync::OnceLock::new();
+    // The registry's globs, at the root and at any depth: built once, not
+    // per path the hook or the diff gate asks about.
+    let runner_files = RUNNER_FILES.get_or_init(|| {
+        let mut b = GlobSetBuilder::new();
+        for (g, _) in crate::runner::config_globs() {
+            for pattern in [g.to_owned(), format!("**/{g}")] {
+                if let Ok(glob) = Glob::new(&pattern) {
+                    b.add(glob);
+                }
+            }
+        }
+        b.build().unwrap_or_else(|_| GlobSet::empty())
+    });
     let name = rel.rsplit('/').next().unwrap_or(rel);
-    name == "conftest.py"
-        || super::runner::wanted(rel)
-        || crate::runner::config_globs().any(|(g, _)| {
-            globset::Glob::new(g)
-                .map(|g| g.compile_matcher().is_match(rel))
-                .unwrap_or(false)
-                || globset::Glob::new(&format!("**/{g}"))
-                    .map(|g| g.compile_matcher().is_match(rel))
-                    .unwrap_or(false)
-        })
+    name == "conftest.py" || super::runner::wanted(rel) || runner_files.is_match(rel)
 }
 
 /// Whether an `allow` entry names `rel` exactly (no glob), as a path is
