@@ -281,6 +281,8 @@ struct ConfigFile {
     approval: ApprovalFile,
     #[serde(default)]
     notify: Vec<NotifyFile>,
+    #[serde(default)]
+    judge: JudgeFile,
     /// `[prices."model-id"]`: per million tokens, over the agents' tables.
     #[serde(default)]
     prices: BTreeMap<String, PriceFile>,
@@ -381,6 +383,22 @@ struct GoalStepFile {
     git_ref: Option<String>,
 }
 
+/// `[judge]`: what the judge runs besides the goal.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JudgeFile {
+    /// The whole suite's command; `false` (or `""`) for none.
+    suite: Option<SuiteFile>,
+    suite_timeout: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum SuiteFile {
+    Command(String),
+    Enabled(bool),
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct GuardFile {
@@ -440,6 +458,10 @@ pub struct Job {
     /// Goal steps the agent never sees the files of, run after the visible
     /// goal is green on a judge-only tree ([`crate::goal::held_out`]).
     pub held_out: Vec<HeldOutStep>,
+    /// The whole suite, run on the judge-only tree once the goal and the
+    /// gates are green: every test that passed at BASE_REF must still
+    /// pass (`[judge] suite`; [`crate::goal::suite`]).
+    pub suite: Option<Suite>,
     pub rubric: Rubric,
     pub rubric_source: String,
     pub max_attempts: u32,
@@ -664,6 +686,68 @@ fn goal_from_file(
         }
     }
     Ok((steps, held_out))
+}
+
+/// The whole suite step of a job: its command, and whether loopd
+/// inferred it from a narrowed goal step (and which) or the lead named it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Suite {
+    pub step: GoalStep,
+    /// The goal step it was inferred from; `None`: `[judge] suite`.
+    pub inferred_from: Option<String>,
+}
+
+/// The default bound of the whole suite's run.
+pub const DEFAULT_SUITE_TIMEOUT: Duration = Duration::from_secs(1200);
+
+/// `[judge] suite`: the lead's command, none (`false`, `""`), or — unset
+/// — the whole suite of the first goal step that narrows a runner loopd
+/// reads ([`crate::runner::narrowed`]); none when no step narrows one.
+fn suite_setting(
+    o: &Origin<'_>,
+    file: &JudgeFile,
+    goal: &[GoalStep],
+    scripts: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<Suite>, ConfigError> {
+    let timeout = duration(
+        o,
+        "judge.suite_timeout",
+        file.suite_timeout.as_deref(),
+        DEFAULT_SUITE_TIMEOUT,
+    )?;
+    let step = |run: String| GoalStep {
+        name: "suite".into(),
+        report: Preset::infer_through_scripts(&run, scripts),
+        run,
+        timeout,
+    };
+    Ok(match &file.suite {
+        Some(SuiteFile::Enabled(false)) => None,
+        Some(SuiteFile::Command(c)) if c.trim().is_empty() => None,
+        Some(SuiteFile::Command(c)) => Some(Suite {
+            step: step(c.trim().to_owned()),
+            inferred_from: None,
+        }),
+        Some(SuiteFile::Enabled(true)) | None => {
+            let found = goal
+                .iter()
+                .find_map(|g| crate::runner::narrowed(&g.run).map(|run| (g, run)));
+            match (found, &file.suite) {
+                (Some((g, run)), _) => Some(Suite {
+                    step: step(run),
+                    inferred_from: Some(g.name.clone()),
+                }),
+                (None, Some(_)) => {
+                    return Err(o.invalid(
+                        "judge.suite",
+                        "the whole suite's command line (`true` infers it only from a goal step that narrows pytest, go test or node --test)",
+                        "true",
+                    ))
+                }
+                (None, None) => None,
+            }
+        }
+    })
 }
 
 /// A held-out step as the file says it: the step, its `files`, its `ref`.
@@ -1391,6 +1475,7 @@ impl Job {
                     commit: h.commit.clone(),
                 })
                 .collect(),
+            suite: self.suite.as_ref().map(|s| step(&s.step)),
             budget_usd: self.caps.budget_usd,
             max_turns: self.caps.max_turns,
             max_tokens: self.caps.max_tokens,
@@ -1618,6 +1703,7 @@ impl Job {
 
         let o = origin(false);
         let guard = guard_settings(&o, file.guard)?;
+        let suite = suite_setting(&o, &file.judge, &goal, &scripts)?;
         let rubric_file = match &rubric.source {
             crate::rubric::RubricSource::File(p) => Some(p.as_path()),
             crate::rubric::RubricSource::Embedded => None,
@@ -1675,6 +1761,7 @@ impl Job {
             task,
             goal,
             held_out,
+            suite,
             rubric,
             rubric_source,
             max_attempts,

@@ -17,6 +17,7 @@ use crate::process::{self, Contained};
 
 pub mod held_out;
 pub mod results;
+pub mod suite;
 
 /// Output kept per step: the head and tail of anything longer.
 pub const MAX_STEP_OUTPUT: usize = 64 * 1024;

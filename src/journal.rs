@@ -128,6 +128,9 @@ impl Gate {
     /// The held-out goal steps on the judge-only tree, after the
     /// pre-critic and before the critic ([`crate::goal::held_out`]).
     pub const HELD_OUT: Gate = Gate::named("held_out");
+    /// The whole suite on the judge-only tree against BASE_REF's, after
+    /// the pre-critic ([`crate::goal::suite`]).
+    pub const SUITE: Gate = Gate::named("suite");
 
     pub const fn named(name: &'static str) -> Gate {
         Gate(std::borrow::Cow::Borrowed(name))
@@ -170,6 +173,9 @@ pub struct Spec {
     pub goal: Vec<SpecStep>,
     #[serde(default)]
     pub held_out: Vec<SpecHeldOut>,
+    /// The whole suite step (`[judge] suite`, or inferred).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suite: Option<SpecStep>,
     pub budget_usd: f64,
     pub max_turns: u64,
     pub max_tokens: u64,
@@ -263,6 +269,8 @@ impl Spec {
         );
         field("goal", steps(&self.goal), steps(&now.goal));
         field("held_out", held(&self.held_out), held(&now.held_out));
+        let suite = |s: &Option<SpecStep>| s.as_ref().map_or("none".into(), step);
+        field("suite", suite(&self.suite), suite(&now.suite));
         field(
             "budget_usd",
             self.budget_usd.to_string(),
@@ -367,6 +375,10 @@ pub enum Event {
         /// at BASE_REF (what `runner_changed` compares with).
         #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
         origins: crate::runner::Origins,
+        /// The whole suite at BASE_REF on a judge-only tree: the tests
+        /// that passed there must pass after the change.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        suite: Option<GoalReport>,
     },
     AttemptStarted {
         attempt: u32,
@@ -475,6 +487,15 @@ pub enum Event {
         /// report's output is kept only under `full` feedback).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         outcomes: Vec<crate::goal::held_out::Outcome>,
+    },
+    /// The whole suite on this attempt's judge-only tree, once the goal
+    /// and the gates before it were green (`written`: how many paths of
+    /// its tree the run changed).
+    SuiteRun {
+        attempt: u32,
+        report: GoalReport,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        written: usize,
     },
     /// What changed between attempt `from`'s tree and this attempt's
     /// (`interdiff.patch`), and which of those files no finding that
@@ -617,6 +638,7 @@ impl Event {
             Event::ProtectionLifted { .. } => "protection_lifted",
             Event::GoalRun { .. } => "goal_run",
             Event::HeldOutRun { .. } => "held_out_run",
+            Event::SuiteRun { .. } => "suite_run",
             Event::InterdiffTaken { .. } => "interdiff_taken",
             Event::AttemptEnded { .. } => "attempt_ended",
             Event::JobEnded { .. } => "job_ended",
@@ -868,6 +890,9 @@ pub struct Current {
     pub goal_origins: crate::runner::Origins,
     /// The held-out steps' outcomes of this attempt.
     pub held_out_outcomes: Vec<crate::goal::held_out::Outcome>,
+    /// The whole suite's run of this attempt, and how many paths of its
+    /// tree it changed.
+    pub suite: Option<(GoalReport, usize)>,
     /// The interdiff's files and the scope check's unnamed files.
     pub interdiff: Option<(Vec<String>, Vec<String>)>,
     /// What `[protect] allow` let through (see [`Event::ProtectionLifted`]).
@@ -983,6 +1008,8 @@ pub struct Replay {
     pub test_count_off: BTreeMap<String, String>,
     /// The held-out steps at BASE_REF (see [`Event::Baseline`]).
     pub held_out_baseline: Option<GoalReport>,
+    /// The whole suite at BASE_REF (see [`Event::Baseline`]).
+    pub suite_baseline: Option<GoalReport>,
     /// The held-out steps' counts at BASE_REF.
     pub held_out_counts: BTreeMap<String, crate::judges::testcount::Counts>,
     /// Where each goal step's runner resolved at BASE_REF.
@@ -1193,7 +1220,9 @@ impl Replay {
                 held_out,
                 held_out_counts,
                 origins,
+                suite,
             } => {
+                self.suite_baseline = suite.clone();
                 self.held_out_baseline = held_out.clone();
                 self.baseline_origins = origins.clone();
                 self.held_out_counts = held_out_counts.clone();
@@ -1336,6 +1365,15 @@ impl Replay {
                     c.held_out_outcomes = outcomes.clone();
                 }
             }
+            Event::SuiteRun {
+                attempt,
+                report,
+                written,
+            } => {
+                if let Some(c) = current(self, *attempt) {
+                    c.suite = Some((report.clone(), *written));
+                }
+            }
             Event::InterdiffTaken {
                 attempt,
                 files,
@@ -1438,10 +1476,32 @@ impl Replay {
             network: self.network,
             judge: self.judge,
             test_count_off: self.test_count_off.clone(),
+            suite: self.suite_summary(),
             run_dir: run_dir.to_path_buf(),
             started_at: self.started_at.clone().unwrap_or_default(),
             finished_at: crate::util::now_rfc3339(),
         }
+    }
+
+    /// The whole suite's line of the summary: its baseline run and what
+    /// every attempt's run cost.
+    fn suite_summary(&self) -> Option<crate::record::SuiteSummary> {
+        let base = self.suite_baseline.as_ref()?.steps.first()?;
+        let runs: u64 = self
+            .attempts
+            .iter()
+            .filter_map(|a| a.suite.as_ref().map(|s| s.ms))
+            .sum();
+        Some(crate::record::SuiteSummary {
+            command: base.command.clone(),
+            passing_at_base: base.results.as_ref().map(|r| {
+                r.values()
+                    .filter(|v| **v == crate::goal::results::Verdict::Passed)
+                    .count()
+            }),
+            baseline_ms: base.duration_ms,
+            total_ms: base.duration_ms + runs,
+        })
     }
 
     /// The last entries, as JSON, for `failure.json`.
@@ -1468,6 +1528,7 @@ mod tests {
                 report: Some("pytest".into()),
             }],
             held_out: Vec::new(),
+            suite: None,
             budget_usd: 2.0,
             max_turns: 200,
             max_tokens: 5_000_000,
@@ -1587,6 +1648,7 @@ mod tests {
             n,
             goal_passed: true,
             held_out_passed: None,
+            suite: None,
             failed_step: None,
             critic: "FAIL".into(),
             critic_note: None,
@@ -1638,6 +1700,7 @@ mod tests {
                 held_out: None,
                 held_out_counts: BTreeMap::new(),
                 origins: BTreeMap::new(),
+                suite: None,
             },
             Event::AttemptStarted {
                 attempt: 1,

@@ -42,6 +42,7 @@ impl Progress {
                 report,
                 test_count_off,
                 held_out,
+                suite,
                 ..
             } => {
                 let mut line = match report.failed_step() {
@@ -63,6 +64,19 @@ impl Progress {
                     line.push_str(&format!(
                         "\nheld-out tests at baseline: {} steps, {failed} red",
                         h.steps.len()
+                    ));
+                }
+                if let Some(step) = suite.as_ref().and_then(|r| r.steps.first()) {
+                    let passing = step.results.as_ref().map(|r| {
+                        r.values()
+                            .filter(|v| **v == crate::goal::results::Verdict::Passed)
+                            .count()
+                    });
+                    line.push_str(&format!(
+                        "\nthe whole suite at baseline: {}{} ({:.1} s)",
+                        if step.passed { "green" } else { "red" },
+                        passing.map_or(String::new(), |n| format!(", {n} tests pass")),
+                        step.duration_ms as f64 / 1000.0
                     ));
                 }
                 line
@@ -164,6 +178,13 @@ impl Progress {
                     "attempt {attempt}: held-out tests {verdict} ({} steps, {failed} failed, {files} held-out files on a judge-only tree)",
                     report.steps.len()
                 )
+            }
+            Event::SuiteRun {
+                attempt, report, ..
+            } => {
+                let ms: u64 = report.steps.iter().map(|s| s.duration_ms).sum();
+                let verdict = if report.passed() { "green" } else { "red" };
+                format!("attempt {attempt}: the whole suite {verdict} on a judge-only tree ({:.1} s)", ms as f64 / 1000.0)
             }
             Event::InterdiffTaken {
                 attempt,

@@ -36,6 +36,9 @@ pub enum Reason {
     /// A held-out goal step (tests the agent never saw) was red on the
     /// judge-only tree of the last attempt.
     HeldOutFailed,
+    /// The whole suite on the judge-only tree: a test that passed at
+    /// BASE_REF does not pass after the change (`[judge] suite`).
+    SuiteRegressed,
     /// A process of the job made a directory or file of the worktree
     /// unreadable to loopd (a `chmod 0` over what the judges must walk):
     /// loopd made it readable again to judge and park it.
@@ -98,6 +101,7 @@ impl Reason {
         Reason::DiffTooLarge,
         Reason::GoalChangedTree,
         Reason::HeldOutFailed,
+        Reason::SuiteRegressed,
         Reason::UnreadablePath,
         Reason::RunnerChanged,
         Reason::ConfigTampered,
@@ -130,6 +134,7 @@ impl Reason {
             Reason::DiffTooLarge => "diff_too_large",
             Reason::GoalChangedTree => "goal_changed_tree",
             Reason::HeldOutFailed => "held_out_failed",
+            Reason::SuiteRegressed => "suite_regressed",
             Reason::UnreadablePath => "unreadable_path",
             Reason::RunnerChanged => "runner_changed",
             Reason::ConfigTampered => "config_tampered",
@@ -398,6 +403,7 @@ mod tests {
                 | Reason::DiffTooLarge
                 | Reason::GoalChangedTree
                 | Reason::HeldOutFailed
+                | Reason::SuiteRegressed
                 | Reason::UnreadablePath
                 | Reason::RunnerChanged
                 | Reason::ConfigTampered

@@ -25,6 +25,10 @@ pub struct AttemptRecord {
     /// rejected the attempt).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_out_passed: Option<bool>,
+    /// The whole suite's run on this attempt's judge-only tree (`None`: it
+    /// did not run — no suite step, or a gate before it rejected).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suite: Option<SuiteRun>,
     /// `PASS` | `FAIL` | `invalid` | `skipped`.
     pub critic: String,
     /// Why the verdict was invalid, when it was.
@@ -63,6 +67,28 @@ pub struct AttemptRecord {
     pub stopped: Option<Reason>,
     /// The prompt the agent was given.
     pub prompt_file: PathBuf,
+}
+
+/// One run of the whole suite, as the summary reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SuiteRun {
+    /// Whether a test that passed at BASE_REF did not pass.
+    pub regressed: bool,
+    /// How long it ran: its cost outside the model.
+    pub ms: u64,
+}
+
+/// The whole suite step of a job (`[judge] suite`), as the summary
+/// reports it: what ran, what passed at BASE_REF, and what it cost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SuiteSummary {
+    pub command: String,
+    /// Tests that passed at BASE_REF, by id (`None`: the runner wrote no
+    /// report loopd reads; compared by its output instead).
+    pub passing_at_base: Option<usize>,
+    pub baseline_ms: u64,
+    /// Every run's time, the baseline's included.
+    pub total_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default, Serialize, Deserialize)]
@@ -125,6 +151,9 @@ pub struct Summary {
     /// output had no summary loopd could read (step → why).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub test_count_off: BTreeMap<String, String>,
+    /// The whole suite step, when the job has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suite: Option<SuiteSummary>,
     pub run_dir: PathBuf,
     pub started_at: String,
     pub finished_at: String,

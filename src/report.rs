@@ -129,6 +129,9 @@ pub fn markdown(
             "**The test-count gate was off for `{step}`**: {why}\n\n"
         ));
     }
+    if let Some(line) = suite_line(summary) {
+        md.push_str(&format!("- {line}\n\n"));
+    }
     if let Some(e) = &summary.escalation {
         md.push_str(&format!(
             "## The agent escalated (attempt {})\n\n- test: `{}`\n- claim: {}\n\nGoal test output:\n\n```\n{}\n```\n\nThe diff it left:\n\n```diff\n{}\n```\n\nAnswer with `loopd resume {} --note \"...\"` (the note becomes the next prompt's first paragraph).\n\n",
@@ -153,6 +156,11 @@ pub fn markdown(
         match a.held_out_passed {
             Some(true) => goal.push_str("; held-out tests green"),
             Some(false) => goal.push_str("; held-out tests RED"),
+            None => {}
+        }
+        match a.suite.as_ref().map(|s| s.regressed) {
+            Some(false) => goal.push_str("; whole suite as at BASE_REF"),
+            Some(true) => goal.push_str("; whole suite REGRESSED"),
             None => {}
         }
         let gates = a
@@ -241,6 +249,9 @@ pub fn render_human(s: &Summary) -> String {
     for (step, why) in &s.test_count_off {
         out.push_str(&format!("  TEST COUNT GATE OFF for `{step}`: {why}\n"));
     }
+    if let Some(line) = suite_line(s) {
+        out.push_str(&format!("  {line}\n"));
+    }
     for a in &s.attempts {
         let mut goal = if a.goal_passed {
             "goal green".to_owned()
@@ -253,6 +264,11 @@ pub fn render_human(s: &Summary) -> String {
         match a.held_out_passed {
             Some(true) => goal.push_str(", held-out tests green"),
             Some(false) => goal.push_str(", held-out tests RED"),
+            None => {}
+        }
+        match a.suite.as_ref().map(|s| s.regressed) {
+            Some(false) => goal.push_str(", whole suite as at BASE_REF"),
+            Some(true) => goal.push_str(", whole suite REGRESSED"),
             None => {}
         }
         out.push_str(&format!(
@@ -297,4 +313,21 @@ pub fn render_human(s: &Summary) -> String {
     }
     out.push_str(&format!("  run dir: `{}`\n", s.run_dir.display()));
     crate::util::printable(&out).into_owned()
+}
+
+/// The whole suite step's line: what ran, what passed at BASE_REF, and
+/// its cost in time (every view says the same).
+pub fn suite_line(s: &Summary) -> Option<String> {
+    let suite = s.suite.as_ref()?;
+    Some(format!(
+        "whole suite `{}`: {} at BASE_REF; {:.1} s in all ({:.1} s at BASE_REF)",
+        suite.command,
+        suite
+            .passing_at_base
+            .map_or("compared by its output".to_owned(), |n| format!(
+                "{n} tests passed"
+            )),
+        suite.total_ms as f64 / 1000.0,
+        suite.baseline_ms as f64 / 1000.0
+    ))
 }

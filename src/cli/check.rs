@@ -103,6 +103,18 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
             humantime::format_duration(s.timeout)
         ));
     }
+    out.push_str(&match &job.suite {
+        Some(s) => format!(
+            "whole suite:   `{}` (timeout {}, {}): on a judge-only tree at BASE_REF and after a green goal; every test that passed at BASE_REF must still pass\n",
+            s.step.run,
+            humantime::format_duration(s.step.timeout),
+            match &s.inferred_from {
+                Some(step) => format!("inferred from goal step `{step}`, which narrows it; `[judge] suite = false` turns it off"),
+                None => "[judge] suite".to_owned(),
+            }
+        ),
+        None => "whole suite:   none (no goal step narrows a runner loopd reads; `[judge] suite` names one)\n".to_owned(),
+    });
     if !job.held_out.is_empty() {
         out.push_str(&format!(
             "held out:      after a green goal, on a judge-only tree; the next prompt learns: {}\n",

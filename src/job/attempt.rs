@@ -455,6 +455,12 @@ fn record_of(c: &Current, n: u32, run_dir: &Path) -> AttemptRecord {
         n,
         goal_passed: c.goal.as_ref().is_some_and(|g| g.passed()),
         held_out_passed: c.held_out.as_ref().map(|r| r.passed()),
+        suite: c.suite.as_ref().map(|(r, _)| crate::record::SuiteRun {
+            regressed: c
+                .gate(&crate::journal::Gate::SUITE)
+                .is_some_and(|f| !f.is_empty()),
+            ms: r.steps.iter().map(|s| s.duration_ms).sum(),
+        }),
         failed_step: c
             .goal
             .as_ref()

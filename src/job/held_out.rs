@@ -128,6 +128,23 @@ impl Run<'_> {
         dir: &Path,
         deadline: Instant,
     ) -> Result<(GoalReport, usize, usize), JobError> {
+        let steps = self.held_out_steps();
+        self.judge_only(tree, dir, &steps, true, deadline).await
+    }
+
+    /// Run `steps` on a judge-only tree made of `tree`, with the held-out
+    /// files when `held_out` (the held-out steps), without them (the whole
+    /// suite), under `dir` (removed before and after). Returns the report,
+    /// how many held-out files the tree held and how many paths of its
+    /// tree the run changed.
+    pub(super) async fn judge_only(
+        &mut self,
+        tree: git2::Oid,
+        dir: &Path,
+        steps: &[GoalStep],
+        held_out: bool,
+        deadline: Instant,
+    ) -> Result<(GoalReport, usize, usize), JobError> {
         let io = |path: &Path| {
             let path = path.to_path_buf();
             move |source| JobError::RunDir { path, source }
@@ -138,9 +155,10 @@ impl Run<'_> {
         }
         crate::util::private_dir(dir).map_err(io(dir))?;
         let result = if self.hermetic.is_some() {
-            self.hermetic_held_out(tree, dir, deadline).await
+            self.hermetic_held_out(tree, dir, steps, held_out, deadline)
+                .await
         } else {
-            self.held_out_in(tree, dir, deadline).await
+            self.held_out_in(tree, dir, steps, held_out, deadline).await
         };
         // Thrown away whatever happened: nothing of it is read again.
         if let Err(e) = std::fs::remove_dir_all(dir) {
@@ -157,38 +175,43 @@ impl Run<'_> {
         &mut self,
         tree: git2::Oid,
         dir: &Path,
+        steps: &[GoalStep],
+        held_out: bool,
         deadline: Instant,
     ) -> Result<(GoalReport, usize, usize), JobError> {
         let files_dir = dir.join("files");
-        let files = self.gather_held_out(&files_dir, dir)?;
+        let files = match held_out {
+            true => self.gather_held_out(&files_dir, dir)?,
+            false => 0,
+        };
         let change = if tree == self.base_oid {
             None
         } else {
             let h = self.hermetic.as_ref().expect("a hermetic judge");
             let delta = crate::workspace::layers::delta(self.ws.git2(), self.base_oid, tree)?;
-            Some(h.change_layer(&self.ws, tree, &delta, &[], &format!("held-out-{tree}"))?)
+            Some(h.change_layer(&self.ws, tree, &delta, &[], &format!("judge-only-{tree}"))?)
         };
         let layers = super::world::Layers {
             change: change.as_deref(),
-            held_out: Some(&files_dir),
+            held_out: held_out.then_some(files_dir.as_path()),
             keep_built: false,
         };
         let label = dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "held-out".into());
-        let steps = self.held_out_steps();
         let (report, written) = self
-            .judge_run(&format!("{label}-run"), layers, &steps, Mode::All, deadline)
+            .judge_run(&format!("{label}-run"), layers, steps, Mode::All, deadline)
             .await
             .map(|r| (r.report, r.written))?;
         for s in &report.steps {
-            tracing::info!(step = %s.name, passed = s.passed, ms = s.duration_ms, "held-out step");
+            tracing::info!(step = %s.name, passed = s.passed, ms = s.duration_ms, "judge-only step");
         }
         if !written.is_empty() {
             tracing::warn!(
                 paths = written.len(),
-                "the candidate's code changed the held-out run's tree"
+                run = %label,
+                "the candidate's code changed the judge-only run's tree"
             );
         }
         Ok((report, files, written.len()))
@@ -240,11 +263,16 @@ impl Run<'_> {
         &mut self,
         tree: git2::Oid,
         dir: &Path,
+        steps: &[GoalStep],
+        held_out: bool,
         deadline: Instant,
     ) -> Result<(GoalReport, usize, usize), JobError> {
         let root = dir.join("tree");
         self.ws.write_tree(tree, &root)?;
-        let files = self.gather_held_out(&root, dir)?;
+        let files = match held_out {
+            true => self.gather_held_out(&root, dir)?,
+            false => 0,
+        };
         let sandbox = prepare::held_out_sandbox(
             self.job,
             &self.loopd_exe,
@@ -252,17 +280,23 @@ impl Run<'_> {
             &dir.join("home"),
             &dir.join("tmp"),
         )?;
-        let steps = self.held_out_steps();
-        // Its own home and temporary directory, the only ones its root holds.
+        // Its own home and temporary directory, the only ones its root
+        // holds; the runners' reports in the latter.
         let env = prepare::environment(self.job, &dir.join("home"), &dir.join("tmp"));
+        let results = dir.join("tmp").join("loopd-results");
+        crate::util::private_dir(&results).map_err(|source| JobError::RunDir {
+            path: results.clone(),
+            source,
+        })?;
         let limits = goal::Limits {
             sandbox: Some(&sandbox),
             env: &env,
+            results: Some(&results),
             ..self.goal_limits(deadline)
         };
-        let report = goal::run(&steps, &root, Mode::All, &limits).await?;
+        let report = goal::run(steps, &root, Mode::All, &limits).await?;
         for s in &report.steps {
-            tracing::info!(step = %s.name, passed = s.passed, ms = s.duration_ms, "held-out step");
+            tracing::info!(step = %s.name, passed = s.passed, ms = s.duration_ms, "judge-only step");
         }
         Ok((report, files, 0))
     }

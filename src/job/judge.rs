@@ -332,6 +332,14 @@ impl Run<'_> {
         if let Some(rejected) = self.pass_stage(Stage::GreenGoal, facts)? {
             return Ok(Some(rejected));
         }
+        if self.job.suite.is_some() {
+            if let Some(e) = self.suite_once(facts.n, facts.dir, deadline).await? {
+                return Ok(Some(Judged::Stop(e)));
+            }
+            if let Some(rejected) = self.pass_stage(Stage::Suite, facts)? {
+                return Ok(Some(rejected));
+            }
+        }
         if self.job.held_out.is_empty() {
             return Ok(None);
         }
@@ -372,6 +380,37 @@ impl Run<'_> {
                 files,
                 overwrote,
                 outcomes,
+            })?;
+        }
+        Ok(None)
+    }
+
+    /// The whole suite on a judge-only tree of the judged change, once per
+    /// attempt (a resumed job reads the run it journaled). `Some`: a
+    /// signal cut it short.
+    async fn suite_once(
+        &mut self,
+        n: u32,
+        dir: &Path,
+        deadline: Instant,
+    ) -> Result<Option<Ending>, JobError> {
+        let tree = self
+            .current()
+            .tree
+            .as_deref()
+            .and_then(|t| git2::Oid::from_str(t).ok());
+        let step = self.job.suite.as_ref().map(|s| s.step.clone());
+        if let (None, Some(tree), Some(step)) = (self.current().suite, tree, step) {
+            let (report, _, written) = self
+                .judge_only(tree, &dir.join("suite"), &[step], false, deadline)
+                .await?;
+            if let Some(e) = self.signalled() {
+                return Ok(Some(e));
+            }
+            self.journal.append(Event::SuiteRun {
+                attempt: n,
+                report,
+                written,
             })?;
         }
         Ok(None)

@@ -746,6 +746,26 @@ impl Run<'_> {
             Some((r, c)) => (Some(r), c),
             None => (None, Default::default()),
         };
+        // The whole suite at BASE_REF, on a judge-only tree: which tests
+        // pass there, which every attempt must keep passing.
+        let suite = match self.job.suite.as_ref().map(|s| s.step.clone()) {
+            None => None,
+            Some(step) => {
+                let (report, _, _) = self
+                    .judge_only(
+                        self.base_oid,
+                        &self.dir.join("suite-baseline"),
+                        &[step],
+                        false,
+                        self.job_deadline(),
+                    )
+                    .await?;
+                if let Some(e) = self.signalled() {
+                    return Ok(Err(e));
+                }
+                Some(report)
+            }
+        };
         self.journal.append(Event::Baseline {
             report: baseline.clone(),
             artefacts,
@@ -753,6 +773,7 @@ impl Run<'_> {
             held_out,
             held_out_counts,
             origins,
+            suite,
         })?;
         Ok(Ok(baseline))
     }

@@ -569,6 +569,9 @@ fn baseline(h: &mut String, inputs: &Inputs) {
             escape(why)
         );
     }
+    if let Some(line) = crate::report::suite_line(&inputs.summary) {
+        let _ = writeln!(h, "<p class=\"suite\">{}</p>", escape(&line));
+    }
     for st in b.steps.iter().filter(|s| !s.output.trim().is_empty()) {
         let _ = writeln!(
             h,
@@ -851,6 +854,7 @@ pub(crate) mod tests {
             n,
             goal_passed: true,
             held_out_passed: None,
+            suite: None,
             failed_step: None,
             critic: "PASS".into(),
             critic_note: None,
@@ -897,6 +901,7 @@ pub(crate) mod tests {
             network: None,
             judge: None,
             test_count_off: Default::default(),
+            suite: None,
             stash_commit: None,
             failure_report: None,
             run_dir: PathBuf::from("/state/runs/20261130-120000000-abcd"),

@@ -43,6 +43,7 @@ pub const RUNNER: Runner = Runner {
     ],
     runs,
     probe,
+    whole: super::cannot_tell,
 };
 
 fn runs(words: &[&str]) -> bool {

@@ -40,6 +40,7 @@ pub const RUNNER: Runner = Runner {
     ],
     runs,
     probe,
+    whole,
 };
 
 fn runs(words: &[&str]) -> bool {
@@ -48,4 +49,59 @@ fn runs(words: &[&str]) -> bool {
 
 fn probe(words: &[&str]) -> Option<String> {
     Some(super::executable_probe(words.first()?))
+}
+
+/// What a `go test` command selects: packages other than `./...`,
+/// `-run`/`-skip` patterns, and `-failfast` (the rest unrun). Without
+/// them: the same flags over `./...`. What follows `-args` is the test
+/// binary's, kept as it is.
+fn whole(words: &[&str]) -> Option<super::Whole> {
+    let args = words.get(2..)?;
+    let (args, binary) = match args.iter().position(|w| *w == "-args" || *w == "--args") {
+        Some(i) => args.split_at(i),
+        None => (args, &[][..]),
+    };
+    const VALUE: &[&str] = &[
+        "-count",
+        "-timeout",
+        "-tags",
+        "-p",
+        "-parallel",
+        "-cpu",
+        "-bench",
+        "-benchtime",
+        "-coverprofile",
+        "-covermode",
+        "-coverpkg",
+        "-o",
+        "-exec",
+        "-vet",
+        "-shuffle",
+        "-C",
+        "-ldflags",
+        "-gcflags",
+        "-mod",
+        "-modfile",
+        "-outputdir",
+        "-fuzz",
+        "-fuzztime",
+    ];
+    const SELECT: &[&str] = &["-failfast"];
+    const SELECT_VALUE: &[&str] = &["-run", "-skip"];
+    // `./...` is every package: not a selection.
+    let everything = args.contains(&"./...");
+    let rest: Vec<&str> = args.iter().copied().filter(|w| *w != "./...").collect();
+    let (kept, selected) = super::drop_selection(&rest, VALUE, SELECT, SELECT_VALUE);
+    if !selected && everything {
+        return Some(super::Whole::All);
+    }
+    Some(super::Whole::Without(
+        words[..2]
+            .iter()
+            .map(|w| (*w).to_owned())
+            .chain(kept)
+            .chain(std::iter::once("./...".to_owned()))
+            .chain(binary.iter().map(|w| (*w).to_owned()))
+            .collect(),
+    ))
 }

@@ -24,6 +24,7 @@ pub const RUNNER: Runner = Runner {
     vars: NODE_VARS,
     runs,
     probe,
+    whole: super::cannot_tell,
 };
 
 fn runs(words: &[&str]) -> bool {

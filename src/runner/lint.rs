@@ -43,6 +43,7 @@ pub const RUNNER: Runner = Runner {
     vars: &["RUFF_CACHE_DIR", "ESLINT_USE_FLAT_CONFIG", "MYPYPATH"],
     runs,
     probe,
+    whole: super::cannot_tell,
 };
 
 fn runs(words: &[&str]) -> bool {

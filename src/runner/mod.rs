@@ -47,6 +47,105 @@ pub struct Runner {
     /// A shell command that prints where the runner of that command
     /// resolves (executable, module files), one `name<TAB>origin` per line.
     pub probe: fn(&[&str]) -> Option<String>,
+    /// What one of its commands selects of the suite: the whole suite
+    /// step (`[judge] suite`) is inferred from it.
+    pub whole: fn(&[&str]) -> Option<Whole>,
+}
+
+/// What a runner's command runs of the suite it finds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Whole {
+    /// Every test the runner finds: the whole suite already.
+    All,
+    /// A selection (paths, names, a filter, a stop at the first
+    /// failure): these are its words with the selection taken off.
+    Without(Vec<String>),
+}
+
+/// The `whole` of a runner whose selections loopd does not read: no
+/// suite is inferred from its commands (the lead names one).
+pub(crate) fn cannot_tell(_: &[&str]) -> Option<Whole> {
+    None
+}
+
+/// The whole suite a goal command narrows, as a command: `None` when
+/// the command is not one simple command of a runner that can tell, or
+/// when it runs the whole suite already. Environment assignments and
+/// wrappers before the runner are kept (`PYTHONPATH=src uv run pytest
+/// tests/test_a.py` → `PYTHONPATH=src uv run pytest`).
+pub fn narrowed(line: &str) -> Option<String> {
+    let mut cmds = split(line, true);
+    if cmds.len() != 1 {
+        return None;
+    }
+    let cmd = cmds.pop()?;
+    let assigns = cmd.iter().take_while(|w| is_assignment(w)).count();
+    let words: Vec<&str> = cmd[assigns..].iter().map(String::as_str).collect();
+    let inner = unwrapped(&words);
+    let runner = REGISTRY.iter().find(|r| (r.runs)(inner))?;
+    match (runner.whole)(inner)? {
+        Whole::All => None,
+        Whole::Without(rest) => {
+            let head = cmd[..assigns + words.len() - inner.len()].iter();
+            let all: Vec<String> = head
+                .map(|w| shell_word(w))
+                .chain(rest.iter().map(|w| shell_word(w)))
+                .collect();
+            Some(all.join(" "))
+        }
+    }
+}
+
+/// A word as the shell reads it back: quoted only when it must be.
+fn shell_word(w: &str) -> String {
+    let plain = !w.is_empty()
+        && w.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+    if plain {
+        w.to_owned()
+    } else {
+        crate::util::shell_quote(w)
+    }
+}
+
+/// Split `words` (a runner's arguments) into what selects and what stays:
+/// `value` options keep their next word, `select` options (and their
+/// value, when `select_value`) select, any other word not starting with
+/// `-` is a positional selection. Returns the kept words and whether
+/// anything was selected.
+pub(crate) fn drop_selection(
+    words: &[&str],
+    value: &[&str],
+    select: &[&str],
+    select_value: &[&str],
+) -> (Vec<String>, bool) {
+    let mut kept = Vec::new();
+    let mut selected = false;
+    let mut it = words.iter().copied();
+    while let Some(w) = it.next() {
+        let name = w.split_once('=').map_or(w, |(n, _)| n);
+        let inline = w.contains('=');
+        if select.contains(&name) {
+            selected = true;
+        } else if select_value.contains(&name) {
+            selected = true;
+            if !inline {
+                it.next();
+            }
+        } else if value.contains(&name) {
+            kept.push(w.to_owned());
+            if !inline {
+                if let Some(v) = it.next() {
+                    kept.push(v.to_owned());
+                }
+            }
+        } else if w.starts_with('-') {
+            kept.push(w.to_owned());
+        } else {
+            selected = true;
+        }
+    }
+    (kept, selected)
 }
 
 /// Every runner loopd knows.
@@ -74,6 +173,11 @@ pub fn config_globs() -> impl Iterator<Item = (&'static str, &'static str)> {
 /// `NAME=value` assignments taken off. A reading for naming runners, not
 /// a shell: quoting is honoured only as far as not splitting inside it.
 pub fn commands(line: &str) -> Vec<Vec<String>> {
+    split(line, false)
+}
+
+/// [`commands`], keeping the leading assignments when `assignments`.
+fn split(line: &str, assignments: bool) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     let mut words: Vec<String> = Vec::new();
     let mut word = String::new();
@@ -87,7 +191,7 @@ pub fn commands(line: &str) -> Vec<Vec<String>> {
     let end = |words: &mut Vec<String>, out: &mut Vec<Vec<String>>| {
         let cmd: Vec<String> = std::mem::take(words)
             .into_iter()
-            .skip_while(|w| is_assignment(w))
+            .skip_while(|w| !assignments && is_assignment(w))
             .collect();
         if !cmd.is_empty() {
             out.push(cmd);

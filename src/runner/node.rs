@@ -50,6 +50,7 @@ pub const RUNNER: Runner = Runner {
     vars: NODE_VARS,
     runs,
     probe,
+    whole,
 };
 
 fn runs(words: &[&str]) -> bool {
@@ -61,4 +62,34 @@ fn runs(words: &[&str]) -> bool {
 
 fn probe(words: &[&str]) -> Option<String> {
     Some(super::executable_probe(words.first()?))
+}
+
+/// What a `node --test` command selects: test files named on it, and the
+/// name patterns and `--test-only`. Without them: the same command over
+/// node's default test files.
+fn whole(words: &[&str]) -> Option<super::Whole> {
+    const VALUE: &[&str] = &[
+        "--import",
+        "--require",
+        "-r",
+        "--loader",
+        "--experimental-loader",
+        "--test-reporter",
+        "--test-reporter-destination",
+        "--test-concurrency",
+        "--test-timeout",
+        "--env-file",
+        "--conditions",
+        "-C",
+        "--input-type",
+    ];
+    const SELECT: &[&str] = &["--test-only"];
+    const SELECT_VALUE: &[&str] = &["--test-name-pattern", "--test-skip-pattern", "--test-shard"];
+    let (kept, selected) = super::drop_selection(words.get(1..)?, VALUE, SELECT, SELECT_VALUE);
+    if !selected {
+        return Some(super::Whole::All);
+    }
+    Some(super::Whole::Without(
+        std::iter::once(words[0].to_owned()).chain(kept).collect(),
+    ))
 }

@@ -57,6 +57,7 @@ pub const RUNNER: Runner = Runner {
     ],
     runs,
     probe,
+    whole,
 };
 
 fn runs(words: &[&str]) -> bool {
@@ -140,4 +141,94 @@ print('probed\tcomplete')"#;
         }
     };
     Some(format!("{python} -c {script} 2>/dev/null"))
+}
+
+/// What a pytest command selects: paths and node ids, `-k`/`-m`
+/// expressions, `--deselect`/`--ignore`, `--lf`, and a stop at the first
+/// failures (`-x`, `--maxfail`, `--sw`), which leaves the rest unrun.
+/// Without them: the same command over every test it collects.
+fn whole(words: &[&str]) -> Option<super::Whole> {
+    let start = match words.first().map(|w| base(w)) {
+        Some(w) if is_python(w) => words.iter().position(|w| *w == "-m")? + 2,
+        _ => 1,
+    };
+    let (head, args) = words.split_at(start.min(words.len()));
+    const VALUE: &[&str] = &[
+        "-p",
+        "-c",
+        "-o",
+        "-W",
+        "-r",
+        "--rootdir",
+        "--confcutdir",
+        "--basetemp",
+        "--tb",
+        "--durations",
+        "--log-level",
+        "--import-mode",
+        "--junitxml",
+        "--override-ini",
+        "--capture",
+        "--color",
+        "--cov",
+        "--cov-report",
+        "-n",
+        "--dist",
+        "--timeout",
+        "--pyargs-root",
+        "--log-cli-level",
+        "--log-file",
+    ];
+    const SELECT: &[&str] = &[
+        "-x",
+        "--exitfirst",
+        "--lf",
+        "--last-failed",
+        "--sw",
+        "--stepwise",
+    ];
+    const SELECT_VALUE: &[&str] = &[
+        "-k",
+        "-m",
+        "--deselect",
+        "--ignore",
+        "--ignore-glob",
+        "--maxfail",
+    ];
+    // Short flags in a cluster (`-qx`) and `-kEXPR` glued.
+    let mut unglued: Vec<String> = Vec::new();
+    let mut glued_selection = false;
+    for w in args {
+        let short = w.len() > 2 && w.starts_with('-') && !w.starts_with("--");
+        if short && (w.starts_with("-k") || w.starts_with("-m")) {
+            glued_selection = true;
+        } else if short && w[1..].chars().all(|c| c.is_ascii_alphabetic()) && w.contains('x') {
+            glued_selection = true;
+            let rest: String = w[1..].chars().filter(|c| *c != 'x').collect();
+            if !rest.is_empty() {
+                unglued.push(format!("-{rest}"));
+            }
+        } else {
+            unglued.push((*w).to_owned());
+        }
+    }
+    // The conventional test root is the whole suite, not a selection.
+    let root = |w: &str| {
+        matches!(
+            w.trim_start_matches("./").trim_end_matches('/'),
+            "tests" | "test" | "." | ""
+        )
+    };
+    let unglued: Vec<&str> = unglued
+        .iter()
+        .map(String::as_str)
+        .filter(|w| !root(w))
+        .collect();
+    let (kept, selected) = super::drop_selection(&unglued, VALUE, SELECT, SELECT_VALUE);
+    if !selected && !glued_selection {
+        return Some(super::Whole::All);
+    }
+    Some(super::Whole::Without(
+        head.iter().map(|w| (*w).to_owned()).chain(kept).collect(),
+    ))
 }

@@ -147,3 +147,59 @@ fn assignments_and_operators_split_commands() {
         ]
     );
 }
+
+/// The whole suite a narrowed goal command leaves out, runner by runner:
+/// each selection taken off, everything else kept, and nothing inferred
+/// where the command runs the whole suite already or cannot be read.
+#[test]
+fn a_narrowed_goal_names_its_whole_suite() {
+    let cases: &[(&str, Option<&str>)] = &[
+        // pytest: paths, node ids, expressions, early stops.
+        (
+            "python3 -m pytest -q tests/test_a.py",
+            Some("python3 -m pytest -q"),
+        ),
+        ("pytest tests/test_a.py::test_x -q", Some("pytest -q")),
+        ("pytest -q -k 'parse and not slow'", Some("pytest -q")),
+        ("pytest -kparse", Some("pytest")),
+        ("pytest -qx", Some("pytest -q")),
+        (
+            "pytest --maxfail=1 -p no:cacheprovider tests",
+            Some("pytest -p no:cacheprovider"),
+        ),
+        ("pytest --deselect tests/t.py::a -q", Some("pytest -q")),
+        (
+            "PYTHONPATH=src uv run pytest tests/test_a.py",
+            Some("PYTHONPATH=src uv run pytest"),
+        ),
+        ("pytest -q", None),
+        ("python3 -m pytest -q tests", None),
+        ("pytest ./tests/ -q", None),
+        ("pytest tests/unit", Some("pytest")),
+        ("python3 -m pytest -q -o addopts=", None),
+        // go test: packages and patterns.
+        ("go test ./parser/...", Some("go test ./...")),
+        (
+            "go test -count=1 -run TestParse ./...",
+            Some("go test -count=1 ./..."),
+        ),
+        ("go test -failfast ./...", Some("go test ./...")),
+        ("go test -v ./...", None),
+        (
+            "go test ./pkg -args -update",
+            Some("go test ./... -args -update"),
+        ),
+        // node --test: files and name patterns.
+        ("node --test test/a.test.js", Some("node --test")),
+        ("node --test --test-name-pattern=parse", Some("node --test")),
+        ("node --import tsx --test", None),
+        // Not one simple command, or a runner loopd does not read.
+        ("cd sub && pytest tests/a.py", None),
+        ("cargo test parse", None),
+        ("npx jest parse", None),
+        ("make test", None),
+    ];
+    for (line, want) in cases {
+        assert_eq!(narrowed(line).as_deref(), *want, "{line}");
+    }
+}

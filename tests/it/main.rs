@@ -31,5 +31,6 @@ mod precheck;
 mod report_html;
 mod run_loop;
 mod sandbox;
+mod suite;
 mod systemd;
 mod way_out;

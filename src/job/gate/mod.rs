@@ -28,6 +28,7 @@ mod held_out;
 #[cfg(feature = "failpoints")]
 mod planted;
 mod precheck;
+mod suite;
 mod test_count;
 
 /// What a gate runs after, in an attempt; in this order.
@@ -41,6 +42,8 @@ pub(super) enum Stage {
     Goal,
     /// On a green goal test, before anything that costs a model call.
     GreenGoal,
+    /// On the whole suite's run, once the goal and its gates are green.
+    Suite,
     /// On the held-out run, before the critic.
     HeldOut,
 }
@@ -105,6 +108,7 @@ pub(super) static GATES: &[&dyn Gate] = &[
     &after_goal::Drift,
     &test_count::TestCount,
     &precheck::Precheck,
+    &suite::Suite,
     &held_out::HeldOut,
 ];
 
@@ -153,6 +157,7 @@ mod tests {
             Stage::Session,
             Stage::Goal,
             Stage::GreenGoal,
+            Stage::Suite,
             Stage::HeldOut,
         ];
         let stages: Vec<usize> = GATES
