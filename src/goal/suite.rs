@@ -57,6 +57,17 @@ pub fn regressions(base: &StepResult, now: &StepResult, preset: Option<Preset>) 
             .collect();
         return Regressions { lost, by: By::Ids };
     }
+    if base.results.is_some() {
+        // A report at BASE_REF and none now: the run ended before its
+        // runner wrote it (an exit from the change's code), or something
+        // removed it. Nothing it says can be counted as passed.
+        return Regressions {
+            lost: vec![
+                "the whole suite wrote no test report (it did at BASE_REF): its tests cannot be counted as passing".into(),
+            ],
+            by: By::Ids,
+        };
+    }
     let (was, is) = (base.read(preset), now.read(preset));
     if base.passed {
         let lost = if now.passed {
@@ -81,6 +92,9 @@ pub fn regressions(base: &StepResult, now: &StepResult, preset: Option<Preset>) 
         Some(Ok(c)) => Some(c.passed),
         _ => None,
     };
+    if passed(&was).is_some() && passed(&is).is_none() {
+        lost.push("the whole suite printed no summary loopd can read (it did at BASE_REF)".into());
+    }
     let told = passed(&was).zip(passed(&is));
     if let Some((p0, p1)) = told {
         if p1 < p0 && lost.is_empty() {
@@ -184,6 +198,24 @@ mod tests {
         assert_eq!(r.by, By::Exit);
         assert_eq!(r.lost.len(), 1, "{r:?}");
         assert!(regressions(&green, &green, None).lost.is_empty());
+    }
+
+    #[test]
+    fn a_report_or_summary_gone_since_base_ref_is_a_regression() {
+        // The change's code ends the process before the runner reports.
+        let base = step(false, Some(&[("t::a", Passed), ("t::b", Failed)]), "");
+        let now = step(true, None, "");
+        let r = regressions(&base, &now, Some(Preset::Pytest));
+        assert_eq!(r.lost.len(), 1, "{r:?}");
+        // Without ids: a summary read at BASE_REF and none now.
+        let base = step(
+            false,
+            None,
+            "FAILED t.py::test_b - x\n1 failed, 1 passed in 0.01s\n",
+        );
+        let now = step(false, None, "");
+        let r = regressions(&base, &now, Some(Preset::Pytest));
+        assert!(r.lost.iter().any(|l| l.contains("no summary")), "{r:?}");
     }
 
     #[test]
