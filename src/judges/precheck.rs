@@ -665,13 +665,16 @@ fn indent(line: &str) -> usize {
 }
 
 /// A handler body that does nothing with the error.
+/// Statements that do nothing with an error: `pass`, `...`, `continue`,
+/// `break`, a bare or constant `return`, and a constant assigned to a
+/// name (`result = None`: a default that stands in for every error).
 fn does_nothing(stmts: &[&str]) -> bool {
     static NOTHING: OnceLock<Regex> = OnceLock::new();
     !stmts.is_empty()
         && stmts.iter().all(|s| {
             re(
                 &NOTHING,
-                r#"^(pass|\.\.\.|None|continue|break|return|return\s+(None|True|False|-?\d+(\.\d+)?|""|''|\[\]|\{\}|\(\)|Decimal\(\s*["']?-?\d+["']?\s*\)))\s*(#.*)?$"#,
+                r#"^(pass|\.\.\.|None|continue|break|return|(return\s+|[A-Za-z_][\w.]*\s*(:\s*[\w\[\], .]+)?=\s*)(None|True|False|-?\d+(\.\d+)?|""|''|\[\]|\{\}|\(\)|Decimal\(\s*["']?-?\d+["']?\s*\)))\s*(#.*)?$"#,
             )
             .is_match(s.trim())
         })

@@ -97,6 +97,44 @@ const GO_WRITERS: &[&str] = &[
     "os.Stderr.Write",
     "os.Stderr.WriteString",
 ];
+/// Calls that write to the stream or file descriptor they are handed as
+/// argument `usize`: a print when that argument is the terminal
+/// ([`terminal`]). One entry per route, whatever the language.
+const TO_ARGUMENT: &[(Lang, &str, usize)] = &[
+    (Lang::Python, "os.write", 0),
+    (Lang::Js, "fs.writeSync", 0),
+    (Lang::Js, "fs.write", 0),
+    (Lang::Go, "fmt.Fprint", 0),
+    (Lang::Go, "fmt.Fprintln", 0),
+    (Lang::Go, "fmt.Fprintf", 0),
+    (Lang::Go, "io.WriteString", 0),
+    (Lang::Go, "io.Copy", 0),
+];
+/// What names the terminal as such an argument, resolved: the streams,
+/// and (as a call's callee) what returns their descriptor.
+const TERMINALS: &[&str] = &[
+    "os.Stdout",
+    "os.Stderr",
+    "sys.stdout",
+    "sys.stderr",
+    "sys.__stdout__",
+    "sys.__stderr__",
+    "process.stdout.fd",
+    "process.stderr.fd",
+    "sys.stdout.fileno",
+    "sys.stderr.fileno",
+];
+/// Calls that write to the terminal at an error level: output only when
+/// what they say reads as debugging (`console.error("DEBUG", x)`), like a
+/// logger's.
+const ERROR_LEVEL: &[(Lang, &str, &str)] = &[
+    (Lang::Js, "console.error", "error"),
+    (Lang::Js, "console.warn", "warn"),
+];
+/// Calls that return a module by its name: `__import__("sys").stdout` is
+/// `sys.stdout`.
+const IMPORTERS: &[&str] = &["__import__", "importlib.import_module", "require"];
+
 /// The names under which a program reaches its global object.
 const JS_GLOBALS: &[&str] = &["globalThis", "window", "global", "self"];
 
@@ -115,6 +153,7 @@ fn tracked(path: &str) -> bool {
             | "functools"
             | "console"
             | "process"
+            | "fs"
             | "fmt"
             | "os"
             | "std"
@@ -265,7 +304,10 @@ impl<'t> Names<'t> {
                         Some(format!("{}.{name}", resolve(args[0])?))
                     }
                     Some("logging.getLogger" | "structlog.get_logger") => Some(LOGGER.into()),
-                    Some("require") => string_value(self.tree, *args.first()?),
+                    Some(c) if IMPORTERS.contains(&c) => {
+                        let module = string_value(self.tree, *args.first()?)?;
+                        Some(module.strip_prefix("node:").unwrap_or(&module).to_owned())
+                    }
                     Some(c) if c.starts_with(RETURNS) => Some(c[RETURNS.len()..].to_owned()),
                     Some(c) if lang == Lang::Js && c.ends_with(".bind") => {
                         let member = function;
@@ -608,6 +650,23 @@ fn writer(lang: Lang, path: &str) -> Option<Output> {
     }
 }
 
+/// Whether a call's argument names the terminal: descriptor 1 or 2, a
+/// terminal stream, or a call of what returns a terminal's descriptor
+/// (`sys.stdout.fileno()`).
+fn terminal(names: &Names<'_>, arg: Node<'_>) -> bool {
+    let text = names.tree.text_of(arg).trim();
+    if text == "1" || text == "2" {
+        return true;
+    }
+    let target = match arg.kind() {
+        "call" | "call_expression" => arg
+            .child_by_field_name("function")
+            .and_then(|f| names.resolve(f)),
+        _ => names.resolve(arg),
+    };
+    target.is_some_and(|p| TERMINALS.contains(&p.as_str()))
+}
+
 /// A logger call's level: the method of a logger-looking receiver.
 fn log_level(names: &Names<'_>, function: Node<'_>) -> Option<String> {
     static LOGGERISH: OnceLock<Regex> = OnceLock::new();
@@ -773,15 +832,21 @@ fn outputs<'t>(t: &'t Tree<'_>) -> Vec<(Node<'t>, Result<Output, String>)> {
                     {
                         return Some(Ok(Output::Hook("a debugger hook")));
                     }
-                    if t.lang == Lang::Go
-                        && matches!(path.as_str(), "fmt.Fprint" | "fmt.Fprintln" | "fmt.Fprintf")
+                    let path = path.strip_prefix("node:").unwrap_or(&path).to_owned();
+                    if let Some((_, _, i)) = TO_ARGUMENT
+                        .iter()
+                        .find(|(l, p, _)| *l == t.lang && *p == path)
                     {
-                        let first = n
+                        let arg = n
                             .child_by_field_name("arguments")
-                            .and_then(|a| tree::code_children(a).into_iter().next())?;
-                        let target = names.resolve(first)?;
-                        return matches!(target.as_str(), "os.Stdout" | "os.Stderr")
-                            .then_some(Ok(Output::Print("a print")));
+                            .and_then(|a| tree::code_children(a).into_iter().nth(*i))?;
+                        return terminal(&names, arg).then_some(Ok(Output::Print("a print")));
+                    }
+                    if let Some((_, _, level)) = ERROR_LEVEL
+                        .iter()
+                        .find(|(l, p, _)| *l == t.lang && *p == path)
+                    {
+                        return Some(Err((*level).to_owned()));
                     }
                     // A writer handed to another call, which calls it:
                     // `xs.forEach(console.log)`, `map(print, xs)`.
@@ -987,6 +1052,80 @@ mod tests {
         );
     }
 
+    /// The routes the judging issue found open, one table entry each: a
+    /// write to descriptor 1 or 2, a builtin reached through
+    /// `__import__`, node's `fs.writeSync(1, …)`, Go's
+    /// `io.WriteString(os.Stdout, …)` — and an error-level console call
+    /// used for debug output, judged like a logger's.
+    #[test]
+    fn writes_to_the_terminal_by_descriptor_import_or_stream_argument() {
+        let print = Some(Output::Print("a print"));
+        for (prelude, line) in [
+            ("import os\n", "os.write(1, b'DEBUG')"),
+            ("import os\n", "os.write(2, repr(x).encode())"),
+            ("import os, sys\n", "os.write(sys.stdout.fileno(), b'x')"),
+            ("from os import write\n", "write(1, b'x')"),
+            ("", "__import__('builtins').print(x)"),
+            ("", "__import__('sys').stdout.write(x)"),
+            (
+                "import importlib\n",
+                "importlib.import_module('sys').stderr.write(x)",
+            ),
+            ("s = __import__('sys')\n", "s.stdout.write(x)"),
+        ] {
+            assert_eq!(py(prelude, line), print, "{prelude}{line}");
+        }
+        // A descriptor of the program's own is not the terminal.
+        assert_eq!(py("import os\n", "os.write(fd, data)"), None);
+        for text in [
+            "const fs = require('fs');\nfs.writeSync(1, 'x');\n",
+            "const fs = require('node:fs');\nfs.writeSync(process.stdout.fd, 'x');\n",
+            "const { writeSync } = require('fs');\nwriteSync(2, 'x');\n",
+        ] {
+            assert!(
+                matches!(last("m.js", text), Some(Output::Print(_))),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            last(
+                "m.js",
+                "const fs = require('fs');\nfs.writeSync(out, 'x');\n"
+            ),
+            None
+        );
+        for text in [
+            "package m\nimport (\n\t\"io\"\n\t\"os\"\n)\nfunc F() {\n\tio.WriteString(os.Stdout, \"x\")\n}\n",
+            "package m\nimport (\n\t\"fmt\"\n\t\"os\"\n)\nfunc F() {\n\tfmt.Fprintln(os.Stderr, \"x\")\n}\n",
+        ] {
+            assert!(
+                calls("m.go", Lang::Go, text, None)
+                    .iter()
+                    .any(|c| matches!(c.output, Output::Print(_))),
+                "{text}"
+            );
+        }
+        assert!(calls(
+            "m.go",
+            Lang::Go,
+            "package m\nimport \"io\"\nfunc F(w io.Writer) {\n\tio.WriteString(w, \"x\")\n}\n",
+            None
+        )
+        .is_empty());
+        // `console.error` is a log at error level: output when it reads as
+        // debugging, which is the pre-critic's question for any log.
+        let logs: Vec<Output> = calls(
+            "m.js",
+            Lang::Js,
+            "console.error('DEBUG', x);\nconsole.warn('deprecated: use g');\n",
+            None,
+        )
+        .into_iter()
+        .map(|c| c.output)
+        .collect();
+        assert_eq!(logs, vec![Output::Log, Output::Log]);
+    }
+
     /// What a syntax tree follows and a line regex could not.
     #[test]
     fn aliases_through_expressions() {
@@ -1109,7 +1248,12 @@ mod tests {
                 "{line}"
             );
         }
-        assert_eq!(in_fn("m.js", "console.error('deprecated: use g()')"), None);
+        // An error-level console call is a log: output only when what it
+        // says reads as debugging (the pre-critic's question for a log).
+        assert_eq!(
+            in_fn("m.js", "console.error('deprecated: use g()')"),
+            Some(Output::Log)
+        );
         assert_eq!(in_fn("m.js", "this.console.log(x)"), None);
         assert_eq!(
             in_fn("m.js", "debugger;"),

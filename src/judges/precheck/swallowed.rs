@@ -55,6 +55,27 @@ fn body_does_nothing(t: &Tree<'_>, block: Node<'_>) -> Option<String> {
     does_nothing(&stmts).then(|| stmts.first().map_or("", |s| s.trim()).to_owned())
 }
 
+/// A JS block whose statements only assign constants (`x = null;`,
+/// `result = [];`): a default standing in for every error.
+fn assigns_a_default(block: Node<'_>) -> bool {
+    let stmts = tree::code_children(block);
+    !stmts.is_empty()
+        && stmts.into_iter().all(|s| {
+            let Some(e) = tree::code_children(s).into_iter().next() else {
+                return false;
+            };
+            let constant = |v: Node<'_>| {
+                matches!(
+                    v.kind(),
+                    "null" | "undefined" | "true" | "false" | "number" | "string"
+                ) || matches!(v.kind(), "array" | "object") && tree::code_children(v).is_empty()
+            };
+            s.kind() == "expression_statement"
+                && e.kind() == "assignment_expression"
+                && e.child_by_field_name("right").is_some_and(constant)
+        })
+}
+
 /// A block with no statements (comments do not count).
 fn empty(n: Node<'_>) -> bool {
     matches!(n.kind(), "statement_block" | "block") && tree::code_children(n).is_empty()
@@ -109,6 +130,23 @@ fn in_file(t: &Tree<'_>, added: &BTreeSet<u32>) -> Vec<(u32, String)> {
                     _ => None,
                 }
             })(),
+            // `return` in `finally` discards the error in flight (and a
+            // `break`/`continue` there does the same).
+            (Lang::Python, "finally_clause") | (Lang::Js, "finally_clause") => (|| {
+                let block = tree::code_children(n)
+                    .into_iter()
+                    .rfind(|c| matches!(c.kind(), "block" | "statement_block"))?;
+                let exits = tree::code_children(block).into_iter().find(|c| {
+                    matches!(
+                        c.kind(),
+                        "return_statement" | "break_statement" | "continue_statement"
+                    ) && is_added(*c)
+                })?;
+                Some(format!(
+                    "an error is swallowed: `{}` in `finally` discards any error in flight",
+                    quote(first_line(t, exits))
+                ))
+            })(),
             (Lang::Python, "with_statement") if is_added(n) => (|| {
                 // `with contextlib.suppress(Exception):`
                 let item = tree::descendants(n)
@@ -123,6 +161,12 @@ fn in_file(t: &Tree<'_>, added: &BTreeSet<u32>) -> Vec<(u32, String)> {
             })(),
             (Lang::Js, "catch_clause") => (|| {
                 let body = n.child_by_field_name("body")?;
+                if is_added(n) && !empty(body) && assigns_a_default(body) {
+                    return Some(format!(
+                        "an error is swallowed: `{}` only assigns a default",
+                        quote(first_line(t, n))
+                    ));
+                }
                 (is_added(n) && empty(body)).then(|| {
                     format!(
                         "an error is swallowed by an empty catch: `{}`",
@@ -331,5 +375,64 @@ mod tests {
             found("a.py", "try:\n    f()\nexcept Exception:\n    None\n"),
             [3]
         );
+    }
+
+    /// Two routes the judging issue found open: a broad handler that only
+    /// assigns a default, and an exit from `finally`.
+    #[test]
+    fn a_default_for_every_error_and_an_exit_from_finally_are_swallows() {
+        assert_eq!(
+            found(
+                "a.py",
+                "try:\n    v = f()\nexcept Exception:\n    v = None\n"
+            ),
+            [3]
+        );
+        assert_eq!(
+            found(
+                "a.py",
+                "try:\n    v = f()\nexcept Exception:\n    v: int = 0\n    ok = False\n"
+            ),
+            [3]
+        );
+        // A narrow handler may default; a broad one that also says so may.
+        assert!(found(
+            "a.py",
+            "try:\n    v = int(s)\nexcept ValueError:\n    v = None\n"
+        )
+        .is_empty());
+        assert!(found(
+            "a.py",
+            "try:\n    v = f()\nexcept Exception:\n    log.warning('no v')\n    v = None\n"
+        )
+        .is_empty());
+        assert_eq!(
+            found(
+                "a.py",
+                "def f():\n    try:\n        return g()\n    finally:\n        return 0\n"
+            ),
+            [4]
+        );
+        assert!(found(
+            "a.py",
+            "def f():\n    try:\n        return g()\n    finally:\n        close()\n"
+        )
+        .is_empty());
+        assert_eq!(
+            found(
+                "a.js",
+                "function f() {\n  try { return g(); } finally {\n    return 0;\n  }\n}\n"
+            ),
+            [2]
+        );
+        assert_eq!(
+            found("a.js", "try { v = f(); } catch (e) {\n  v = null;\n}\n"),
+            [1]
+        );
+        assert!(found(
+            "a.js",
+            "try { v = f(); } catch (e) {\n  v = fallback(e);\n}\n"
+        )
+        .is_empty());
     }
 }
