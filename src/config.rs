@@ -283,6 +283,8 @@ struct ConfigFile {
     notify: Vec<NotifyFile>,
     #[serde(default)]
     judge: JudgeFile,
+    #[serde(default)]
+    examiner: ExaminerFile,
     /// `[prices."model-id"]`: per million tokens, over the agents' tables.
     #[serde(default)]
     prices: BTreeMap<String, PriceFile>,
@@ -383,6 +385,14 @@ struct GoalStepFile {
     git_ref: Option<String>,
 }
 
+/// `[examiner]`: tests written from the task before the first attempt.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExaminerFile {
+    mode: Option<String>,
+    model: Option<String>,
+}
+
 /// `[judge]`: what the judge runs besides the goal.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -462,6 +472,8 @@ pub struct Job {
     /// gates are green: every test that passed at BASE_REF must still
     /// pass (`[judge] suite`; [`crate::goal::suite`]).
     pub suite: Option<Suite>,
+    /// The examiner (`[examiner]`; `None`: off), [`crate::examiner`].
+    pub examiner: Option<crate::examiner::Settings>,
     pub rubric: Rubric,
     pub rubric_source: String,
     pub max_attempts: u32,
@@ -695,6 +707,62 @@ pub struct Suite {
     pub step: GoalStep,
     /// The goal step it was inferred from; `None`: `[judge] suite`.
     pub inferred_from: Option<String>,
+}
+
+/// `[examiner]`: off (the default), or `gate` with the critic's CLI and
+/// `model` (the critic's model by default, priced like any), over the
+/// first goal step that runs pytest.
+fn examiner_setting(
+    o: &Origin<'_>,
+    file: &ExaminerFile,
+    goal: &[GoalStep],
+    critic_agent: &'static dyn crate::agent::Agent,
+    critic_model: &str,
+    prices: &BTreeMap<String, Price>,
+) -> Result<Option<crate::examiner::Settings>, ConfigError> {
+    use crate::examiner::{Mode, Settings};
+    let mode = match file.mode.as_deref().map(str::trim) {
+        None | Some("off") => Mode::Off,
+        Some("gate") => Mode::Gate,
+        Some(other) => {
+            return Err(o.invalid(
+                "examiner.mode",
+                "`off` or `gate` (`evidence`, where the critic weighs red examiner tests, is not built yet)",
+                format!("`{other}`"),
+            ))
+        }
+    };
+    if mode == Mode::Off {
+        return Ok(None);
+    }
+    let model = file
+        .model
+        .as_deref()
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+        .unwrap_or(critic_model)
+        .to_owned();
+    if crate::agent::Prices::new(critic_agent.prices(), prices)
+        .of(&model)
+        .is_none()
+    {
+        return Err(o.invalid(
+            "examiner.model",
+            &format!(
+                "a model the critic's CLI (`{}`) can price (or a `[prices.\"{model}\"]` table)",
+                critic_agent.name()
+            ),
+            format!("`{model}`"),
+        ));
+    }
+    let run = crate::examiner::command_for(goal).ok_or_else(|| {
+        o.invalid(
+            "examiner.mode",
+            "`off` for this goal: the examiner writes pytest tests, and no goal step is one pytest command",
+            "`gate`",
+        )
+    })?;
+    Ok(Some(Settings { mode, model, run }))
 }
 
 /// The default bound of the whole suite's run.
@@ -1704,6 +1772,14 @@ impl Job {
         let o = origin(false);
         let guard = guard_settings(&o, file.guard)?;
         let suite = suite_setting(&o, &file.judge, &goal, &scripts)?;
+        let examiner = examiner_setting(
+            &o,
+            &file.examiner,
+            &goal,
+            critic_agent,
+            &critic_model,
+            &prices,
+        )?;
         let rubric_file = match &rubric.source {
             crate::rubric::RubricSource::File(p) => Some(p.as_path()),
             crate::rubric::RubricSource::Embedded => None,
@@ -1711,6 +1787,13 @@ impl Job {
         let judge = judge_files(repo_root, config_path.as_deref(), rubric_file);
         let protect = protect_settings(&o, file.protect, &judge)?;
         let sandbox = sandbox_settings(&o, file.sandbox, flags.require_sandbox, &flags.env)?;
+        if !sandbox.enabled && examiner.is_some() {
+            return Err(o.invalid(
+                "sandbox.enabled",
+                "`true` while the examiner is on: the sandbox is what keeps its tests from the agent",
+                "false",
+            ));
+        }
         if !sandbox.enabled && !held_out.is_empty() {
             return Err(o.invalid(
                 "sandbox.enabled",
@@ -1762,6 +1845,7 @@ impl Job {
             goal,
             held_out,
             suite,
+            examiner,
             rubric,
             rubric_source,
             max_attempts,

@@ -131,6 +131,9 @@ impl Gate {
     /// The whole suite on the judge-only tree against BASE_REF's, after
     /// the pre-critic ([`crate::goal::suite`]).
     pub const SUITE: Gate = Gate::named("suite");
+    /// The examiner's tests on the judge-only tree, after the held-out
+    /// steps ([`crate::examiner`]).
+    pub const EXAMINER: Gate = Gate::named("examiner");
 
     pub const fn named(name: &'static str) -> Gate {
         Gate(std::borrow::Cow::Borrowed(name))
@@ -208,6 +211,35 @@ pub struct SpecHeldOut {
     pub step: SpecStep,
     pub files: PathBuf,
     pub commit: Option<String>,
+}
+
+/// The examiner's tests of a job, as checked at BASE_REF: what judges
+/// every attempt after. Never their source: it stays under `home`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Examination {
+    pub model: String,
+    /// Where they are kept (outside every run directory).
+    pub home: PathBuf,
+    /// Their files under `loopd_examiner/` (none: the examiner wrote no
+    /// test loopd can run, `why`).
+    pub tests: Vec<String>,
+    /// Test ids that did not run at BASE_REF (a collection or fixture
+    /// error): dropped for the job.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<String>,
+    /// Test ids red at BASE_REF: what the task asks for.
+    pub failing_at_base: Vec<String>,
+    /// Test ids green at BASE_REF: what must not break.
+    pub passing_at_base: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
+impl Examination {
+    /// The ids that judge an attempt.
+    pub fn kept(&self) -> impl Iterator<Item = &String> {
+        self.failing_at_base.iter().chain(&self.passing_at_base)
+    }
 }
 
 /// One field two [`Spec`]s disagree on, for people: its name, and what
@@ -488,6 +520,18 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         outcomes: Vec<crate::goal::held_out::Outcome>,
     },
+    /// The examiner's tests, written and checked at BASE_REF, once per job
+    /// ([`crate::examiner`]).
+    Examined(Examination),
+    /// The examiner's tests on this attempt's judge-only tree: ids and
+    /// outcomes only (their output would quote them).
+    ExaminerRun {
+        attempt: u32,
+        /// `None`: the runner wrote no report.
+        results: Option<crate::goal::results::Results>,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        written: usize,
+    },
     /// The whole suite on this attempt's judge-only tree, once the goal
     /// and the gates before it were green (`written`: how many paths of
     /// its tree the run changed).
@@ -639,6 +683,8 @@ impl Event {
             Event::GoalRun { .. } => "goal_run",
             Event::HeldOutRun { .. } => "held_out_run",
             Event::SuiteRun { .. } => "suite_run",
+            Event::Examined(_) => "examined",
+            Event::ExaminerRun { .. } => "examiner_run",
             Event::InterdiffTaken { .. } => "interdiff_taken",
             Event::AttemptEnded { .. } => "attempt_ended",
             Event::JobEnded { .. } => "job_ended",
@@ -893,6 +939,9 @@ pub struct Current {
     /// The whole suite's run of this attempt, and how many paths of its
     /// tree it changed.
     pub suite: Option<(GoalReport, usize)>,
+    /// The examiner's tests on this attempt: their results (`None`: no
+    /// report), and how many paths of their tree the run changed.
+    pub examiner: Option<(Option<crate::goal::results::Results>, usize)>,
     /// The interdiff's files and the scope check's unnamed files.
     pub interdiff: Option<(Vec<String>, Vec<String>)>,
     /// What `[protect] allow` let through (see [`Event::ProtectionLifted`]).
@@ -1010,6 +1059,10 @@ pub struct Replay {
     pub held_out_baseline: Option<GoalReport>,
     /// The whole suite at BASE_REF (see [`Event::Baseline`]).
     pub suite_baseline: Option<GoalReport>,
+    /// The examiner's tests, once written and checked.
+    pub examined: Option<Examination>,
+    /// What the examiner's sessions spent (within [`Replay::spend`]).
+    pub examiner_spend: Spend,
     /// The held-out steps' counts at BASE_REF.
     pub held_out_counts: BTreeMap<String, crate::judges::testcount::Counts>,
     /// Where each goal step's runner resolved at BASE_REF.
@@ -1266,6 +1319,9 @@ impl Replay {
                 self.unfinished.remove(&f.session);
                 self.metered.remove(&f.session);
                 self.spent.add(&f.spend);
+                if f.role == Role::Examiner {
+                    self.examiner_spend.add(&f.spend);
+                }
                 // A session cut short by a signal did not finish its work:
                 // billed, but a resumed job runs it again.
                 let cut_short = f.stopped == Some(Reason::Signal);
@@ -1273,6 +1329,8 @@ impl Replay {
                     match f.role {
                         Role::Agent => c.agent = Some(f.clone()),
                         Role::Critic => c.critic = Some(f.clone()),
+                        // The job's, not an attempt's: [`Replay::examiner`].
+                        Role::Examiner => {}
                     }
                 }
             }
@@ -1363,6 +1421,16 @@ impl Replay {
                     c.held_out = Some(report.clone());
                     c.held_out_overwrote = *overwrote;
                     c.held_out_outcomes = outcomes.clone();
+                }
+            }
+            Event::Examined(e) => self.examined = Some(e.clone()),
+            Event::ExaminerRun {
+                attempt,
+                results,
+                written,
+            } => {
+                if let Some(c) = current(self, *attempt) {
+                    c.examiner = Some((results.clone(), *written));
                 }
             }
             Event::SuiteRun {
@@ -1477,6 +1545,20 @@ impl Replay {
             judge: self.judge,
             test_count_off: self.test_count_off.clone(),
             suite: self.suite_summary(),
+            examiner: self
+                .examined
+                .as_ref()
+                .map(|e| crate::record::ExaminerSummary {
+                    model: e.model.clone(),
+                    tests: e.tests.len(),
+                    failing_at_base: e.failing_at_base.len(),
+                    passing_at_base: e.passing_at_base.len(),
+                    dropped: e.dropped.len(),
+                    cost_usd: crate::record::round_usd(self.examiner_spend.cost_usd),
+                    input_tokens: self.examiner_spend.input_tokens,
+                    output_tokens: self.examiner_spend.output_tokens,
+                    why: e.why.clone(),
+                }),
             run_dir: run_dir.to_path_buf(),
             started_at: self.started_at.clone().unwrap_or_default(),
             finished_at: crate::util::now_rfc3339(),
@@ -1649,6 +1731,7 @@ mod tests {
             goal_passed: true,
             held_out_passed: None,
             suite: None,
+            examiner_passed: None,
             failed_step: None,
             critic: "FAIL".into(),
             critic_note: None,

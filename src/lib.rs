@@ -44,7 +44,7 @@
 //! | 0 | [`util`] | atomic writes, ids, clock, shell quoting, crash points |
 //! | 1 | [`outcome`], [`process`], [`sandbox`], [`runner`] | reasons → exit codes (the one place); process trees; the Landlock sandbox of a job's processes; the test runners loopd knows (their files, variables, probes) |
 //! | 2 | [`workspace`], [`agent`], [`notify`] | git (the diff, the pinned `.git/`, held credentials); the agent CLI seam (one module per CLI: `agent::claude`, `agent::codex`) and the vendor-neutral metering gateway; webhooks |
-//! | 3 | [`guard`], [`judges`], [`goal`], [`rubric`], [`critic`] | the live guards of a session; the judges of a change and their settings |
+//! | 3 | [`guard`], [`judges`], [`goal`], [`rubric`], [`critic`], [`examiner`] | the live guards of a session; the judges of a change and their settings; the examiner's tests |
 //! | 4 | [`record`] | what a job leaves for its views: the summary, its attempts and totals, the failure record, where the work was parked |
 //! | 5 | [`journal`] | the job's truth, folded into those records |
 //! | 6 | [`report`], [`report_html`], [`breaker`], [`lessons`] | views (`report.html`: the page a human reads), parking, what a repository taught |
@@ -65,6 +65,7 @@ pub mod cli;
 pub mod config;
 pub mod critic;
 pub mod daemon;
+pub mod examiner;
 pub mod export;
 pub mod goal;
 pub mod guard;

@@ -179,6 +179,33 @@ impl Progress {
                     report.steps.len()
                 )
             }
+            Event::Examined(e) => match &e.why {
+                Some(why) if e.kept().next().is_none() => {
+                    format!("examiner: no test judges this job ({why})")
+                }
+                _ => format!(
+                    "examiner: {} test file(s) of `{}`; at BASE_REF {} red (what the task asks), {} green, {} dropped",
+                    e.tests.len(),
+                    e.model,
+                    e.failing_at_base.len(),
+                    e.passing_at_base.len(),
+                    e.dropped.len()
+                ),
+            },
+            Event::ExaminerRun {
+                attempt, results, ..
+            } => {
+                let failing = results.as_ref().map(|r| {
+                    r.values()
+                        .filter(|v| **v != crate::goal::results::Verdict::Passed)
+                        .count()
+                });
+                match failing {
+                    Some(0) => format!("attempt {attempt}: the examiner's tests green on a judge-only tree"),
+                    Some(n) => format!("attempt {attempt}: the examiner's tests RED on a judge-only tree ({n} not passing)"),
+                    None => format!("attempt {attempt}: the examiner's tests wrote no report"),
+                }
+            }
             Event::SuiteRun {
                 attempt, report, ..
             } => {
@@ -353,6 +380,7 @@ fn role_name(role: Role) -> &'static str {
     match role {
         Role::Agent => "agent",
         Role::Critic => "critic",
+        Role::Examiner => "examiner",
     }
 }
 

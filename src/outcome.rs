@@ -39,6 +39,9 @@ pub enum Reason {
     /// The whole suite on the judge-only tree: a test that passed at
     /// BASE_REF does not pass after the change (`[judge] suite`).
     SuiteRegressed,
+    /// A test the examiner wrote from the task (`[examiner] mode =
+    /// "gate"`) was red on the last attempt's judge-only tree.
+    ExaminerFailed,
     /// A process of the job made a directory or file of the worktree
     /// unreadable to loopd (a `chmod 0` over what the judges must walk):
     /// loopd made it readable again to judge and park it.
@@ -102,6 +105,7 @@ impl Reason {
         Reason::GoalChangedTree,
         Reason::HeldOutFailed,
         Reason::SuiteRegressed,
+        Reason::ExaminerFailed,
         Reason::UnreadablePath,
         Reason::RunnerChanged,
         Reason::ConfigTampered,
@@ -135,6 +139,7 @@ impl Reason {
             Reason::GoalChangedTree => "goal_changed_tree",
             Reason::HeldOutFailed => "held_out_failed",
             Reason::SuiteRegressed => "suite_regressed",
+            Reason::ExaminerFailed => "examiner_failed",
             Reason::UnreadablePath => "unreadable_path",
             Reason::RunnerChanged => "runner_changed",
             Reason::ConfigTampered => "config_tampered",
@@ -404,6 +409,7 @@ mod tests {
                 | Reason::GoalChangedTree
                 | Reason::HeldOutFailed
                 | Reason::SuiteRegressed
+                | Reason::ExaminerFailed
                 | Reason::UnreadablePath
                 | Reason::RunnerChanged
                 | Reason::ConfigTampered

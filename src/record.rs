@@ -29,6 +29,10 @@ pub struct AttemptRecord {
     /// did not run — no suite step, or a gate before it rejected).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suite: Option<SuiteRun>,
+    /// Whether the examiner's tests passed on this attempt's judge-only
+    /// tree (`None`: they did not run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub examiner_passed: Option<bool>,
     /// `PASS` | `FAIL` | `invalid` | `skipped`.
     pub critic: String,
     /// Why the verdict was invalid, when it was.
@@ -67,6 +71,24 @@ pub struct AttemptRecord {
     pub stopped: Option<Reason>,
     /// The prompt the agent was given.
     pub prompt_file: PathBuf,
+}
+
+/// The examiner of a job, as the summary reports it: its tests, what they
+/// said at BASE_REF, and what it cost (its own line of the spend).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExaminerSummary {
+    pub model: String,
+    /// Test files it wrote.
+    pub tests: usize,
+    pub failing_at_base: usize,
+    pub passing_at_base: usize,
+    pub dropped: usize,
+    pub cost_usd: f64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// Why no test of it judges the job, when none does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
 }
 
 /// One run of the whole suite, as the summary reports it.
@@ -154,6 +176,9 @@ pub struct Summary {
     /// The whole suite step, when the job has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suite: Option<SuiteSummary>,
+    /// The examiner, when the job has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub examiner: Option<ExaminerSummary>,
     pub run_dir: PathBuf,
     pub started_at: String,
     pub finished_at: String,

@@ -132,6 +132,9 @@ pub fn markdown(
     if let Some(line) = suite_line(summary) {
         md.push_str(&format!("- {line}\n\n"));
     }
+    if let Some(line) = examiner_line(summary) {
+        md.push_str(&format!("- {line}\n\n"));
+    }
     if let Some(e) = &summary.escalation {
         md.push_str(&format!(
             "## The agent escalated (attempt {})\n\n- test: `{}`\n- claim: {}\n\nGoal test output:\n\n```\n{}\n```\n\nThe diff it left:\n\n```diff\n{}\n```\n\nAnswer with `loopd resume {} --note \"...\"` (the note becomes the next prompt's first paragraph).\n\n",
@@ -161,6 +164,11 @@ pub fn markdown(
         match a.suite.as_ref().map(|s| s.regressed) {
             Some(false) => goal.push_str("; whole suite as at BASE_REF"),
             Some(true) => goal.push_str("; whole suite REGRESSED"),
+            None => {}
+        }
+        match a.examiner_passed {
+            Some(true) => goal.push_str("; examiner's tests green"),
+            Some(false) => goal.push_str("; examiner's tests RED"),
             None => {}
         }
         let gates = a
@@ -252,6 +260,9 @@ pub fn render_human(s: &Summary) -> String {
     if let Some(line) = suite_line(s) {
         out.push_str(&format!("  {line}\n"));
     }
+    if let Some(line) = examiner_line(s) {
+        out.push_str(&format!("  {line}\n"));
+    }
     for a in &s.attempts {
         let mut goal = if a.goal_passed {
             "goal green".to_owned()
@@ -269,6 +280,11 @@ pub fn render_human(s: &Summary) -> String {
         match a.suite.as_ref().map(|s| s.regressed) {
             Some(false) => goal.push_str(", whole suite as at BASE_REF"),
             Some(true) => goal.push_str(", whole suite REGRESSED"),
+            None => {}
+        }
+        match a.examiner_passed {
+            Some(true) => goal.push_str(", examiner's tests green"),
+            Some(false) => goal.push_str(", examiner's tests RED"),
             None => {}
         }
         out.push_str(&format!(
@@ -329,5 +345,22 @@ pub fn suite_line(s: &Summary) -> Option<String> {
             )),
         suite.total_ms as f64 / 1000.0,
         suite.baseline_ms as f64 / 1000.0
+    ))
+}
+
+/// The examiner's line: its tests, what they said at BASE_REF, and its
+/// own share of the spend (every view says the same).
+pub fn examiner_line(s: &Summary) -> Option<String> {
+    let e = s.examiner.as_ref()?;
+    let what = match &e.why {
+        Some(why) => format!("no test of it judges the job ({why})"),
+        None => format!(
+            "{} test file(s); at BASE_REF {} red (what the task asks), {} green, {} dropped",
+            e.tests, e.failing_at_base, e.passing_at_base, e.dropped
+        ),
+    };
+    Some(format!(
+        "examiner `{}`: {what}; ${:.4} ({} input / {} output tokens)",
+        e.model, e.cost_usd, e.input_tokens, e.output_tokens
     ))
 }

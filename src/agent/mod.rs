@@ -125,6 +125,10 @@ pub fn secret_vars() -> Vec<&'static str> {
 pub enum Role {
     Agent,
     Critic,
+    /// Writes tests of the task's behaviour before the first attempt
+    /// (`[examiner]`): a session like the critic's — no tools, the
+    /// material on stdin, a structured answer.
+    Examiner,
 }
 
 impl Role {
@@ -132,6 +136,7 @@ impl Role {
         match self {
             Role::Agent => "agent",
             Role::Critic => "critic",
+            Role::Examiner => "examiner",
         }
     }
 }

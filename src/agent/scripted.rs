@@ -369,10 +369,7 @@ impl Player {
             }
             // As Claude Code does: an accepted structured answer ends the
             // session at once (its round trip counted as a turn).
-            if let Some(answer) = structured
-                .clone()
-                .filter(|_| self.call.role == Role::Critic)
-            {
+            if let Some(answer) = structured.clone().filter(|_| self.call.role != Role::Agent) {
                 self.emit(json!({"type": "user", "message": {"role": "user", "content": results}}))
                     .await;
                 self.finish(
@@ -458,7 +455,7 @@ impl Player {
                 .iter()
                 .map(|n| tool(n, json!({"type": "object"})))
                 .collect(),
-            Role::Critic => self
+            Role::Critic | Role::Examiner => self
                 .call
                 .schema
                 .as_deref()
@@ -613,7 +610,7 @@ impl Player {
     /// the critic, only its answer.
     fn permitted(&self, name: &str, input: &Value) -> bool {
         match (self.call.role, name) {
-            (Role::Critic, n) => n == "StructuredOutput",
+            (Role::Critic | Role::Examiner, n) => n == "StructuredOutput",
             (Role::Agent, "Read" | "Write" | "Edit") => true,
             (Role::Agent, "Bash") => {
                 let command = input["command"].as_str().unwrap_or_default();

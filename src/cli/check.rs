@@ -115,6 +115,15 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
         ),
         None => "whole suite:   none (no goal step narrows a runner loopd reads; `[judge] suite` names one)\n".to_owned(),
     });
+    if let Some(e) = &job.examiner {
+        out.push_str(&format!(
+            "examiner:      `{}` on `{}` writes tests from the task before attempt 1; `{}` runs them on a judge-only tree ({}): a red one rejects the attempt, the agent learns only its id\n",
+            e.model,
+            job.critic_agent,
+            e.run,
+            e.mode.as_str()
+        ));
+    }
     if !job.held_out.is_empty() {
         out.push_str(&format!(
             "held out:      after a green goal, on a judge-only tree; the next prompt learns: {}\n",

@@ -187,6 +187,22 @@ impl Run<'_> {
         attempt_started: Instant,
         verdict: Option<fn(Option<&SessionResult>) -> CriticVerdict>,
     ) -> Result<SessionFinished, JobError> {
+        self.session_result(role, attempt, ask, dir, attempt_started, verdict)
+            .await
+            .map(|(finished, _)| finished)
+    }
+
+    /// [`Run::session`], with the CLI's result (the examiner's answer is
+    /// read from it, never journaled).
+    pub(super) async fn session_result(
+        &mut self,
+        role: Role,
+        attempt: u32,
+        ask: Ask<'_>,
+        dir: &Path,
+        attempt_started: Instant,
+        verdict: Option<fn(Option<&SessionResult>) -> CriticVerdict>,
+    ) -> Result<(SessionFinished, Option<SessionResult>), JobError> {
         let deadline = self.deadline(attempt_started);
         let number = self.journal.state().sessions;
         let cli = self.cli(role);
@@ -363,7 +379,7 @@ impl Run<'_> {
             stopped = finished.stopped.map_or("no", |r| r.as_str()),
             "session ended"
         );
-        Ok(finished)
+        Ok((finished, end.result))
     }
 
     /// Journal what the gateway reported after a session's stream ended.
@@ -455,6 +471,10 @@ fn record_of(c: &Current, n: u32, run_dir: &Path) -> AttemptRecord {
         n,
         goal_passed: c.goal.as_ref().is_some_and(|g| g.passed()),
         held_out_passed: c.held_out.as_ref().map(|r| r.passed()),
+        examiner_passed: c.examiner.as_ref().map(|_| {
+            c.gate(&crate::journal::Gate::EXAMINER)
+                .is_some_and(|f| f.is_empty())
+        }),
         suite: c.suite.as_ref().map(|(r, _)| crate::record::SuiteRun {
             regressed: c
                 .gate(&crate::journal::Gate::SUITE)

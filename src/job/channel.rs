@@ -49,7 +49,7 @@ impl Channel for JobChannel {
     fn pre_tool_use(&self, tag: Tag, input: &HookInput) -> HookDecision {
         let agent = match tag.role {
             Role::Agent => self.agent,
-            Role::Critic => self.critic,
+            Role::Critic | Role::Examiner => self.critic,
         };
         let call = agent.tool_call(
             input.tool_use_id.clone().unwrap_or_default(),
@@ -60,7 +60,7 @@ impl Channel for JobChannel {
         // offers tools anyway (Codex's shell) gets none that read or change
         // anything — only what carries its answer (Claude Code's
         // structured output). Not a tamper finding: a hint.
-        if tag.role == Role::Critic {
+        if tag.role != Role::Agent {
             return match call.action {
                 Action::Other => HookDecision::Allow,
                 _ => HookDecision::Nudge {

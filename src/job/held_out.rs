@@ -8,6 +8,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::{prepare, JobError, Run};
+
+use super::world::Files;
 use crate::goal::held_out::{copy_files, MAX_BYTES};
 use crate::goal::held_out::{known_ids, CountCheck, Feedback, Outcome};
 use crate::goal::{self, GoalReport, GoalStep, Mode};
@@ -129,12 +131,14 @@ impl Run<'_> {
         deadline: Instant,
     ) -> Result<(GoalReport, usize, usize), JobError> {
         let steps = self.held_out_steps();
-        self.judge_only(tree, dir, &steps, true, deadline).await
+        self.judge_only(tree, dir, &steps, Files::HeldOut, deadline)
+            .await
     }
 
-    /// Run `steps` on a judge-only tree made of `tree`, with the held-out
-    /// files when `held_out` (the held-out steps), without them (the whole
-    /// suite), under `dir` (removed before and after). Returns the report,
+    /// Run `steps` on a judge-only tree made of `tree` and `files` (the
+    /// held-out files for the held-out steps, the examiner's tests for
+    /// theirs, none for the whole suite), under `dir` (removed before and
+    /// after). Returns the report,
     /// how many held-out files the tree held and how many paths of its
     /// tree the run changed.
     pub(super) async fn judge_only(
@@ -142,7 +146,7 @@ impl Run<'_> {
         tree: git2::Oid,
         dir: &Path,
         steps: &[GoalStep],
-        held_out: bool,
+        files: Files<'_>,
         deadline: Instant,
     ) -> Result<(GoalReport, usize, usize), JobError> {
         let io = |path: &Path| {
@@ -155,10 +159,10 @@ impl Run<'_> {
         }
         crate::util::private_dir(dir).map_err(io(dir))?;
         let result = if self.hermetic.is_some() {
-            self.hermetic_held_out(tree, dir, steps, held_out, deadline)
+            self.hermetic_held_out(tree, dir, steps, files, deadline)
                 .await
         } else {
-            self.held_out_in(tree, dir, steps, held_out, deadline).await
+            self.held_out_in(tree, dir, steps, files, deadline).await
         };
         // Thrown away whatever happened: nothing of it is read again.
         if let Err(e) = std::fs::remove_dir_all(dir) {
@@ -176,14 +180,12 @@ impl Run<'_> {
         tree: git2::Oid,
         dir: &Path,
         steps: &[GoalStep],
-        held_out: bool,
+        files: Files<'_>,
         deadline: Instant,
     ) -> Result<(GoalReport, usize, usize), JobError> {
         let files_dir = dir.join("files");
-        let files = match held_out {
-            true => self.gather_held_out(&files_dir, dir)?,
-            false => 0,
-        };
+        let with_files = !matches!(files, Files::None);
+        let files = self.gather(files, &files_dir, dir)?;
         let change = if tree == self.base_oid {
             None
         } else {
@@ -193,7 +195,7 @@ impl Run<'_> {
         };
         let layers = super::world::Layers {
             change: change.as_deref(),
-            held_out: held_out.then_some(files_dir.as_path()),
+            held_out: with_files.then_some(files_dir.as_path()),
             keep_built: false,
         };
         let label = dir
@@ -215,6 +217,21 @@ impl Run<'_> {
             );
         }
         Ok((report, files, written.len()))
+    }
+
+    /// Copy `files` into `into`: how many files it holds.
+    fn gather(&self, files: Files<'_>, into: &Path, scratch: &Path) -> Result<usize, JobError> {
+        match files {
+            Files::None => Ok(0),
+            Files::HeldOut => self.gather_held_out(into, scratch),
+            Files::Dir(from) => {
+                std::fs::create_dir_all(into).map_err(|source| JobError::RunDir {
+                    path: into.to_path_buf(),
+                    source,
+                })?;
+                Ok(copy_files(from, into)?.files.len())
+            }
+        }
     }
 
     /// Copy every held-out source into `into` (a ref's tree written apart
@@ -264,15 +281,12 @@ impl Run<'_> {
         tree: git2::Oid,
         dir: &Path,
         steps: &[GoalStep],
-        held_out: bool,
+        files: Files<'_>,
         deadline: Instant,
     ) -> Result<(GoalReport, usize, usize), JobError> {
         let root = dir.join("tree");
         self.ws.write_tree(tree, &root)?;
-        let files = match held_out {
-            true => self.gather_held_out(&root, dir)?,
-            false => 0,
-        };
+        let files = self.gather(files, &root, dir)?;
         let sandbox = prepare::held_out_sandbox(
             self.job,
             &self.loopd_exe,

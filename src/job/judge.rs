@@ -340,14 +340,28 @@ impl Run<'_> {
                 return Ok(Some(rejected));
             }
         }
-        if self.job.held_out.is_empty() {
+        let examined = self.examined();
+        if self.job.held_out.is_empty() && examined.is_none() {
             return Ok(None);
         }
-        if let Some(e) = self.held_out_once(facts.n, facts.dir, deadline).await? {
-            return Ok(Some(Judged::Stop(e)));
+        if !self.job.held_out.is_empty() {
+            if let Some(e) = self.held_out_once(facts.n, facts.dir, deadline).await? {
+                return Ok(Some(Judged::Stop(e)));
+            }
+            if let Some(rejected) = self.pass_stage(Stage::HeldOut, facts)? {
+                return Ok(Some(rejected));
+            }
         }
-        if let Some(rejected) = self.pass_stage(Stage::HeldOut, facts)? {
-            return Ok(Some(rejected));
+        if let Some(files) = examined {
+            if let Some(e) = self
+                .examiner_once(facts.n, facts.dir, &files, deadline)
+                .await?
+            {
+                return Ok(Some(Judged::Stop(e)));
+            }
+            if let Some(rejected) = self.pass_stage(Stage::Examiner, facts)? {
+                return Ok(Some(rejected));
+            }
         }
         Ok(self.halted(deadline, deadline_reason).map(Judged::Stop))
     }
@@ -402,7 +416,13 @@ impl Run<'_> {
         let step = self.job.suite.as_ref().map(|s| s.step.clone());
         if let (None, Some(tree), Some(step)) = (self.current().suite, tree, step) {
             let (report, _, written) = self
-                .judge_only(tree, &dir.join("suite"), &[step], false, deadline)
+                .judge_only(
+                    tree,
+                    &dir.join("suite"),
+                    &[step],
+                    super::world::Files::None,
+                    deadline,
+                )
                 .await?;
             if let Some(e) = self.signalled() {
                 return Ok(Some(e));
@@ -410,6 +430,56 @@ impl Run<'_> {
             self.journal.append(Event::SuiteRun {
                 attempt: n,
                 report,
+                written,
+            })?;
+        }
+        Ok(None)
+    }
+
+    /// The examiner's tests' directory, when they judge this job: written,
+    /// checked at BASE_REF, and one of them kept.
+    fn examined(&self) -> Option<std::path::PathBuf> {
+        let e = self.journal.state().examined.as_ref()?;
+        e.kept().next().map(|_| e.home.join("files"))
+    }
+
+    /// The examiner's tests on a judge-only tree of the judged change, once
+    /// per attempt: ids and outcomes journaled, never their output.
+    async fn examiner_once(
+        &mut self,
+        n: u32,
+        dir: &Path,
+        files: &Path,
+        deadline: Instant,
+    ) -> Result<Option<Ending>, JobError> {
+        let tree = self
+            .current()
+            .tree
+            .as_deref()
+            .and_then(|t| git2::Oid::from_str(t).ok());
+        let run = self.job.examiner.as_ref().map(|e| e.run.clone());
+        if let (None, Some(tree), Some(run)) = (self.current().examiner, tree, run) {
+            let step = goal::GoalStep {
+                name: "examiner".into(),
+                run,
+                timeout: crate::config::DEFAULT_STEP_TIMEOUT,
+                report: Some(crate::judges::testcount::Preset::Pytest),
+            };
+            let (report, _, written) = self
+                .judge_only(
+                    tree,
+                    &dir.join("examiner"),
+                    &[step],
+                    super::world::Files::Dir(files),
+                    deadline,
+                )
+                .await?;
+            if let Some(e) = self.signalled() {
+                return Ok(Some(e));
+            }
+            self.journal.append(Event::ExaminerRun {
+                attempt: n,
+                results: report.steps.first().and_then(|s| s.results.clone()),
                 written,
             })?;
         }

@@ -36,6 +36,7 @@
 mod attempt;
 mod channel;
 mod ending;
+mod examine;
 mod feedback;
 mod gate;
 mod held_out;
@@ -425,6 +426,17 @@ impl Run<'_> {
                 &self.job.critic_model,
                 &self.env.critic,
             ),
+            // The critic's CLI and world, on the examiner's model; its home
+            // is emptied after the session (`Run::examine`).
+            Role::Examiner => (
+                self.critic,
+                &self.job.critic_bin,
+                self.job
+                    .examiner
+                    .as_ref()
+                    .map_or(&self.job.critic_model, |e| &e.model),
+                &self.env.critic,
+            ),
         };
         SessionCli {
             agent,
@@ -435,7 +447,7 @@ impl Run<'_> {
             home: v.home.clone(),
             cwd: match role {
                 Role::Agent => self.ws.root().to_path_buf(),
-                Role::Critic => v.home.clone(),
+                Role::Critic | Role::Examiner => v.home.clone(),
             },
             sandbox: v.sandbox.clone(),
             env: v.env.clone(),
@@ -756,7 +768,7 @@ impl Run<'_> {
                         self.base_oid,
                         &self.dir.join("suite-baseline"),
                         &[step],
-                        false,
+                        world::Files::None,
                         self.job_deadline(),
                     )
                     .await?;
@@ -820,6 +832,9 @@ impl Run<'_> {
             Err(e) => return Ok(e),
         };
         if let Some(e) = self.preflight(&baseline) {
+            return Ok(e);
+        }
+        if let Some(e) = self.examine().await? {
             return Ok(e);
         }
         let counts = judge::baseline_counts(self.job, &baseline);

@@ -274,6 +274,10 @@ pub(super) fn judge_plan(job: &Job, ws: &Workspace, loopd_exe: &Path) -> sandbox
 /// The held-out steps' directories.
 pub fn held_out_dirs(job: &Job) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = job.held_out.iter().map(|h| h.files.clone()).collect();
+    // The examiner's tests are held out the same way.
+    if job.examiner.is_some() {
+        dirs.push(crate::examiner::examiners(&job.state_dir));
+    }
     dirs.sort();
     dirs.dedup();
     dirs

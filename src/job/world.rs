@@ -523,3 +523,13 @@ impl Run<'_> {
             .then_some((whole.report, Some(alone), written, origins)))
     }
 }
+
+/// What a judge-only tree holds besides the judged tree.
+#[derive(Clone, Copy)]
+pub(super) enum Files<'a> {
+    None,
+    /// Every held-out step's files.
+    HeldOut,
+    /// A directory's files (the examiner's tests).
+    Dir(&'a Path),
+}

@@ -572,6 +572,9 @@ fn baseline(h: &mut String, inputs: &Inputs) {
     if let Some(line) = crate::report::suite_line(&inputs.summary) {
         let _ = writeln!(h, "<p class=\"suite\">{}</p>", escape(&line));
     }
+    if let Some(line) = crate::report::examiner_line(&inputs.summary) {
+        let _ = writeln!(h, "<p class=\"examiner\">{}</p>", escape(&line));
+    }
     for st in b.steps.iter().filter(|s| !s.output.trim().is_empty()) {
         let _ = writeln!(
             h,
@@ -855,6 +858,7 @@ pub(crate) mod tests {
             goal_passed: true,
             held_out_passed: None,
             suite: None,
+            examiner_passed: None,
             failed_step: None,
             critic: "PASS".into(),
             critic_note: None,
@@ -902,6 +906,7 @@ pub(crate) mod tests {
             judge: None,
             test_count_off: Default::default(),
             suite: None,
+            examiner: None,
             stash_commit: None,
             failure_report: None,
             run_dir: PathBuf::from("/state/runs/20261130-120000000-abcd"),

@@ -137,10 +137,11 @@ pub fn build(entries: &[Entry]) -> BTreeMap<u32, AttemptTimeline> {
                 let (kind, label) = match f.role {
                     Role::Agent => (PhaseKind::Agent, "agent session".to_owned()),
                     Role::Critic => (PhaseKind::Critic, "critic".to_owned()),
+                    Role::Examiner => (PhaseKind::Critic, "examiner".to_owned()),
                 };
                 match f.role {
                     Role::Agent => t.agent_cost_usd += f.spend.cost_usd,
-                    Role::Critic => t.critic_cost_usd += f.spend.cost_usd,
+                    Role::Critic | Role::Examiner => t.critic_cost_usd += f.spend.cost_usd,
                 }
                 let (passed, note) = match (&f.failure, f.stopped, &f.verdict) {
                     (Some(end), _, _) => (Some(false), format!("{}: {}", end.reason, end.detail)),

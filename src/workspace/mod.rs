@@ -964,6 +964,32 @@ impl Workspace {
         }
     }
 
+    /// Every text file of the tree at `base` no larger than `max_file`
+    /// bytes, by path (in git's order): what the examiner reads.
+    pub fn texts_at(&self, base: Oid, max_file: usize) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let Ok(tree) = self.repo.find_commit(base).and_then(|c| c.tree()) else {
+            return out;
+        };
+        let _ = tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
+            if entry.kind() != Some(git2::ObjectType::Blob) {
+                return git2::TreeWalkResult::Ok;
+            }
+            let Ok(blob) = self.repo.find_blob(entry.id()) else {
+                return git2::TreeWalkResult::Ok;
+            };
+            let bytes = blob.content();
+            if bytes.len() > max_file || bytes[..bytes.len().min(8000)].contains(&0) {
+                return git2::TreeWalkResult::Ok;
+            }
+            if let (Ok(text), Some(name)) = (std::str::from_utf8(bytes), entry.name()) {
+                out.push((format!("{dir}{name}"), text.to_owned()));
+            }
+            git2::TreeWalkResult::Ok
+        });
+        out
+    }
+
     /// A path's content at `base` ([`Content::Deleted`] when it is not there).
     pub fn base_content(&self, base: Oid, path: &str) -> Content {
         let blob = self

@@ -12,7 +12,7 @@ const LAYERS: &[&[&str]] = &[
     &["util"],
     &["outcome", "process", "sandbox", "runner"],
     &["workspace", "agent", "notify"],
-    &["guard", "judges", "goal", "rubric", "critic"],
+    &["guard", "judges", "goal", "rubric", "critic", "examiner"],
     &["record"],
     &["journal"],
     &["report", "report_html", "breaker", "lessons"],

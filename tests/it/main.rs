@@ -15,6 +15,7 @@ mod ci;
 mod corpus;
 mod crash;
 mod daemon;
+mod examiner;
 mod export;
 mod gates;
 mod gateway;

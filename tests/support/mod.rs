@@ -534,7 +534,20 @@ pub fn fail(rule: i64, file: &str, problem: &str, fix: &str) -> SessionScript {
 }
 
 pub fn scenario(agent: Vec<SessionScript>, critic: Vec<SessionScript>) -> Scenario {
-    Scenario { agent, critic }
+    Scenario {
+        agent,
+        critic,
+        examiner: Vec::new(),
+    }
+}
+
+/// An examiner session that answers with `tests` (file name, content).
+pub fn examiner_writes(tests: &[(&str, &str)]) -> SessionScript {
+    let tests: Vec<Value> = tests
+        .iter()
+        .map(|(file, content)| json!({"file": file, "content": content}))
+        .collect();
+    verdict(json!({ "tests": tests }))
 }
 
 /// Attempt 1 adds a function the task did not ask for and the critic

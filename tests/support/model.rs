@@ -54,6 +54,9 @@ pub struct Scenario {
     pub agent: Vec<SessionScript>,
     #[serde(default)]
     pub critic: Vec<SessionScript>,
+    /// The examiner's sessions (`[examiner]`), in order.
+    #[serde(default)]
+    pub examiner: Vec<SessionScript>,
 }
 
 /// The turns one `claude -p` session plays, one per model call.
@@ -141,6 +144,21 @@ pub enum Block {
 pub enum Role {
     Agent,
     Critic,
+    /// A structured-answer session whose prompt is the examiner's.
+    Examiner,
+}
+
+/// The first words of the examiner's prompt ([`loopd::examiner::instruction`]).
+pub const EXAMINER_MARKER: &str = "You are the examiner of a coding task";
+
+/// A structured-answer session is the critic's unless its prompt is the
+/// examiner's.
+fn structured_role(body: &Value) -> Role {
+    if body.to_string().contains(EXAMINER_MARKER) {
+        Role::Examiner
+    } else {
+        Role::Critic
+    }
 }
 
 /// One request as the server saw it, for tests to assert on.
@@ -462,7 +480,7 @@ async fn handle(
         .as_array()
         .is_some_and(|t| t.iter().any(|t| t["name"] == "StructuredOutput"));
     let role = if offers_structured_output {
-        Role::Critic
+        structured_role(&body)
     } else {
         Role::Agent
     };
@@ -570,6 +588,7 @@ fn session_of(
     let scripts = match role {
         Role::Agent => &st.scenario.agent,
         Role::Critic => &st.scenario.critic,
+        Role::Examiner => &st.scenario.examiner,
     };
     let instead = scripts
         .get(index)
@@ -591,6 +610,7 @@ fn scripted_turn(
     let scripts = match role {
         Role::Agent => &st.scenario.agent,
         Role::Critic => &st.scenario.critic,
+        Role::Examiner => &st.scenario.examiner,
     };
     scripts
         .get(session)
@@ -626,7 +646,7 @@ async fn responses(
         .unwrap_or("no-session")
         .to_owned();
     let role = if body["text"]["format"]["type"] == "json_schema" {
-        Role::Critic
+        structured_role(&body)
     } else {
         Role::Agent
     };

@@ -126,7 +126,7 @@ impl Agent for ClaudeCode {
     fn first_request_bytes(&self, role: Role) -> u64 {
         match role {
             Role::Agent => 64 << 10,
-            Role::Critic => 10 << 10,
+            Role::Critic | Role::Examiner => 10 << 10,
         }
     }
 
@@ -149,7 +149,7 @@ impl Agent for ClaudeCode {
                     .map(OsString::from),
                 );
             }
-            Role::Critic => {
+            Role::Critic | Role::Examiner => {
                 args.extend(["--tools", ""].map(OsString::from));
                 if let Some(schema) = s.schema {
                     args.extend(["--json-schema", schema].map(OsString::from));

@@ -24,6 +24,7 @@ use crate::workspace::{ChangedText, Diff};
 
 mod after_goal;
 mod diff;
+mod examiner;
 mod held_out;
 #[cfg(feature = "failpoints")]
 mod planted;
@@ -46,6 +47,8 @@ pub(super) enum Stage {
     Suite,
     /// On the held-out run, before the critic.
     HeldOut,
+    /// On the examiner's tests' run, before the critic.
+    Examiner,
 }
 
 /// What the gates of an attempt read: built once by the judge and handed
@@ -110,6 +113,7 @@ pub(super) static GATES: &[&dyn Gate] = &[
     &precheck::Precheck,
     &suite::Suite,
     &held_out::HeldOut,
+    &examiner::Examiner,
 ];
 
 /// The gates of a stage that judge this job.
@@ -159,6 +163,7 @@ mod tests {
             Stage::GreenGoal,
             Stage::Suite,
             Stage::HeldOut,
+            Stage::Examiner,
         ];
         let stages: Vec<usize> = GATES
             .iter()

@@ -1,0 +1,294 @@
+//! The examiner: before the first attempt, a fresh session (the critic's
+//! CLI, a model the lead picks) reads the task, the rubric and the
+//! repository at BASE_REF — given as material, with no tool that reads or
+//! writes — and answers with tests of the behaviour the task describes, in
+//! the repository's own test framework. loopd writes them where no process
+//! of the job reads them (a held-out directory under the state dir, cut out
+//! of every sandbox), checks them at BASE_REF, and runs them on each
+//! candidate's judge-only tree like held-out tests. The examiner never sees
+//! the agent's change; the agent never sees its tests, only the ids of
+//! those that fail.
+//!
+//! What it catches: a fix green on the visible tests that breaks the rule
+//! the task states (the wrong rounding, the cases the visible tests leave
+//! out) — when the examiner read the task right. What it cannot: a
+//! behaviour the task does not state, and a forged report (the held-out
+//! run's limits, `docs/judging.md`).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::agent::events::SessionResult;
+
+/// The directory the examiner's tests live in, at the top of the judge-only
+/// tree.
+pub const DIR: &str = "loopd_examiner";
+
+/// At most this many test files.
+pub const MAX_FILES: usize = 8;
+/// At most this many bytes per test file.
+pub const MAX_FILE_BYTES: usize = 32 << 10;
+/// The repository's files the examiner is shown, in all.
+pub const MAX_MATERIAL: usize = 160 << 10;
+/// One file of the repository is shown up to this size.
+const MAX_SHOWN_FILE: usize = 24 << 10;
+
+/// How red examiner tests judge (`[examiner] mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// No examiner.
+    Off,
+    /// A red examiner test rejects the attempt like a held-out test; the
+    /// next prompt gets only ids.
+    Gate,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Off => "off",
+            Mode::Gate => "gate",
+        }
+    }
+}
+
+/// The examiner of a job, resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Settings {
+    pub mode: Mode,
+    /// The model of its session (the critic's CLI runs it).
+    pub model: String,
+    /// The command that runs its tests: the goal's runner, no selection,
+    /// over [`DIR`].
+    pub run: String,
+}
+
+/// The instruction passed as the examiner's prompt argument; the material
+/// follows on stdin. Its first words tell the examiner's sessions apart in
+/// a scripted model.
+pub fn instruction(answer_with: &str) -> String {
+    format!(
+        "You are the examiner of a coding task. Everything you need follows: the task, the rules changes are judged by, and the repository as it is before anyone works on it. Write tests of the behaviour the task describes — the cases it states and the ones it implies, not only those the repository's tests already cover — in the repository's own test framework, as test files for the directory `{DIR}/` at the top of the repository. Import the code under test the way the repository's own tests do. Do not fix anything. Answer only {answer_with}."
+    )
+}
+
+/// The JSON schema of the examiner's answer.
+pub fn answer_schema() -> serde_json::Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "tests": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "file": {"type": "string"},
+                        "content": {"type": "string"}
+                    },
+                    "required": ["file", "content"],
+                    "additionalProperties": false
+                }
+            }
+        },
+        "required": ["tests"],
+        "additionalProperties": false
+    })
+}
+
+/// One test file the examiner wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TestFile {
+    /// A plain file name under [`DIR`] (`test_rounding.py`).
+    pub file: String,
+    pub content: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Answer {
+    tests: Vec<TestFile>,
+}
+
+/// The examiner's tests, from its structured answer: each a test file of
+/// the runner by a plain name, bounded in number and size. `Err`: why
+/// nothing usable came back.
+pub fn read_answer(result: Option<&SessionResult>) -> Result<Vec<TestFile>, String> {
+    let result = result.ok_or("the examiner session ended without a result")?;
+    if !result.completed {
+        return Err(format!(
+            "the examiner session failed: {}",
+            result.error_text()
+        ));
+    }
+    let object = result
+        .structured_output
+        .as_ref()
+        .ok_or("no structured answer (the examiner answered in prose)")?;
+    let answer: Answer = serde_json::from_value(object.clone())
+        .map_err(|e| format!("malformed answer object: {e}"))?;
+    let mut out: Vec<TestFile> = Vec::new();
+    for t in answer.tests {
+        if out.len() == MAX_FILES {
+            break;
+        }
+        let name = t
+            .file
+            .trim()
+            .trim_start_matches(&format!("{DIR}/"))
+            .to_owned();
+        let plain = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+            && !name.starts_with('.');
+        if !plain || !is_test_file(&name) || t.content.len() > MAX_FILE_BYTES {
+            tracing::warn!(file = %t.file, bytes = t.content.len(), "an examiner test file loopd does not write: a plain test file name under the examiner's directory, at most 32 KiB");
+            continue;
+        }
+        if out.iter().any(|o| o.file == name) {
+            continue;
+        }
+        out.push(TestFile {
+            file: name,
+            content: t.content,
+        });
+    }
+    if out.is_empty() {
+        return Err("the examiner wrote no test file loopd can use".into());
+    }
+    Ok(out)
+}
+
+/// A pytest test module's name.
+fn is_test_file(name: &str) -> bool {
+    name.ends_with(".py") && (name.starts_with("test_") || name.ends_with("_test.py"))
+}
+
+/// The command that runs the examiner's tests, from the goal's steps: the
+/// first step whose one command is pytest, without its selection, over
+/// [`DIR`], going on past a module that does not collect. `None`: no goal step runs a runner the examiner writes for.
+pub fn command_for(goal: &[crate::goal::GoalStep]) -> Option<String> {
+    goal.iter().find_map(|s| {
+        let runners = crate::runner::runners_of(&s.run);
+        let [(runner, _)] = runners.as_slice() else {
+            return None;
+        };
+        if runner.name != "pytest" || crate::runner::commands(&s.run).len() != 1 {
+            return None;
+        }
+        let whole = crate::runner::narrowed(&s.run).unwrap_or_else(|| s.run.clone());
+        // A module of the examiner's that does not import must not stop
+        // the others from running: it is dropped at BASE_REF.
+        Some(format!("{whole} --continue-on-collection-errors {DIR}"))
+    })
+}
+
+/// Where a job's examiner tests are kept: under the state dir, outside
+/// every run directory (an uploaded run directory never carries them),
+/// keyed by BASE_REF, the task and the model — a resumed job finds them.
+pub fn home(state_dir: &Path, base_ref: &str, task: &str, model: &str) -> PathBuf {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for part in [base_ref, task, model] {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    let key = hex::encode(h.finalize());
+    examiners(state_dir).join(&key[..24])
+}
+
+/// The directory of every job's examiner tests: a hole in every sandbox.
+pub fn examiners(state_dir: &Path) -> PathBuf {
+    state_dir.join("examiner")
+}
+
+/// The repository at BASE_REF as the examiner reads it: each text file
+/// (by path, sources and tests alike), whole up to a bound, until the
+/// material's bound.
+pub fn material(task: &str, rubric: &str, files: &[(String, String)]) -> String {
+    let mut out = format!(
+        "# The task\n\n{task}\n\n# The rules changes are judged by\n\n{rubric}\n\n# The repository at BASE_REF\n\n"
+    );
+    let mut used = 0usize;
+    let mut left_out = Vec::new();
+    for (path, text) in files {
+        if text.len() > MAX_SHOWN_FILE || used + text.len() > MAX_MATERIAL {
+            left_out.push(path.as_str());
+            continue;
+        }
+        used += text.len();
+        out.push_str(&format!("## `{path}`\n\n```\n{text}\n```\n\n"));
+    }
+    if !left_out.is_empty() {
+        out.push_str(&format!("Not shown (too large): {}\n", left_out.join(", ")));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(answer: serde_json::Value) -> SessionResult {
+        SessionResult {
+            completed: true,
+            structured_output: Some(answer),
+            ..SessionResult::default()
+        }
+    }
+
+    #[test]
+    fn only_plain_test_files_of_a_bounded_size_are_taken() {
+        let got = read_answer(Some(&result(json!({"tests": [
+            {"file": "test_a.py", "content": "def test_a(): pass\n"},
+            {"file": "loopd_examiner/test_b.py", "content": "def test_b(): pass\n"},
+            {"file": "../conftest.py", "content": "x"},
+            {"file": "sub/test_c.py", "content": "x"},
+            {"file": "helper.py", "content": "x"},
+            {"file": "test_big.py", "content": "x".repeat(MAX_FILE_BYTES + 1)},
+            {"file": "test_a.py", "content": "again"},
+        ]}))))
+        .expect("two usable files");
+        let names: Vec<&str> = got.iter().map(|t| t.file.as_str()).collect();
+        assert_eq!(names, ["test_a.py", "test_b.py"]);
+        assert!(read_answer(Some(&result(json!({"tests": []})))).is_err());
+        assert!(read_answer(Some(&result(json!({"verdict": "PASS"})))).is_err());
+        assert!(read_answer(None).is_err());
+    }
+
+    #[test]
+    fn the_examiners_command_is_the_goals_runner_over_its_directory() {
+        let step = |run: &str| crate::goal::GoalStep {
+            name: "t".into(),
+            run: run.into(),
+            timeout: std::time::Duration::from_secs(60),
+            report: None,
+        };
+        assert_eq!(
+            command_for(&[
+                step("ruff check ."),
+                step("python3 -m pytest -q tests/test_a.py")
+            ]),
+            Some("python3 -m pytest -q --continue-on-collection-errors loopd_examiner".into())
+        );
+        assert_eq!(
+            command_for(&[step("pytest -q")]),
+            Some("pytest -q --continue-on-collection-errors loopd_examiner".into())
+        );
+        assert_eq!(command_for(&[step("go test ./...")]), None);
+        assert_eq!(command_for(&[step("make test && pytest")]), None);
+    }
+
+    #[test]
+    fn the_home_is_keyed_by_base_ref_task_and_model_outside_every_run() {
+        let s = Path::new("/state");
+        let a = home(s, "abc", "fix it", "m1");
+        assert!(a.starts_with("/state/examiner"));
+        assert_eq!(a, home(s, "abc", "fix it", "m1"));
+        assert_ne!(a, home(s, "abc", "fix it", "m2"));
+        assert_ne!(a, home(s, "abd", "fix it", "m1"));
+    }
+}
