@@ -182,7 +182,13 @@ pub fn command_for(goal: &[crate::goal::GoalStep]) -> Option<String> {
         let whole = crate::runner::narrowed(&s.run).unwrap_or_else(|| s.run.clone());
         // A module of the examiner's that does not import must not stop
         // the others from running: it is dropped at BASE_REF.
-        Some(format!("{whole} --continue-on-collection-errors {DIR}"))
+        // The inferred whole suite goes on past collection errors already.
+        let go_on = if crate::runner::narrowed(&s.run).is_none() {
+            " --continue-on-collection-errors"
+        } else {
+            ""
+        };
+        Some(format!("{whole}{go_on} {DIR}"))
     })
 }
 

@@ -87,6 +87,7 @@ impl Run<'_> {
                 &self.dir.join("examiner-baseline"),
                 &[step],
                 Files::Dir(&files),
+                &[],
                 self.job_deadline(),
             )
             .await?;

@@ -131,7 +131,7 @@ impl Run<'_> {
         deadline: Instant,
     ) -> Result<(GoalReport, usize, usize), JobError> {
         let steps = self.held_out_steps();
-        self.judge_only(tree, dir, &steps, Files::HeldOut, deadline)
+        self.judge_only(tree, dir, &steps, Files::HeldOut, &[], deadline)
             .await
     }
 
@@ -140,13 +140,17 @@ impl Run<'_> {
     /// theirs, none for the whole suite), under `dir` (removed before and
     /// after). Returns the report,
     /// how many held-out files the tree held and how many paths of its
-    /// tree the run changed.
+    /// tree the run changed. The change's files `leave_out` names are not
+    /// in the tree (the whole suite runs without the test files the
+    /// change adds, as the goal's old tests do).
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn judge_only(
         &mut self,
         tree: git2::Oid,
         dir: &Path,
         steps: &[GoalStep],
         files: Files<'_>,
+        leave_out: &[String],
         deadline: Instant,
     ) -> Result<(GoalReport, usize, usize), JobError> {
         let io = |path: &Path| {
@@ -159,10 +163,11 @@ impl Run<'_> {
         }
         crate::util::private_dir(dir).map_err(io(dir))?;
         let result = if self.hermetic.is_some() {
-            self.hermetic_held_out(tree, dir, steps, files, deadline)
+            self.hermetic_held_out(tree, dir, steps, files, leave_out, deadline)
                 .await
         } else {
-            self.held_out_in(tree, dir, steps, files, deadline).await
+            self.held_out_in(tree, dir, steps, files, leave_out, deadline)
+                .await
         };
         // Thrown away whatever happened: nothing of it is read again.
         if let Err(e) = std::fs::remove_dir_all(dir) {
@@ -181,6 +186,7 @@ impl Run<'_> {
         dir: &Path,
         steps: &[GoalStep],
         files: Files<'_>,
+        leave_out: &[String],
         deadline: Instant,
     ) -> Result<(GoalReport, usize, usize), JobError> {
         let files_dir = dir.join("files");
@@ -191,7 +197,11 @@ impl Run<'_> {
         } else {
             let h = self.hermetic.as_ref().expect("a hermetic judge");
             let delta = crate::workspace::layers::delta(self.ws.git2(), self.base_oid, tree)?;
-            Some(h.change_layer(&self.ws, tree, &delta, &[], &format!("judge-only-{tree}"))?)
+            let name = match leave_out.is_empty() {
+                true => format!("judge-only-{tree}"),
+                false => format!("judge-only-{tree}-old"),
+            };
+            Some(h.change_layer(&self.ws, tree, &delta, leave_out, &name)?)
         };
         let layers = super::world::Layers {
             change: change.as_deref(),
@@ -282,10 +292,17 @@ impl Run<'_> {
         dir: &Path,
         steps: &[GoalStep],
         files: Files<'_>,
+        leave_out: &[String],
         deadline: Instant,
     ) -> Result<(GoalReport, usize, usize), JobError> {
         let root = dir.join("tree");
         self.ws.write_tree(tree, &root)?;
+        for p in leave_out {
+            let path = root.join(p);
+            if let Err(e) = std::fs::remove_file(&path) {
+                tracing::warn!(path = %path.display(), error = %e, "cannot leave a file out of the judge-only tree");
+            }
+        }
         let files = self.gather(files, &root, dir)?;
         let sandbox = prepare::held_out_sandbox(
             self.job,

@@ -415,12 +415,17 @@ impl Run<'_> {
             .and_then(|t| git2::Oid::from_str(t).ok());
         let step = self.job.suite.as_ref().map(|s| s.step.clone());
         if let (None, Some(tree), Some(step)) = (self.current().suite, tree, step) {
+            // The tests that passed at BASE_REF, on the change without the
+            // test files it adds (code there could patch what they test).
+            let delta = crate::workspace::layers::delta(self.ws.git2(), self.base_oid, tree)?;
+            let leave_out = self.new_test_files(&delta);
             let (report, _, written) = self
                 .judge_only(
                     tree,
                     &dir.join("suite"),
                     &[step],
                     super::world::Files::None,
+                    &leave_out,
                     deadline,
                 )
                 .await?;
@@ -471,6 +476,7 @@ impl Run<'_> {
                     &dir.join("examiner"),
                     &[step],
                     super::world::Files::Dir(files),
+                    &[],
                     deadline,
                 )
                 .await?;

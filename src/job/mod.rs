@@ -769,6 +769,7 @@ impl Run<'_> {
                         &self.dir.join("suite-baseline"),
                         &[step],
                         world::Files::None,
+                        &[],
                         self.job_deadline(),
                     )
                     .await?;

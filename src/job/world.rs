@@ -411,6 +411,21 @@ impl Run<'_> {
     /// the old tests alone when it was a run of its own; `None` when a
     /// signal cut a run short.
     #[allow(clippy::type_complexity)]
+    /// The test-tree files the change adds: what the tests that existed
+    /// at BASE_REF run without. A new data file `[protect] allow` names
+    /// is the lead's, not the agent's own test code: the old tests run
+    /// with it (a fixture an allowed test now reads). New code is never
+    /// the lead's: a module under an allowed glob that the runner would
+    /// import stays out, as any new test code. A policy that does not
+    /// compile lifts nothing.
+    pub(super) fn new_test_files(&self, delta: &layers::Delta) -> Vec<String> {
+        let mut new_tests = delta.new_test_files(|p| test_files().is_match(p));
+        if let Ok(policy) = self.env.policy.compile() {
+            new_tests.retain(|p| !policy.lifted(p) || crate::judges::tree::Lang::of(p).is_some());
+        }
+        new_tests
+    }
+
     pub(super) async fn hermetic_goal(
         &mut self,
         n: u32,
@@ -425,17 +440,7 @@ impl Run<'_> {
         let (all, old, new_tests) = {
             let h = self.hermetic.as_ref().expect("a hermetic judge");
             let delta = layers::delta(self.ws.git2(), self.base_oid, tree)?;
-            let mut new_tests = delta.new_test_files(|p| test_files().is_match(p));
-            // A new data file `[protect] allow` names is the lead's, not
-            // the agent's own test code: the old tests run with it (a
-            // fixture an allowed test now reads). New code is never the
-            // lead's: a module under an allowed glob that the runner would
-            // import stays out, as any new test code. A policy that does
-            // not compile lifts nothing.
-            if let Ok(policy) = self.env.policy.compile() {
-                new_tests
-                    .retain(|p| !policy.lifted(p) || crate::judges::tree::Lang::of(p).is_some());
-            }
+            let new_tests = self.new_test_files(&delta);
             let all = h.change_layer(&self.ws, tree, &delta, &[], &format!("{n}-all"))?;
             let old = match new_tests.is_empty() {
                 true => None,

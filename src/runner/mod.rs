@@ -83,17 +83,40 @@ pub fn narrowed(line: &str) -> Option<String> {
     let words: Vec<&str> = cmd[assigns..].iter().map(String::as_str).collect();
     let inner = unwrapped(&words);
     let runner = REGISTRY.iter().find(|r| (r.runs)(inner))?;
-    match (runner.whole)(inner)? {
-        Whole::All => None,
-        Whole::Without(rest) => {
-            let head = cmd[..assigns + words.len() - inner.len()].iter();
-            let all: Vec<String> = head
-                .map(|w| shell_word(w))
-                .chain(rest.iter().map(|w| shell_word(w)))
-                .collect();
-            Some(all.join(" "))
-        }
-    }
+    let whole = (runner.whole)(inner)?;
+    // An assignment may narrow too (`PYTEST_ADDOPTS="-k parse"`): its
+    // selection is taken off the same way.
+    let mut narrowed_by_env = false;
+    let assignments: Vec<String> = cmd[..assigns]
+        .iter()
+        .map(|a| {
+            let (name, value) = a.split_once('=').expect("an assignment");
+            let value = match (runner.name, name) {
+                ("pytest", "PYTEST_ADDOPTS") => {
+                    let words: Vec<&str> = value.split_whitespace().collect();
+                    let (kept, selected) = pytest::without_selection(&words);
+                    narrowed_by_env |= selected;
+                    kept.join(" ")
+                }
+                _ => value.to_owned(),
+            };
+            format!("{name}={}", shell_word(&value))
+        })
+        .collect();
+    let rest = match whole {
+        Whole::Without(rest) => rest,
+        Whole::All if narrowed_by_env => inner.iter().map(|w| (*w).to_owned()).collect(),
+        Whole::All => return None,
+    };
+    let wrappers = words[..words.len() - inner.len()]
+        .iter()
+        .map(|w| shell_word(w));
+    let all: Vec<String> = assignments
+        .into_iter()
+        .chain(wrappers)
+        .chain(rest.iter().map(|w| shell_word(w)))
+        .collect();
+    Some(all.join(" "))
 }
 
 /// A word as the shell reads it back: quoted only when it must be.
@@ -235,6 +258,18 @@ pub(crate) fn unwrapped<'a>(words: &'a [&'a str]) -> &'a [&'a str] {
     loop {
         let skip = match (w.first().map(|x| base(x)), w.get(1).copied()) {
             (Some("npx" | "bunx" | "exec" | "time" | "nice" | "command"), _) => 1,
+            // `timeout [-s SIG] [-k DUR] DURATION cmd…`
+            (Some("timeout"), _) => {
+                let mut k = 1;
+                while let Some(o) = w.get(k).filter(|o| o.starts_with('-')) {
+                    k += if matches!(*o, "-s" | "-k" | "--signal" | "--kill-after") {
+                        2
+                    } else {
+                        1
+                    };
+                }
+                k + 1
+            }
             (Some("env"), _) => {
                 1 + w[1..]
                     .iter()

@@ -38,6 +38,12 @@ pub const RUNNER: Runner = Runner {
         "**/pluggy.py",
         "**/pluggy/**",
         "**/py.py",
+        // Installed-distribution metadata on `sys.path` (the tree's top,
+        // under `python -m`): a `[pytest11]` entry point there is a plugin
+        // pytest loads by itself.
+        "**/*.dist-info/**",
+        "**/*.egg-info/**",
+        "**/*.egg-link",
     ],
     vars: &[
         "PYTEST_ADDOPTS",
@@ -75,6 +81,9 @@ fn is_python(word: &str) -> bool {
 
 /// The module of `python … -m NAME`.
 fn module<'a>(words: &[&'a str]) -> Option<&'a str> {
+    if words.contains(&"-mpytest") {
+        return Some("pytest");
+    }
     words
         .iter()
         .position(|w| *w == "-m")
@@ -144,91 +153,197 @@ print('probed\tcomplete')"#;
 }
 
 /// What a pytest command selects: paths and node ids, `-k`/`-m`
-/// expressions, `--deselect`/`--ignore`, `--lf`, and a stop at the first
-/// failures (`-x`, `--maxfail`, `--sw`), which leaves the rest unrun.
-/// Without them: the same command over every test it collects.
+/// expressions (also inside a cluster of short options, `-qk expr`),
+/// `--deselect`/`--ignore`, `--lf`, an ini override of what is collected
+/// (`-o python_functions=…`), and a stop at the first failures (`-x`,
+/// `--maxfail`, `--sw`), which leaves the rest unrun. Without them: the
+/// same command over every test it collects, going on past a module that
+/// does not import (one broken module must not leave the rest unjudged).
 fn whole(words: &[&str]) -> Option<super::Whole> {
     let start = match words.first().map(|w| base(w)) {
-        Some(w) if is_python(w) => words.iter().position(|w| *w == "-m")? + 2,
+        Some(w) if is_python(w) => {
+            let at = words.iter().position(|w| *w == "-m" || *w == "-mpytest")?;
+            if words[at] == "-m" {
+                at + 2
+            } else {
+                at + 1
+            }
+        }
         _ => 1,
     };
     let (head, args) = words.split_at(start.min(words.len()));
-    const VALUE: &[&str] = &[
-        "-p",
-        "-c",
-        "-o",
-        "-W",
-        "-r",
-        "--rootdir",
-        "--confcutdir",
-        "--basetemp",
-        "--tb",
-        "--durations",
-        "--log-level",
-        "--import-mode",
-        "--junitxml",
-        "--override-ini",
-        "--capture",
-        "--color",
-        "--cov",
-        "--cov-report",
-        "-n",
-        "--dist",
-        "--timeout",
-        "--pyargs-root",
-        "--log-cli-level",
-        "--log-file",
-    ];
-    const SELECT: &[&str] = &[
-        "-x",
-        "--exitfirst",
-        "--lf",
-        "--last-failed",
-        "--sw",
-        "--stepwise",
-    ];
-    const SELECT_VALUE: &[&str] = &[
-        "-k",
-        "-m",
-        "--deselect",
-        "--ignore",
-        "--ignore-glob",
-        "--maxfail",
-    ];
-    // Short flags in a cluster (`-qx`) and `-kEXPR` glued.
-    let mut unglued: Vec<String> = Vec::new();
-    let mut glued_selection = false;
-    for w in args {
-        let short = w.len() > 2 && w.starts_with('-') && !w.starts_with("--");
-        if short && (w.starts_with("-k") || w.starts_with("-m")) {
-            glued_selection = true;
-        } else if short && w[1..].chars().all(|c| c.is_ascii_alphabetic()) && w.contains('x') {
-            glued_selection = true;
-            let rest: String = w[1..].chars().filter(|c| *c != 'x').collect();
-            if !rest.is_empty() {
-                unglued.push(format!("-{rest}"));
-            }
-        } else {
-            unglued.push((*w).to_owned());
-        }
-    }
-    // The conventional test root is the whole suite, not a selection.
-    let root = |w: &str| {
-        matches!(
-            w.trim_start_matches("./").trim_end_matches('/'),
-            "tests" | "test" | "." | ""
-        )
-    };
-    let unglued: Vec<&str> = unglued
-        .iter()
-        .map(String::as_str)
-        .filter(|w| !root(w))
-        .collect();
-    let (kept, selected) = super::drop_selection(&unglued, VALUE, SELECT, SELECT_VALUE);
-    if !selected && !glued_selection {
+    let (kept, selected) = without_selection(args);
+    if !selected {
         return Some(super::Whole::All);
     }
     Some(super::Whole::Without(
-        head.iter().map(|w| (*w).to_owned()).chain(kept).collect(),
+        head.iter()
+            .map(|w| (*w).to_owned())
+            .chain(kept)
+            .chain(std::iter::once(GO_ON.to_owned()))
+            .collect(),
     ))
+}
+
+/// What the whole suite adds: a module that does not import is an error
+/// of its own, the rest still run.
+pub(crate) const GO_ON: &str = "--continue-on-collection-errors";
+
+/// Long options that take the next word as their value, kept.
+const VALUE: &[&str] = &[
+    "-p",
+    "-c",
+    "-o",
+    "-W",
+    "-r",
+    "-n",
+    "--rootdir",
+    "--confcutdir",
+    "--basetemp",
+    "--tb",
+    "--durations",
+    "--log-level",
+    "--import-mode",
+    "--junitxml",
+    "--override-ini",
+    "--capture",
+    "--color",
+    "--cov",
+    "--cov-report",
+    "--dist",
+    "--timeout",
+    "--log-cli-level",
+    "--log-file",
+    "--config-file",
+];
+/// Options that select (dropped), and those of them that take a value.
+const SELECT: &[&str] = &[
+    "-x",
+    "--exitfirst",
+    "--lf",
+    "--last-failed",
+    "--sw",
+    "--stepwise",
+    "--sw-skip",
+    "--stepwise-skip",
+];
+const SELECT_VALUE: &[&str] = &[
+    "-k",
+    "-m",
+    "--deselect",
+    "--ignore",
+    "--ignore-glob",
+    "--maxfail",
+    "--keyword",
+];
+
+/// An ini override that changes what is collected.
+fn selects_ini(value: &str) -> bool {
+    let key = value.split('=').next().unwrap_or("").trim();
+    matches!(
+        key,
+        "python_files" | "python_classes" | "python_functions" | "testpaths" | "addopts"
+    )
+}
+
+/// The conventional test root: the whole suite, not a selection.
+fn root(w: &str) -> bool {
+    matches!(
+        w.trim_start_matches("./").trim_end_matches('/'),
+        "tests" | "test" | "." | ""
+    )
+}
+
+/// pytest's arguments without what selects, and whether anything did.
+pub(crate) fn without_selection(args: &[&str]) -> (Vec<String>, bool) {
+    let mut kept: Vec<String> = Vec::new();
+    let mut selected = false;
+    let mut i = 0;
+    while i < args.len() {
+        let w = args[i];
+        i += 1;
+        if w == "--" {
+            selected |= args[i..].iter().any(|a| !root(a));
+            break;
+        }
+        if w.starts_with("--") {
+            let (name, inline) = match w.split_once('=') {
+                Some((n, v)) => (n, Some(v)),
+                None => (w, None),
+            };
+            let mut value = || match inline {
+                Some(v) => Some(v.to_owned()),
+                None => {
+                    i += 1;
+                    args.get(i - 1).map(|v| (*v).to_owned())
+                }
+            };
+            if SELECT.contains(&name) {
+                selected = true;
+            } else if SELECT_VALUE.contains(&name) {
+                selected = true;
+                value();
+            } else if name == "--override-ini" {
+                let v = value().unwrap_or_default();
+                if selects_ini(&v) {
+                    selected = true;
+                } else {
+                    kept.push(format!("--override-ini={v}"));
+                }
+            } else if VALUE.contains(&name) && inline.is_none() {
+                kept.push(w.to_owned());
+                kept.extend(value());
+            } else {
+                kept.push(w.to_owned());
+            }
+            continue;
+        }
+        if let Some(cluster) = w.strip_prefix('-').filter(|c| !c.is_empty()) {
+            // Short options, clustered: a flag each, until one that takes
+            // a value — the rest of the word, or the next word.
+            let chars: Vec<char> = cluster.chars().collect();
+            let mut flags = String::new();
+            let mut j = 0;
+            while j < chars.len() {
+                let c = chars[j];
+                j += 1;
+                let takes_value = matches!(c, 'k' | 'm' | 'p' | 'c' | 'o' | 'W' | 'r' | 'n');
+                if c == 'x' {
+                    selected = true;
+                    continue;
+                }
+                if !takes_value {
+                    flags.push(c);
+                    continue;
+                }
+                let rest: String = chars[j..].iter().collect();
+                j = chars.len();
+                let v = if rest.is_empty() {
+                    i += 1;
+                    args.get(i - 1).map(|v| (*v).to_owned()).unwrap_or_default()
+                } else {
+                    rest
+                };
+                match c {
+                    'k' | 'm' => selected = true,
+                    'o' if selects_ini(&v) => selected = true,
+                    _ => {
+                        if !flags.is_empty() {
+                            kept.push(format!("-{}", std::mem::take(&mut flags)));
+                        }
+                        kept.push(format!("-{c}"));
+                        kept.push(v);
+                    }
+                }
+            }
+            if !flags.is_empty() {
+                kept.push(format!("-{flags}"));
+            }
+            continue;
+        }
+        if !root(w) {
+            selected = true;
+        }
+    }
+    (kept, selected)
 }

@@ -9,6 +9,7 @@ mod support;
 
 mod agents;
 mod allow;
+mod attack42;
 mod attacks;
 mod boundary;
 mod ci;

@@ -87,7 +87,7 @@ fn a_narrowed_fix_that_breaks_a_test_outside_the_goal_is_rejected_by_the_whole_s
     assert_eq!(suite_runs(&s), vec![(1, false), (2, false)]);
     // The summary's line: what ran, what passed at BASE_REF, the cost.
     assert_eq!(
-        s["suite"]["command"], "python3 -m pytest -q",
+        s["suite"]["command"], "python3 -m pytest -q --continue-on-collection-errors",
         "{}",
         s["suite"]
     );
@@ -100,7 +100,7 @@ fn a_narrowed_fix_that_breaks_a_test_outside_the_goal_is_rejected_by_the_whole_s
     assert!(
         report
             .stdout
-            .contains("whole suite `python3 -m pytest -q`: 2 tests passed at BASE_REF"),
+            .contains("whole suite `python3 -m pytest -q --continue-on-collection-errors`: 2 tests passed at BASE_REF"),
         "{}",
         report.stdout
     );
@@ -113,7 +113,7 @@ fn an_honest_narrowed_fix_is_accepted_and_the_plan_says_where_the_suite_comes_fr
     assert!(
         shown
             .stdout
-            .contains("whole suite:   `python3 -m pytest -q`")
+            .contains("whole suite:   `python3 -m pytest -q --continue-on-collection-errors`")
             && shown
                 .stdout
                 .contains("inferred from goal step `line total`"),
