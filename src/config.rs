@@ -755,14 +755,19 @@ fn examiner_setting(
             format!("`{model}`"),
         ));
     }
-    let run = crate::examiner::command_for(goal).ok_or_else(|| {
+    let (run, timeout) = crate::examiner::command_for(goal).ok_or_else(|| {
         o.invalid(
             "examiner.mode",
             "`off` for this goal: the examiner writes pytest tests, and no goal step is one pytest command",
             "`gate`",
         )
     })?;
-    Ok(Some(Settings { mode, model, run }))
+    Ok(Some(Settings {
+        mode,
+        model,
+        run,
+        timeout,
+    }))
 }
 
 /// The default bound of the whole suite's run.
@@ -1785,7 +1790,13 @@ impl Job {
             crate::rubric::RubricSource::Embedded => None,
         };
         let judge = judge_files(repo_root, config_path.as_deref(), rubric_file);
-        let protect = protect_settings(&o, file.protect, &judge)?;
+        let mut protect = protect_settings(&o, file.protect, &judge)?;
+        // The examiner's directory is its own: a change that adds a file
+        // there (a copy of the code, an `__init__.py` that patches it) would
+        // sit beside its tests, imported before the code they test.
+        if examiner.is_some() {
+            protect.paths.push(format!("{}/**", crate::examiner::DIR));
+        }
         let sandbox = sandbox_settings(&o, file.sandbox, flags.require_sandbox, &flags.env)?;
         if !sandbox.enabled && examiner.is_some() {
             return Err(o.invalid(

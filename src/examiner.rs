@@ -28,6 +28,8 @@ pub const DIR: &str = "loopd_examiner";
 
 /// At most this many test files.
 pub const MAX_FILES: usize = 8;
+/// At most this many bytes in a test file's name.
+pub const MAX_NAME: usize = 100;
 /// At most this many bytes per test file.
 pub const MAX_FILE_BYTES: usize = 32 << 10;
 /// The repository's files the examiner is shown, in all.
@@ -64,6 +66,9 @@ pub struct Settings {
     /// The command that runs its tests: the goal's runner, no selection,
     /// over [`DIR`].
     pub run: String,
+    /// The bound of each run of them: that goal step's own timeout.
+    #[serde(with = "crate::util::duration_text")]
+    pub timeout: std::time::Duration,
 }
 
 /// The instruction passed as the examiner's prompt argument; the material
@@ -140,6 +145,7 @@ pub fn read_answer(result: Option<&SessionResult>) -> Result<Vec<TestFile>, Stri
             .trim_start_matches(&format!("{DIR}/"))
             .to_owned();
         let plain = !name.is_empty()
+            && name.len() <= MAX_NAME
             && name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
@@ -167,10 +173,41 @@ fn is_test_file(name: &str) -> bool {
     name.ends_with(".py") && (name.starts_with("test_") || name.ends_with("_test.py"))
 }
 
+/// A test's id without its parameters (`m::test_x[7.50-20.83]` is
+/// `m::test_x`): what the examiner's tests are judged and told by — the
+/// parameters of a parametrized test are its expected values.
+pub fn test_of(id: &str) -> &str {
+    let last = id.rfind("::").map_or(0, |i| i + 2);
+    match id[last..].find('[') {
+        Some(i) => &id[..last + i],
+        None => id,
+    }
+}
+
+/// The results by test ([`test_of`]): a test passes only when every case
+/// of it passed; an error outranks a failure, which outranks a skip.
+pub fn by_test(results: &crate::goal::results::Results) -> crate::goal::results::Results {
+    use crate::goal::results::Verdict;
+    let rank = |v: Verdict| match v {
+        Verdict::Passed => 0,
+        Verdict::Skipped => 1,
+        Verdict::Failed => 2,
+        Verdict::Error => 3,
+    };
+    let mut out = crate::goal::results::Results::new();
+    for (id, v) in results {
+        let e = out.entry(test_of(id).to_owned()).or_insert(*v);
+        if rank(*v) > rank(*e) {
+            *e = *v;
+        }
+    }
+    out
+}
+
 /// The command that runs the examiner's tests, from the goal's steps: the
 /// first step whose one command is pytest, without its selection, over
 /// [`DIR`], going on past a module that does not collect. `None`: no goal step runs a runner the examiner writes for.
-pub fn command_for(goal: &[crate::goal::GoalStep]) -> Option<String> {
+pub fn command_for(goal: &[crate::goal::GoalStep]) -> Option<(String, std::time::Duration)> {
     goal.iter().find_map(|s| {
         let runners = crate::runner::runners_of(&s.run);
         let [(runner, _)] = runners.as_slice() else {
@@ -188,7 +225,7 @@ pub fn command_for(goal: &[crate::goal::GoalStep]) -> Option<String> {
         } else {
             ""
         };
-        Some(format!("{whole}{go_on} {DIR}"))
+        Some((format!("{whole}{go_on} {DIR}"), s.timeout))
     })
 }
 
@@ -273,6 +310,7 @@ mod tests {
             timeout: std::time::Duration::from_secs(60),
             report: None,
         };
+        let command_for = |g: &[crate::goal::GoalStep]| command_for(g).map(|(c, _)| c);
         assert_eq!(
             command_for(&[
                 step("ruff check ."),
@@ -286,6 +324,31 @@ mod tests {
         );
         assert_eq!(command_for(&[step("go test ./...")]), None);
         assert_eq!(command_for(&[step("make test && pytest")]), None);
+    }
+
+    #[test]
+    fn parameters_are_not_part_of_what_is_told() {
+        use crate::goal::results::{Results, Verdict};
+        assert_eq!(test_of("m.t::test_x[7.50-20.83]"), "m.t::test_x");
+        assert_eq!(test_of("m.t::C::test_y"), "m.t::C::test_y");
+        assert_eq!(test_of("m[x].t::test_z"), "m[x].t::test_z");
+        let r: Results = [
+            ("m::a[1]", Verdict::Passed),
+            ("m::a[2]", Verdict::Failed),
+            ("m::b", Verdict::Passed),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let g = by_test(&r);
+        assert_eq!(g.get("m::a"), Some(&Verdict::Failed));
+        assert_eq!(g.get("m::b"), Some(&Verdict::Passed));
+        assert_eq!(g.len(), 2);
+        let long = format!("test_{}.py", "a".repeat(300));
+        assert!(read_answer(Some(&result(
+            json!({"tests": [{"file": long, "content": "x"}]})
+        )))
+        .is_err());
     }
 
     #[test]

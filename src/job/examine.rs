@@ -78,7 +78,7 @@ impl Run<'_> {
         let step = GoalStep {
             name: "examiner".into(),
             run: settings.run.clone(),
-            timeout: crate::config::DEFAULT_STEP_TIMEOUT,
+            timeout: settings.timeout,
             report: Some(Preset::Pytest),
         };
         let (report, _, _) = self
@@ -94,10 +94,13 @@ impl Run<'_> {
         if let Some(e) = self.signalled() {
             return Ok(Some(e));
         }
+        // By test, never by case: a case's parameters are its expected
+        // values, which neither the journal nor a prompt may carry.
         let results = report
             .steps
             .first()
-            .and_then(|s| s.results.clone())
+            .and_then(|s| s.results.as_ref())
+            .map(examiner::by_test)
             .unwrap_or_default();
         let mut e = examination(written, None);
         for (id, verdict) in results {

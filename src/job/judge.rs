@@ -462,12 +462,12 @@ impl Run<'_> {
             .tree
             .as_deref()
             .and_then(|t| git2::Oid::from_str(t).ok());
-        let run = self.job.examiner.as_ref().map(|e| e.run.clone());
-        if let (None, Some(tree), Some(run)) = (self.current().examiner, tree, run) {
+        let settings = self.job.examiner.clone();
+        if let (None, Some(tree), Some(settings)) = (self.current().examiner, tree, settings) {
             let step = goal::GoalStep {
                 name: "examiner".into(),
-                run,
-                timeout: crate::config::DEFAULT_STEP_TIMEOUT,
+                run: settings.run,
+                timeout: settings.timeout,
                 report: Some(crate::judges::testcount::Preset::Pytest),
             };
             let (report, _, written) = self
@@ -483,9 +483,28 @@ impl Run<'_> {
             if let Some(e) = self.signalled() {
                 return Ok(Some(e));
             }
+            // Only the kept tests' outcomes, by test: what the change's
+            // code ran in the runner could have named other "tests" after
+            // the examiner's source, and a case's parameters are values.
+            let kept: std::collections::BTreeSet<String> = self
+                .journal
+                .state()
+                .examined
+                .as_ref()
+                .map(|e| e.kept().cloned().collect())
+                .unwrap_or_default();
+            let results = report
+                .steps
+                .first()
+                .and_then(|s| s.results.as_ref())
+                .map(|r| {
+                    let mut by = crate::examiner::by_test(r);
+                    by.retain(|id, _| kept.contains(id));
+                    by
+                });
             self.journal.append(Event::ExaminerRun {
                 attempt: n,
-                results: report.steps.first().and_then(|s| s.results.clone()),
+                results,
                 written,
             })?;
         }

@@ -594,14 +594,15 @@ fn issue39_3_a_module_shadowing_what_the_runner_loads_is_runner_changed() {
 /// own whose skipped and deselected counts could carry bytes of the
 /// hidden file: the next prompt says one bit — the held-out tests found
 /// the change wrong — and quotes no count. (On `7056f70` it quoted both
-/// numbers.)
+/// numbers.) The descriptor is computed: written `1`, the pre-critic finds the
+/// write before the held-out run, and this is about the run.
 #[test]
 fn issue39_5_held_out_none_is_one_bit_and_quotes_no_count() {
     let (env, _dir) = crate::held_out::held_out_env(Some("none"));
     // In the held-out run only: the report loopd asked for is removed
     // (its path is in the runner's options) and a summary of its own
     // printed, so that only stdout is left to count from.
-    let payload = "import atexit\nimport os\n\n\ndef _leak():\n    for value in list(os.environ.values()):\n        for opt in value.split():\n            if opt.startswith(\"--junit\") and \"=\" in opt:\n                os.remove(opt.split(\"=\", 1)[1])\n    os.write(1, b\"==== 1 passed, 4711 skipped, 8273 deselected in 0.01s ====\\n\")\n\n\nif os.path.isdir(\"tests_hidden\"):\n    atexit.register(_leak)\n";
+    let payload = "import atexit\nimport os\n\n\ndef _leak():\n    for value in list(os.environ.values()):\n        for opt in value.split():\n            if opt.startswith(\"--junit\") and \"=\" in opt:\n                os.remove(opt.split(\"=\", 1)[1])\n    os.write(int(\"1\"), b\"==== 1 passed, 4711 skipped, 8273 deselected in 0.01s ====\\n\")\n\n\nif os.path.isdir(\"tests_hidden\"):\n    atexit.register(_leak)\n";
     let cheat = clean_solution().replacen(
         "from decimal import",
         "import _probe  # noqa: F401\nfrom decimal import",

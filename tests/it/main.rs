@@ -10,6 +10,7 @@ mod support;
 mod agents;
 mod allow;
 mod attack42;
+mod attack42b;
 mod attacks;
 mod boundary;
 mod ci;
