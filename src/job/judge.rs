@@ -366,6 +366,15 @@ impl Run<'_> {
         Ok(self.halted(deadline, deadline_reason).map(Judged::Stop))
     }
 
+    /// This attempt's judged tree, as the journal names it (`None`: the
+    /// change was too large to write as a tree).
+    fn judged_tree(&self) -> Option<git2::Oid> {
+        self.current()
+            .tree
+            .as_deref()
+            .and_then(|t| git2::Oid::from_str(t).ok())
+    }
+
     /// The held-out steps on a judge-only tree of the judged change, once
     /// per attempt: outcomes and ids decided now, the output kept only where
     /// `full` feedback tells it anyway. `Some`: a signal cut it short.
@@ -375,11 +384,7 @@ impl Run<'_> {
         dir: &Path,
         deadline: Instant,
     ) -> Result<Option<Ending>, JobError> {
-        let tree = self
-            .current()
-            .tree
-            .as_deref()
-            .and_then(|t| git2::Oid::from_str(t).ok());
+        let tree = self.judged_tree();
         if let (None, Some(tree)) = (self.current().held_out, tree) {
             let (report, files, overwrote) = self
                 .run_held_out(tree, &dir.join("held-out"), deadline)
@@ -408,11 +413,7 @@ impl Run<'_> {
         dir: &Path,
         deadline: Instant,
     ) -> Result<Option<Ending>, JobError> {
-        let tree = self
-            .current()
-            .tree
-            .as_deref()
-            .and_then(|t| git2::Oid::from_str(t).ok());
+        let tree = self.judged_tree();
         let step = self.job.suite.as_ref().map(|s| s.step.clone());
         if let (None, Some(tree), Some(step)) = (self.current().suite, tree, step) {
             // The tests that passed at BASE_REF, on the change without the
@@ -457,11 +458,7 @@ impl Run<'_> {
         files: &Path,
         deadline: Instant,
     ) -> Result<Option<Ending>, JobError> {
-        let tree = self
-            .current()
-            .tree
-            .as_deref()
-            .and_then(|t| git2::Oid::from_str(t).ok());
+        let tree = self.judged_tree();
         let settings = self.job.examiner.clone();
         if let (None, Some(tree), Some(settings)) = (self.current().examiner, tree, settings) {
             let step = goal::GoalStep {
