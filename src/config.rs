@@ -709,7 +709,7 @@ pub struct Suite {
     pub inferred_from: Option<String>,
 }
 
-/// `[examiner]`: off (the default), or `gate` with the critic's CLI and
+/// `[examiner]`: off (the default), or `gate` or `evidence` with the critic's CLI and
 /// `model` (the critic's model by default, priced like any), over the
 /// first goal step that runs pytest.
 fn examiner_setting(
@@ -724,10 +724,11 @@ fn examiner_setting(
     let mode = match file.mode.as_deref().map(str::trim) {
         None | Some("off") => Mode::Off,
         Some("gate") => Mode::Gate,
+        Some("evidence") => Mode::Evidence,
         Some(other) => {
             return Err(o.invalid(
                 "examiner.mode",
-                "`off` or `gate` (`evidence`, where the critic weighs red examiner tests, is not built yet)",
+                "`off`, `gate` or `evidence`",
                 format!("`{other}`"),
             ))
         }

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::agent::events::SessionResult;
+use crate::examiner::evidence::{self, Ruling};
 use crate::judges::size::human;
 use crate::rubric::Rubric;
 use crate::workspace::FilePatch;
@@ -30,7 +31,13 @@ pub fn instruction(answer_with: &str) -> String {
 
 /// The JSON schema of the verdict object (DESIGN.md, "Critic verdict").
 pub fn verdict_schema() -> serde_json::Value {
-    json!({
+    verdict_schema_with(false)
+}
+
+/// The verdict's schema, with the `examiner` rulings when the critic is
+/// shown red examiner tests ([`crate::examiner::evidence`]).
+pub fn verdict_schema_with(rulings: bool) -> serde_json::Value {
+    let mut schema = json!({
         "type": "object",
         "properties": {
             "verdict": {"type": "string", "enum": ["PASS", "FAIL"]},
@@ -51,7 +58,12 @@ pub fn verdict_schema() -> serde_json::Value {
         },
         "required": ["verdict", "violations"],
         "additionalProperties": false
-    })
+    });
+    if rulings {
+        schema["properties"]["examiner"] = evidence::rulings_schema();
+        schema["required"] = json!(["verdict", "violations", "examiner"]);
+    }
+    schema
 }
 
 /// One finding of the critic.
@@ -99,6 +111,9 @@ enum VerdictWord {
 struct VerdictObject {
     verdict: VerdictWord,
     violations: Vec<Violation>,
+    /// Rulings on red examiner tests (evidence mode only).
+    #[serde(default)]
+    examiner: Vec<evidence::Answered>,
 }
 
 /// What the critic decided, as the summary reports it.
@@ -137,39 +152,98 @@ impl CriticVerdict {
 /// Read the verdict from a critic session's result (whichever CLI ran it:
 /// each parses its structured answer into `structured_output`).
 pub fn read_verdict(result: Option<&SessionResult>) -> CriticVerdict {
+    read_judgement(result, None).0
+}
+
+/// What the critic was shown of the examiner's red tests, for reading its
+/// rulings: their ids, where a `wrong` ruling's quote may come from, and
+/// what to cut out of its words.
+#[derive(Debug, Clone, Default)]
+pub struct Evidence {
+    /// The red tests shown, by id.
+    pub shown: Vec<String>,
+    /// (name, text): the task, the rubric, the documentation at BASE_REF.
+    pub sources: Vec<(String, String)>,
+    pub redactor: evidence::Redactor,
+}
+
+/// The verdict and, when the critic was shown red examiner tests, its
+/// rulings on them — every word of it that could quote a test cut out
+/// before anything keeps it.
+pub fn read_judgement(
+    result: Option<&SessionResult>,
+    evidence: Option<&Evidence>,
+) -> (CriticVerdict, Vec<Ruling>) {
     let Some(result) = result else {
-        return CriticVerdict::Invalid {
-            why: "the critic session ended without a result".into(),
-        };
+        return (
+            CriticVerdict::Invalid {
+                why: "the critic session ended without a result".into(),
+            },
+            Vec::new(),
+        );
     };
     if !result.completed {
-        return CriticVerdict::Invalid {
-            why: format!("the critic session failed: {}", result.error_text()),
-        };
+        return (
+            CriticVerdict::Invalid {
+                why: format!("the critic session failed: {}", result.error_text()),
+            },
+            Vec::new(),
+        );
     }
     let Some(object) = &result.structured_output else {
-        return CriticVerdict::Invalid {
-            why: format!(
-                "no structured verdict (the critic answered in prose: {:?})",
-                result
-                    .text
-                    .as_deref()
-                    .unwrap_or("")
-                    .chars()
-                    .take(200)
-                    .collect::<String>()
-            ),
+        let prose = result
+            .text
+            .as_deref()
+            .unwrap_or("")
+            .chars()
+            .take(200)
+            .collect::<String>();
+        let prose = match evidence {
+            Some(e) => e.redactor.redact(&prose),
+            None => prose,
         };
+        return (
+            CriticVerdict::Invalid {
+                why: format!("no structured verdict (the critic answered in prose: {prose:?})"),
+            },
+            Vec::new(),
+        );
     };
-    match serde_json::from_value::<VerdictObject>(object.clone()) {
-        Err(e) => CriticVerdict::Invalid {
-            why: format!("malformed verdict object: {e}"),
-        },
-        Ok(v) if v.verdict == VerdictWord::Pass && v.violations.is_empty() => CriticVerdict::Pass,
-        Ok(v) => CriticVerdict::Fail {
-            violations: v.violations,
-        },
-    }
+    let v = match serde_json::from_value::<VerdictObject>(object.clone()) {
+        Err(e) => {
+            return (
+                CriticVerdict::Invalid {
+                    why: format!("malformed verdict object: {e}"),
+                },
+                Vec::new(),
+            )
+        }
+        Ok(v) => v,
+    };
+    let (violations, rulings) = match evidence {
+        None => (v.violations, Vec::new()),
+        Some(e) => {
+            let redact = |t: &str| e.redactor.redact(t);
+            let violations = v
+                .violations
+                .into_iter()
+                .map(|x| Violation {
+                    problem: redact(&x.problem),
+                    fix: redact(&x.fix),
+                    file: redact(&x.file),
+                    ..x
+                })
+                .collect();
+            let rulings = evidence::read_rulings(v.examiner, &e.shown, &e.sources, &e.redactor);
+            (violations, rulings)
+        }
+    };
+    let verdict = if v.verdict == VerdictWord::Pass && violations.is_empty() {
+        CriticVerdict::Pass
+    } else {
+        CriticVerdict::Fail { violations }
+    };
+    (verdict, rulings)
 }
 
 /// A patch as the critic is shown it: the text and each file's section.
@@ -367,6 +441,9 @@ pub struct CriticInput<'a> {
     pub previous: Option<Previous<'a>>,
     /// How the critic's CLI takes the verdict ([`crate::agent::Agent::answer_with`]).
     pub answer_with: &'a str,
+    /// Evidence mode: the red examiner tests' section
+    /// ([`evidence::section`]), asking for rulings.
+    pub examiner: Option<&'a str>,
 }
 
 impl CriticInput<'_> {
@@ -420,14 +497,24 @@ impl CriticInput<'_> {
             self.base_ref
         ));
         self.change.render(&mut s, self.bound as usize);
+        if let Some(section) = self.examiner {
+            s.push_str(section);
+        }
         s.push('\n');
+        let (empty, rulings) = match self.examiner {
+            Some(_) => (
+                r#"{"verdict": "PASS", "violations": [], "examiner": [...]}"#,
+                " In `examiner`, give one ruling per red test above: its `test` id, `ruling` (`right` or `wrong`), `quote` (a `wrong` ruling's words from the task, the rules or the documentation; empty otherwise) and `behaviour` (what the code must do, in your own words).",
+            ),
+            None => (r#"{"verdict": "PASS", "violations": []}"#, ""),
+        };
         s.push_str(&format!(
             "# How to answer\n\
              Judge only the numbered rules above; never comment on style or architecture, \
              and never ask to undo what the task and the goal test require.\n\
-             Answer {} with {{\"verdict\": \"PASS\", \"violations\": []}} if every rule holds. \
+             Answer {} with {empty} if every rule holds. \
              Otherwise use verdict \"FAIL\" and list each violation with the rule number, the file, \
-             the problem, and a one-line fix.\n",
+             the problem, and a one-line fix.{rulings}\n",
             self.answer_with
         ));
         s
@@ -578,6 +665,7 @@ mod tests {
             allowed: &[],
             previous: None,
             answer_with: "by calling the StructuredOutput tool",
+            examiner: None,
         }
         .render();
         assert!(
@@ -626,6 +714,7 @@ mod tests {
                 unnamed: &unnamed,
             }),
             answer_with: "by calling the StructuredOutput tool",
+            examiner: None,
         }
         .render();
         let since = input
@@ -663,6 +752,7 @@ mod tests {
             allowed: &allowed,
             previous: None,
             answer_with: "by calling the StructuredOutput tool",
+            examiner: None,
         }
         .render();
         let section = input

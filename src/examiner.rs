@@ -22,6 +22,8 @@ use serde_json::json;
 
 use crate::agent::events::SessionResult;
 
+pub mod evidence;
+
 /// The directory the examiner's tests live in, at the top of the judge-only
 /// tree.
 pub const DIR: &str = "loopd_examiner";
@@ -46,6 +48,13 @@ pub enum Mode {
     /// A red examiner test rejects the attempt like a held-out test; the
     /// next prompt gets only ids.
     Gate,
+    /// A red examiner test goes to the critic with its source and output;
+    /// the critic may rule it wrong only by quoting the task, the rubric
+    /// or the repository's documentation at BASE_REF that it contradicts
+    /// (a test ruled wrong is dropped for the rest of the job). Every other
+    /// red test rejects the attempt; the next prompt gets its id and the
+    /// critic's words about the behaviour, never the test's source.
+    Evidence,
 }
 
 impl Mode {
@@ -53,6 +62,7 @@ impl Mode {
         match self {
             Mode::Off => "off",
             Mode::Gate => "gate",
+            Mode::Evidence => "evidence",
         }
     }
 }
@@ -78,6 +88,47 @@ pub fn instruction(answer_with: &str) -> String {
     format!(
         "You are the examiner of a coding task. Everything you need follows: the task, the rules changes are judged by, and the repository as it is before anyone works on it. Write tests of the behaviour the task describes — the cases it states and the ones it implies, not only those the repository's tests already cover — in the repository's own test framework, as test files for the directory `{DIR}/` at the top of the repository. Import the code under test the way the repository's own tests do. Do not fix anything. Answer only {answer_with}."
     )
+}
+
+/// The instruction of the examiner's one revision turn (the same first
+/// words: the same examiner).
+pub fn revision_instruction(answer_with: &str) -> String {
+    format!(
+        "You are the examiner of a coding task, revising the tests you wrote. Everything you need follows: the task, the rules, the repository before anyone works on it, your tests, and how each of them ran there. A test that errored or was skipped there is dropped. A test of what the task asks for should fail there (the work is not done yet); a test of what must not break should pass. Fix what did not run, and revise what tests the wrong thing, in the repository's own test framework, for the directory `{DIR}/`. Answer only {answer_with}, with the complete revised set of test files (it replaces the first), or with no file to keep them as they are."
+    )
+}
+
+/// What the revision turn adds to the material: the examiner's tests and
+/// each one's outcome at BASE_REF — ids and outcomes only, never output.
+pub fn revision_material(
+    tests: &[TestFile],
+    failing: &[String],
+    passing: &[String],
+    dropped: &[String],
+) -> String {
+    let mut out = String::from("# Your tests\n\n");
+    for t in tests {
+        out.push_str(&format!(
+            "## `{DIR}/{}`\n\n```python\n{}\n```\n\n",
+            t.file,
+            t.content.trim_end()
+        ));
+    }
+    out.push_str("# How they ran at BASE_REF\n\n");
+    for (word, ids) in [
+        ("failed", failing),
+        ("passed", passing),
+        ("errored or skipped (dropped)", dropped),
+    ] {
+        out.push_str(&format!("{} {word}:\n", ids.len()));
+        for id in ids {
+            out.push_str(&format!("- `{id}`\n"));
+        }
+    }
+    if failing.len() + passing.len() + dropped.len() == 0 {
+        out.push_str("No test ran: none was collected.\n");
+    }
+    out
 }
 
 /// The JSON schema of the examiner's answer.

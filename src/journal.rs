@@ -84,6 +84,10 @@ pub struct SessionFinished {
     /// The critic's verdict (critic sessions only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verdict: Option<CriticVerdict>,
+    /// The critic's rulings on red examiner tests (evidence mode), with
+    /// what loopd checked of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rulings: Vec<crate::examiner::evidence::Ruling>,
 }
 
 /// How an attempt ended.
@@ -134,6 +138,10 @@ impl Gate {
     /// The examiner's tests on the judge-only tree, after the held-out
     /// steps ([`crate::examiner`]).
     pub const EXAMINER: Gate = Gate::named("examiner");
+    /// Evidence mode: the examiner's tests red on the change that the
+    /// critic did not rule wrong, after the critic
+    /// ([`crate::examiner::evidence`]).
+    pub const EXAMINER_EVIDENCE: Gate = Gate::named("examiner_evidence");
 
     pub const fn named(name: &'static str) -> Gate {
         Gate(std::borrow::Cow::Borrowed(name))
@@ -154,6 +162,8 @@ impl Gate {
             "diff_after_goal" => "diff gate after the goal test",
             "precheck" => "pre-critic",
             "held_out" => "held-out tests",
+            "examiner" => "examiner's tests",
+            "examiner_evidence" => "examiner's tests after the critic",
             other => other,
         }
     }
@@ -218,6 +228,9 @@ pub struct SpecHeldOut {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Examination {
     pub model: String,
+    /// How its tests judge (journals from before evidence mode: `gate`).
+    #[serde(default = "gate_mode")]
+    pub mode: crate::examiner::Mode,
     /// Where they are kept (outside every run directory).
     pub home: PathBuf,
     /// Their files under `loopd_examiner/` (none: the examiner wrote no
@@ -231,14 +244,41 @@ pub struct Examination {
     pub failing_at_base: Vec<String>,
     /// Test ids green at BASE_REF: what must not break.
     pub passing_at_base: Vec<String>,
+    /// Whether the examiner took its revision turn (told its tests' ids
+    /// and outcomes at BASE_REF); the lists above are the revised set's.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub revised: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
+}
+
+fn gate_mode() -> crate::examiner::Mode {
+    crate::examiner::Mode::Gate
 }
 
 impl Examination {
     /// The ids that judge an attempt.
     pub fn kept(&self) -> impl Iterator<Item = &String> {
         self.failing_at_base.iter().chain(&self.passing_at_base)
+    }
+}
+
+impl Replay {
+    /// The examiner's tests the critic ruled wrong on a quote loopd found:
+    /// dropped for the rest of the job.
+    pub fn ruled_wrong(&self) -> impl Iterator<Item = &crate::examiner::evidence::Ruling> {
+        self.rulings.iter().map(|(_, r)| r).filter(|r| r.drops())
+    }
+
+    /// The examiner's tests that still judge: kept at BASE_REF, not ruled
+    /// wrong since.
+    pub fn examiner_judging(&self) -> Vec<&String> {
+        let Some(e) = self.examined.as_ref() else {
+            return Vec::new();
+        };
+        e.kept()
+            .filter(|id| !self.ruled_wrong().any(|r| &r.test == *id))
+            .collect()
     }
 }
 
@@ -1063,6 +1103,9 @@ pub struct Replay {
     pub examined: Option<Examination>,
     /// What the examiner's sessions spent (within [`Replay::spend`]).
     pub examiner_spend: Spend,
+    /// The critic's rulings on red examiner tests, with the attempt each
+    /// was given in (evidence mode).
+    pub rulings: Vec<(u32, crate::examiner::evidence::Ruling)>,
     /// The held-out steps' counts at BASE_REF.
     pub held_out_counts: BTreeMap<String, crate::judges::testcount::Counts>,
     /// Where each goal step's runner resolved at BASE_REF.
@@ -1325,6 +1368,10 @@ impl Replay {
                 // A session cut short by a signal did not finish its work:
                 // billed, but a resumed job runs it again.
                 let cut_short = f.stopped == Some(Reason::Signal);
+                if f.role == Role::Critic && !cut_short {
+                    self.rulings
+                        .extend(f.rulings.iter().map(|r| (f.attempt, r.clone())));
+                }
                 if let Some(c) = current(self, f.attempt).filter(|_| !cut_short) {
                     match f.role {
                         Role::Agent => c.agent = Some(f.clone()),
@@ -1550,10 +1597,23 @@ impl Replay {
                 .as_ref()
                 .map(|e| crate::record::ExaminerSummary {
                     model: e.model.clone(),
+                    mode: e.mode.as_str().to_owned(),
+                    ruled_wrong: self
+                        .rulings
+                        .iter()
+                        .filter(|(_, r)| r.drops())
+                        .map(|(attempt, r)| crate::record::RuledWrong {
+                            test: r.test.clone(),
+                            attempt: *attempt,
+                            quote: r.quote.clone(),
+                            found_in: r.found_in.clone().unwrap_or_default(),
+                        })
+                        .collect(),
                     tests: e.tests.len(),
                     failing_at_base: e.failing_at_base.len(),
                     passing_at_base: e.passing_at_base.len(),
                     dropped: e.dropped.len(),
+                    revised: e.revised,
                     cost_usd: crate::record::round_usd(self.examiner_spend.cost_usd),
                     input_tokens: self.examiner_spend.input_tokens,
                     output_tokens: self.examiner_spend.output_tokens,
@@ -1722,6 +1782,7 @@ mod tests {
             leftover_processes: 0,
             failure: None,
             verdict: (role == Role::Critic).then_some(CriticVerdict::Pass),
+            rulings: Vec::new(),
         })
     }
 

@@ -231,11 +231,7 @@ fn clip(text: &str, max: usize) -> String {
     if t.len() <= max {
         return t.to_owned();
     }
-    let mut end = max.saturating_sub(1);
-    while !t.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &t[..end])
+    format!("{}…", crate::util::truncate(t, max.saturating_sub(1)))
 }
 
 /// Distil one job's lessons: the findings and violations of its rejected

@@ -102,7 +102,7 @@ impl Progress {
                     (None, Some(r)) => format!("stopped ({r})"),
                     (None, None) => "finished".to_owned(),
                 };
-                format!(
+                let mut line = format!(
                     "attempt {}: {} session {how} · {} turns · {} tool calls · ${:.4} · {}",
                     f.attempt,
                     role_name(f.role),
@@ -110,7 +110,21 @@ impl Progress {
                     f.tool_calls,
                     f.spend.cost_usd,
                     self.spend_line(state)
-                )
+                );
+                for r in &f.rulings {
+                    line.push_str(&format!(
+                        "\n  the critic rules examiner test {} {}",
+                        r.test,
+                        match (&r.found_in, r.ruling) {
+                            (Some(src), _) => format!("wrong, quoting {src}: dropped for the job"),
+                            (None, crate::examiner::evidence::Word::Wrong) => {
+                                "wrong, on a quote found nowhere: it stands".to_owned()
+                            }
+                            (None, crate::examiner::evidence::Word::Right) => "right".to_owned(),
+                        }
+                    ));
+                }
+                line
             }
             Event::HookDenied { attempt, finding } => {
                 format!("attempt {attempt}: the hook denied a call: {}", finding.problem)

@@ -39,8 +39,9 @@ pub enum Reason {
     /// The whole suite on the judge-only tree: a test that passed at
     /// BASE_REF does not pass after the change (`[judge] suite`).
     SuiteRegressed,
-    /// A test the examiner wrote from the task (`[examiner] mode =
-    /// "gate"`) was red on the last attempt's judge-only tree.
+    /// A test the examiner wrote from the task (`[examiner]`) was red on
+    /// the last attempt's judge-only tree (in evidence mode: and the critic
+    /// did not rule it wrong on a quote loopd found).
     ExaminerFailed,
     /// A process of the job made a directory or file of the worktree
     /// unreadable to loopd (a `chmod 0` over what the judges must walk):

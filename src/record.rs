@@ -78,17 +78,37 @@ pub struct AttemptRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExaminerSummary {
     pub model: String,
+    /// `gate` or `evidence`.
+    pub mode: String,
     /// Test files it wrote.
     pub tests: usize,
     pub failing_at_base: usize,
     pub passing_at_base: usize,
     pub dropped: usize,
+    /// Whether the examiner revised its tests once, told their outcomes at
+    /// BASE_REF (ids only).
+    #[serde(default)]
+    pub revised: bool,
     pub cost_usd: f64,
     pub input_tokens: u64,
     pub output_tokens: u64,
     /// Why no test of it judges the job, when none does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
+    /// Tests the critic ruled wrong on a quote loopd found (evidence mode):
+    /// dropped from the attempt named on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ruled_wrong: Vec<RuledWrong>,
+}
+
+/// An examiner test the critic ruled wrong, as the summary reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuledWrong {
+    pub test: String,
+    pub attempt: u32,
+    /// What the critic quoted, and where loopd found it.
+    pub quote: String,
+    pub found_in: String,
 }
 
 /// One run of the whole suite, as the summary reports it.

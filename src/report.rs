@@ -359,8 +359,15 @@ pub fn examiner_line(s: &Summary) -> Option<String> {
             e.tests, e.failing_at_base, e.passing_at_base, e.dropped
         ),
     };
-    Some(format!(
-        "examiner `{}`: {what}; ${:.4} ({} input / {} output tokens)",
-        e.model, e.cost_usd, e.input_tokens, e.output_tokens
-    ))
+    let mut line = format!(
+        "examiner `{}` ({}): {what}; ${:.4} ({} input / {} output tokens)",
+        e.model, e.mode, e.cost_usd, e.input_tokens, e.output_tokens
+    );
+    for r in &e.ruled_wrong {
+        line.push_str(&format!(
+            "; `{}` ruled wrong by the critic at attempt {} (quoting {}: \"{}\"), dropped",
+            r.test, r.attempt, r.found_in, r.quote
+        ));
+    }
+    Some(line)
 }

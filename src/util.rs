@@ -99,6 +99,19 @@ pub fn once_regex(
     cell.get_or_init(|| regex::Regex::new(pattern).expect("a built-in regex is valid"))
 }
 
+/// The longest prefix of `text` of at most `max` bytes that ends on a
+/// character boundary.
+pub fn truncate(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// Now, as RFC 3339 with milliseconds (UTC).
 pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()

@@ -117,11 +117,15 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
     });
     if let Some(e) = &job.examiner {
         out.push_str(&format!(
-            "examiner:      `{}` on `{}` writes tests from the task before attempt 1; `{}` runs them on a judge-only tree ({}): a red one rejects the attempt, the agent learns only its id\n",
+            "examiner:      `{}` on `{}` writes tests from the task before attempt 1; `{}` runs them on a judge-only tree ({}): {}\n",
             e.model,
             job.critic_agent,
             e.run,
-            e.mode.as_str()
+            e.mode.as_str(),
+            match e.mode {
+                crate::examiner::Mode::Evidence => "a red one goes to the critic with its source and output, and rejects the attempt unless the critic rules it wrong by quoting the task, the rubric or the docs; one that passed at BASE_REF and fails rejects; the agent learns its id and the critic's words, never the test",
+                _ => "a red one rejects the attempt, the agent learns only its id",
+            }
         ));
     }
     if !job.held_out.is_empty() {

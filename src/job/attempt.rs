@@ -27,6 +27,12 @@ const SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// What a session is asked: the prompt (the agent's, or the critic's
 /// instruction), the critic's material on stdin, the verdict's schema.
+/// How a critic session's result is read: its verdict, and its rulings on
+/// the examiner's red tests ([`crate::critic::read_judgement`]).
+pub(super) type Judgement<'a> = dyn Fn(Option<&SessionResult>) -> (CriticVerdict, Vec<crate::examiner::evidence::Ruling>)
+    + Sync
+    + 'a;
+
 pub struct Ask<'a> {
     pub prompt: &'a str,
     pub material: Option<&'a str>,
@@ -185,7 +191,7 @@ impl Run<'_> {
         ask: Ask<'_>,
         dir: &Path,
         attempt_started: Instant,
-        verdict: Option<fn(Option<&SessionResult>) -> CriticVerdict>,
+        verdict: Option<&Judgement<'_>>,
     ) -> Result<SessionFinished, JobError> {
         self.session_result(role, attempt, ask, dir, attempt_started, verdict)
             .await
@@ -201,7 +207,7 @@ impl Run<'_> {
         ask: Ask<'_>,
         dir: &Path,
         attempt_started: Instant,
-        verdict: Option<fn(Option<&SessionResult>) -> CriticVerdict>,
+        verdict: Option<&Judgement<'_>>,
     ) -> Result<(SessionFinished, Option<SessionResult>), JobError> {
         let deadline = self.deadline(attempt_started);
         let number = self.journal.state().sessions;
@@ -351,6 +357,13 @@ impl Run<'_> {
                 "the gateway refused requests of this session"
             );
         }
+        let (verdict, rulings) = match verdict {
+            Some(read) => {
+                let (v, r) = read(end.result.as_ref());
+                (Some(v), r)
+            }
+            None => (None, Vec::new()),
+        };
         let finished = SessionFinished {
             attempt,
             role,
@@ -366,7 +379,8 @@ impl Run<'_> {
             exit_code: end.exit_code,
             leftover_processes: end.leftovers,
             failure,
-            verdict: verdict.map(|read| read(end.result.as_ref())),
+            verdict,
+            rulings,
         };
         self.journal
             .append(Event::SessionFinished(finished.clone()))?;
@@ -471,9 +485,17 @@ fn record_of(c: &Current, n: u32, run_dir: &Path) -> AttemptRecord {
         n,
         goal_passed: c.goal.as_ref().is_some_and(|g| g.passed()),
         held_out_passed: c.held_out.as_ref().map(|r| r.passed()),
-        examiner_passed: c.examiner.as_ref().map(|_| {
-            c.gate(&crate::journal::Gate::EXAMINER)
-                .is_some_and(|f| f.is_empty())
+        // Green, or (evidence mode) red only where the critic ruled the
+        // tests wrong.
+        examiner_passed: c.examiner.as_ref().map(|(results, _)| {
+            let green = results.as_ref().is_some_and(|r| {
+                r.values()
+                    .all(|v| *v == crate::goal::results::Verdict::Passed)
+            });
+            let clean = |g: crate::journal::Gate| c.gate(&g).is_some_and(|f| f.is_empty());
+            green
+                || (clean(crate::journal::Gate::EXAMINER)
+                    && clean(crate::journal::Gate::EXAMINER_EVIDENCE))
         }),
         suite: c.suite.as_ref().map(|(r, _)| crate::record::SuiteRun {
             regressed: c

@@ -23,6 +23,9 @@ pub enum Feedback {
     /// Findings of the deterministic gates (protected paths, skip markers,
     /// test count), with file and line.
     Gates(Vec<Finding>),
+    /// Findings of a gate after the critic (the examiner's red tests in
+    /// evidence mode), then the critic's own violations.
+    GatesAndCritic(Vec<Finding>, Vec<critic::Violation>),
 }
 
 /// The next attempt's prompt: the task, the rejection, the instruction.
@@ -52,6 +55,16 @@ pub fn next_prompt(task: &str, feedback: &Feedback, rubric_rules: &str) -> Strin
         Feedback::Gates(findings) => {
             for f in findings {
                 p.push_str(&f.render());
+                p.push('\n');
+            }
+        }
+        Feedback::GatesAndCritic(findings, violations) => {
+            for f in findings {
+                p.push_str(&f.render());
+                p.push('\n');
+            }
+            for v in violations {
+                p.push_str(&v.render());
                 p.push('\n');
             }
         }

@@ -137,7 +137,36 @@ impl Run<'_> {
         if let Some(reason) = self.budget.exceeded(&self.journal.state().spend()) {
             return stop(self.guard_ending(reason));
         }
+        if goal.passed() {
+            if let Some(rejected) = self.after_verdict(&facts, &verdict)? {
+                return Ok(rejected);
+            }
+        }
         Ok(self.decision(&goal, &verdict))
+    }
+
+    /// The gates on what the critic answered ([`Stage::Verdict`]): their
+    /// findings reject with the critic's own violations after them.
+    fn after_verdict(
+        &mut self,
+        facts: &Facts<'_>,
+        verdict: &CriticVerdict,
+    ) -> Result<Option<Judged>, JobError> {
+        let Some(Judged::Rejected {
+            feedback: Feedback::Gates(found),
+            gate,
+            mut findings,
+        }) = self.pass_stage(Stage::Verdict, facts)?
+        else {
+            return Ok(None);
+        };
+        let violations = verdict.violations().to_vec();
+        findings.extend(violations.iter().map(critic::Violation::render));
+        Ok(Some(Judged::Rejected {
+            feedback: Feedback::GatesAndCritic(found, violations),
+            gate,
+            findings,
+        }))
     }
 
     /// The change the agent session left: `.git/` first (what the agent
@@ -480,6 +509,22 @@ impl Run<'_> {
             if let Some(e) = self.signalled() {
                 return Ok(Some(e));
             }
+            // Evidence mode shows the critic the red tests' output: kept
+            // beside them, never in the run directory.
+            if settings.mode == crate::examiner::Mode::Evidence {
+                if let (Some(step), Some(e)) =
+                    (report.steps.first(), self.journal.state().examined.as_ref())
+                {
+                    let file = super::examine::output_file(&e.home, n);
+                    let kept = file
+                        .parent()
+                        .map_or(Ok(()), crate::util::private_dir)
+                        .and_then(|()| crate::util::write_atomic(&file, step.output.as_bytes()));
+                    if let Err(err) = kept {
+                        tracing::warn!(file = %file.display(), error = %err, "cannot keep the examiner's run output: the critic is not shown it");
+                    }
+                }
+            }
             // Only the kept tests' outcomes, by test: what the change's
             // code ran in the runner could have named other "tests" after
             // the examiner's source, and a case's parameters are values.
@@ -667,7 +712,15 @@ impl Run<'_> {
             }),
             _ => None,
         };
-        let input = CriticInput {
+        let evidence = self.evidence(n);
+        let kept_out = evidence.as_ref().map(|(_, e)| {
+            format!(
+                "\n# Tests written from the task alone, red on this change\n{} examiner test(s) were shown here with their source and output: {}. They are kept out of the run directory.\n",
+                e.shown.len(),
+                e.shown.join(", ")
+            )
+        });
+        let mut input = CriticInput {
             task: &self.job.task,
             baseline: &baseline.render(),
             goal_names: self.job.goal.iter().map(|s| s.name.as_str()).collect(),
@@ -682,27 +735,41 @@ impl Run<'_> {
             allowed: &lifted,
             previous,
             answer_with: self.critic.answer_with(),
-        }
-        .render();
-        self.write(&dir.join("critic-input.txt"), &input)?;
+            examiner: kept_out.as_deref(),
+        };
+        // The run directory gets the input without the examiner's tests;
+        // the critic gets them.
+        self.write(&dir.join("critic-input.txt"), &input.render())?;
+        input.examiner = evidence.as_ref().map(|(section, _)| section.as_str());
+        let input = input.render();
         if let Some(e) = self.may_start(Role::Critic, input.len()) {
             return Ok(Err(e));
         }
-        let schema = critic::verdict_schema().to_string();
+        let schema = critic::verdict_schema_with(evidence.is_some()).to_string();
         let ask = super::attempt::Ask {
             prompt: &critic::instruction(self.critic.answer_with()),
             material: Some(&input),
             schema: Some(&schema),
         };
+        // A critic shown the examiner's tests may quote them: its logs go
+        // beside them, never to the run directory.
+        let logs = match (&evidence, self.journal.state().examined.as_ref()) {
+            (Some(_), Some(e)) => {
+                let logs = e.home.join("runs").join(format!("critic-{n}"));
+                crate::util::private_dir(&logs).map_err(|source| JobError::RunDir {
+                    path: logs.clone(),
+                    source,
+                })?;
+                logs
+            }
+            _ => dir.to_path_buf(),
+        };
+        let shown = evidence.map(|(_, e)| e);
+        let read = |r: Option<&crate::agent::events::SessionResult>| {
+            critic::read_judgement(r, shown.as_ref())
+        };
         let done = self
-            .session(
-                Role::Critic,
-                n,
-                ask,
-                dir,
-                attempt_started,
-                Some(critic::read_verdict),
-            )
+            .session(Role::Critic, n, ask, &logs, attempt_started, Some(&read))
             .await?;
         let verdict = done.verdict.clone().unwrap_or(CriticVerdict::Invalid {
             why: "the critic session recorded no verdict".into(),

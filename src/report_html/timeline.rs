@@ -288,6 +288,7 @@ mod tests {
             leftover_processes: 0,
             failure: None,
             verdict: (role == Role::Critic).then_some(CriticVerdict::Pass),
+            rulings: Vec::new(),
         })
     }
 

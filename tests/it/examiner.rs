@@ -63,6 +63,32 @@ fn texts_under(dir: &std::path::Path) -> Vec<(std::path::PathBuf, String)> {
     out
 }
 
+/// None of `words` is in `prompt`, the examiner's marker in no request of
+/// the agent and in no file of the run directory (returned).
+fn hidden(
+    model: &ScriptedModel,
+    summary: &Value,
+    prompt: &str,
+    words: &[&str],
+) -> std::path::PathBuf {
+    for word in words {
+        assert!(
+            !prompt.contains(word),
+            "`{word}` reached the prompt: {prompt}"
+        );
+    }
+    assert!(!agent_bodies(model).contains(MARKER));
+    let run_dir = std::path::PathBuf::from(summary["run_dir"].as_str().expect("run dir"));
+    for (path, text) in texts_under(&run_dir) {
+        assert!(
+            !text.contains(MARKER),
+            "the examiner's tests leaked into {}",
+            path.display()
+        );
+    }
+    run_dir
+}
+
 fn agent_bodies(model: &ScriptedModel) -> String {
     model
         .requests()
@@ -92,7 +118,17 @@ fn a_wrong_but_green_change_is_rejected_by_tests_the_examiner_wrote_from_the_tas
         ],
         vec![pass()],
     );
-    s.examiner = vec![examiner_script()];
+    // Its revision turn (a module did not collect): the broken module
+    // replaced by a guard that runs.
+    let revised = [
+        examiner_tests().remove(0),
+        (
+            "test_guard.py",
+            format!("# {MARKER}\nfrom decimal import Decimal\n\nfrom rechnung import apply_discount\n\n\ndef test_no_discount_keeps_the_amount():\n    assert apply_discount(Decimal(\"10.00\"), 0) == Decimal(\"10.00\")\n"),
+        ),
+    ];
+    let refs: Vec<(&str, &str)> = revised.iter().map(|(f, c)| (*f, c.as_str())).collect();
+    s.examiner = vec![examiner_script(), examiner_writes(&refs)];
     let model = ScriptedModel::start(s);
     let r = env.run(&model, &["--max-attempts", "2"]);
     let s: Value = r.summary();
@@ -106,15 +142,28 @@ fn a_wrong_but_green_change_is_rejected_by_tests_the_examiner_wrote_from_the_tas
     assert_eq!(first["critic"], "skipped", "before the critic: {first}");
     assert_eq!(first["examiner_passed"], false, "{first}");
     assert_eq!(s["attempts"][1]["examiner_passed"], true);
-    // One examiner session, on its own line of the spend.
-    assert_eq!(model.session_count(Role::Examiner), 1);
+    // Two examiner sessions — the tests, and one revision turn told only
+    // ids and outcomes at BASE_REF — on their own line of the spend.
+    assert_eq!(model.session_count(Role::Examiner), 2);
+    let revision = model.session(Role::Examiner, 1)[0].body.to_string();
+    assert!(
+        revision.contains("revising the tests you wrote")
+            && revision.contains("errored or skipped (dropped)")
+            && revision.contains("test_broken"),
+        "{revision}"
+    );
+    assert!(
+        !revision.contains("ModuleNotFoundError"),
+        "ids and outcomes only, never output: {revision}"
+    );
     let e = &s["examiner"];
+    assert_eq!(e["revised"], true, "{e}");
     assert_eq!(e["tests"], 2, "{e}");
     assert_eq!(e["failing_at_base"], 1, "{e}");
-    assert_eq!(e["passing_at_base"], 1, "{e}");
-    assert!(
-        e["dropped"].as_u64().expect("dropped") >= 1,
-        "a module that does not collect is dropped: {e}"
+    assert_eq!(e["passing_at_base"], 2, "{e}");
+    assert_eq!(
+        e["dropped"], 0,
+        "the revision replaced what did not run: {e}"
     );
     assert!(e["cost_usd"].as_f64().expect("cost") > 0.0, "{e}");
     // The next prompt names the failing test's id, nothing of its source.
@@ -123,23 +172,14 @@ fn a_wrong_but_green_change_is_rejected_by_tests_the_examiner_wrote_from_the_tas
         prompt.contains("test_gross_total_of_many_lines_rounds_half_up"),
         "{prompt}"
     );
-    for word in [MARKER, "20.83", "no_such_module_anywhere"] {
-        assert!(
-            !prompt.contains(word),
-            "`{word}` reached the prompt: {prompt}"
-        );
-    }
-    assert!(!agent_bodies(&model).contains(MARKER));
     // The run directory (what an artefact upload carries) holds none of
     // the tests; they are kept under the state dir's examiner directory.
-    let run_dir = std::path::PathBuf::from(s["run_dir"].as_str().expect("run dir"));
-    for (path, text) in texts_under(&run_dir) {
-        assert!(
-            !text.contains(MARKER),
-            "the examiner's tests leaked into {}",
-            path.display()
-        );
-    }
+    hidden(
+        &model,
+        &s,
+        &prompt,
+        &[MARKER, "20.83", "no_such_module_anywhere"],
+    );
     let kept = texts_under(&env.state.join("examiner"));
     assert!(
         kept.iter()
@@ -220,7 +260,8 @@ fn the_agent_cannot_read_the_examiners_tests() {
 fn a_job_started_again_after_its_examiner_wrote_does_not_pay_for_it_again() {
     let env = examiner_env();
     let mut s = scenario(vec![agent_writes(&clean_solution())], vec![pass()]);
-    s.examiner = vec![examiner_script(), examiner_script()];
+    // The tests, then a revision turn that keeps them (no file).
+    s.examiner = vec![examiner_script(), examiner_writes(&[]), examiner_script()];
     let model = ScriptedModel::start(s);
     // Killed right after the examiner's tests are written, before the
     // journal says so.
@@ -237,6 +278,20 @@ fn a_job_started_again_after_its_examiner_wrote_does_not_pay_for_it_again() {
         killed.stderr
     );
     assert_eq!(model.session_count(Role::Examiner), 1);
+    // Started again, and killed right after the revision turn.
+    let killed = finish(
+        env.loopd(Some(&model))
+            .args(["run", "--json", "--job-id", "exam1"])
+            .env("LOOPD_CRASH_AT", "examiner:revised#1")
+            .output()
+            .expect("run loopd"),
+    );
+    assert_ne!(
+        killed.code, 0,
+        "killed at the crash point: {}",
+        killed.stderr
+    );
+    assert_eq!(model.session_count(Role::Examiner), 2);
     let again = env.run(&model, &["--job-id", "exam1"]);
     let s = again.summary();
     assert_eq!(
@@ -246,10 +301,11 @@ fn a_job_started_again_after_its_examiner_wrote_does_not_pay_for_it_again() {
     );
     assert_eq!(
         model.session_count(Role::Examiner),
-        1,
-        "the tests kept under their key are not paid for again"
+        2,
+        "neither the tests nor their revision, kept under their key, is paid for again"
     );
     assert_eq!(s["examiner"]["tests"], 2, "{}", s["examiner"]);
+    assert_eq!(s["examiner"]["revised"], true, "{}", s["examiner"]);
 }
 
 #[test]
@@ -273,10 +329,10 @@ fn an_examiner_that_writes_nothing_usable_leaves_the_job_to_go_on_without() {
         s["examiner"]
     );
     assert!(!env.repo.join("conftest.py").exists());
-    // Off by default; `evidence` is refused until it is built.
+    // Off by default; a mode loopd does not know is refused.
     let off = TestEnv::scripted();
     assert!(!off.exec(&["check"]).stdout.contains("examiner:"));
-    off.append_config("[examiner]\nmode = \"evidence\"\n", "evidence");
+    off.append_config("[examiner]\nmode = \"judge\"\n", "no such mode");
     let refused = off.exec(&["check"]);
     assert_eq!(refused.code, 2, "{}", refused.stderr);
     assert!(
@@ -284,4 +340,219 @@ fn an_examiner_that_writes_nothing_usable_leaves_the_job_to_go_on_without() {
         "{}",
         refused.stderr
     );
+}
+
+// Evidence mode: red examiner tests go to the critic with their source
+// and output; it may rule one wrong only by quoting the task (or the
+// rubric, or the docs at BASE_REF); every other red one rejects, and the
+// next prompt gets the critic's words with the test cut out of them.
+
+/// The examiner's test of the task's rounding, with the marker inside the
+/// function (what the critic is shown of it).
+fn rounding_test(expected: &str, name: &str) -> (String, String) {
+    (
+        "test_examiner.py".to_owned(),
+        format!("from decimal import Decimal\n\nimport pytest\n\nfrom rechnung import apply_discount, gross_total\n\n\ndef {name}():\n    # {MARKER}\n    assert gross_total([(1, Decimal(\"10\")), (3, Decimal(\"2.50\"))]) == Decimal(\"{expected}\")\n\n\ndef test_a_discount_over_100_is_refused():\n    with pytest.raises(ValueError):\n        apply_discount(Decimal(\"10\"), 150)\n"),
+    )
+}
+
+fn evidence_env(task_also: &str) -> TestEnv {
+    let env = TestEnv::scripted();
+    let cfg = env.read_repo("loopd.toml");
+    let cfg = cfg.replacen(
+        "Do not delete, skip or weaken any test.",
+        &format!("Do not delete, skip or weaken any test.{task_also}"),
+        1,
+    );
+    std::fs::write(env.repo.join("loopd.toml"), cfg).expect("loopd.toml");
+    env.append_config(
+        "[examiner]\nmode = \"evidence\"\n",
+        "an examiner in evidence mode",
+    );
+    env
+}
+
+fn examiner_of(test: &(String, String)) -> crate::support::model::SessionScript {
+    examiner_writes(&[(test.0.as_str(), test.1.as_str())])
+}
+
+/// A critic that says PASS and rules on one examiner test.
+fn rules(
+    test: &str,
+    ruling: &str,
+    quote: &str,
+    behaviour: &str,
+) -> crate::support::model::SessionScript {
+    verdict(serde_json::json!({
+        "verdict": "PASS",
+        "violations": [],
+        "examiner": [{"test": format!("loopd_examiner/test_examiner.py::{test}"), "ruling": ruling, "quote": quote, "behaviour": behaviour}]
+    }))
+}
+
+fn critic_bodies(model: &ScriptedModel) -> Vec<String> {
+    model
+        .requests()
+        .iter()
+        .filter(|r| r.role == Role::Critic)
+        .map(|r| r.body.to_string())
+        .collect()
+}
+
+#[test]
+fn in_evidence_mode_a_red_test_the_critic_upholds_rejects_with_its_words_and_never_the_test() {
+    let env = evidence_env("");
+    let shown = env.exec(&["check"]);
+    assert!(shown.stdout.contains("(evidence)"), "{}", shown.stdout);
+    let name = "test_gross_total_of_many_lines_rounds_half_up";
+    let test = rounding_test("20.83", name);
+    // The critic's words quote the test's line and its expected value:
+    // loopd cuts both before they become a prompt.
+    let said = "gross totals must round half up to the cent, as the task's invoices do: assert gross_total([(1, Decimal(\"10\")), (3, Decimal(\"2.50\"))]) == Decimal(\"20.83\")";
+    let mut s = scenario(
+        vec![
+            agent_writes(&wrong_but_green()),
+            agent_writes(&clean_solution()),
+        ],
+        vec![rules(name, "right", "", said), pass()],
+    );
+    s.examiner = vec![examiner_of(&test)];
+    let model = ScriptedModel::start(s);
+    let r = env.run(&model, &["--max-attempts", "2"]);
+    let s: Value = r.summary();
+    assert_eq!(s["outcome"], "accepted", "{}\n{}", s["attempts"], r.stderr);
+    let first = &s["attempts"][0];
+    assert_eq!(
+        first["rejected_by"], "examiner_failed",
+        "{first}\n{}",
+        r.stderr
+    );
+    assert_eq!(
+        first["critic"], "PASS",
+        "the critic was asked, and said PASS: {first}"
+    );
+    assert_eq!(first["examiner_passed"], false, "{first}");
+    assert_eq!(s["attempts"][1]["examiner_passed"], true);
+    assert_eq!(s["examiner"]["mode"], "evidence", "{}", s["examiner"]);
+    // The critic of attempt 1 was shown the red test, its source and its
+    // output, and asked for rulings; the critic of attempt 2 (green) not.
+    let critics = critic_bodies(&model);
+    assert!(
+        critics[0].contains(name) && critics[0].contains(MARKER),
+        "{}",
+        critics[0]
+    );
+    assert!(
+        critics[0].contains("Their output on this change"),
+        "{}",
+        critics[0]
+    );
+    assert!(
+        !critics[0].contains("test_a_discount_over_100_is_refused\\n```"),
+        "only red tests are shown"
+    );
+    let last = critics.last().expect("a critic of attempt 2");
+    assert!(
+        !last.contains(MARKER),
+        "a green attempt's critic is shown no test"
+    );
+    // The next prompt: the id and the critic's words, without the test.
+    let prompt = model.session(Role::Agent, 1)[0].prompt();
+    assert!(prompt.contains(name), "{prompt}");
+    assert!(
+        prompt.contains("gross totals must round half up to the cent"),
+        "{prompt}"
+    );
+    let run_dir = hidden(&model, &s, &prompt, &[MARKER, "20.83", "Decimal(\"2.50\")"]);
+    let input =
+        std::fs::read_to_string(run_dir.join("attempt-1/critic-input.txt")).expect("critic input");
+    assert!(input.contains("kept out of the run directory"), "{input}");
+}
+
+#[test]
+fn a_test_the_critic_rules_wrong_by_quoting_the_task_is_dropped_and_the_honest_fix_accepted() {
+    let task_says = " Gross totals are rounded to the cent, half up.";
+    let env = evidence_env(task_says);
+    let name = "test_gross_total_rounds_down";
+    // The examiner misread the task: it expects rounding down.
+    let test = rounding_test("20.82", name);
+    let again = format!(
+        "{}\n# Gross totals round half up, as the task says.\n",
+        clean_solution()
+    );
+    let mut s = scenario(
+        vec![agent_writes(&clean_solution()), agent_writes(&again)],
+        vec![
+            // A quote the task does not hold: the ruling does not stand.
+            rules(
+                name,
+                "wrong",
+                "Gross totals may be rounded either way.",
+                "either rounding is fine",
+            ),
+            rules(
+                name,
+                "wrong",
+                "gross totals are rounded to the cent,  half up",
+                "totals round half up",
+            ),
+        ],
+    );
+    s.examiner = vec![examiner_of(&test)];
+    let model = ScriptedModel::start(s);
+    let r = env.run(&model, &["--max-attempts", "2"]);
+    let s: Value = r.summary();
+    assert_eq!(s["outcome"], "accepted", "{}\n{}", s["attempts"], r.stderr);
+    assert_eq!(
+        s["attempts"][0]["rejected_by"], "examiner_failed",
+        "{}",
+        s["attempts"]
+    );
+    let ruled = &s["examiner"]["ruled_wrong"];
+    assert_eq!(ruled.as_array().map(Vec::len), Some(1), "{ruled}");
+    assert_eq!(ruled[0]["attempt"], 2, "{ruled}");
+    assert_eq!(ruled[0]["found_in"], "the task", "{ruled}");
+    assert!(
+        ruled[0]["test"].as_str().is_some_and(|t| t.ends_with(name)),
+        "{ruled}"
+    );
+    let report = env.exec(&["report", s["job_id"].as_str().expect("id")]);
+    assert!(
+        report.stdout.contains("ruled wrong by the critic"),
+        "{}",
+        report.stdout
+    );
+}
+
+#[test]
+fn in_evidence_mode_a_test_that_passed_at_base_and_fails_rejects_before_the_critic() {
+    let env = evidence_env("");
+    let test = rounding_test("20.83", "test_gross_total_of_many_lines_rounds_half_up");
+    // Rounds right, and lets any discount through.
+    let broken = clean_solution().replace(
+        "    if percent < 0 or percent > 100:\n        raise ValueError(f\"discount must be between 0 and 100, got {percent}\")\n",
+        "",
+    );
+    assert_ne!(broken, clean_solution());
+    let mut s = scenario(vec![agent_writes(&broken)], vec![pass()]);
+    s.examiner = vec![examiner_of(&test)];
+    let model = ScriptedModel::start(s);
+    let r = env.run(&model, &["--max-attempts", "1"]);
+    let s: Value = r.summary();
+    let first = &s["attempts"][0];
+    assert_eq!(
+        first["rejected_by"], "examiner_failed",
+        "{first}\n{}",
+        r.stderr
+    );
+    assert_eq!(
+        first["critic"], "skipped",
+        "a regression is not the critic's to weigh: {first}"
+    );
+    let found = first["gate_findings"].to_string();
+    assert!(
+        found.contains("passed before it") && found.contains("test_a_discount_over_100_is_refused"),
+        "{found}"
+    );
+    assert_eq!(model.session_count(Role::Critic), 0);
 }

@@ -1,10 +1,14 @@
-//! The examiner's gate (`[examiner] mode = "gate"`): each test the examiner
-//! wrote from the task, kept at BASE_REF, must pass on the change's
-//! judge-only tree — those red at BASE_REF (what the task asks for) and
-//! those green there (what must not break). The next prompt learns only
-//! the ids of those that fail: never their source or what they expect.
+//! The examiner's gate: each test the examiner wrote from the task, kept at
+//! BASE_REF and not ruled wrong since, must pass on the change's
+//! judge-only tree. In `gate` mode every red one rejects here; in
+//! `evidence` mode a test that passed at BASE_REF and fails now (a
+//! regression the task never asked for) rejects here, and those red at
+//! BASE_REF too go to the critic first (the gate after it:
+//! [`super::examiner_evidence`]). The next prompt learns only the ids of
+//! those that fail: never their source or what they expect.
 
 use super::{Facts, Gate, Stage};
+use crate::examiner::Mode;
 use crate::goal::results::Verdict;
 use crate::job::{JobError, Run};
 use crate::journal;
@@ -15,7 +19,61 @@ use crate::outcome::Reason;
 pub(in crate::job) struct Examiner;
 
 /// How many failing ids a finding names.
-const NAMED: usize = 20;
+pub(super) const NAMED: usize = 20;
+
+/// What the examiner's run on this attempt says: the judging tests that
+/// do not pass, or the findings that stand in for it (no tree, no report,
+/// a tree written over).
+pub(in crate::job) fn red(run: &Run<'_>) -> Result<Vec<String>, Vec<Finding>> {
+    let finding = |reason, problem: &str, fix: &str| Finding {
+        reason,
+        path: "the examiner's tests".into(),
+        line: None,
+        rule: run.job.rubric.tests_rule(),
+        check: None,
+        problem: problem.into(),
+        fix: fix.into(),
+    };
+    let Some((results, written)) = run.current().examiner else {
+        return Err(vec![finding(
+            Reason::ExaminerFailed,
+            "the examiner's tests could not run: the change is too large to write as a tree",
+            "make a smaller change",
+        )]);
+    };
+    if written > 0 {
+        // No name: they may be the examiner's files.
+        return Err(vec![finding(
+            Reason::GoalChangedTree,
+            "the change's code, run by the examiner's tests, wrote over or deleted files of the tree it ran in",
+            "leave the tree alone from code the tests run: write outputs to temporary files",
+        )]);
+    }
+    let Some(results) = results else {
+        return Err(vec![finding(
+            Reason::ExaminerFailed,
+            "the examiner's tests wrote no test report on the change (they did at BASE_REF)",
+            "do not end the test process or change how the tests report",
+        )]);
+    };
+    Ok(run
+        .journal
+        .state()
+        .examiner_judging()
+        .into_iter()
+        .filter(|id| results.get(*id) != Some(&Verdict::Passed))
+        .cloned()
+        .collect())
+}
+
+/// `ids`, at most [`NAMED`] of them, and how many more.
+pub(super) fn named(ids: &[String]) -> String {
+    let mut named: Vec<String> = ids.iter().take(NAMED).cloned().collect();
+    if ids.len() > NAMED {
+        named.push(format!("and {} more", ids.len() - NAMED));
+    }
+    named.join(", ")
+}
 
 impl Gate for Examiner {
     fn id(&self) -> journal::Gate {
@@ -27,75 +85,47 @@ impl Gate for Examiner {
     }
 
     fn applies(&self, run: &Run<'_>) -> bool {
-        run.journal
-            .state()
-            .examined
-            .as_ref()
-            .is_some_and(|e| e.kept().next().is_some())
+        !run.journal.state().examiner_judging().is_empty()
     }
 
     fn check(&self, run: &Run<'_>, _facts: &Facts<'_>) -> Result<Vec<Finding>, JobError> {
-        let state = run.journal.state();
-        let Some(examined) = state.examined.as_ref() else {
-            return Ok(Vec::new());
+        let failing = match red(run) {
+            Ok(failing) => failing,
+            Err(findings) => return Ok(findings),
         };
-        let finding = |reason, problem: String, fix: &str| Finding {
-            reason,
+        let state = run.journal.state();
+        let regressed = state
+            .examined
+            .as_ref()
+            .is_some_and(|e| failing.iter().any(|id| e.passing_at_base.contains(id)));
+        let evidence = run
+            .job
+            .examiner
+            .as_ref()
+            .is_some_and(|s| s.mode == Mode::Evidence);
+        // In evidence mode the critic weighs what the task asks for first;
+        // a regression rejects here, with every red id.
+        if failing.is_empty() || (evidence && !regressed) {
+            return Ok(Vec::new());
+        }
+        Ok(vec![Finding {
+            reason: Reason::ExaminerFailed,
             path: "the examiner's tests".into(),
             line: None,
             rule: run.job.rubric.tests_rule(),
             check: None,
-            problem,
-            fix: fix.into(),
-        };
-        let Some((results, written)) = run.current().examiner else {
-            return Ok(vec![finding(
-                Reason::ExaminerFailed,
-                "the examiner's tests could not run: the change is too large to write as a tree"
-                    .into(),
-                "make a smaller change",
-            )]);
-        };
-        if written > 0 {
-            // No name: they may be the examiner's files.
-            return Ok(vec![finding(
-                Reason::GoalChangedTree,
-                "the change's code, run by the examiner's tests, wrote over or deleted files of the tree it ran in".into(),
-                "leave the tree alone from code the tests run: write outputs to temporary files",
-            )]);
-        }
-        let Some(results) = results else {
-            return Ok(vec![finding(
-                Reason::ExaminerFailed,
-                "the examiner's tests wrote no test report on the change (they did at BASE_REF)"
-                    .into(),
-                "do not end the test process or change how the tests report",
-            )]);
-        };
-        let failing: Vec<&str> = examined
-            .kept()
-            .filter(|id| results.get(*id) != Some(&Verdict::Passed))
-            .map(String::as_str)
-            .collect();
-        if failing.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut named: Vec<String> = failing
-            .iter()
-            .take(NAMED)
-            .map(|s| (*s).to_owned())
-            .collect();
-        if failing.len() > NAMED {
-            named.push(format!("and {} more", failing.len() - NAMED));
-        }
-        Ok(vec![finding(
-            Reason::ExaminerFailed,
-            format!(
-                "{} test(s) written from the task alone fail on the change: {}",
+            problem: format!(
+                "{} test(s) written from the task alone fail on the change{}: {}",
                 failing.len(),
-                named.join(", ")
+                if regressed {
+                    ", some of which passed before it"
+                } else {
+                    ""
+                },
+                named(&failing)
             ),
-            "read the task again and meet every case it states; these tests are not yours to see",
-        )])
+            fix: "read the task again and meet every case it states; these tests are not yours to see"
+                .into(),
+        }])
     }
 }

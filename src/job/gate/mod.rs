@@ -25,12 +25,15 @@ use crate::workspace::{ChangedText, Diff};
 mod after_goal;
 mod diff;
 mod examiner;
+mod examiner_evidence;
 mod held_out;
 #[cfg(feature = "failpoints")]
 mod planted;
 mod precheck;
 mod suite;
 mod test_count;
+
+pub(super) use examiner::red as examiner_red;
 
 /// What a gate runs after, in an attempt; in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +52,8 @@ pub(super) enum Stage {
     HeldOut,
     /// On the examiner's tests' run, before the critic.
     Examiner,
+    /// On what the critic answered (its rulings on red examiner tests).
+    Verdict,
 }
 
 /// What the gates of an attempt read: built once by the judge and handed
@@ -114,6 +119,7 @@ pub(super) static GATES: &[&dyn Gate] = &[
     &suite::Suite,
     &held_out::HeldOut,
     &examiner::Examiner,
+    &examiner_evidence::ExaminerEvidence,
 ];
 
 /// The gates of a stage that judge this job.
@@ -164,6 +170,7 @@ mod tests {
             Stage::Suite,
             Stage::HeldOut,
             Stage::Examiner,
+            Stage::Verdict,
         ];
         let stages: Vec<usize> = GATES
             .iter()
