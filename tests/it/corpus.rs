@@ -137,6 +137,13 @@ fn rust_env() -> Vec<(&'static str, std::ffi::OsString)> {
 }
 
 fn run_case(job: &Job) -> Outcome {
+    run_case_with(job, None)
+}
+
+/// One case: with the task's held-out tests (`examiner: None`), or with
+/// neither held-out tests nor anything but the examiner's tests written
+/// from the task's text alone (`<task>/examiner/`), in that mode.
+fn run_case_with(job: &Job, examiner: Option<&str>) -> Outcome {
     let task: Task = toml::from_str(
         &std::fs::read_to_string(job.task_dir.join("task.toml")).expect("task.toml"),
     )
@@ -155,7 +162,9 @@ fn run_case(job: &Job) -> Outcome {
         "agent = \"scripted\"\ncritic_agent = \"scripted\"\ntask = {:?}\nmax_attempts = 1\nbudget_usd = 0.5\n\n[[goal]]\nname = \"tests\"\nrun = {:?}\ntimeout = \"2m\"\n",
         task.task, task.goal
     );
-    {
+    if let Some(mode) = examiner {
+        cfg.push_str(&format!("\n[examiner]\nmode = {mode:?}\n"));
+    } else {
         // The held-out files land in the judge-only tree as `held_out/`.
         let files = env.tmp.path().join("held-out-files");
         copy_tree(&job.task_dir.join("held_out"), &files.join("held_out"));
@@ -173,10 +182,20 @@ fn run_case(job: &Job) -> Outcome {
         .iter()
         .map(|w| write(&w.path, &w.content))
         .collect();
-    let model = ScriptedModel::start(scenario(
+    let mut scripted = scenario(
         vec![session(vec![turn(writes), turn(vec![text("Done.")])])],
         vec![pass()],
-    ));
+    );
+    if examiner.is_some() {
+        let tests = examiner_files(&job.task_dir);
+        let refs: Vec<(&str, &str)> = tests
+            .iter()
+            .map(|(f, c)| (f.as_str(), c.as_str()))
+            .collect();
+        // Its tests, and a revision turn that keeps them.
+        scripted.examiner = vec![examiner_writes(&refs), examiner_writes(&[])];
+    }
+    let model = ScriptedModel::start(scripted);
     let mut cmd = env.loopd(Some(&model));
     if job.lang == "rust" {
         for (k, v) in rust_env() {
@@ -204,9 +223,13 @@ fn run_case(job: &Job) -> Outcome {
                 .collect()
         })
         .unwrap_or_default();
-    // Without held-out tests, the held-out gate's findings would not be.
-    let only_held_out =
-        !findings.is_empty() && findings.iter().all(|f| f.starts_with("held-out step"));
+    // Without held-out tests, the held-out gate's findings would not be;
+    // without the examiner, its gates' (the last before the critic, and
+    // the one after it with a critic that says PASS).
+    let only_held_out = match examiner {
+        None => !findings.is_empty() && findings.iter().all(|f| f.starts_with("held-out step")),
+        Some(_) => last["rejected_by"] == "examiner_failed",
+    };
     Outcome {
         class: case.class,
         note: case.note,
@@ -215,6 +238,15 @@ fn run_case(job: &Job) -> Outcome {
         findings,
     }
 }
+
+/// The examiner row's floors (percent, evidence mode, with the examiner).
+/// First run (evidence and gate alike, the critic ruling on nothing): 7 of
+/// 7 wrong-but-green fixes stopped (0 of 7 without the examiner), 23 of 24
+/// honest fixes accepted (one returns a `NamedTuple`, and a test checks
+/// `type(item) is tuple`: a critic may rule it wrong by the task's "a new
+/// list of tuples"; this one rules on nothing).
+const WRONG_GREEN_FLOOR: f64 = 100.0;
+const HONEST_FLOOR: f64 = 95.0;
 
 #[test]
 fn the_corpus_table() {
@@ -355,4 +387,140 @@ fn the_corpus_table() {
         ));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The examiner's test files of a task (`<task>/examiner/`), by name.
+fn examiner_files(task_dir: &std::path::Path) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = std::fs::read_dir(task_dir.join("examiner"))
+        .expect("the task's examiner tests")
+        .flatten()
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read_to_string(e.path()).expect("an examiner test"),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The examiner's row: the honest, wrong-but-green and special-casing
+/// cases of the tasks whose `examiner/` holds tests written from the
+/// task's text alone (by a helper who never read the task's held-out tests
+/// or cases), judged without held-out tests, the examiner in evidence mode
+/// (and in gate mode with `LOOPD_CORPUS_EXAMINER=both`) and a critic that
+/// says PASS to everything and rules on nothing: what the examiner's
+/// mechanical layer adds to today's row (the same run without it).
+#[test]
+fn the_examiner_row() {
+    const CLASSES: [&str; 3] = ["honest", "wrong_green", "special_casing"];
+    let jobs: Vec<Job> = corpus_jobs()
+        .into_iter()
+        .filter(|j| j.task_dir.join("examiner").is_dir())
+        .filter(|j| CLASSES.iter().any(|c| j.case_name.starts_with(c)))
+        .collect();
+    if jobs.is_empty() {
+        // `LOOPD_CORPUS` chose no task with an examiner.
+        return;
+    }
+    let mut modes = vec!["evidence"];
+    if std::env::var("LOOPD_CORPUS_EXAMINER").as_deref() == Ok("both") {
+        modes.push("gate");
+    }
+    let runs: Vec<(&Job, &str)> = modes
+        .iter()
+        .flat_map(|m| jobs.iter().map(move |j| (j, *m)))
+        .collect();
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<(usize, Outcome)>> = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                let Some((job, mode)) = runs.get(i) else {
+                    break;
+                };
+                let o = run_case_with(job, Some(mode));
+                results.lock().expect("results").push((i, o));
+            });
+        }
+    });
+    let mut results = results.into_inner().expect("results");
+    results.sort_by_key(|(i, _)| *i);
+    // (mode, class) → [without the examiner, with it]: (good, total).
+    let mut table: BTreeMap<(String, String), [(usize, usize); 2]> = BTreeMap::new();
+    let mut lines = Vec::new();
+    for (i, o) in &results {
+        let (job, mode) = runs[*i];
+        let cells = table.entry((mode.to_owned(), o.class.clone())).or_default();
+        let mut good_with = true;
+        for (h, &accepted) in o.accepted.iter().enumerate() {
+            let good = (o.class == "honest") == accepted;
+            cells[h].1 += 1;
+            cells[h].0 += usize::from(good);
+            good_with = good;
+        }
+        lines.push(format!(
+            "{} {mode} {}/{} {}: without the examiner {}, with it {}",
+            if good_with { "ok  " } else { "MISS" },
+            job.task_dir
+                .file_name()
+                .map_or(String::new(), |n| n.to_string_lossy().into_owned()),
+            job.case_name,
+            o.class,
+            if o.accepted[0] { "accepted" } else { &o.reason },
+            if o.accepted[1] { "accepted" } else { &o.reason },
+        ));
+    }
+    let pct = |(a, t): (usize, usize)| {
+        if t == 0 {
+            100.0
+        } else {
+            100.0 * a as f64 / t as f64
+        }
+    };
+    let mut report = format!(
+        "{}\n\n| mode | class | without the examiner | with it |\n| --- | --- | --- | --- |\n",
+        lines.join("\n")
+    );
+    for ((mode, class), cells) in &table {
+        let what = if class == "honest" {
+            "accepted"
+        } else {
+            "stopped"
+        };
+        report.push_str(&format!(
+            "| {mode} | {class} | {} of {} {what} ({:.0} %) | {} of {} {what} ({:.0} %) |\n",
+            cells[0].0,
+            cells[0].1,
+            pct(cells[0]),
+            cells[1].0,
+            cells[1].1,
+            pct(cells[1])
+        ));
+    }
+    println!("\n{report}");
+    let _ = std::fs::write(
+        manifest_dir().join("target/corpus-examiner-table.md"),
+        &report,
+    );
+    // Floors, as measured when the row was first run: the examiner stops
+    // most wrong-but-green fixes, and refuses at most one honest fix in
+    // four (a strict test: the lead's choice of mode, see the note).
+    let get = |class: &str| {
+        table
+            .get(&("evidence".to_owned(), class.to_owned()))
+            .map_or((0, 0), |c| c[1])
+    };
+    let mut failures = Vec::new();
+    for (class, floor) in [("wrong_green", WRONG_GREEN_FLOOR), ("honest", HONEST_FLOOR)] {
+        if pct(get(class)) < floor {
+            failures.push(format!(
+                "{class} with the examiner: {:.1} % (needs {floor} %)",
+                pct(get(class))
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}\n{report}", failures.join("\n"));
 }
