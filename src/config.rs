@@ -474,6 +474,9 @@ pub struct Job {
     pub suite: Option<Suite>,
     /// The examiner (`[examiner]`; `None`: off), [`crate::examiner`].
     pub examiner: Option<crate::examiner::Settings>,
+    /// Why the examiner is off although the lead left it to its default
+    /// (`loopd check` says so).
+    pub examiner_off: Option<String>,
     pub rubric: Rubric,
     pub rubric_source: String,
     pub max_attempts: u32,
@@ -709,22 +712,27 @@ pub struct Suite {
     pub inferred_from: Option<String>,
 }
 
-/// `[examiner]`: off (the default), or `gate` or `evidence` with the critic's CLI and
-/// `model` (the critic's model by default, priced like any), over the
-/// first goal step that runs pytest.
+/// `[examiner]`: `evidence` (the default), `gate` or `off`, on the
+/// critic's CLI with `model` (the CLI's cheaper default model unless
+/// named, priced like any), over the first goal step that runs pytest.
+/// Left to its default, it is off where it cannot run — no goal step runs
+/// pytest alone, no sandbox keeps its tests from the agent, its model has
+/// no price — and the second value says why; a mode the lead set is
+/// refused there instead (exit 2).
 fn examiner_setting(
     o: &Origin<'_>,
     file: &ExaminerFile,
     goal: &[GoalStep],
     critic_agent: &'static dyn crate::agent::Agent,
-    critic_model: &str,
     prices: &BTreeMap<String, Price>,
-) -> Result<Option<crate::examiner::Settings>, ConfigError> {
+    sandboxed: bool,
+) -> Result<(Option<crate::examiner::Settings>, Option<String>), ConfigError> {
     use crate::examiner::{Mode, Settings};
-    let mode = match file.mode.as_deref().map(str::trim) {
-        None | Some("off") => Mode::Off,
-        Some("gate") => Mode::Gate,
-        Some("evidence") => Mode::Evidence,
+    let (mode, chosen) = match file.mode.as_deref().map(str::trim) {
+        None => (Mode::Evidence, false),
+        Some("off") => (Mode::Off, true),
+        Some("gate") => (Mode::Gate, true),
+        Some("evidence") => (Mode::Evidence, true),
         Some(other) => {
             return Err(o.invalid(
                 "examiner.mode",
@@ -734,41 +742,63 @@ fn examiner_setting(
         }
     };
     if mode == Mode::Off {
-        return Ok(None);
+        return Ok((None, None));
     }
     let model = file
         .model
         .as_deref()
         .map(str::trim)
         .filter(|m| !m.is_empty())
-        .unwrap_or(critic_model)
+        .unwrap_or(critic_agent.default_models().0)
         .to_owned();
+    let off = |field: &str, expected: &str, found: String, why: String| {
+        if chosen {
+            Err(o.invalid(field, expected, found))
+        } else {
+            tracing::info!(why = %why, "the examiner is off for this job");
+            Ok((None, Some(why)))
+        }
+    };
     if crate::agent::Prices::new(critic_agent.prices(), prices)
         .of(&model)
         .is_none()
     {
-        return Err(o.invalid(
+        return off(
             "examiner.model",
             &format!(
                 "a model the critic's CLI (`{}`) can price (or a `[prices.\"{model}\"]` table)",
                 critic_agent.name()
             ),
             format!("`{model}`"),
-        ));
+            format!("its model `{model}` has no price"),
+        );
     }
-    let (run, timeout) = crate::examiner::command_for(goal).ok_or_else(|| {
-        o.invalid(
+    let Some((run, timeout)) = crate::examiner::command_for(goal) else {
+        return off(
             "examiner.mode",
             "`off` for this goal: the examiner writes pytest tests, and no goal step is one pytest command",
-            "`gate`",
-        )
-    })?;
-    Ok(Some(Settings {
-        mode,
-        model,
-        run,
-        timeout,
-    }))
+            format!("`{}`", mode.as_str()),
+            "it writes pytest tests, and no goal step is one pytest command".into(),
+        );
+    };
+    if !sandboxed && !chosen {
+        return Ok((
+            None,
+            Some(
+                "the sandbox is off, and it is what keeps the examiner's tests from the agent"
+                    .into(),
+            ),
+        ));
+    }
+    Ok((
+        Some(Settings {
+            mode,
+            model,
+            run,
+            timeout,
+        }),
+        None,
+    ))
 }
 
 /// The default bound of the whole suite's run.
@@ -1778,13 +1808,14 @@ impl Job {
         let o = origin(false);
         let guard = guard_settings(&o, file.guard)?;
         let suite = suite_setting(&o, &file.judge, &goal, &scripts)?;
-        let examiner = examiner_setting(
+        let sandbox = sandbox_settings(&o, file.sandbox, flags.require_sandbox, &flags.env)?;
+        let (examiner, examiner_off) = examiner_setting(
             &o,
             &file.examiner,
             &goal,
             critic_agent,
-            &critic_model,
             &prices,
+            sandbox.enabled,
         )?;
         let rubric_file = match &rubric.source {
             crate::rubric::RubricSource::File(p) => Some(p.as_path()),
@@ -1798,7 +1829,6 @@ impl Job {
         if examiner.is_some() {
             protect.paths.push(format!("{}/**", crate::examiner::DIR));
         }
-        let sandbox = sandbox_settings(&o, file.sandbox, flags.require_sandbox, &flags.env)?;
         if !sandbox.enabled && examiner.is_some() {
             return Err(o.invalid(
                 "sandbox.enabled",
@@ -1858,6 +1888,7 @@ impl Job {
             held_out,
             suite,
             examiner,
+            examiner_off,
             rubric,
             rubric_source,
             max_attempts,

@@ -115,6 +115,11 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
         ),
         None => "whole suite:   none (no goal step narrows a runner loopd reads; `[judge] suite` names one)\n".to_owned(),
     });
+    if let Some(why) = &job.examiner_off {
+        out.push_str(&format!(
+            "examiner:      off ({why}); `[examiner] mode` sets it\n"
+        ));
+    }
     if let Some(e) = &job.examiner {
         out.push_str(&format!(
             "examiner:      `{}` on `{}` writes tests from the task before attempt 1; `{}` runs them on a judge-only tree ({}): {}\n",

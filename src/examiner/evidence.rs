@@ -239,56 +239,166 @@ pub fn quote_found(quote: &str, sources: &[(String, String)]) -> Option<String> 
 }
 
 /// Cuts an examiner test out of the critic's words: each of its lines (of
-/// some length) and each value it holds that the task does not state.
+/// some length) and any stretch of one of [`GRAM`] characters or more,
+/// each value it holds that the task does not state, and each name in it
+/// that reads as code (a helper, a constant, a marker in a comment) that
+/// neither the task nor the repository at BASE_REF holds — matched with
+/// case and whitespace aside. What it cannot cut: a value spelled out or
+/// paraphrased, a stretch shorter than its units.
 #[derive(Debug, Clone, Default)]
 pub struct Redactor {
-    /// Longest first, so that a line is cut before a value in it.
+    /// Squeezed ([`squeeze`]), longest first.
     cuts: Vec<String>,
+    /// Every stretch of [`GRAM`] characters of the tests' lines, squeezed.
+    grams: std::collections::HashSet<String>,
 }
 
-/// The shortest line of a test that is cut.
+/// The shortest line of a test that is cut (squeezed).
 const MIN_LINE: usize = 10;
 /// The shortest value of a test that is cut.
 const MIN_VALUE: usize = 3;
+/// The shortest name of a test that is cut.
+const MIN_NAME: usize = 6;
+/// The shortest part of a line of a test that is cut (squeezed).
+pub const GRAM: usize = 16;
 
 fn literals() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
     crate::util::once_regex(&RE, r#""([^"\\\n]*)"|'([^'\\\n]*)'|\b(\d[\d_.]*\d)\b"#)
 }
 
+fn names() -> &'static Regex {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    crate::util::once_regex(&RE, r"[A-Za-z_][A-Za-z0-9_]{5,}")
+}
+
+/// `text` without whitespace, in lower case, typographic quotes made
+/// plain: each character with the range of `text` it came from.
+fn squeeze(text: &str) -> Vec<(char, (usize, usize))> {
+    text.char_indices()
+        .filter(|(_, c)| !c.is_whitespace())
+        .map(|(i, c)| {
+            let n = match c {
+                '\u{2018}' | '\u{2019}' => '\'',
+                '\u{201c}' | '\u{201d}' => '"',
+                c => c.to_ascii_lowercase(),
+            };
+            (n, (i, i + c.len_utf8()))
+        })
+        .collect()
+}
+
+fn squeezed(text: &str) -> String {
+    squeeze(text).into_iter().map(|(c, _)| c).collect()
+}
+
 impl Redactor {
-    /// From the sources of the tests the critic was shown, and the task
-    /// (a value the task states is the agent's already).
-    pub fn new(sources: &[&str], task: &str) -> Redactor {
-        let mut cuts: Vec<String> = Vec::new();
+    /// From the sources of the tests the critic was shown (and the lines
+    /// of their output that quote them), the task (a value it states is
+    /// the agent's already) and the repository's texts at BASE_REF (a name
+    /// they hold is no secret).
+    pub fn new(sources: &[&str], task: &str, known: &[&str]) -> Redactor {
+        let task_s = squeezed(task);
+        let known_names: std::collections::HashSet<&str> = known
+            .iter()
+            .flat_map(|t| names().find_iter(t).map(|m| m.as_str()))
+            .collect();
+        // Names that read as code (an underscore, a digit, a capital
+        // inside): a plain word of a comment is no secret.
+        let code_like = |w: &str| {
+            w.contains('_')
+                || w.chars().any(|c| c.is_ascii_digit())
+                || w.chars().skip(1).any(|c| c.is_ascii_uppercase())
+        };
+        let mut r = Redactor::default();
+        let mut keep = |cut: String, min: usize| {
+            if cut.chars().count() >= min && !task_s.contains(&cut) {
+                r.cuts.push(cut);
+            }
+        };
         for src in sources {
             for line in src.lines() {
-                let l = line.trim();
-                if l.len() >= MIN_LINE && !task.contains(l) {
-                    cuts.push(l.to_owned());
-                }
+                keep(squeezed(line), MIN_LINE);
             }
             for c in literals().captures_iter(src) {
-                let Some(v) = c.get(1).or(c.get(2)).or(c.get(3)) else {
-                    continue;
-                };
-                let v = v.as_str().trim();
-                if v.len() >= MIN_VALUE && !task.contains(v) {
-                    cuts.push(v.to_owned());
+                if let Some(v) = c.get(1).or(c.get(2)).or(c.get(3)) {
+                    keep(squeezed(v.as_str()), MIN_VALUE);
+                }
+            }
+            for m in names().find_iter(src) {
+                if code_like(m.as_str()) && !known_names.contains(m.as_str()) {
+                    keep(squeezed(m.as_str()), MIN_NAME);
                 }
             }
         }
-        cuts.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
-        cuts.dedup();
-        Redactor { cuts }
+        for src in sources {
+            for line in src.lines() {
+                let chars: Vec<char> = squeezed(line).chars().collect();
+                for w in chars.windows(GRAM) {
+                    let gram: String = w.iter().collect();
+                    if !task_s.contains(&gram) {
+                        r.grams.insert(gram);
+                    }
+                }
+            }
+        }
+        r.cuts
+            .sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        r.cuts.dedup();
+        r
     }
 
-    /// `text` without any line or value of the tests.
+    /// `text` without any line, part of a line, value or name of the
+    /// tests: each stretch of it that matches one is one [`REMOVED`].
     pub fn redact(&self, text: &str) -> String {
-        let mut out = text.to_owned();
+        let sq = squeeze(text);
+        let flat: String = sq.iter().map(|(c, _)| *c).collect();
+        // Byte offset in `flat` → index in `sq`.
+        let mut at_char = vec![0usize; flat.len() + 1];
+        let mut off = 0;
+        for (k, (c, _)) in sq.iter().enumerate() {
+            for b in 0..c.len_utf8() {
+                at_char[off + b] = k;
+            }
+            off += c.len_utf8();
+        }
+        at_char[flat.len()] = sq.len();
+        let mut cut = vec![false; text.len()];
+        let mut mark = |from: usize, to: usize| {
+            if from < to {
+                let (a, _) = sq[from].1;
+                let (_, b) = sq[to - 1].1;
+                cut[a..b].iter_mut().for_each(|x| *x = true);
+            }
+        };
         for c in &self.cuts {
-            if out.contains(c.as_str()) {
-                out = out.replace(c.as_str(), REMOVED);
+            let mut from = 0;
+            while let Some(at) = flat[from..].find(c.as_str()) {
+                let start = from + at;
+                let end = start + c.len();
+                mark(at_char[start], at_char[end]);
+                from = end;
+            }
+        }
+        if !self.grams.is_empty() && sq.len() >= GRAM {
+            let chars: Vec<char> = sq.iter().map(|(c, _)| *c).collect();
+            for (k, w) in chars.windows(GRAM).enumerate() {
+                if self.grams.contains(&w.iter().collect::<String>()) {
+                    mark(k, k + GRAM);
+                }
+            }
+        }
+        let mut out = String::with_capacity(text.len());
+        let mut removing = false;
+        for (i, ch) in text.char_indices() {
+            if cut[i] {
+                if !removing {
+                    out.push_str(REMOVED);
+                    removing = true;
+                }
+            } else {
+                removing = false;
+                out.push(ch);
             }
         }
         out
@@ -296,13 +406,15 @@ impl Redactor {
 
     /// Whether it cuts nothing.
     pub fn is_empty(&self) -> bool {
-        self.cuts.is_empty()
+        self.cuts.is_empty() && self.grams.is_empty()
     }
 }
 
 /// The rulings of a verdict object, as loopd keeps them: only on tests the
-/// critic was shown (`shown`), one per test (the first), each `behaviour`
-/// redacted, each `wrong` quote looked up in `sources`.
+/// critic was shown (`shown`), one per test — `wrong` only when every
+/// ruling on it is `wrong` on a quote found in `sources` (a critic that
+/// says both stands by the test) — each `behaviour` and each quote loopd
+/// did not find cut by `redactor`.
 pub fn read_rulings(
     answered: Vec<Answered>,
     shown: &[String],
@@ -314,9 +426,6 @@ pub fn read_rulings(
         let Some(test) = shown.iter().find(|s| same_test(s, &a.test)).cloned() else {
             continue;
         };
-        if out.iter().any(|r| r.test == test) {
-            continue;
-        }
         let found_in = match a.ruling {
             Word::Wrong => quote_found(&a.quote, sources),
             Word::Right => None,
@@ -324,16 +433,26 @@ pub fn read_rulings(
         if a.ruling == Word::Wrong && found_in.is_none() {
             tracing::warn!(test = %test, "the critic ruled an examiner test wrong on a quote that is not in the task, the rubric or the documentation: the test stands");
         }
-        out.push(Ruling {
+        // A quote loopd found is the task's or the docs' words; any other
+        // may be the test's.
+        let quote = match (a.ruling, &found_in) {
+            (Word::Wrong, Some(_)) => crate::util::truncate(a.quote.trim(), 1000).to_owned(),
+            (Word::Wrong, None) => redactor.redact(crate::util::truncate(a.quote.trim(), 1000)),
+            (Word::Right, _) => String::new(),
+        };
+        let ruling = Ruling {
             test,
             ruling: a.ruling,
-            quote: match a.ruling {
-                Word::Wrong => crate::util::truncate(a.quote.trim(), 1000).to_owned(),
-                Word::Right => String::new(),
-            },
+            quote,
             behaviour: redactor.redact(crate::util::truncate(a.behaviour.trim(), 2000)),
             found_in,
-        });
+        };
+        match out.iter_mut().find(|r| r.test == ruling.test) {
+            None => out.push(ruling),
+            // Two rulings on one test: it drops only if both would.
+            Some(first) if first.drops() && !ruling.drops() => *first = ruling,
+            Some(_) => {}
+        }
     }
     out
 }
@@ -391,7 +510,11 @@ mod tests {
 
     #[test]
     fn the_tests_lines_and_values_are_cut_from_the_critics_words() {
-        let r = Redactor::new(&[TEST], "Fix gross_total: round half up; 2.50 is a price.");
+        let r = Redactor::new(
+            &[TEST],
+            "Fix gross_total: round half up; 2.50 is a price.",
+            &["def gross_total(lines): ..."],
+        );
         let said = "The total of lines = [(1, '10'), (3, '2.50')] must be 20.83; a price of 2.50 is fine; the code returns \"20.82\". assert gross_total(lines) == Decimal(\"20.83\")";
         let out = r.redact(said);
         assert!(!out.contains("20.83"), "{out}");
@@ -401,6 +524,14 @@ mod tests {
             "a value the task states stays: {out}"
         );
         assert!(out.contains("20.82"), "not the test's value: {out}");
+        // Case and spacing aside, and the test's own names.
+        let out = r.redact("ASSERT  GROSS_TOTAL(lines)\n == decimal(\"20.83\") in test_many_lines_round_half_up; gross_total is the code's");
+        assert!(!out.to_lowercase().contains("assert gross_total"), "{out}");
+        assert!(!out.contains("test_many_lines_round_half_up"), "{out}");
+        assert!(
+            out.contains("gross_total is the code's"),
+            "a name of the code stays: {out}"
+        );
     }
 
     #[test]
@@ -436,9 +567,20 @@ mod tests {
             &Redactor::default(),
         );
         assert_eq!(got.len(), 2);
+        assert!(!got[0].drops(), "ruled wrong, then right: it stands");
+        assert!(!got[1].drops(), "a quote not found does not hold");
+        let got = read_rulings(
+            vec![a(
+                "m::test_a",
+                Word::Wrong,
+                "Amounts are rounded half up to the cent",
+            )],
+            &shown,
+            &sources,
+            &Redactor::default(),
+        );
         assert!(got[0].drops());
         assert_eq!(got[0].found_in.as_deref(), Some("the task"));
-        assert!(!got[1].drops(), "a quote not found does not hold");
     }
 
     #[test]

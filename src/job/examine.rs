@@ -339,14 +339,26 @@ impl Run<'_> {
             .iter()
             .filter_map(|f| std::fs::read_to_string(tests.join(f)).ok())
             .collect();
-        let cut: Vec<&str> = whole.iter().map(String::as_str).collect();
+        // And what the run printed of them: pytest's lines that quote a
+        // test (`>`) and spell out what it compared (`E`).
+        let quoted: String = output
+            .as_deref()
+            .unwrap_or("")
+            .lines()
+            .filter(|l| l.starts_with('>') || l.starts_with("E "))
+            .map(|l| format!("{}\n", &l[1..]))
+            .collect();
+        let mut cut: Vec<&str> = whole.iter().map(String::as_str).collect();
+        cut.push(&quoted);
+        let at_base = self.ws.texts_at(self.base_oid, 64 << 10);
+        let known: Vec<&str> = at_base.iter().map(|(_, t)| t.as_str()).collect();
+        let redactor = Redactor::new(&cut, &self.job.task, &known);
         let mut sources = vec![
             ("the task".to_owned(), self.job.task.clone()),
             ("the rubric".to_owned(), self.job.rubric.text.clone()),
         ];
         sources.extend(
-            self.ws
-                .texts_at(self.base_oid, 64 << 10)
+            at_base
                 .into_iter()
                 .filter(|(p, _)| evidence::is_documentation(p)),
         );
@@ -355,7 +367,7 @@ impl Run<'_> {
             crate::critic::Evidence {
                 shown,
                 sources,
-                redactor: Redactor::new(&cut, &self.job.task),
+                redactor,
             },
         ))
     }

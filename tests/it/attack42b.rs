@@ -595,7 +595,10 @@ fn examiner_env_timeout(timeout: &str) -> TestEnv {
         .replace("timeout = \"2m\"", &format!("timeout = \"{timeout}\""));
     std::fs::write(
         env.repo.join("loopd.toml"),
-        format!("{cfg}\n[examiner]\nmode = \"gate\"\n"),
+        format!(
+            "{}\n[examiner]\nmode = \"gate\"\n",
+            examiner_off_removed(&cfg)
+        ),
     )
     .expect("loopd.toml");
     env.git(&["commit", "-qam", "an examiner, short timeouts"]);

@@ -165,6 +165,8 @@ fn run_case_with(job: &Job, examiner: Option<&str>) -> Outcome {
     if let Some(mode) = examiner {
         cfg.push_str(&format!("\n[examiner]\nmode = {mode:?}\n"));
     } else {
+        // Today's layers with held-out tests: no examiner.
+        cfg.push_str("\n[examiner]\nmode = \"off\"\n");
         // The held-out files land in the judge-only tree as `held_out/`.
         let files = env.tmp.path().join("held-out-files");
         copy_tree(&job.task_dir.join("held_out"), &files.join("held_out"));

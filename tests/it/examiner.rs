@@ -329,11 +329,55 @@ fn an_examiner_that_writes_nothing_usable_leaves_the_job_to_go_on_without() {
         s["examiner"]
     );
     assert!(!env.repo.join("conftest.py").exists());
-    // Off by default; a mode loopd does not know is refused.
+    // A mode loopd does not know is refused.
     let off = TestEnv::scripted();
-    assert!(!off.exec(&["check"]).stdout.contains("examiner:"));
     off.append_config("[examiner]\nmode = \"judge\"\n", "no such mode");
     let refused = off.exec(&["check"]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("examiner.mode"),
+        "{}",
+        refused.stderr
+    );
+}
+
+#[test]
+fn the_examiner_is_on_by_default_in_evidence_mode_on_the_cheap_model_where_it_can_run() {
+    let env = TestEnv::scripted();
+    let cfg = examiner_off_removed(&env.read_repo("loopd.toml"));
+    std::fs::write(env.repo.join("loopd.toml"), &cfg).expect("loopd.toml");
+    env.git(&["commit", "-qam", "the examiner left to its default"]);
+    let shown = env.exec(&["check"]);
+    assert_eq!(shown.code, 0, "{}", shown.stderr);
+    assert!(
+        shown.stdout.contains("examiner:") && shown.stdout.contains("(evidence)"),
+        "{}",
+        shown.stdout
+    );
+    // The critic CLI's cheaper default model (the critic's is `sonnet`).
+    assert!(shown.stdout.contains("`haiku` on"), "{}", shown.stdout);
+    // Where it cannot run, the default is off and says why; a mode the
+    // lead set is refused there instead.
+    let no_pytest = cfg.replace(
+        "run = \"python3 -m pytest -q\"",
+        "run = \"python3 -c 'import rechnung'\"",
+    );
+    assert_ne!(no_pytest, cfg);
+    std::fs::write(env.repo.join("loopd.toml"), &no_pytest).expect("loopd.toml");
+    env.git(&["commit", "-qam", "no pytest step"]);
+    let shown = env.exec(&["check"]);
+    assert!(
+        shown
+            .stdout
+            .contains("examiner:      off (it writes pytest tests"),
+        "{}",
+        shown.stdout
+    );
+    env.append_config(
+        "[examiner]\nmode = \"evidence\"\n",
+        "the examiner asked for",
+    );
+    let refused = env.exec(&["check"]);
     assert_eq!(refused.code, 2, "{}", refused.stderr);
     assert!(
         refused.stderr.contains("examiner.mode"),
@@ -555,4 +599,55 @@ fn in_evidence_mode_a_test_that_passed_at_base_and_fails_rejects_before_the_crit
         "{found}"
     );
     assert_eq!(model.session_count(Role::Critic), 0);
+}
+
+/// What the examiner adds to a job's model traffic, with the real Claude
+/// Code CLI for every session (the agent's, the critic's, the examiner's):
+/// the requests and their bytes by role, printed (`--nocapture`), with the
+/// examiner off and in evidence mode — the scripted model's token counts are
+/// not real, the requests' sizes are what a model would read.
+#[test]
+fn the_examiners_share_of_a_jobs_model_traffic_is_measured() {
+    let measure = |examiner: bool| {
+        let env = TestEnv::new();
+        if examiner {
+            env.append_config("[examiner]\nmode = \"evidence\"\n", "an examiner");
+        }
+        let mut s = scenario(vec![agent_writes(&clean_solution())], vec![pass()]);
+        s.examiner = vec![examiner_script(), examiner_writes(&[])];
+        let model = ScriptedModel::start(s);
+        let r = env.run(&model, &["--max-attempts", "1"]);
+        assert_eq!(r.summary()["outcome"], "accepted", "{}", r.stderr);
+        let mut by: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
+        for q in model.requests() {
+            let e = by.entry(format!("{:?}", q.role)).or_default();
+            e.0 += 1;
+            e.1 += q.body.to_string().len();
+        }
+        by
+    };
+    let off = measure(false);
+    let on = measure(true);
+    let total = |m: &std::collections::BTreeMap<String, (usize, usize)>| -> (usize, usize) {
+        m.values().fold((0, 0), |a, v| (a.0 + v.0, a.1 + v.1))
+    };
+    println!("examiner off: {off:?} total {:?}", total(&off));
+    println!("examiner on:  {on:?} total {:?}", total(&on));
+    let (n_off, b_off) = total(&off);
+    let (n_on, b_on) = total(&on);
+    // Its session and its revision turn (a module did not collect), on its
+    // own role; the agent's and the critic's calls are the same.
+    assert_eq!(on.get("Examiner").map(|e| e.0), Some(2), "{on:?}");
+    assert_eq!(on.get("Agent").map(|e| e.0), off.get("Agent").map(|e| e.0));
+    assert_eq!(
+        on.get("Critic").map(|e| e.0),
+        off.get("Critic").map(|e| e.0)
+    );
+    println!(
+        "the examiner adds {} requests ({:.0} %) and {} bytes ({:.1} %)",
+        n_on - n_off,
+        100.0 * (n_on - n_off) as f64 / n_off as f64,
+        b_on - b_off,
+        100.0 * (b_on - b_off) as f64 / b_off as f64
+    );
 }

@@ -11,6 +11,7 @@ mod agents;
 mod allow;
 mod attack42;
 mod attack42b;
+mod attack42c;
 mod attacks;
 mod boundary;
 mod ci;

@@ -296,7 +296,10 @@ impl TestEnv {
     /// Append `toml` to the repository's `loopd.toml` and commit it (the
     /// tree must be clean for a job).
     pub fn append_config(&self, toml: &str, message: &str) {
-        let cfg = self.read_repo("loopd.toml");
+        let mut cfg = self.read_repo("loopd.toml");
+        if toml.contains("[examiner]") {
+            cfg = examiner_off_removed(&cfg);
+        }
         std::fs::write(self.repo.join("loopd.toml"), format!("{cfg}\n{toml}")).expect("loopd.toml");
         self.git(&["commit", "-qam", message]);
     }
@@ -538,6 +541,20 @@ pub fn scenario(agent: Vec<SessionScript>, critic: Vec<SessionScript>) -> Scenar
         agent,
         critic,
         examiner: Vec::new(),
+    }
+}
+
+/// The fixture's `loopd.toml` without the block that turns the examiner
+/// off (it is on by default): for a test that sets `[examiner]` itself.
+pub fn examiner_off_removed(cfg: &str) -> String {
+    match cfg.find("# loopd-test: the examiner") {
+        Some(at) => {
+            let end = cfg[at..]
+                .find("mode = \"off\"\n")
+                .map_or(cfg.len(), |i| at + i + "mode = \"off\"\n".len());
+            format!("{}{}", &cfg[..at], &cfg[end..])
+        }
+        None => cfg.to_owned(),
     }
 }
 
