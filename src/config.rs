@@ -390,6 +390,9 @@ struct GoalStepFile {
 #[serde(deny_unknown_fields)]
 struct ExaminerFile {
     mode: Option<String>,
+    /// The CLI that runs it: the agent's or the critic's (the critic's by
+    /// default).
+    agent: Option<String>,
     model: Option<String>,
 }
 
@@ -712,9 +715,9 @@ pub struct Suite {
     pub inferred_from: Option<String>,
 }
 
-/// `[examiner]`: `evidence` (the default), `gate` or `off`, on the
-/// critic's CLI with `model` (the CLI's cheaper default model unless
-/// named, priced like any), over the first goal step that runs pytest.
+/// `[examiner]`: `evidence` (the default), `gate` or `off`, on `agent`
+/// (the critic's CLI unless the agent's is named) with `model` (that CLI's
+/// cheaper default model unless named, priced like any), over the first goal step that runs pytest.
 /// Left to its default, it is off where it cannot run — no goal step runs
 /// pytest alone, no sandbox keeps its tests from the agent, its model has
 /// no price — and the second value says why; a mode the lead set is
@@ -723,7 +726,10 @@ fn examiner_setting(
     o: &Origin<'_>,
     file: &ExaminerFile,
     goal: &[GoalStep],
-    critic_agent: &'static dyn crate::agent::Agent,
+    (agent, critic_agent): (
+        &'static dyn crate::agent::Agent,
+        &'static dyn crate::agent::Agent,
+    ),
     prices: &BTreeMap<String, Price>,
     sandboxed: bool,
 ) -> Result<(Option<crate::examiner::Settings>, Option<String>), ConfigError> {
@@ -744,12 +750,30 @@ fn examiner_setting(
     if mode == Mode::Off {
         return Ok((None, None));
     }
+    // One of the job's two CLIs, run in the critic's world: no tool, a
+    // home of its own, emptied after.
+    let cli = match file.agent.as_deref().map(str::trim) {
+        None => critic_agent,
+        Some(name) if name == critic_agent.name() => critic_agent,
+        Some(name) if name == agent.name() => agent,
+        Some(other) => {
+            return Err(o.invalid(
+                "examiner.agent",
+                &format!(
+                    "the agent's or the critic's CLI (`{}` or `{}`): the examiner runs one of the job's two",
+                    agent.name(),
+                    critic_agent.name()
+                ),
+                format!("`{other}`"),
+            ))
+        }
+    };
     let model = file
         .model
         .as_deref()
         .map(str::trim)
         .filter(|m| !m.is_empty())
-        .unwrap_or(critic_agent.default_models().0)
+        .unwrap_or(cli.default_models().0)
         .to_owned();
     let off = |field: &str, expected: &str, found: String, why: String| {
         if chosen {
@@ -759,15 +783,15 @@ fn examiner_setting(
             Ok((None, Some(why)))
         }
     };
-    if crate::agent::Prices::new(critic_agent.prices(), prices)
+    if crate::agent::Prices::new(cli.prices(), prices)
         .of(&model)
         .is_none()
     {
         return off(
             "examiner.model",
             &format!(
-                "a model the critic's CLI (`{}`) can price (or a `[prices.\"{model}\"]` table)",
-                critic_agent.name()
+                "a model the examiner's CLI (`{}`) can price (or a `[prices.\"{model}\"]` table)",
+                cli.name()
             ),
             format!("`{model}`"),
             format!("its model `{model}` has no price"),
@@ -793,6 +817,7 @@ fn examiner_setting(
     Ok((
         Some(Settings {
             mode,
+            agent: cli.name().to_owned(),
             model,
             run,
             timeout,
@@ -1813,7 +1838,7 @@ impl Job {
             &o,
             &file.examiner,
             &goal,
-            critic_agent,
+            (agent, critic_agent),
             &prices,
             sandbox.enabled,
         )?;

@@ -71,6 +71,9 @@ impl Mode {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Settings {
     pub mode: Mode,
+    /// The CLI that runs its session: the job's agent's or critic's
+    /// (its name in the agent registry).
+    pub agent: String,
     /// The model of its session (the critic's CLI runs it).
     pub model: String,
     /// The command that runs its tests: the goal's runner, no selection,

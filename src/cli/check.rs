@@ -124,7 +124,7 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
         out.push_str(&format!(
             "examiner:      `{}` on `{}` writes tests from the task before attempt 1; `{}` runs them on a judge-only tree ({}): {}\n",
             e.model,
-            job.critic_agent,
+            e.agent,
             e.run,
             e.mode.as_str(),
             match e.mode {

@@ -58,7 +58,7 @@ impl Run<'_> {
             test_files(&tests)
         } else {
             let material = self.examiner_material();
-            let prompt = examiner::instruction(self.critic.answer_with());
+            let prompt = examiner::instruction(self.cli(Role::Examiner).agent.answer_with());
             match self.ask_examiner(&prompt, &material, &home).await? {
                 Ok(Ok(answer)) => {
                     write_tests(&tests, &answer).map_err(io(&tests))?;
@@ -95,7 +95,8 @@ impl Run<'_> {
                     &e.dropped
                 )
             );
-            let prompt = examiner::revision_instruction(self.critic.answer_with());
+            let prompt =
+                examiner::revision_instruction(self.cli(Role::Examiner).agent.answer_with());
             match self.ask_examiner(&prompt, &material, &home).await? {
                 Ok(Ok(answer)) => {
                     replace_tests(&tests, &answer).map_err(io(&tests))?;

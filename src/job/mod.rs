@@ -426,21 +426,36 @@ impl Run<'_> {
                 &self.job.critic_model,
                 &self.env.critic,
             ),
-            // The critic's CLI and world, on the examiner's model; its home
-            // is emptied after the session (`Run::examine`).
-            Role::Examiner => (
-                self.critic,
-                &self.job.critic_bin,
-                self.job
-                    .examiner
-                    .as_ref()
-                    .map_or(&self.job.critic_model, |e| &e.model),
-                &self.env.critic,
-            ),
+            // The critic's world (no tool, its home emptied after the
+            // session: `Run::examine`), on the examiner's CLI — the
+            // critic's or the agent's — and model.
+            Role::Examiner => match &self.job.examiner {
+                Some(e) if e.agent == self.agent.name() && e.agent != self.critic.name() => {
+                    (self.agent, &self.job.agent_bin, &e.model, &self.env.critic)
+                }
+                Some(e) => (
+                    self.critic,
+                    &self.job.critic_bin,
+                    &e.model,
+                    &self.env.critic,
+                ),
+                None => (
+                    self.critic,
+                    &self.job.critic_bin,
+                    &self.job.critic_model,
+                    &self.env.critic,
+                ),
+            },
+        };
+        // The vendor of the CLI that runs, whichever world it runs in.
+        let vendor = if agent.name() == self.agent.name() {
+            self.env.agent.vendor
+        } else {
+            v.vendor
         };
         SessionCli {
             agent,
-            vendor: v.vendor,
+            vendor,
             bin: bin.clone(),
             model: model.clone(),
             prices: Prices::new(agent.prices(), &self.job.prices),

@@ -651,3 +651,63 @@ fn the_examiners_share_of_a_jobs_model_traffic_is_measured() {
         100.0 * (b_on - b_off) as f64 / b_off as f64
     );
 }
+
+/// `[examiner] agent` names the agent's CLI: the real Codex CLI writes
+/// the examiner's tests (on its cheaper default model, over the Responses
+/// API) while the real Claude Code CLI is the critic, and a wrong-but-green
+/// fix is rejected by them.
+#[test]
+fn the_examiner_runs_on_the_agents_cli_when_the_lead_names_it() {
+    let env = TestEnv::new();
+    env.append_config(
+        "[examiner]\nmode = \"gate\"\nagent = \"codex\"\n",
+        "the examiner on the agent's CLI",
+    );
+    let shown = env.exec(&["check", "--agent", "codex"]);
+    assert!(
+        shown.stdout.contains("`gpt-5-codex` on `codex`"),
+        "{}",
+        shown.stdout
+    );
+    let mut s = scenario(
+        vec![
+            agent_writes(&wrong_but_green()),
+            agent_writes(&clean_solution()),
+        ],
+        vec![pass()],
+    );
+    s.examiner = vec![examiner_script(), examiner_writes(&[])];
+    let model = ScriptedModel::start(s);
+    let r = env.run(&model, &["--agent", "codex", "--max-attempts", "2"]);
+    let s: Value = r.summary();
+    assert_eq!(s["outcome"], "accepted", "{}\n{}", s["attempts"], r.stderr);
+    assert_eq!(
+        s["attempts"][0]["rejected_by"], "examiner_failed",
+        "{}",
+        s["attempts"]
+    );
+    let examiner: Vec<String> = model
+        .requests()
+        .into_iter()
+        .filter(|q| q.role == Role::Examiner)
+        .map(|q| q.model)
+        .collect();
+    assert!(
+        !examiner.is_empty() && examiner.iter().all(|m| m.contains("gpt-5-codex")),
+        "the examiner's requests: {examiner:?}"
+    );
+    assert_eq!(s["examiner"]["model"], "gpt-5-codex", "{}", s["examiner"]);
+    // Not a known CLI of this job: refused.
+    let cfg = env
+        .read_repo("loopd.toml")
+        .replace("agent = \"codex\"", "agent = \"aider\"");
+    std::fs::write(env.repo.join("loopd.toml"), cfg).expect("loopd.toml");
+    env.git(&["commit", "-qam", "an unknown examiner CLI"]);
+    let refused = env.exec(&["check", "--agent", "codex"]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("examiner.agent"),
+        "{}",
+        refused.stderr
+    );
+}
