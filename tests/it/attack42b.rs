@@ -48,39 +48,6 @@ fn with_examiner(
     ScriptedModel::start(s)
 }
 
-fn bodies_of(model: &ScriptedModel, role: Role) -> String {
-    model
-        .requests()
-        .iter()
-        .filter(|r| r.role == role)
-        .map(|r| r.body.to_string())
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// Every file under `dir` (links not followed), with its bytes as text.
-fn files_under(dir: &Path, skip: Option<&Path>) -> Vec<(PathBuf, String)> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        if skip.is_some_and(|s| p == s) {
-            continue;
-        }
-        let Ok(ft) = e.file_type() else { continue };
-        if ft.is_dir() {
-            out.extend(files_under(&p, skip));
-        } else if ft.is_file() {
-            if let Ok(bytes) = std::fs::read(&p) {
-                out.push((p, String::from_utf8_lossy(&bytes).into_owned()));
-            }
-        }
-    }
-    out
-}
-
 /// None of `needles` is in: the agent's and the critic's requests, any file
 /// under the state dir but the examiner's own directory, `loopd report`.
 fn assert_nothing_leaked(
@@ -513,55 +480,6 @@ fn attack42b_06b_the_change_kills_its_own_runner_in_the_examiners_run() {
         "SIGKILL to its own runner",
         &[],
     );
-}
-
-/// `loopd run --json ARGS…` against `model`, killed (and reported as a
-/// hang) after `secs`.
-fn run_bounded(
-    env: &TestEnv,
-    model: &ScriptedModel,
-    args: &[&str],
-    secs: u64,
-) -> (RunResult, bool) {
-    use std::io::Read;
-    let mut cmd = env.loopd(Some(model));
-    cmd.arg("run").arg("--json").args(args);
-    cmd.stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn loopd");
-    let mut out = child.stdout.take().expect("stdout");
-    let mut err = child.stderr.take().expect("stderr");
-    let t_out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-    let mut hung = false;
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        if std::time::Instant::now() > until {
-            hung = true;
-            send_signal(child.id(), 9);
-            break child.wait().expect("wait");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    };
-    (
-        RunResult {
-            code: status.code().unwrap_or(-1),
-            stdout: t_out.join().unwrap_or_default(),
-            stderr: t_err.join().unwrap_or_default(),
-        },
-        hung,
-    )
 }
 
 /// Kill what a SIGKILLed loopd left behind: processes of this test's job

@@ -3,7 +3,7 @@
 //! by the judges, and as a critic that quotes what it was shown. Each test
 //! asserts the PROMISE: a failing test is a hole (or a crash).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::{json, Value};
 
@@ -133,39 +133,6 @@ fn six_rounding_tests() -> String {
 }
 
 // ---- what to look at ----------------------------------------------------------
-
-fn bodies_of(model: &ScriptedModel, role: Role) -> String {
-    model
-        .requests()
-        .iter()
-        .filter(|r| r.role == role)
-        .map(|r| r.body.to_string())
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// Every file under `dir` (links not followed), with its bytes as text.
-fn files_under(dir: &Path, skip: Option<&Path>) -> Vec<(PathBuf, String)> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        if skip.is_some_and(|s| p == s) {
-            continue;
-        }
-        let Ok(ft) = e.file_type() else { continue };
-        if ft.is_dir() {
-            out.extend(files_under(&p, skip));
-        } else if ft.is_file() {
-            if let Ok(bytes) = std::fs::read(&p) {
-                out.push((p, String::from_utf8_lossy(&bytes).into_owned()));
-            }
-        }
-    }
-    out
-}
 
 fn around(hay: &str, needle: &str) -> String {
     match hay.find(needle) {
@@ -313,54 +280,6 @@ fn ruled_wrong(s: &Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// `loopd run --json ARGS…`, killed (and reported as a hang) after `secs`.
-fn run_bounded(
-    env: &TestEnv,
-    model: &ScriptedModel,
-    args: &[&str],
-    secs: u64,
-) -> (RunResult, bool) {
-    use std::io::Read;
-    let mut cmd = env.loopd(Some(model));
-    cmd.arg("run").arg("--json").args(args);
-    cmd.stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn loopd");
-    let mut out = child.stdout.take().expect("stdout");
-    let mut err = child.stderr.take().expect("stderr");
-    let t_out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-    let mut hung = false;
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        if std::time::Instant::now() > until {
-            hung = true;
-            send_signal(child.id(), 9);
-            break child.wait().expect("wait");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    };
-    (
-        RunResult {
-            code: status.code().unwrap_or(-1),
-            stdout: t_out.join().unwrap_or_default(),
-            stderr: t_err.join().unwrap_or_default(),
-        },
-        hung,
-    )
 }
 
 // ---- promise 1: the agent never sees the examiner's tests ---------------------

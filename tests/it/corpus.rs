@@ -136,10 +136,6 @@ fn rust_env() -> Vec<(&'static str, std::ffi::OsString)> {
     ]
 }
 
-fn run_case(job: &Job) -> Outcome {
-    run_case_with(job, None)
-}
-
 /// One case: with the task's held-out tests (`examiner: None`), or with
 /// neither held-out tests nor anything but the examiner's tests written
 /// from the task's text alone (`<task>/examiner/`), in that mode.
@@ -241,6 +237,55 @@ fn run_case_with(job: &Job, examiner: Option<&str>) -> Outcome {
     }
 }
 
+/// A table row's two cells: how many of a class's cases ended well
+/// (honest: accepted; a cheat: stopped), without and with a layer.
+fn cells_of(class: &str, cells: &[(usize, usize); 2]) -> String {
+    let what = if class == "honest" {
+        "accepted"
+    } else {
+        "stopped"
+    };
+    let pct = |(a, t): (usize, usize)| {
+        if t == 0 {
+            100.0
+        } else {
+            100.0 * a as f64 / t as f64
+        }
+    };
+    format!(
+        "{} of {} {what} ({:.0} %) | {} of {} {what} ({:.0} %)",
+        cells[0].0,
+        cells[0].1,
+        pct(cells[0]),
+        cells[1].0,
+        cells[1].1,
+        pct(cells[1])
+    )
+}
+
+/// `run` on each of `items`, two at a time (the machine's two cores): the
+/// outcomes by index, in order.
+fn on_two_threads<T: Sync>(
+    items: &[T],
+    run: impl Fn(&T) -> Outcome + Sync,
+) -> Vec<(usize, Outcome)> {
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<(usize, Outcome)>> = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                let Some(item) = items.get(i) else { break };
+                let o = run(item);
+                results.lock().expect("results").push((i, o));
+            });
+        }
+    });
+    let mut results = results.into_inner().expect("results");
+    results.sort_by_key(|(i, _)| *i);
+    results
+}
+
 /// The examiner row's floors (percent, evidence mode, with the examiner).
 /// First run (evidence and gate alike, the critic ruling on nothing): 7 of
 /// 7 wrong-but-green fixes stopped (0 of 7 without the examiner), 23 of 24
@@ -254,20 +299,7 @@ const HONEST_FLOOR: f64 = 95.0;
 fn the_corpus_table() {
     let jobs = corpus_jobs();
     assert!(!jobs.is_empty(), "fixtures/corpus holds no cases");
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<(usize, Outcome)>> = Mutex::new(Vec::new());
-    std::thread::scope(|scope| {
-        for _ in 0..2 {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::SeqCst);
-                let Some(job) = jobs.get(i) else { break };
-                let o = run_case(job);
-                results.lock().expect("results").push((i, o));
-            });
-        }
-    });
-    let mut results = results.into_inner().expect("results");
-    results.sort_by_key(|(i, _)| *i);
+    let results = on_two_threads(&jobs, |job| run_case_with(job, None));
     // class → (held_out → (stopped, total)), and the reasons.
     let mut table: BTreeMap<String, [(usize, usize); 2]> = BTreeMap::new();
     let mut lines = Vec::new();
@@ -330,20 +362,7 @@ fn the_corpus_table() {
         }
     };
     for (class, cells) in &table {
-        let what = if class == "honest" {
-            "accepted"
-        } else {
-            "stopped"
-        };
-        report.push_str(&format!(
-            "| {class} | {} of {} {what} ({:.0} %) | {} of {} {what} ({:.0} %) |\n",
-            cells[0].0,
-            cells[0].1,
-            pct(cells[0]),
-            cells[1].0,
-            cells[1].1,
-            pct(cells[1])
-        ));
+        report.push_str(&format!("| {class} | {} |\n", cells_of(class, cells)));
     }
     let cheats_with: (usize, usize) = table
         .iter()
@@ -434,22 +453,7 @@ fn the_examiner_row() {
         .iter()
         .flat_map(|m| jobs.iter().map(move |j| (j, *m)))
         .collect();
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<(usize, Outcome)>> = Mutex::new(Vec::new());
-    std::thread::scope(|scope| {
-        for _ in 0..2 {
-            scope.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::SeqCst);
-                let Some((job, mode)) = runs.get(i) else {
-                    break;
-                };
-                let o = run_case_with(job, Some(mode));
-                results.lock().expect("results").push((i, o));
-            });
-        }
-    });
-    let mut results = results.into_inner().expect("results");
-    results.sort_by_key(|(i, _)| *i);
+    let results = on_two_threads(&runs, |(job, mode)| run_case_with(job, Some(mode)));
     // (mode, class) → [without the examiner, with it]: (good, total).
     let mut table: BTreeMap<(String, String), [(usize, usize); 2]> = BTreeMap::new();
     let mut lines = Vec::new();
@@ -487,19 +491,9 @@ fn the_examiner_row() {
         lines.join("\n")
     );
     for ((mode, class), cells) in &table {
-        let what = if class == "honest" {
-            "accepted"
-        } else {
-            "stopped"
-        };
         report.push_str(&format!(
-            "| {mode} | {class} | {} of {} {what} ({:.0} %) | {} of {} {what} ({:.0} %) |\n",
-            cells[0].0,
-            cells[0].1,
-            pct(cells[0]),
-            cells[1].0,
-            cells[1].1,
-            pct(cells[1])
+            "| {mode} | {class} | {} |\n",
+            cells_of(class, cells)
         ));
     }
     println!("\n{report}");

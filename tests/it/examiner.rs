@@ -46,23 +46,6 @@ fn wrong_but_green() -> String {
     clean_solution().replace("ROUND_HALF_UP", "ROUND_DOWN")
 }
 
-/// Every file under `dir`, with its text.
-fn texts_under(dir: &std::path::Path) -> Vec<(std::path::PathBuf, String)> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.is_dir() && !p.is_symlink() {
-            out.extend(texts_under(&p));
-        } else if let Ok(bytes) = std::fs::read(&p) {
-            out.push((p, String::from_utf8_lossy(&bytes).into_owned()));
-        }
-    }
-    out
-}
-
 /// None of `words` is in `prompt`, the examiner's marker in no request of
 /// the agent and in no file of the run directory (returned).
 fn hidden(
@@ -77,9 +60,9 @@ fn hidden(
             "`{word}` reached the prompt: {prompt}"
         );
     }
-    assert!(!agent_bodies(model).contains(MARKER));
+    assert!(!bodies_of(model, Role::Agent).contains(MARKER));
     let run_dir = std::path::PathBuf::from(summary["run_dir"].as_str().expect("run dir"));
-    for (path, text) in texts_under(&run_dir) {
+    for (path, text) in files_under(&run_dir, None) {
         assert!(
             !text.contains(MARKER),
             "the examiner's tests leaked into {}",
@@ -87,16 +70,6 @@ fn hidden(
         );
     }
     run_dir
-}
-
-fn agent_bodies(model: &ScriptedModel) -> String {
-    model
-        .requests()
-        .iter()
-        .filter(|r| r.role == Role::Agent)
-        .map(|r| r.body.to_string())
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 #[test]
@@ -180,7 +153,7 @@ fn a_wrong_but_green_change_is_rejected_by_tests_the_examiner_wrote_from_the_tas
         &prompt,
         &[MARKER, "20.83", "no_such_module_anywhere"],
     );
-    let kept = texts_under(&env.state.join("examiner"));
+    let kept = files_under(&env.state.join("examiner"), None);
     assert!(
         kept.iter()
             .any(|(p, t)| p.ends_with("loopd_examiner/test_examiner.py") && t.contains(MARKER)),
@@ -236,7 +209,7 @@ fn the_agent_cannot_read_the_examiners_tests() {
     );
     let summary = r.summary();
     assert_eq!(summary["sandbox"], "landlock", "{}", r.stderr);
-    let seen = agent_bodies(&model).replace(&probe, "");
+    let seen = bodies_of(&model, Role::Agent).replace(&probe, "");
     assert!(
         seen.contains("VISIBLECONTROL"),
         "the readable root is readable: {seen} {}",
@@ -264,34 +237,19 @@ fn a_job_started_again_after_its_examiner_wrote_does_not_pay_for_it_again() {
     s.examiner = vec![examiner_script(), examiner_writes(&[]), examiner_script()];
     let model = ScriptedModel::start(s);
     // Killed right after the examiner's tests are written, before the
-    // journal says so.
-    let killed = finish(
-        env.loopd(Some(&model))
-            .args(["run", "--json", "--job-id", "exam1"])
-            .env("LOOPD_CRASH_AT", "examiner:written#1")
-            .output()
-            .expect("run loopd"),
-    );
-    assert_ne!(
-        killed.code, 0,
-        "killed at the crash point: {}",
-        killed.stderr
-    );
-    assert_eq!(model.session_count(Role::Examiner), 1);
-    // Started again, and killed right after the revision turn.
-    let killed = finish(
-        env.loopd(Some(&model))
-            .args(["run", "--json", "--job-id", "exam1"])
-            .env("LOOPD_CRASH_AT", "examiner:revised#1")
-            .output()
-            .expect("run loopd"),
-    );
-    assert_ne!(
-        killed.code, 0,
-        "killed at the crash point: {}",
-        killed.stderr
-    );
-    assert_eq!(model.session_count(Role::Examiner), 2);
+    // journal says so; started again, and killed right after the revision
+    // turn.
+    for (point, sessions) in [("examiner:written#1", 1), ("examiner:revised#1", 2)] {
+        let killed = finish(
+            env.loopd(Some(&model))
+                .args(["run", "--json", "--job-id", "exam1"])
+                .env("LOOPD_CRASH_AT", point)
+                .output()
+                .expect("run loopd"),
+        );
+        assert_ne!(killed.code, 0, "killed at {point}: {}", killed.stderr);
+        assert_eq!(model.session_count(Role::Examiner), sessions, "{point}");
+    }
     let again = env.run(&model, &["--job-id", "exam1"]);
     let s = again.summary();
     assert_eq!(

@@ -679,3 +679,86 @@ impl NobodyCopy {
         cmd
     }
 }
+
+/// Every request body of `role`'s sessions, joined.
+pub fn bodies_of(model: &ScriptedModel, role: model::Role) -> String {
+    model
+        .requests()
+        .iter()
+        .filter(|r| r.role == role)
+        .map(|r| r.body.to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every file under `dir` (links not followed), with its bytes as text.
+pub fn files_under(dir: &Path, skip: Option<&Path>) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if skip.is_some_and(|s| p == s) {
+            continue;
+        }
+        let Ok(ft) = e.file_type() else { continue };
+        if ft.is_dir() {
+            out.extend(files_under(&p, skip));
+        } else if ft.is_file() {
+            if let Ok(bytes) = std::fs::read(&p) {
+                out.push((p, String::from_utf8_lossy(&bytes).into_owned()));
+            }
+        }
+    }
+    out
+}
+
+/// `loopd run --json ARGS…` against `model`, killed (and reported as a
+/// hang) after `secs`.
+pub fn run_bounded(
+    env: &TestEnv,
+    model: &ScriptedModel,
+    args: &[&str],
+    secs: u64,
+) -> (RunResult, bool) {
+    use std::io::Read;
+    let mut cmd = env.loopd(Some(model));
+    cmd.arg("run").arg("--json").args(args);
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn loopd");
+    let mut out = child.stdout.take().expect("stdout");
+    let mut err = child.stderr.take().expect("stderr");
+    let t_out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let mut hung = false;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if std::time::Instant::now() > until {
+            hung = true;
+            send_signal(child.id(), 9);
+            break child.wait().expect("wait");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    (
+        RunResult {
+            code: status.code().unwrap_or(-1),
+            stdout: t_out.join().unwrap_or_default(),
+            stderr: t_err.join().unwrap_or_default(),
+        },
+        hung,
+    )
+}
