@@ -797,12 +797,12 @@ fn examiner_setting(
             format!("its model `{model}` has no price"),
         );
     }
-    let Some((run, timeout)) = crate::examiner::command_for(goal) else {
+    let Some((run, timeout, framework)) = crate::examiner::command_for(goal) else {
         return off(
             "examiner.mode",
-            "`off` for this goal: the examiner writes pytest tests, and no goal step is one pytest command",
+            "`off` for this goal: the examiner writes pytest or node:test tests, and no goal step is one pytest or `node --test` command",
             format!("`{}`", mode.as_str()),
-            "it writes pytest tests, and no goal step is one pytest command".into(),
+            "it writes pytest or node:test tests, and no goal step is one pytest or `node --test` command".into(),
         );
     };
     if !sandboxed && !chosen {
@@ -821,6 +821,7 @@ fn examiner_setting(
             model,
             run,
             timeout,
+            framework,
         }),
         None,
     ))

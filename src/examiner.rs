@@ -67,6 +67,56 @@ impl Mode {
     }
 }
 
+/// The test framework the examiner writes for: the goal's runner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Framework {
+    Pytest,
+    /// node's own test runner (`node --test`).
+    Node,
+}
+
+impl Framework {
+    /// How its report is read (the junit channel of the runner registry).
+    pub fn preset(self) -> crate::judges::testcount::Preset {
+        match self {
+            Framework::Pytest => crate::judges::testcount::Preset::Pytest,
+            Framework::Node => crate::judges::testcount::Preset::Node,
+        }
+    }
+
+    /// What the examiner is told to write.
+    fn files(self) -> &'static str {
+        match self {
+            Framework::Pytest => "pytest test modules named `test_*.py`",
+            Framework::Node => {
+                "test files for node's own runner (`node:test` and `node:assert`), named `*.test.mjs` (ES modules), that import the code under test by a path relative to that directory (`../src/x.mjs`)"
+            }
+        }
+    }
+
+    /// A test file's name the runner collects from the examiner's
+    /// directory.
+    pub fn is_test_file(self, name: &str) -> bool {
+        match self {
+            Framework::Pytest => {
+                name.ends_with(".py") && (name.starts_with("test_") || name.ends_with("_test.py"))
+            }
+            Framework::Node => [".test.mjs", ".test.js", ".test.cjs"]
+                .iter()
+                .any(|e| name.ends_with(e) && name.len() > e.len()),
+        }
+    }
+
+    /// The language a code fence of its tests names.
+    pub fn fence(self) -> &'static str {
+        match self {
+            Framework::Pytest => "python",
+            Framework::Node => "js",
+        }
+    }
+}
+
 /// The examiner of a job, resolved.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Settings {
@@ -82,28 +132,33 @@ pub struct Settings {
     /// The bound of each run of them: that goal step's own timeout.
     #[serde(with = "crate::util::duration_text")]
     pub timeout: std::time::Duration,
+    /// What it writes tests for.
+    pub framework: Framework,
 }
 
 /// The instruction passed as the examiner's prompt argument; the material
 /// follows on stdin. Its first words tell the examiner's sessions apart in
 /// a scripted model.
-pub fn instruction(answer_with: &str) -> String {
+pub fn instruction(answer_with: &str, framework: Framework) -> String {
     format!(
-        "You are the examiner of a coding task. Everything you need follows: the task, the rules changes are judged by, and the repository as it is before anyone works on it. Write tests of the behaviour the task describes — the cases it states and the ones it implies, not only those the repository's tests already cover — in the repository's own test framework, as test files for the directory `{DIR}/` at the top of the repository. Import the code under test the way the repository's own tests do. Do not fix anything. Answer only {answer_with}."
+        "You are the examiner of a coding task. Everything you need follows: the task, the rules changes are judged by, and the repository as it is before anyone works on it. Write tests of the behaviour the task describes — the cases it states and the ones it implies, not only those the repository's tests already cover — in the repository's own test framework, as {} in the directory `{DIR}/` at the top of the repository. Import the code under test the way the repository's own tests do. Do not fix anything. Answer only {answer_with}.",
+        framework.files()
     )
 }
 
 /// The instruction of the examiner's one revision turn (the same first
 /// words: the same examiner).
-pub fn revision_instruction(answer_with: &str) -> String {
+pub fn revision_instruction(answer_with: &str, framework: Framework) -> String {
     format!(
-        "You are the examiner of a coding task, revising the tests you wrote. Everything you need follows: the task, the rules, the repository before anyone works on it, your tests, and how each of them ran there. A test that errored or was skipped there is dropped. A test of what the task asks for should fail there (the work is not done yet); a test of what must not break should pass. Fix what did not run, and revise what tests the wrong thing, in the repository's own test framework, for the directory `{DIR}/`. Answer only {answer_with}, with the complete revised set of test files (it replaces the first), or with no file to keep them as they are."
+        "You are the examiner of a coding task, revising the tests you wrote. Everything you need follows: the task, the rules, the repository before anyone works on it, your tests, and how each of them ran there. A test that errored or was skipped there is dropped. A test of what the task asks for should fail there (the work is not done yet); a test of what must not break should pass. Fix what did not run, and revise what tests the wrong thing, as {} in the directory `{DIR}/`. Answer only {answer_with}, with the complete revised set of test files (it replaces the first), or with no file to keep them as they are.",
+        framework.files()
     )
 }
 
 /// What the revision turn adds to the material: the examiner's tests and
 /// each one's outcome at BASE_REF — ids and outcomes only, never output.
 pub fn revision_material(
+    framework: Framework,
     tests: &[TestFile],
     failing: &[String],
     passing: &[String],
@@ -112,8 +167,9 @@ pub fn revision_material(
     let mut out = String::from("# Your tests\n\n");
     for t in tests {
         out.push_str(&format!(
-            "## `{DIR}/{}`\n\n```python\n{}\n```\n\n",
+            "## `{DIR}/{}`\n\n```{}\n{}\n```\n\n",
             t.file,
+            framework.fence(),
             t.content.trim_end()
         ));
     }
@@ -174,7 +230,10 @@ struct Answer {
 /// The examiner's tests, from its structured answer: each a test file of
 /// the runner by a plain name, bounded in number and size. `Err`: why
 /// nothing usable came back.
-pub fn read_answer(result: Option<&SessionResult>) -> Result<Vec<TestFile>, String> {
+pub fn read_answer(
+    result: Option<&SessionResult>,
+    framework: Framework,
+) -> Result<Vec<TestFile>, String> {
     let result = result.ok_or("the examiner session ended without a result")?;
     if !result.completed {
         return Err(format!(
@@ -202,9 +261,9 @@ pub fn read_answer(result: Option<&SessionResult>) -> Result<Vec<TestFile>, Stri
             && name.len() <= MAX_NAME
             && name
                 .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
             && !name.starts_with('.');
-        if !plain || !is_test_file(&name) || t.content.len() > MAX_FILE_BYTES {
+        if !plain || !framework.is_test_file(&name) || t.content.len() > MAX_FILE_BYTES {
             tracing::warn!(file = %t.file, bytes = t.content.len(), "an examiner test file loopd does not write: a plain test file name under the examiner's directory, at most 32 KiB");
             continue;
         }
@@ -220,11 +279,6 @@ pub fn read_answer(result: Option<&SessionResult>) -> Result<Vec<TestFile>, Stri
         return Err("the examiner wrote no test file loopd can use".into());
     }
     Ok(out)
-}
-
-/// A pytest test module's name.
-fn is_test_file(name: &str) -> bool {
-    name.ends_with(".py") && (name.starts_with("test_") || name.ends_with("_test.py"))
 }
 
 /// A test's id without its parameters (`m::test_x[7.50-20.83]` is
@@ -259,27 +313,43 @@ pub fn by_test(results: &crate::goal::results::Results) -> crate::goal::results:
 }
 
 /// The command that runs the examiner's tests, from the goal's steps: the
-/// first step whose one command is pytest, without its selection, over
-/// [`DIR`], going on past a module that does not collect. `None`: no goal step runs a runner the examiner writes for.
-pub fn command_for(goal: &[crate::goal::GoalStep]) -> Option<(String, std::time::Duration)> {
+/// first step whose one command is pytest or `node --test`, without its
+/// selection, over [`DIR`] (pytest going on past a module that does not
+/// collect), with that step's timeout and the framework. `None`: no goal
+/// step runs a runner the examiner writes for.
+pub fn command_for(
+    goal: &[crate::goal::GoalStep],
+) -> Option<(String, std::time::Duration, Framework)> {
     goal.iter().find_map(|s| {
         let runners = crate::runner::runners_of(&s.run);
         let [(runner, _)] = runners.as_slice() else {
             return None;
         };
-        if runner.name != "pytest" || crate::runner::commands(&s.run).len() != 1 {
+        if crate::runner::commands(&s.run).len() != 1 {
             return None;
         }
-        let whole = crate::runner::narrowed(&s.run).unwrap_or_else(|| s.run.clone());
-        // A module of the examiner's that does not import must not stop
-        // the others from running: it is dropped at BASE_REF.
-        // The inferred whole suite goes on past collection errors already.
-        let go_on = if crate::runner::narrowed(&s.run).is_none() {
-            " --continue-on-collection-errors"
-        } else {
-            ""
-        };
-        Some((format!("{whole}{go_on} {DIR}"), s.timeout))
+        let narrowed = crate::runner::narrowed(&s.run);
+        let whole = narrowed.clone().unwrap_or_else(|| s.run.clone());
+        match runner.name {
+            "pytest" => {
+                // A module of the examiner's that does not import must not
+                // stop the others from running: it is dropped at BASE_REF.
+                // The inferred whole suite goes on past collection errors
+                // already.
+                let go_on = if narrowed.is_none() {
+                    " --continue-on-collection-errors"
+                } else {
+                    ""
+                };
+                Some((
+                    format!("{whole}{go_on} {DIR}"),
+                    s.timeout,
+                    Framework::Pytest,
+                ))
+            }
+            "node --test" => Some((format!("{whole} {DIR}/"), s.timeout, Framework::Node)),
+            _ => None,
+        }
     })
 }
 
@@ -339,21 +409,36 @@ mod tests {
 
     #[test]
     fn only_plain_test_files_of_a_bounded_size_are_taken() {
-        let got = read_answer(Some(&result(json!({"tests": [
-            {"file": "test_a.py", "content": "def test_a(): pass\n"},
-            {"file": "loopd_examiner/test_b.py", "content": "def test_b(): pass\n"},
-            {"file": "../conftest.py", "content": "x"},
-            {"file": "sub/test_c.py", "content": "x"},
-            {"file": "helper.py", "content": "x"},
-            {"file": "test_big.py", "content": "x".repeat(MAX_FILE_BYTES + 1)},
-            {"file": "test_a.py", "content": "again"},
-        ]}))))
+        let got = read_answer(
+            Some(&result(json!({"tests": [
+                {"file": "test_a.py", "content": "def test_a(): pass\n"},
+                {"file": "loopd_examiner/test_b.py", "content": "def test_b(): pass\n"},
+                {"file": "../conftest.py", "content": "x"},
+                {"file": "sub/test_c.py", "content": "x"},
+                {"file": "helper.py", "content": "x"},
+                {"file": "test_big.py", "content": "x".repeat(MAX_FILE_BYTES + 1)},
+                {"file": "test_a.py", "content": "again"},
+            ]}))),
+            Framework::Pytest,
+        )
         .expect("two usable files");
         let names: Vec<&str> = got.iter().map(|t| t.file.as_str()).collect();
         assert_eq!(names, ["test_a.py", "test_b.py"]);
-        assert!(read_answer(Some(&result(json!({"tests": []})))).is_err());
-        assert!(read_answer(Some(&result(json!({"verdict": "PASS"})))).is_err());
-        assert!(read_answer(None).is_err());
+        let read = |v| read_answer(Some(&result(v)), Framework::Pytest);
+        assert!(read(json!({"tests": []})).is_err());
+        assert!(read(json!({"verdict": "PASS"})).is_err());
+        assert!(read_answer(None, Framework::Pytest).is_err());
+        let node = read_answer(
+            Some(&result(json!({"tests": [
+                {"file": "cart-rounding.test.mjs", "content": "import test from 'node:test';\n"},
+                {"file": "test_cart.py", "content": "x"},
+                {"file": ".test.mjs", "content": "x"},
+            ]}))),
+            Framework::Node,
+        )
+        .expect("a node test file");
+        assert_eq!(node.len(), 1);
+        assert_eq!(node[0].file, "cart-rounding.test.mjs");
     }
 
     #[test]
@@ -364,7 +449,7 @@ mod tests {
             timeout: std::time::Duration::from_secs(60),
             report: None,
         };
-        let command_for = |g: &[crate::goal::GoalStep]| command_for(g).map(|(c, _)| c);
+        let command_for = |g: &[crate::goal::GoalStep]| command_for(g).map(|(c, _, _)| c);
         assert_eq!(
             command_for(&[
                 step("ruff check ."),
@@ -377,6 +462,10 @@ mod tests {
             Some("pytest -q --continue-on-collection-errors loopd_examiner".into())
         );
         assert_eq!(command_for(&[step("go test ./...")]), None);
+        assert_eq!(
+            command_for(&[step("node --test tests/")]),
+            Some("node --test loopd_examiner/".into())
+        );
         assert_eq!(command_for(&[step("make test && pytest")]), None);
     }
 
@@ -399,9 +488,10 @@ mod tests {
         assert_eq!(g.get("m::b"), Some(&Verdict::Passed));
         assert_eq!(g.len(), 2);
         let long = format!("test_{}.py", "a".repeat(300));
-        assert!(read_answer(Some(&result(
-            json!({"tests": [{"file": long, "content": "x"}]})
-        )))
+        assert!(read_answer(
+            Some(&result(json!({"tests": [{"file": long, "content": "x"}]}))),
+            Framework::Pytest
+        )
         .is_err());
     }
 

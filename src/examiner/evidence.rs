@@ -106,12 +106,15 @@ pub struct Red {
     pub source: String,
 }
 
-/// The function of test `id` in `file_text`: its decorators, its `def`
-/// line and its body (up to a bound); the file's head when it is not
-/// found (a test a class generates).
-pub fn test_source(file_text: &str, id: &str) -> String {
+/// Test `id` in `file_text`: a Python test's decorators, `def` line and
+/// body, or a `node:test` test's call from the line that names it to the
+/// bracket that closes it (up to a bound). `None`: not found there.
+fn find_test(file_text: &str, id: &str) -> Option<String> {
     let name = id.rsplit("::").next().unwrap_or(id);
     let name = &name[..name.find('[').unwrap_or(name.len())];
+    if name.trim().is_empty() {
+        return None;
+    }
     let lines: Vec<&str> = file_text.lines().collect();
     let indent = |l: &str| l.len() - l.trim_start().len();
     let is_def = |l: &str| {
@@ -121,24 +124,56 @@ pub fn test_source(file_text: &str, id: &str) -> String {
             .and_then(|r| r.strip_prefix(name))
             .is_some_and(|r| r.trim_start().starts_with('('))
     };
-    let Some(at) = lines.iter().position(|l| is_def(l)) else {
-        return crate::util::truncate(file_text, MAX_SHOWN_TEST).to_owned();
-    };
-    let depth = indent(lines[at]);
-    let mut start = at;
-    while start > 0 && lines[start - 1].trim_start().starts_with('@') {
-        start -= 1;
-    }
-    let mut end = at + 1;
-    while end < lines.len() {
-        let l = lines[end];
-        if !l.trim().is_empty() && indent(l) <= depth {
-            break;
+    let (start, end) = if let Some(at) = lines.iter().position(|l| is_def(l)) {
+        let depth = indent(lines[at]);
+        let mut start = at;
+        while start > 0 && lines[start - 1].trim_start().starts_with('@') {
+            start -= 1;
         }
-        end += 1;
-    }
+        let mut end = at + 1;
+        while end < lines.len() {
+            let l = lines[end];
+            if !l.trim().is_empty() && indent(l) <= depth {
+                break;
+            }
+            end += 1;
+        }
+        (start, end)
+    } else {
+        // `test('name', …)`, `it("name", …)`: to where its brackets close.
+        let quoted = ['\'', '"', '`'].map(|q| format!("{q}{name}{q}"));
+        let at = lines
+            .iter()
+            .position(|l| quoted.iter().any(|q| l.contains(q.as_str())))?;
+        let mut depth = 0i64;
+        let mut end = at;
+        for (k, l) in lines.iter().enumerate().skip(at) {
+            depth += l.matches(['(', '{', '[']).count() as i64;
+            depth -= l.matches([')', '}', ']']).count() as i64;
+            end = k + 1;
+            if depth <= 0 {
+                break;
+            }
+        }
+        (at, end)
+    };
     let text = lines[start..end].join("\n");
-    crate::util::truncate(text.trim_end(), MAX_SHOWN_TEST).to_owned()
+    Some(crate::util::truncate(text.trim_end(), MAX_SHOWN_TEST).to_owned())
+}
+
+/// Test `id`'s source among the examiner's `files` (name, text): from the
+/// file its id names, else the first that holds it, else the head of the
+/// first file (a test a class or a loop generates).
+pub fn test_source(files: &[(String, String)], id: &str) -> String {
+    let names: Vec<String> = files.iter().map(|(f, _)| f.clone()).collect();
+    let named = file_of(id, &names).and_then(|f| files.iter().find(|(n, _)| n == f));
+    named
+        .and_then(|(_, t)| find_test(t, id))
+        .or_else(|| files.iter().find_map(|(_, t)| find_test(t, id)))
+        .unwrap_or_else(|| {
+            let head = named.or(files.first()).map_or("", |(_, t)| t.as_str());
+            crate::util::truncate(head, MAX_SHOWN_TEST).to_owned()
+        })
 }
 
 /// Two spellings of one test id (`loopd_examiner/test_x.py::t` and the
@@ -164,7 +199,7 @@ pub fn file_of<'f>(id: &str, files: &'f [String]) -> Option<&'f String> {
 
 /// The critic's section on the red tests: what they are, how to rule, each
 /// one's source, and their output on the change.
-pub fn section(red: &[Red], output: Option<&str>) -> String {
+pub fn section(red: &[Red], output: Option<&str>, fence: &str) -> String {
     let mut s = String::from(
         "\n# Tests written from the task alone, red on this change\n\
          Before attempt 1, an examiner who never saw this change wrote tests of the behaviour the task describes. \
@@ -185,7 +220,7 @@ pub fn section(red: &[Red], output: Option<&str>) -> String {
             continue;
         }
         used += r.source.len();
-        s.push_str(&format!("```python\n{}\n```\n", r.source.trim_end()));
+        s.push_str(&format!("```{fence}\n{}\n```\n", r.source.trim_end()));
     }
     match output {
         Some(out) => s.push_str(&format!(
@@ -465,16 +500,23 @@ mod tests {
 
     #[test]
     fn a_tests_source_is_its_function_with_its_decorators() {
+        let files = vec![("test_r.py".to_owned(), TEST.to_owned())];
         let s = test_source(
-            TEST,
+            &files,
             "loopd_examiner/test_r.py::test_many_lines_round_half_up",
         );
         assert!(s.starts_with("@pytest.mark.slow\ndef test_many_lines_round_half_up"));
         assert!(s.contains("20.83"));
         assert!(!s.contains("test_other"));
-        let p = test_source(TEST, "m::test_other[1-2]");
+        let p = test_source(&files, "m::test_other[1-2]");
         assert_eq!(p, "def test_other():\n    assert True");
-        assert!(test_source(TEST, "m::test_missing").contains("import pytest"));
+        assert!(test_source(&files, "m::test_missing").contains("import pytest"));
+        let js = "import test from 'node:test';\nimport assert from 'node:assert';\n\ntest('rounds half up', () => {\n  assert.equal(total([1, 2]), 3);\n});\n\ntest('other', () => {});\n";
+        let node = vec![("cart.test.mjs".to_owned(), js.to_owned())];
+        assert_eq!(
+            test_source(&node, "test::rounds half up"),
+            "test('rounds half up', () => {\n  assert.equal(total([1, 2]), 3);\n});"
+        );
     }
 
     #[test]

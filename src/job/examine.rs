@@ -16,7 +16,6 @@ use crate::goal::results::Verdict;
 use crate::goal::GoalStep;
 use crate::journal::Ending;
 use crate::journal::{Event, Examination};
-use crate::judges::testcount::Preset;
 
 /// The mark, beside the tests, that all of them were written.
 const COMPLETE: &str = "complete";
@@ -58,7 +57,10 @@ impl Run<'_> {
             test_files(&tests)
         } else {
             let material = self.examiner_material();
-            let prompt = examiner::instruction(self.cli(Role::Examiner).agent.answer_with());
+            let prompt = examiner::instruction(
+                self.cli(Role::Examiner).agent.answer_with(),
+                settings.framework,
+            );
             match self.ask_examiner(&prompt, &material, &home).await? {
                 Ok(Ok(answer)) => {
                     write_tests(&tests, &answer).map_err(io(&tests))?;
@@ -89,14 +91,17 @@ impl Run<'_> {
                 "{}{}",
                 self.examiner_material(),
                 examiner::revision_material(
+                    settings.framework,
                     &read_tests(&tests, &e.tests),
                     &e.failing_at_base,
                     &e.passing_at_base,
                     &e.dropped
                 )
             );
-            let prompt =
-                examiner::revision_instruction(self.cli(Role::Examiner).agent.answer_with());
+            let prompt = examiner::revision_instruction(
+                self.cli(Role::Examiner).agent.answer_with(),
+                settings.framework,
+            );
             match self.ask_examiner(&prompt, &material, &home).await? {
                 Ok(Ok(answer)) => {
                     replace_tests(&tests, &answer).map_err(io(&tests))?;
@@ -152,7 +157,7 @@ impl Run<'_> {
             name: "examiner".into(),
             run: settings.run.clone(),
             timeout: settings.timeout,
-            report: Some(Preset::Pytest),
+            report: Some(settings.framework.preset()),
         };
         let (report, _, _) = self
             .judge_only(
@@ -235,7 +240,12 @@ impl Run<'_> {
         if let Some(reason) = done.stopped {
             return Ok(Err(self.guard_ending(reason)));
         }
-        Ok(Ok(examiner::read_answer(result.as_ref())))
+        let framework = self
+            .job
+            .examiner
+            .as_ref()
+            .map_or(examiner::Framework::Pytest, |e| e.framework);
+        Ok(Ok(examiner::read_answer(result.as_ref(), framework)))
     }
 }
 
@@ -320,26 +330,24 @@ impl Run<'_> {
             return None;
         }
         let tests = e.home.join("files").join(examiner::DIR);
-        let files = test_files(&tests);
+        let files: Vec<(String, String)> = test_files(&tests)
+            .into_iter()
+            .filter_map(|f| {
+                let text = std::fs::read_to_string(tests.join(&f)).ok()?;
+                Some((f, text))
+            })
+            .collect();
         let red: Vec<Red> = shown
             .iter()
-            .map(|id| {
-                let text = evidence::file_of(id, &files)
-                    .and_then(|f| std::fs::read_to_string(tests.join(f)).ok())
-                    .unwrap_or_default();
-                Red {
-                    id: id.clone(),
-                    source: evidence::test_source(&text, id),
-                }
+            .map(|id| Red {
+                id: id.clone(),
+                source: evidence::test_source(&files, id),
             })
             .collect();
         let output = std::fs::read_to_string(output_file(&e.home, n)).ok();
-        let section = evidence::section(&red, output.as_deref());
+        let section = evidence::section(&red, output.as_deref(), settings.framework.fence());
         // Whole files: the critic may quote a line the function refers to.
-        let whole: Vec<String> = files
-            .iter()
-            .filter_map(|f| std::fs::read_to_string(tests.join(f)).ok())
-            .collect();
+        let whole: Vec<String> = files.iter().map(|(_, t)| t.clone()).collect();
         // And what the run printed of them: pytest's lines that quote a
         // test (`>`) and spell out what it compared (`E`).
         let quoted: String = output

@@ -494,7 +494,7 @@ impl Run<'_> {
                 name: "examiner".into(),
                 run: settings.run,
                 timeout: settings.timeout,
-                report: Some(crate::judges::testcount::Preset::Pytest),
+                report: Some(settings.framework.preset()),
             };
             let (report, _, written) = self
                 .judge_only(

@@ -669,3 +669,90 @@ fn the_examiner_runs_on_the_agents_cli_when_the_lead_names_it() {
         refused.stderr
     );
 }
+
+/// The write calls of a corpus case (`fixtures/corpus/<lang>/<task>/cases`).
+fn case_writes(case: &std::path::Path) -> Vec<crate::support::model::Block> {
+    let t: toml::Value =
+        toml::from_str(&std::fs::read_to_string(case).expect("case")).expect("case parses");
+    t["write"]
+        .as_array()
+        .expect("writes")
+        .iter()
+        .map(|w| {
+            write(
+                w["path"].as_str().expect("path"),
+                w["content"].as_str().expect("content"),
+            )
+        })
+        .collect()
+}
+
+/// A repository whose goal is node's own runner gets `node:test` files
+/// from its examiner (`*.test.mjs` under `loopd_examiner/`, run by `node
+/// --test loopd_examiner/` with the junit channel), in evidence mode: a
+/// fix green on the visible tests that applies discounts in the listed
+/// order is rejected, the critic shown the red test in a `js` block; the
+/// honest fix is accepted.
+#[test]
+fn a_node_repository_gets_node_test_files_from_its_examiner() {
+    let task_dir = manifest_dir().join("fixtures/corpus/js/cart");
+    let task: toml::Value =
+        toml::from_str(&std::fs::read_to_string(task_dir.join("task.toml")).expect("task"))
+            .expect("task parses");
+    let env = TestEnv::from_dir(&task_dir.join("repo"));
+    std::fs::write(
+        env.repo.join("loopd.toml"),
+        format!(
+            "agent = \"scripted\"\ncritic_agent = \"scripted\"\ntask = {:?}\nmax_attempts = 2\nbudget_usd = 0.5\n\n[[goal]]\nname = \"tests\"\nrun = \"node --test tests/\"\ntimeout = \"2m\"\n\n[examiner]\nmode = \"evidence\"\n",
+            task["task"].as_str().expect("task text")
+        ),
+    )
+    .expect("loopd.toml");
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-qm", "the job"]);
+    let shown = env.exec(&["check"]);
+    assert!(
+        shown.stdout.contains("node --test loopd_examiner/"),
+        "{}",
+        shown.stdout
+    );
+    let title = "percent discounts come first whatever the order given";
+    let exam = format!("// {MARKER}\nimport test from 'node:test';\nimport assert from 'node:assert/strict';\nimport {{ cartTotal }} from '../src/cart.mjs';\n\ntest('{title}', () => {{\n  const items = [{{ sku: 'a', priceCents: 1000, qty: 1 }}];\n  const discounts = [{{ type: 'fixed', cents: 100 }}, {{ type: 'percent', percent: 10 }}, {{ type: 'percent', percent: 10 }}];\n  assert.deepEqual(cartTotal(items, discounts), {{ subtotal: 1000, discount: 290, total: 710 }});\n}});\n");
+    let cases = task_dir.join("cases");
+    let mut s = scenario(
+        vec![
+            session(vec![
+                turn(case_writes(&cases.join("wrong_green_listed_order.toml"))),
+                turn(vec![text("Done.")]),
+            ]),
+            session(vec![
+                turn(case_writes(&cases.join("honest_two_pass.toml"))),
+                turn(vec![text("Done.")]),
+            ]),
+        ],
+        vec![pass(), pass()],
+    );
+    s.examiner = vec![
+        examiner_writes(&[("cart-order.test.mjs", &exam), ("test_cart.py", "x = 1\n")]),
+        examiner_writes(&[]),
+    ];
+    let model = ScriptedModel::start(s);
+    let r = env.run(&model, &[]);
+    let s: Value = r.summary();
+    assert_eq!(s["outcome"], "accepted", "{}\n{}", s["attempts"], r.stderr);
+    assert_eq!(
+        s["attempts"][0]["rejected_by"], "examiner_failed",
+        "{}\n{}",
+        s["attempts"], s["examiner"]
+    );
+    let e = &s["examiner"];
+    assert_eq!(e["tests"], 1, "only the node:test file is written: {e}");
+    assert_eq!(e["failing_at_base"], 1, "{e}");
+    let critic = bodies_of(&model, Role::Critic);
+    assert!(
+        critic.contains(title) && critic.contains("```js"),
+        "the critic is shown the red test: {critic}"
+    );
+    let prompt = model.session(Role::Agent, 1)[0].prompt();
+    hidden(&model, &s, &prompt, &[MARKER, "discount: 290"]);
+}
