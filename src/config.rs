@@ -732,6 +732,7 @@ fn examiner_setting(
     ),
     prices: &BTreeMap<String, Price>,
     sandboxed: bool,
+    scripts: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(Option<crate::examiner::Settings>, Option<String>), ConfigError> {
     use crate::examiner::{Mode, Settings};
     let (mode, chosen) = match file.mode.as_deref().map(str::trim) {
@@ -797,7 +798,7 @@ fn examiner_setting(
             format!("its model `{model}` has no price"),
         );
     }
-    let Some((run, timeout, framework)) = crate::examiner::command_for(goal) else {
+    let Some((run, timeout, framework)) = crate::examiner::command_for(goal, scripts) else {
         return off(
             "examiner.mode",
             "`off` for this goal: the examiner writes pytest or node:test tests, and no goal step is one pytest or `node --test` command",
@@ -1842,6 +1843,7 @@ impl Job {
             (agent, critic_agent),
             &prices,
             sandbox.enabled,
+            &scripts,
         )?;
         let rubric_file = match &rubric.source {
             crate::rubric::RubricSource::File(p) => Some(p.as_path()),

@@ -313,23 +313,26 @@ pub fn by_test(results: &crate::goal::results::Results) -> crate::goal::results:
 }
 
 /// The command that runs the examiner's tests, from the goal's steps: the
-/// first step whose one command is pytest or `node --test`, without its
-/// selection, over [`DIR`] (pytest going on past a module that does not
-/// collect), with that step's timeout and the framework. `None`: no goal
-/// step runs a runner the examiner writes for.
+/// first step whose one command is pytest or `node --test` — directly, or
+/// through a package script (`npm test`, resolved by `scripts` from
+/// `package.json`) — without its selection, over [`DIR`] (pytest going on
+/// past a module that does not collect), with that step's timeout and the
+/// framework. `None`: no goal step runs a runner the examiner writes for.
 pub fn command_for(
     goal: &[crate::goal::GoalStep],
+    scripts: &dyn Fn(&str) -> Option<String>,
 ) -> Option<(String, std::time::Duration, Framework)> {
     goal.iter().find_map(|s| {
-        let runners = crate::runner::runners_of(&s.run);
+        let line = through_scripts(&s.run, scripts);
+        let runners = crate::runner::runners_of(&line);
         let [(runner, _)] = runners.as_slice() else {
             return None;
         };
-        if crate::runner::commands(&s.run).len() != 1 {
+        if crate::runner::commands(&line).len() != 1 {
             return None;
         }
-        let narrowed = crate::runner::narrowed(&s.run);
-        let whole = narrowed.clone().unwrap_or_else(|| s.run.clone());
+        let narrowed = crate::runner::narrowed(&line);
+        let whole = narrowed.clone().unwrap_or_else(|| line.clone());
         match runner.name {
             "pytest" => {
                 // A module of the examiner's that does not import must not
@@ -351,6 +354,33 @@ pub fn command_for(
             _ => None,
         }
     })
+}
+
+/// `line` with a lone package-script command (`npm test`, `yarn run
+/// unit`) replaced by its script, a few levels deep: what it runs.
+fn through_scripts(line: &str, scripts: &dyn Fn(&str) -> Option<String>) -> String {
+    let mut line = line.to_owned();
+    for _ in 0..3 {
+        let commands = crate::runner::commands(&line);
+        let [words] = commands.as_slice() else {
+            break;
+        };
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        let is_manager = words.first().is_some_and(|w| {
+            let base = w.rsplit('/').next().unwrap_or(w);
+            matches!(base, "npm" | "yarn" | "pnpm" | "bun")
+        });
+        let name = match words.get(1..) {
+            Some(["test" | "t" | "tst"]) => "test",
+            Some(["run" | "run-script", name]) => name,
+            _ => break,
+        };
+        match scripts(name).filter(|_| is_manager) {
+            Some(script) => line = script,
+            None => break,
+        }
+    }
+    line
 }
 
 /// Where a job's examiner tests are kept: under the state dir, outside
@@ -449,7 +479,8 @@ mod tests {
             timeout: std::time::Duration::from_secs(60),
             report: None,
         };
-        let command_for = |g: &[crate::goal::GoalStep]| command_for(g).map(|(c, _, _)| c);
+        let scripts = |name: &str| (name == "test").then(|| "node --test tests/".to_owned());
+        let command_for = |g: &[crate::goal::GoalStep]| command_for(g, &scripts).map(|(c, _, _)| c);
         assert_eq!(
             command_for(&[
                 step("ruff check ."),
@@ -466,6 +497,12 @@ mod tests {
             command_for(&[step("node --test tests/")]),
             Some("node --test loopd_examiner/".into())
         );
+        assert_eq!(
+            command_for(&[step("npm test")]),
+            Some("node --test loopd_examiner/".into()),
+            "through the package's test script"
+        );
+        assert_eq!(command_for(&[step("npm run lint")]), None);
         assert_eq!(command_for(&[step("make test && pytest")]), None);
     }
 

@@ -327,7 +327,7 @@ fn the_examiner_is_on_by_default_in_evidence_mode_on_the_cheap_model_where_it_ca
     assert!(
         shown
             .stdout
-            .contains("examiner:      off (it writes pytest tests"),
+            .contains("examiner:      off (it writes pytest or node:test tests"),
         "{}",
         shown.stdout
     );
@@ -687,9 +687,10 @@ fn case_writes(case: &std::path::Path) -> Vec<crate::support::model::Block> {
         .collect()
 }
 
-/// A repository whose goal is node's own runner gets `node:test` files
-/// from its examiner (`*.test.mjs` under `loopd_examiner/`, run by `node
-/// --test loopd_examiner/` with the junit channel), in evidence mode: a
+/// A repository whose goal is node's own runner (through `npm test`, the
+/// package's script) gets `node:test` files from its examiner
+/// (`*.test.mjs` under `loopd_examiner/`, run by `node --test
+/// loopd_examiner/` with the junit channel), in evidence mode: a
 /// fix green on the visible tests that applies discounts in the listed
 /// order is rejected, the critic shown the red test in a `js` block; the
 /// honest fix is accepted.
@@ -703,7 +704,7 @@ fn a_node_repository_gets_node_test_files_from_its_examiner() {
     std::fs::write(
         env.repo.join("loopd.toml"),
         format!(
-            "agent = \"scripted\"\ncritic_agent = \"scripted\"\ntask = {:?}\nmax_attempts = 2\nbudget_usd = 0.5\n\n[[goal]]\nname = \"tests\"\nrun = \"node --test tests/\"\ntimeout = \"2m\"\n\n[examiner]\nmode = \"evidence\"\n",
+            "agent = \"scripted\"\ncritic_agent = \"scripted\"\ntask = {:?}\nmax_attempts = 2\nbudget_usd = 0.5\n\n[[goal]]\nname = \"tests\"\nrun = \"npm test\"\ntimeout = \"2m\"\n\n[examiner]\nmode = \"evidence\"\n",
             task["task"].as_str().expect("task text")
         ),
     )
