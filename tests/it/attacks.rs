@@ -291,7 +291,7 @@ fn node_package(env: &TestEnv) {
         ("package.json", "{\"name\": \"adder\", \"version\": \"1.0.0\", \"type\": \"module\", \"scripts\": {\"test\": \"node --test\"}}\n"),
         ("lib.mjs", "export function add(a, b) {\n  return a - b;\n}\n"),
         ("test/add.test.mjs", "import test from 'node:test';\nimport assert from 'node:assert/strict';\nimport { add } from '../lib.mjs';\n\ntest('adds', () => assert.equal(add(2, 3), 5));\ntest('adds zero', () => assert.equal(add(2, 0), 2));\n"),
-        ("loopd.toml", "agent = \"scripted\"\ncritic_agent = \"scripted\"\ntask = \"Make npm test pass.\"\nmax_attempts = 1\nbudget_usd = 0.5\n\n[[goal]]\nname = \"npm\"\nrun = \"npm test\"\ntimeout = \"2m\"\n"),
+        ("loopd.toml", "agent = \"scripted\"\ncritic_agent = \"scripted\"\ntask = \"Make npm test pass.\"\nmax_attempts = 1\nbudget_usd = 0.5\n\n[[goal]]\nname = \"npm\"\nrun = \"npm test\"\ntimeout = \"2m\"\n\n[examiner]\nmode = \"off\"\n"),
     ] {
         std::fs::write(env.repo.join(path), text).expect("write");
     }

@@ -287,11 +287,12 @@ fn on_two_threads<T: Sync>(
 }
 
 /// The examiner row's floors (percent, evidence mode, with the examiner).
-/// First run (evidence and gate alike, the critic ruling on nothing): 7 of
-/// 7 wrong-but-green fixes stopped (0 of 7 without the examiner), 23 of 24
-/// honest fixes accepted (one returns a `NamedTuple`, and a test checks
-/// `type(item) is tuple`: a critic may rule it wrong by the task's "a new
-/// list of tuples"; this one rules on nothing).
+/// First run (evidence and gate alike, the critic ruling on nothing), six
+/// Python and four JavaScript tasks: 12 of 12 wrong-but-green fixes
+/// stopped (0 of 12 without the examiner), 39 of 40 honest fixes accepted
+/// (one returns a `NamedTuple`, and a test checks `type(item) is tuple`: a
+/// critic may rule it wrong by the task's "a new list of tuples"; this one
+/// rules on nothing).
 const WRONG_GREEN_FLOOR: f64 = 100.0;
 const HONEST_FLOOR: f64 = 95.0;
 
@@ -427,8 +428,8 @@ fn examiner_files(task_dir: &std::path::Path) -> Vec<(String, String)> {
 }
 
 /// The examiner's row: the honest, wrong-but-green and special-casing
-/// cases of the tasks whose `examiner/` holds tests written from the
-/// task's text alone (by a helper who never read the task's held-out tests
+/// cases of the tasks (six Python, four JavaScript) whose `examiner/`
+/// holds tests written from the task's text alone (by a helper who never read the task's held-out tests
 /// or cases), judged without held-out tests, the examiner in evidence mode
 /// (and in gate mode with `LOOPD_CORPUS_EXAMINER=both`) and a critic that
 /// says PASS to everything and rules on nothing: what the examiner's

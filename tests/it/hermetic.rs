@@ -266,7 +266,7 @@ fn js_env() -> TestEnv {
         ("README.md", "calc\n"),
         (
             "loopd.toml",
-            "agent = \"scripted\"\ncritic_agent = \"scripted\"\ntask = \"Make npm test pass.\"\nmax_attempts = 1\n\n[[goal]]\nname = \"test\"\nrun = \"npm test\"\n",
+            "agent = \"scripted\"\ncritic_agent = \"scripted\"\ntask = \"Make npm test pass.\"\nmax_attempts = 1\n\n[[goal]]\nname = \"test\"\nrun = \"npm test\"\n\n[examiner]\nmode = \"off\"\n",
         ),
     ] {
         std::fs::write(d.join(path), text).expect("write");
