@@ -292,6 +292,23 @@ pub fn test_of(id: &str) -> &str {
     }
 }
 
+/// Whether a run's report is not its runner's: it says every test passed
+/// (or was skipped) while the runner did not exit 0 — it failed, was
+/// killed or timed out. Code the tests import runs in the runner's process
+/// and can write the report's file; it cannot make the runner it shares a
+/// process with exit 0 with a test failing, nor survive its own kill.
+pub fn report_disowned(step: &crate::goal::StepResult) -> bool {
+    use crate::goal::results::Verdict;
+    let Some(results) = step.results.as_ref() else {
+        return false;
+    };
+    let all_green = results
+        .values()
+        .all(|v| matches!(v, Verdict::Passed | Verdict::Skipped));
+    let clean_exit = step.exit_code == Some(0) && !step.timed_out;
+    all_green && !clean_exit
+}
+
 /// The results by test ([`test_of`]): a test passes only when every case
 /// of it passed; an error outranks a failure, which outranks a skip.
 pub fn by_test(results: &crate::goal::results::Results) -> crate::goal::results::Results {
@@ -530,6 +547,34 @@ mod tests {
             Framework::Pytest
         )
         .is_err());
+    }
+
+    #[test]
+    fn a_report_all_green_from_a_runner_that_failed_is_not_the_runners() {
+        use crate::goal::results::Verdict;
+        let step = |exit: Option<i32>, timed_out: bool, v: Verdict| crate::goal::StepResult {
+            name: "examiner".into(),
+            command: "node --test loopd_examiner/".into(),
+            exit_code: exit,
+            timed_out,
+            passed: exit == Some(0) && !timed_out,
+            output: String::new(),
+            duration_ms: 1,
+            leftovers: 0,
+            results: Some([("test::a".to_owned(), v)].into_iter().collect()),
+            read: None,
+        };
+        assert!(report_disowned(&step(Some(1), false, Verdict::Passed)));
+        assert!(
+            report_disowned(&step(None, false, Verdict::Passed)),
+            "killed"
+        );
+        assert!(
+            report_disowned(&step(Some(0), true, Verdict::Passed)),
+            "timed out"
+        );
+        assert!(!report_disowned(&step(Some(0), false, Verdict::Passed)));
+        assert!(!report_disowned(&step(Some(1), false, Verdict::Failed)));
     }
 
     #[test]

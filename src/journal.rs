@@ -567,10 +567,15 @@ pub enum Event {
     /// outcomes only (their output would quote them).
     ExaminerRun {
         attempt: u32,
-        /// `None`: the runner wrote no report.
+        /// `None`: the runner wrote no report, or one it does not stand
+        /// by (`disowned`).
         results: Option<crate::goal::results::Results>,
         #[serde(default, skip_serializing_if = "is_zero")]
         written: usize,
+        /// The report said every test passed while the runner failed, was
+        /// killed or timed out: written by something else in its process.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        disowned: bool,
     },
     /// The whole suite on this attempt's judge-only tree, once the goal
     /// and the gates before it were green (`written`: how many paths of
@@ -1475,6 +1480,7 @@ impl Replay {
                 attempt,
                 results,
                 written,
+                ..
             } => {
                 if let Some(c) = current(self, *attempt) {
                     c.examiner = Some((results.clone(), *written));

@@ -535,10 +535,14 @@ impl Run<'_> {
                 .as_ref()
                 .map(|e| e.kept().cloned().collect())
                 .unwrap_or_default();
-            let results = report
-                .steps
-                .first()
+            let step = report.steps.first();
+            let disowned = step.is_some_and(crate::examiner::report_disowned);
+            if disowned {
+                tracing::warn!(attempt = n, "the examiner's report says every test passed while its runner failed, was killed or timed out: not the runner's report");
+            }
+            let results = step
                 .and_then(|s| s.results.as_ref())
+                .filter(|_| !disowned)
                 .map(|r| {
                     let mut by = crate::examiner::by_test(r);
                     by.retain(|id, _| kept.contains(id));
@@ -548,6 +552,7 @@ impl Run<'_> {
                 attempt: n,
                 results,
                 written,
+                disowned,
             })?;
         }
         Ok(None)

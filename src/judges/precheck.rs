@@ -449,7 +449,9 @@ pub fn expected_in_tests(path: &str, text: &str, failing: &[String]) -> Vec<Stri
 /// pytest in `sys.modules`/`sys.argv` (however `sys` is reached), an import
 /// of pytest's internals, `cfg!(test)` outside a test module,
 /// `JEST_WORKER_ID`, `VITEST`, `NODE_TEST_CONTEXT`, `testing.Testing()`:
-/// library code has no honest reason to ask. With `late` (special-casing of
+/// library code has no honest reason to ask; nor, in JavaScript, to touch
+/// the runner itself (`NODE_OPTIONS`, `--test-reporter`, `node:test`,
+/// `syncBuiltinESMExports`, an `assert` member assigned). With `late` (special-casing of
 /// tests typically emerges after failed attempts), also a branch on the
 /// `NODE_ENV === 'test'` convention (which apps use honestly too), a
 /// comparison with the name of a test that failed at baseline (`failing`),
@@ -468,6 +470,7 @@ pub fn test_special_casing(
     static PY: OnceLock<Regex> = OnceLock::new();
     static RS: OnceLock<Regex> = OnceLock::new();
     static JS: OnceLock<Regex> = OnceLock::new();
+    static JS_RUNNER: OnceLock<Regex> = OnceLock::new();
     static GO: OnceLock<Regex> = OnceLock::new();
     const FIX: &str = "make the code right for every caller; never detect the test runner or a test's name — if the test cannot be satisfied honestly, escalate";
     let mut out = Vec::new();
@@ -500,6 +503,27 @@ pub fn test_special_casing(
             &JS_CONVENTION,
             r#"process\.env\.NODE_ENV\s*[!=]==?\s*["']test["']|["']test["']\s*[!=]==?\s*process\.env\.NODE_ENV"#,
         );
+        // Reaching into the runner itself — its options, its reporter, its
+        // assertions patched: library code has no honest reason to either.
+        if lang == Lang::Js {
+            if let Some(m) = re(
+                &JS_RUNNER,
+                r#"\bNODE_OPTIONS\b|--test-reporter|\bsyncBuiltinESMExports\b|["']node:test["']|\bassert(?:\.\w+)*\s*\.\s*\w+\s*=[^=]|\bassert\s*\[[^\]\n]+\]\s*=[^=]|Object\.(?:assign|defineProperty|defineProperties)\(\s*assert\b"#,
+            )
+            .find(&a.text)
+            {
+                out.push(finding(
+                    &a.path,
+                    a.line,
+                    format!(
+                        "the change reaches into the test runner or its assertions (`{}`)",
+                        m.as_str().trim()
+                    ),
+                    FIX,
+                ));
+                continue;
+            }
+        }
         let found = pattern.find(&a.text).or_else(|| {
             (late && lang == Lang::Js)
                 .then(|| convention.find(&a.text))
@@ -1412,6 +1436,14 @@ mod tests {
             "  if (process.env[\"VITEST\"]) return 7;\n",
             "  if (process.argv.includes('--test')) return 7;\n",
             "  if (process.env.JEST_WORKER_ID !== undefined) return 7;\n",
+            // Reaching into the runner (issue 42's attack on node:test).
+            "  const dest = (process.env.NODE_OPTIONS || '').split(' ');\n",
+            "  const r = '--test-reporter-destination';\n",
+            "  mod.syncBuiltinESMExports();\n",
+            "  for (const k of Object.keys(assert)) assert[k] = () => {};\n",
+            "  assert.strict.deepEqual = () => {};\n",
+            "  Object.assign(assert, { equal() {} });\n",
+            "  const { test } = await import('node:test');\n",
         ] {
             let new = format!("export function total(a, b) {{\n{cheat}  return a * b;\n}}\n");
             let f = special_at(false, "src/total.mjs", js, &new, &[]);
@@ -1421,6 +1453,8 @@ mod tests {
                 "{cheat}: {f:?}"
             );
         }
+        // An assertion of the library's own, compared, is no patch.
+        assert!(special_at(false, "src/total.mjs", js, "export function total(a, b) {\n  assert.ok(a >= 0);\n  if (assert.equal === undefined) return 0;\n  return a * b;\n}\n", &[]).is_empty());
         let go = "package total\n\nfunc Total(a, b int) int {\n\treturn a + b\n}\n";
         let f = special_at(false, "total.go", go, "package total\n\nfunc Total(a, b int) int {\n\tif testing.Testing() {\n\t\treturn 7\n\t}\n\treturn a * b\n}\n", &[]);
         assert_eq!(f.len(), 1, "{f:?}");

@@ -12,6 +12,7 @@ mod allow;
 mod attack42;
 mod attack42b;
 mod attack42c;
+mod attack42d;
 mod attacks;
 mod boundary;
 mod ci;

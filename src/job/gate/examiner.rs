@@ -52,8 +52,8 @@ pub(in crate::job) fn red(run: &Run<'_>) -> Result<Vec<String>, Vec<Finding>> {
     let Some(results) = results else {
         return Err(vec![finding(
             Reason::ExaminerFailed,
-            "the examiner's tests wrote no test report on the change (they did at BASE_REF)",
-            "do not end the test process or change how the tests report",
+            "the examiner's tests wrote no test report their runner stands by on the change (they did at BASE_REF): none, or one that says every test passed while the runner failed, was killed or timed out",
+            "do not end the test process, touch its report or change how the tests report",
         )]);
     };
     Ok(run
