@@ -161,17 +161,17 @@ fn find_test(file_text: &str, id: &str) -> Option<String> {
     Some(crate::util::truncate(text.trim_end(), MAX_SHOWN_TEST).to_owned())
 }
 
-/// Test `id`'s source among the examiner's `files` (name, text): from the
-/// file its id names, else the first that holds it, else the head of the
-/// first file (a test a class or a loop generates).
-pub fn test_source(files: &[(String, String)], id: &str) -> String {
-    let names: Vec<String> = files.iter().map(|(f, _)| f.clone()).collect();
-    let named = file_of(id, &names).and_then(|f| files.iter().find(|(n, _)| n == f));
+/// Test `id`'s source among the examiner's `files`: from the file its id
+/// names, else the first that holds it, else the head of the first file (a
+/// test a class or a loop generates).
+pub fn test_source(files: &[crate::examiner::TestFile], id: &str) -> String {
+    let names: Vec<String> = files.iter().map(|t| t.file.clone()).collect();
+    let named = file_of(id, &names).and_then(|f| files.iter().find(|t| &t.file == f));
     named
-        .and_then(|(_, t)| find_test(t, id))
-        .or_else(|| files.iter().find_map(|(_, t)| find_test(t, id)))
+        .and_then(|t| find_test(&t.content, id))
+        .or_else(|| files.iter().find_map(|t| find_test(&t.content, id)))
         .unwrap_or_else(|| {
-            let head = named.or(files.first()).map_or("", |(_, t)| t.as_str());
+            let head = named.or(files.first()).map_or("", |t| t.content.as_str());
             crate::util::truncate(head, MAX_SHOWN_TEST).to_owned()
         })
 }
@@ -500,7 +500,11 @@ mod tests {
 
     #[test]
     fn a_tests_source_is_its_function_with_its_decorators() {
-        let files = vec![("test_r.py".to_owned(), TEST.to_owned())];
+        let file = |f: &str, c: &str| crate::examiner::TestFile {
+            file: f.into(),
+            content: c.into(),
+        };
+        let files = vec![file("test_r.py", TEST)];
         let s = test_source(
             &files,
             "loopd_examiner/test_r.py::test_many_lines_round_half_up",
@@ -512,7 +516,7 @@ mod tests {
         assert_eq!(p, "def test_other():\n    assert True");
         assert!(test_source(&files, "m::test_missing").contains("import pytest"));
         let js = "import test from 'node:test';\nimport assert from 'node:assert';\n\ntest('rounds half up', () => {\n  assert.equal(total([1, 2]), 3);\n});\n\ntest('other', () => {});\n";
-        let node = vec![("cart.test.mjs".to_owned(), js.to_owned())];
+        let node = vec![file("cart.test.mjs", js)];
         assert_eq!(
             test_source(&node, "test::rounds half up"),
             "test('rounds half up', () => {\n  assert.equal(total([1, 2]), 3);\n});"

@@ -61,7 +61,10 @@ impl Run<'_> {
                 self.cli(Role::Examiner).agent.answer_with(),
                 settings.framework,
             );
-            match self.ask_examiner(&prompt, &material, &home).await? {
+            match self
+                .ask_examiner(&prompt, &material, &home, settings.framework)
+                .await?
+            {
                 Ok(Ok(answer)) => {
                     write_tests(&tests, &answer).map_err(io(&tests))?;
                     std::fs::write(home.join(COMPLETE), b"").map_err(io(&home))?;
@@ -102,7 +105,10 @@ impl Run<'_> {
                 self.cli(Role::Examiner).agent.answer_with(),
                 settings.framework,
             );
-            match self.ask_examiner(&prompt, &material, &home).await? {
+            match self
+                .ask_examiner(&prompt, &material, &home, settings.framework)
+                .await?
+            {
                 Ok(Ok(answer)) => {
                     replace_tests(&tests, &answer).map_err(io(&tests))?;
                     std::fs::write(home.join(REVISED), b"").map_err(io(&home))?;
@@ -204,6 +210,7 @@ impl Run<'_> {
         prompt: &str,
         material: &str,
         home: &Path,
+        framework: examiner::Framework,
     ) -> Result<Result<Result<Vec<TestFile>, String>, Ending>, JobError> {
         if let Some(e) = self.may_start(Role::Examiner, material.len()) {
             return Ok(Err(e));
@@ -240,11 +247,6 @@ impl Run<'_> {
         if let Some(reason) = done.stopped {
             return Ok(Err(self.guard_ending(reason)));
         }
-        let framework = self
-            .job
-            .examiner
-            .as_ref()
-            .map_or(examiner::Framework::Pytest, |e| e.framework);
         Ok(Ok(examiner::read_answer(result.as_ref(), framework)))
     }
 }
@@ -330,13 +332,7 @@ impl Run<'_> {
             return None;
         }
         let tests = e.home.join("files").join(examiner::DIR);
-        let files: Vec<(String, String)> = test_files(&tests)
-            .into_iter()
-            .filter_map(|f| {
-                let text = std::fs::read_to_string(tests.join(&f)).ok()?;
-                Some((f, text))
-            })
-            .collect();
+        let files = read_tests(&tests, &test_files(&tests));
         let red: Vec<Red> = shown
             .iter()
             .map(|id| Red {
@@ -346,8 +342,6 @@ impl Run<'_> {
             .collect();
         let output = std::fs::read_to_string(output_file(&e.home, n)).ok();
         let section = evidence::section(&red, output.as_deref(), settings.framework.fence());
-        // Whole files: the critic may quote a line the function refers to.
-        let whole: Vec<String> = files.iter().map(|(_, t)| t.clone()).collect();
         // And what the run printed of them: pytest's lines that quote a
         // test (`>`) and spell out what it compared (`E`).
         let quoted: String = output
@@ -357,7 +351,9 @@ impl Run<'_> {
             .filter(|l| l.starts_with('>') || l.starts_with("E "))
             .map(|l| format!("{}\n", &l[1..]))
             .collect();
-        let mut cut: Vec<&str> = whole.iter().map(String::as_str).collect();
+        // Whole files (the critic may quote a line the function refers
+        // to) and what the run printed of them.
+        let mut cut: Vec<&str> = files.iter().map(|t| t.content.as_str()).collect();
         cut.push(&quoted);
         let at_base = self.ws.texts_at(self.base_oid, 64 << 10);
         let known: Vec<&str> = at_base.iter().map(|(_, t)| t.as_str()).collect();

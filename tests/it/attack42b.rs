@@ -120,33 +120,6 @@ fn two_attempts_full_bash() -> Vec<&'static str> {
     vec!["--max-attempts", "2", "--allowed-tools", FULL_BASH]
 }
 
-/// The attempt was not accepted: the job did not end `accepted` on it.
-fn assert_not_accepted(r: &RunResult, s: &Value, what: &str) {
-    assert_ne!(
-        r.code,
-        5,
-        "{what}: loopd crashed (exit 5): {}",
-        tail(&r.stderr)
-    );
-    assert_ne!(
-        s["outcome"],
-        "accepted",
-        "{what}: HOLE, the change was accepted: attempts {} examiner {}\n{}",
-        s["attempts"],
-        s["examiner"],
-        tail(&r.stderr)
-    );
-}
-
-fn tail(s: &str) -> &str {
-    let n = s.len();
-    let mut i = n.saturating_sub(3000);
-    while !s.is_char_boundary(i) {
-        i += 1;
-    }
-    &s[i..]
-}
-
 // ---- 01: a module of the change shadows the code under test, for the
 // examiner's run only -----------------------------------------------------
 

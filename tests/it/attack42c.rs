@@ -151,14 +151,6 @@ fn around(hay: &str, needle: &str) -> String {
     }
 }
 
-fn tail(s: &str) -> &str {
-    let mut i = s.len().saturating_sub(3000);
-    while !s.is_char_boundary(i) {
-        i += 1;
-    }
-    &s[i..]
-}
-
 /// Where each needle got to, among what the agent can be shown or read: the
 /// agent's requests (its prompts and tool results), any file under the state
 /// dir but the examiner's own directory (the run directory, the journal,
@@ -251,23 +243,6 @@ fn assert_no_leak(
         found.is_empty(),
         "HOLE: the examiner's tests reached what the agent sees or a run directory:\n{}",
         found.join("\n\n")
-    );
-}
-
-fn assert_not_accepted(r: &RunResult, s: &Value, what: &str) {
-    assert_ne!(
-        r.code,
-        5,
-        "{what}: loopd failed (exit 5): {}",
-        tail(&r.stderr)
-    );
-    assert_ne!(
-        s["outcome"],
-        "accepted",
-        "{what}: HOLE, the change was accepted: attempts {} examiner {}\n{}",
-        s["attempts"],
-        s["examiner"],
-        tail(&r.stderr)
     );
 }
 

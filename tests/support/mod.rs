@@ -762,3 +762,30 @@ pub fn run_bounded(
         hung,
     )
 }
+
+pub fn tail(s: &str) -> &str {
+    let n = s.len();
+    let mut i = n.saturating_sub(3000);
+    while !s.is_char_boundary(i) {
+        i += 1;
+    }
+    &s[i..]
+}
+
+/// The attempt was not accepted: the job did not end `accepted` on it.
+pub fn assert_not_accepted(r: &RunResult, s: &Value, what: &str) {
+    assert_ne!(
+        r.code,
+        5,
+        "{what}: loopd crashed (exit 5): {}",
+        tail(&r.stderr)
+    );
+    assert_ne!(
+        s["outcome"],
+        "accepted",
+        "{what}: HOLE, the change was accepted: attempts {} examiner {}\n{}",
+        s["attempts"],
+        s["examiner"],
+        tail(&r.stderr)
+    );
+}
