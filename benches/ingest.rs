@@ -73,9 +73,11 @@ fn ingest(agent: &dyn Agent, fixture: &str, target: usize) {
     let bytes = std::fs::metadata(&input).expect("stat").len();
 
     let budget = Budget::new(Caps {
-        budget_usd: 1e12,
-        max_turns: u64::MAX / 2,
-        max_tokens: u64::MAX / 2,
+        limits: loopd::guard::caps::Limits {
+            budget_usd: 1e12,
+            max_turns: u64::MAX / 2,
+            max_tokens: u64::MAX / 2,
+        },
         timeout: Duration::from_secs(3600),
         attempt_timeout: Duration::from_secs(3600),
         idle_timeout: Duration::from_secs(3600),

@@ -49,9 +49,11 @@ fn main() {
         .unwrap_or(30);
     let dir = tempfile::tempdir().expect("tempdir");
     let budget = Budget::new(Caps {
-        budget_usd: 0.5,
-        max_turns: 100,
-        max_tokens: u64::MAX / 2,
+        limits: loopd::guard::caps::Limits {
+            budget_usd: 0.5,
+            max_turns: 100,
+            max_tokens: u64::MAX / 2,
+        },
         timeout: Duration::from_secs(60),
         attempt_timeout: Duration::from_secs(60),
         idle_timeout: Duration::from_secs(60),

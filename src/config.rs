@@ -1053,9 +1053,11 @@ fn caps<'a>(
         DEFAULT_IDLE_TIMEOUT,
     )?;
     Ok(Caps {
-        budget_usd,
-        max_turns,
-        max_tokens,
+        limits: crate::guard::caps::Limits {
+            budget_usd,
+            max_turns,
+            max_tokens,
+        },
         timeout,
         attempt_timeout,
         idle_timeout,
@@ -1607,9 +1609,7 @@ impl Job {
                 })
                 .collect(),
             suite: self.suite.as_ref().map(|s| step(&s.step)),
-            budget_usd: self.caps.budget_usd,
-            max_turns: self.caps.max_turns,
-            max_tokens: self.caps.max_tokens,
+            limits: self.caps.limits,
             max_attempts: self.max_attempts,
             timeout: text(self.caps.timeout),
             attempt_timeout: text(self.caps.attempt_timeout),

@@ -189,9 +189,10 @@ pub struct Spec {
     /// The whole suite step (`[judge] suite`, or inferred).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suite: Option<SpecStep>,
-    pub budget_usd: f64,
-    pub max_turns: u64,
-    pub max_tokens: u64,
+    /// The spend caps (written flat: `budget_usd`, `max_turns`,
+    /// `max_tokens`).
+    #[serde(flatten)]
+    pub limits: crate::guard::caps::Limits,
     pub max_attempts: u32,
     /// The three time limits, as durations are written (`1h`).
     pub timeout: String,
@@ -345,18 +346,18 @@ impl Spec {
         field("suite", suite(&self.suite), suite(&now.suite));
         field(
             "budget_usd",
-            self.budget_usd.to_string(),
-            now.budget_usd.to_string(),
+            self.limits.budget_usd.to_string(),
+            now.limits.budget_usd.to_string(),
         );
         field(
             "max_turns",
-            self.max_turns.to_string(),
-            now.max_turns.to_string(),
+            self.limits.max_turns.to_string(),
+            now.limits.max_turns.to_string(),
         );
         field(
             "max_tokens",
-            self.max_tokens.to_string(),
-            now.max_tokens.to_string(),
+            self.limits.max_tokens.to_string(),
+            now.limits.max_tokens.to_string(),
         );
         field(
             "max_attempts",
@@ -934,7 +935,16 @@ impl Journal {
 /// reports the disk's state).
 impl Recorder for Journal {
     fn record(&mut self, record: Record) {
-        let event = match record {
+        if let Err(e) = self.append(Event::from(record)) {
+            tracing::warn!(error = %e, "cannot journal a model or tool call");
+        }
+    }
+}
+
+/// The one table from a session's records to the journal's events.
+impl From<Record> for Event {
+    fn from(record: Record) -> Event {
+        match record {
             Record::ModelCall(c) => Event::ModelCall(c),
             Record::ToolCall(c) => Event::ToolCall(c),
             Record::Nudged(n) => Event::Nudged(n),
@@ -951,9 +961,6 @@ impl Recorder for Journal {
                 test: request.test,
                 reason: request.reason,
             },
-        };
-        if let Err(e) = self.append(event) {
-            tracing::warn!(error = %e, "cannot journal a model or tool call");
         }
     }
 }
@@ -1677,9 +1684,11 @@ mod tests {
             }],
             held_out: Vec::new(),
             suite: None,
-            budget_usd: 2.0,
-            max_turns: 200,
-            max_tokens: 5_000_000,
+            limits: crate::guard::caps::Limits {
+                budget_usd: 2.0,
+                max_turns: 200,
+                max_tokens: 5_000_000,
+            },
             max_attempts: 5,
             timeout: "1h".into(),
             attempt_timeout: "20m".into(),
@@ -1698,7 +1707,7 @@ mod tests {
         assert_eq!(Replay::fold(&entries).spec, None);
 
         let mut raised = spec();
-        raised.budget_usd = 5.0;
+        raised.limits.budget_usd = 5.0;
         let ev = vec![
             Event::JobStarted {
                 job_id: "j".into(),
@@ -1728,7 +1737,7 @@ mod tests {
         assert!(was.changes(&was.clone()).is_empty());
         let mut now = spec();
         now.goal[0].run = "true".into();
-        now.budget_usd = 50.0;
+        now.limits.budget_usd = 50.0;
         now.rubric_sha256 = "r2".into();
         now.config_sha256 = None;
         let changes = was.changes(&now);

@@ -260,3 +260,45 @@ pub struct Parked {
     /// The submodules that had something to park (or failed to).
     pub submodules: Vec<SubmoduleParked>,
 }
+
+/// The name of a run's resolved job, written when it starts.
+pub const JOB_FILE: &str = "job.json";
+
+/// What the views read back of a run's `job.json` — the report's budget
+/// and attempts, `loopd tail`'s budget, `loopd approve`'s settings — in one
+/// reader. The file is the configuration layer's (`Job`, above this one);
+/// a field it lacks or cannot be read is absent here, never an error: a
+/// view of an older run still shows the rest.
+#[derive(Debug, Default, Deserialize)]
+pub struct JobFile {
+    /// The spend caps the job ran under.
+    #[serde(default, deserialize_with = "lenient")]
+    pub caps: Option<crate::guard::caps::Limits>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub max_attempts: Option<u32>,
+    /// `[approval]`, read by the daemon's layer.
+    #[serde(default)]
+    pub approval: serde_json::Value,
+}
+
+impl JobFile {
+    /// The largest `job.json` read (a task and a rubric fit many times).
+    pub const MAX_BYTES: u64 = 16 << 20;
+
+    /// `run_dir`'s job file, if it is there and reads as JSON.
+    pub fn read(run_dir: &std::path::Path) -> Option<JobFile> {
+        let bytes = crate::util::read_untrusted(&run_dir.join(JOB_FILE), Self::MAX_BYTES).ok()?;
+        let text = String::from_utf8_lossy(&bytes);
+        serde_json::from_str(text.strip_prefix('\u{feff}').unwrap_or(&text)).ok()
+    }
+}
+
+/// A field that does not read as its type is absent, not the whole file.
+fn lenient<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    let v = serde_json::Value::deserialize(d)?;
+    Ok(serde_json::from_value(v).ok())
+}

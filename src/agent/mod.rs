@@ -254,7 +254,7 @@ pub trait Agent: Send + Sync {
         parser: &'a mut dyn StreamParser,
         observer: &'a mut (dyn session::Observer + Send),
         stop: &'a mut tokio::sync::watch::Receiver<Option<session::StopRequest>>,
-        gateway: Option<&'a mut tokio::sync::mpsc::UnboundedReceiver<gateway::GatewayEvent>>,
+        gateway: Option<&'a mut tokio::sync::mpsc::UnboundedReceiver<gateway::record::Record>>,
     ) -> SessionFuture<'a> {
         Box::pin(session::run(spec, parser, observer, stop, gateway))
     }

@@ -166,7 +166,9 @@ impl Agent for Scripted {
         parser: &'a mut dyn StreamParser,
         observer: &'a mut (dyn session::Observer + Send),
         stop: &'a mut tokio::sync::watch::Receiver<Option<session::StopRequest>>,
-        gateway: Option<&'a mut tokio::sync::mpsc::UnboundedReceiver<super::gateway::GatewayEvent>>,
+        gateway: Option<
+            &'a mut tokio::sync::mpsc::UnboundedReceiver<super::gateway::record::Record>,
+        >,
     ) -> SessionFuture<'a> {
         Box::pin(run(spec, parser, observer, stop, gateway))
     }
@@ -179,7 +181,7 @@ async fn run(
     parser: &mut dyn StreamParser,
     observer: &mut (dyn session::Observer + Send),
     stop: &mut tokio::sync::watch::Receiver<Option<session::StopRequest>>,
-    gateway: Option<&mut tokio::sync::mpsc::UnboundedReceiver<super::gateway::GatewayEvent>>,
+    gateway: Option<&mut tokio::sync::mpsc::UnboundedReceiver<super::gateway::record::Record>>,
 ) -> Result<SessionEnd, session::SessionError> {
     let started = Instant::now();
     let spawn_error = |e: String| session::SessionError::Spawn {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
 use super::events::{Event, SessionResult, StreamParser};
-use super::gateway::GatewayEvent;
+use super::gateway::record::Record;
 use crate::outcome::Reason;
 use crate::process::{self, Contained};
 
@@ -58,7 +58,7 @@ pub trait Observer {
     /// metered (the session's own, or a nested `claude -p`'s that never
     /// shows in its stream), a refused request, a hook denial, an
     /// escalation.
-    fn on_gateway(&mut self, _event: GatewayEvent) -> Verdict {
+    fn on_gateway(&mut self, _record: Record) -> Verdict {
         None
     }
 }
@@ -156,7 +156,7 @@ pub async fn run(
     parser: &mut dyn StreamParser,
     observer: &mut (dyn Observer + Send),
     stop: &mut tokio::sync::watch::Receiver<Option<StopRequest>>,
-    gateway: Option<&mut tokio::sync::mpsc::UnboundedReceiver<GatewayEvent>>,
+    gateway: Option<&mut tokio::sync::mpsc::UnboundedReceiver<Record>>,
 ) -> Result<SessionEnd, SessionError> {
     let started = Instant::now();
     let token = process::new_token(&spec.scope, spec.role.as_str());
@@ -269,7 +269,7 @@ pub async fn drive<R: tokio::io::AsyncBufRead + Unpin>(
     parser: &mut dyn StreamParser,
     observer: &mut (dyn Observer + Send),
     stop: &mut tokio::sync::watch::Receiver<Option<StopRequest>>,
-    mut gateway: Option<&mut tokio::sync::mpsc::UnboundedReceiver<GatewayEvent>>,
+    mut gateway: Option<&mut tokio::sync::mpsc::UnboundedReceiver<Record>>,
 ) -> Result<Driven, SessionError> {
     let log_err = |source| SessionError::Log {
         path: spec.stream_log.clone(),
@@ -355,8 +355,8 @@ pub async fn drive<R: tokio::io::AsyncBufRead + Unpin>(
 
 /// The gateway's next event; never resolves without a gateway.
 async fn next_event(
-    rx: &mut Option<&mut tokio::sync::mpsc::UnboundedReceiver<GatewayEvent>>,
-) -> Option<GatewayEvent> {
+    rx: &mut Option<&mut tokio::sync::mpsc::UnboundedReceiver<Record>>,
+) -> Option<Record> {
     match rx {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,

@@ -239,7 +239,7 @@ pub async fn run(
 
     // The loop, on the small CI budget unless the flags say otherwise.
     if !a.budget_from_flags {
-        a.job.caps.budget_usd = a.job.ci.budget_usd;
+        a.job.caps.limits.budget_usd = a.job.ci.budget_usd;
     }
     if !a.attempts_from_flags {
         a.job.max_attempts = a.job.ci.max_attempts;

@@ -31,10 +31,8 @@ fn load(args: &DecideArgs) -> Result<(std::path::PathBuf, JobState, ApprovalSett
         .hint("`loopd status` lists every job")
     })?;
     // The settings the job ran with (its resolved job.json).
-    let settings = std::fs::read_to_string(state_dir.join("runs").join(&args.job).join("job.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .and_then(|v| serde_json::from_value::<ApprovalSettings>(v["approval"].clone()).ok())
+    let settings = crate::record::JobFile::read(&state_dir.join("runs").join(&args.job))
+        .and_then(|j| serde_json::from_value::<ApprovalSettings>(j.approval).ok())
         .unwrap_or_default();
     Ok((state_dir, st, settings))
 }

@@ -191,9 +191,9 @@ pub fn check(args: CheckArgs) -> Result<ExitStatus, CliError> {
     let c = &job.caps;
     out.push_str(&format!(
         "caps:          ${} · {} turns · {} tokens · job {} · attempt {} · idle {}\n",
-        c.budget_usd,
-        c.max_turns,
-        c.max_tokens,
+        c.limits.budget_usd,
+        c.limits.max_turns,
+        c.limits.max_tokens,
         humantime::format_duration(c.timeout),
         humantime::format_duration(c.attempt_timeout),
         humantime::format_duration(c.idle_timeout)

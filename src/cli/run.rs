@@ -327,7 +327,7 @@ pub fn finish_foreground(
             if progress {
                 j.observe(
                     crate::live::Progress {
-                        budget_usd: Some(job.caps.budget_usd),
+                        budget_usd: Some(job.caps.limits.budget_usd),
                     }
                     .on_stderr(),
                 );

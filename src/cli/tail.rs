@@ -111,9 +111,7 @@ fn over(state: &Replay, state_dir: &Path, job: &str) -> bool {
 
 /// The job's budget, from the resolved job the run directory keeps.
 fn read_budget(run_dir: &Path) -> Option<f64> {
-    let text = std::fs::read_to_string(run_dir.join("job.json")).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    v.pointer("/caps/budget_usd").and_then(|b| b.as_f64())
+    Some(crate::record::JobFile::read(run_dir)?.caps?.budget_usd)
 }
 
 /// Reads whole journal lines appended since the last call.

@@ -7,16 +7,16 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::agent::events::Usage;
 use crate::agent::Price;
 use crate::outcome::Reason;
 
-/// Caps over the whole job (agent and critic sessions together).
+/// Caps over the whole job (agent and critic sessions together): the
+/// spend caps, which the gateway and the guards decide together
+/// ([`Limits`]), and the clocks.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Caps {
-    pub budget_usd: f64,
-    pub max_turns: u64,
-    pub max_tokens: u64,
+    #[serde(flatten)]
+    pub limits: Limits,
     #[serde(with = "crate::util::duration_text")]
     pub timeout: Duration,
     #[serde(with = "crate::util::duration_text")]
@@ -25,9 +25,12 @@ pub struct Caps {
     pub idle_timeout: Duration,
 }
 
+pub use crate::agent::gateway::spend::Limits;
 pub use crate::agent::gateway::Spend;
 
-/// The caps of a job, checked against spend.
+/// The caps of a job, checked against spend. Every decision is the
+/// gateway's own ([`Limits`]): what stops a session live, what the judge
+/// checks between phases and what the gateway refuses cannot disagree.
 #[derive(Debug, Clone)]
 pub struct Budget {
     pub caps: Caps,
@@ -40,53 +43,22 @@ impl Budget {
         Budget { caps }
     }
 
-    /// The cap that `spend` has reached, if any. Money and tokens are used
-    /// up when the cap is reached; `max_turns` allows that many turns and
-    /// trips when one more starts.
+    /// The cap that `spend` has reached, if any ([`Limits::reached`]).
     pub fn exceeded(&self, spend: &Spend) -> Option<Reason> {
-        if spend.cost_usd >= self.caps.budget_usd {
-            Some(Reason::BudgetUsd)
-        } else if spend.turns > self.caps.max_turns {
-            Some(Reason::MaxTurns)
-        } else if spend.tokens() >= self.caps.max_tokens {
-            Some(Reason::MaxTokens)
-        } else {
-            None
-        }
+        self.caps.limits.reached(spend)
     }
 
-    /// Budget before cost: may a session on a model of `price` start,
-    /// given `spent`? Only when the gateway could let its first call
-    /// through: a request of `request_bytes` reserved at its worst case
-    /// (every input token a cache write) with the smallest output bound the
-    /// gateway grants.
+    /// Budget before cost ([`Limits::first_call`]).
     pub fn can_start(&self, spent: &Spend, price: Price, request_bytes: u64) -> Result<(), Reason> {
-        use crate::agent::gateway::spend::{INPUT_MARGIN, MIN_GRANT};
-        let first = Usage {
-            cache_creation_input_tokens: request_bytes + INPUT_MARGIN,
-            output_tokens: MIN_GRANT,
-            ..Usage::default()
-        };
-        let min = Spend::of_usage(&first, price);
-        let after = spent.plus(&min);
-        if after.cost_usd > self.caps.budget_usd {
-            return Err(Reason::BudgetUsd);
-        }
-        if after.turns > self.caps.max_turns {
-            return Err(Reason::MaxTurns);
-        }
-        if after.tokens() > self.caps.max_tokens {
-            return Err(Reason::MaxTokens);
-        }
-        Ok(())
+        self.caps.limits.first_call(spent, price, request_bytes)
     }
 
     pub fn remaining_usd(&self, spent: &Spend) -> f64 {
-        (self.caps.budget_usd - spent.cost_usd).max(0.0)
+        self.caps.limits.remaining_usd(spent)
     }
 
     pub fn remaining_turns(&self, spent: &Spend) -> u64 {
-        self.caps.max_turns.saturating_sub(spent.turns)
+        self.caps.limits.remaining_turns(spent)
     }
 }
 
@@ -102,9 +74,11 @@ mod tests {
 
     fn budget(usd: f64, turns: u64, tokens: u64) -> Budget {
         Budget::new(Caps {
-            budget_usd: usd,
-            max_turns: turns,
-            max_tokens: tokens,
+            limits: Limits {
+                budget_usd: usd,
+                max_turns: turns,
+                max_tokens: tokens,
+            },
             timeout: Duration::from_secs(60),
             attempt_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(60),

@@ -18,11 +18,10 @@ use std::collections::HashMap;
 use std::time::Duration;
 use std::time::Instant;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::agent::events::{Event, ToolCall as AgentToolCall, Usage};
-use crate::agent::gateway::channel::{Denial, EscalationRequest, Refused};
-use crate::agent::gateway::{GatewayEvent, MeteredCall};
+pub use crate::agent::gateway::record::{ModelCall, Nudge, Record, ToolCall, TARGET_MAX};
 use crate::agent::session::{Observer, Role, Verdict};
 use crate::agent::Prices;
 use crate::outcome::Reason;
@@ -100,44 +99,6 @@ pub const MAX_MAX_DIFF_KB: u64 = 64 * 1024;
 /// Wrappers (`timeout`, `env`, `nice`) are looked through, never patterns.
 pub const DEFAULT_POLL_PATTERNS: [&str; 5] = ["sleep", "wait", "tail -f", "watch", "ps"];
 
-/// One model call, as the stream reported it: the live estimate of what it
-/// cost. A finished session's reconciled totals supersede these; they count
-/// only for a session that never finished (a crash, a kill).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ModelCall {
-    pub attempt: u32,
-    pub role: Role,
-    /// The job's session number this call belongs to.
-    pub session: u32,
-    pub message_id: String,
-    pub model: String,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub cost_usd_estimate: f64,
-    pub latency_ms: u64,
-}
-
-/// One tool call and how it ended.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolCall {
-    pub attempt: u32,
-    pub role: Role,
-    pub session: u32,
-    pub tool: String,
-    pub args_sha256: String,
-    pub tool_use_id: String,
-    pub latency_ms: u64,
-    /// `ok` | `error` | `denied`.
-    pub outcome: String,
-    /// What the call was about, for people (a file path, the first line of
-    /// a command, a pattern), cut to [`TARGET_MAX`] characters.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target: Option<String>,
-}
-
-/// The longest [`ToolCall::target`] kept.
-pub const TARGET_MAX: usize = 80;
-
 /// A tool call's target, for the live progress lines: the path it works
 /// on, or its command's first line. A long path keeps its end (the file's
 /// name), anything else its start.
@@ -155,36 +116,6 @@ pub fn tool_target(call: &AgentToolCall) -> Option<String> {
         out.push('…');
     }
     Some(out)
-}
-
-/// The hook denied a repeated tool call with a nudge instead of the
-/// `stuck_repeat` stop (once per session).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Nudge {
-    pub attempt: u32,
-    pub session: u32,
-    pub tool: String,
-    pub args_sha256: String,
-}
-
-/// What a [`Watch`] reports as it goes.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Record {
-    ModelCall(ModelCall),
-    ToolCall(ToolCall),
-    Nudged(Nudge),
-    /// A call the metering gateway saw on the wire (the authority).
-    Metered(MeteredCall),
-    /// A request the gateway refused.
-    Refused(Refused),
-    /// A tool call the hook asked about and the job's policy denied.
-    Denied(Denial),
-    /// The agent escalated (through the gateway).
-    Escalated {
-        attempt: u32,
-        session: u32,
-        request: EscalationRequest,
-    },
 }
 
 /// Where a [`Watch`] sends its records. The hot path: an implementation must
@@ -356,39 +287,34 @@ impl<'a> Watch<'a> {
 }
 
 impl Observer for Watch<'_> {
-    fn on_gateway(&mut self, event: GatewayEvent) -> Verdict {
-        match event {
-            GatewayEvent::Metered(call) => {
-                self.metered.add(&Spend::of_call(&call));
-                self.recorder.record(Record::Metered(call));
+    fn on_gateway(&mut self, record: Record) -> Verdict {
+        let verdict = match &record {
+            Record::Metered(call) => {
+                self.metered.add(&Spend::of_call(call));
                 let verdict = self.over_cap();
                 if let Some(reason) = verdict {
                     tracing::warn!(%reason, "the metered spend reached a cap");
                 }
                 verdict
             }
-            GatewayEvent::Refused(r) => {
-                self.recorder.record(Record::Refused(r));
-                None
-            }
-            GatewayEvent::Denied(d) => {
+            Record::Denied(d) => {
                 if let Some(t) = d.tool_use_id.as_ref().and_then(|id| self.tools.get_mut(id)) {
                     t.denied = true;
                 }
-                self.recorder.record(Record::Denied(d));
                 None
             }
-            GatewayEvent::Escalated(request) if self.role == Role::Agent => {
+            Record::Escalated { request, .. } if self.role == Role::Agent => {
                 tracing::warn!(test = %request.test, "the agent escalated; stopping its session");
-                self.recorder.record(Record::Escalated {
-                    attempt: self.attempt,
-                    session: self.session,
-                    request,
-                });
                 Some(Reason::Escalated)
             }
-            GatewayEvent::Escalated(_) => None,
-        }
+            // The gateway takes an escalation only from an agent session's
+            // token; one that arrives while another session is watched
+            // (a leftover process of the agent's) is not this session's.
+            Record::Escalated { .. } => return None,
+            _ => None,
+        };
+        self.recorder.record(record);
+        verdict
     }
 
     fn on_event(&mut self, event: &Event, at: Instant) -> Verdict {

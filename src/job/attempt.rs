@@ -8,7 +8,8 @@ use std::time::Instant;
 
 use super::{JobError, Run};
 use crate::agent::events::SessionResult;
-use crate::agent::gateway::{channel, GatewayEvent, Tag};
+use crate::agent::gateway::record::Record;
+use crate::agent::gateway::{channel, Tag};
 use crate::agent::session::{Role, SessionEnd, SessionSpec};
 use crate::agent::{CliLimits, Session};
 use crate::critic::CriticVerdict;
@@ -319,7 +320,7 @@ impl Run<'_> {
         let refusal = gateway.take_refusal();
         let refused = gateway.refused();
         for event in late {
-            self.journal_gateway(role, attempt, number, event)?;
+            self.journal_gateway(role, event)?;
         }
         // The gateway's meter is the authority on cost and tokens; the turns
         // are at least what the CLI or the stream counted.
@@ -396,27 +397,14 @@ impl Run<'_> {
         Ok((finished, end.result))
     }
 
-    /// Journal what the gateway reported after a session's stream ended.
-    fn journal_gateway(
-        &mut self,
-        role: Role,
-        attempt: u32,
-        session: u32,
-        event: GatewayEvent,
-    ) -> Result<(), JobError> {
-        let event = match event {
-            GatewayEvent::Metered(call) => Event::MeteredCall(call),
-            GatewayEvent::Refused(r) => Event::GatewayRefused(r),
-            GatewayEvent::Denied(d) => Event::ToolDenied(d),
-            GatewayEvent::Escalated(r) if role == Role::Agent => Event::EscalationRequested {
-                attempt,
-                session,
-                test: r.test,
-                reason: r.reason,
-            },
-            GatewayEvent::Escalated(_) => return Ok(()),
-        };
-        self.journal.append(event)?;
+    /// Journal what the gateway reported after a session's stream ended
+    /// (an escalation only from the agent's own session, as the watch
+    /// takes it).
+    fn journal_gateway(&mut self, role: Role, record: Record) -> Result<(), JobError> {
+        if matches!(record, Record::Escalated { .. }) && role != Role::Agent {
+            return Ok(());
+        }
+        self.journal.append(Event::from(record))?;
         Ok(())
     }
 
@@ -434,11 +422,11 @@ impl Run<'_> {
                 e.detail = format!(
                     "the {reason} cap was reached: spent ${:.4} of ${}, {} of {} turns, {} of {} tokens",
                     spent.cost_usd,
-                    self.job.caps.budget_usd,
+                    self.job.caps.limits.budget_usd,
                     spent.turns,
-                    self.job.caps.max_turns,
+                    self.job.caps.limits.max_turns,
                     spent.tokens(),
-                    self.job.caps.max_tokens
+                    self.job.caps.limits.max_tokens
                 );
             }
             return Some(e);

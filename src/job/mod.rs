@@ -206,7 +206,7 @@ pub async fn run(job: &Job, ws: Workspace, control: Control) -> Result<Summary, 
         }
         journal.observe(
             crate::live::Progress {
-                budget_usd: Some(job.caps.budget_usd),
+                budget_usd: Some(job.caps.limits.budget_usd),
             }
             .on_stderr(),
         );
@@ -629,11 +629,11 @@ impl Run<'_> {
         format!(
             "spent ${:.4} of ${}, {} of {} turns, {} of {} tokens",
             spent.cost_usd,
-            self.job.caps.budget_usd,
+            self.job.caps.limits.budget_usd,
             spent.turns,
-            self.job.caps.max_turns,
+            self.job.caps.limits.max_turns,
             spent.tokens(),
-            self.job.caps.max_tokens
+            self.job.caps.limits.max_tokens
         )
     }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::channel::JobChannel;
 use super::{Control, JobError};
-use crate::agent::gateway::{self, Gateway, Limits, Vendor};
+use crate::agent::gateway::{self, Gateway, Vendor};
 use crate::agent::{Agent, Prices};
 use crate::config::Job;
 use crate::guard::caps::Spend;
@@ -126,7 +126,7 @@ pub fn prepare(
         agent.name()
     );
     write(
-        &dir.join("job.json"),
+        &dir.join(crate::record::JOB_FILE),
         &serde_json::to_string_pretty(job).expect("job serializes"),
     )?;
     let homes = (
@@ -183,11 +183,7 @@ pub fn prepare(
     );
     let gateway = Gateway::start(gateway::Config {
         vendors,
-        limits: Limits {
-            budget_usd: job.caps.budget_usd,
-            max_turns: job.caps.max_turns,
-            max_tokens: job.caps.max_tokens,
-        },
+        limits: job.caps.limits,
         before: spent,
         channel: Arc::new(channel),
         listener,

@@ -30,8 +30,6 @@ mod timeline;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
-
 use crate::goal::GoalReport;
 use crate::journal::Replay;
 use crate::record::{FailureReport, Summary};
@@ -105,19 +103,6 @@ pub struct Inputs {
     pub pushed: Option<(String, String)>,
 }
 
-/// The part of `job.json` the page shows (its other fields are the
-/// configuration layer's, above this one).
-#[derive(Deserialize)]
-struct JobFile {
-    caps: JobCaps,
-    max_attempts: Option<u32>,
-}
-
-#[derive(Deserialize)]
-struct JobCaps {
-    budget_usd: f64,
-}
-
 impl Inputs {
     /// Read what the page shows from `run_dir`, around a summary already
     /// read. Missing or unreadable files are tolerated: they are absent.
@@ -131,9 +116,7 @@ impl Inputs {
             .unwrap_or_default();
         let (entries, _) = crate::journal::parse(&text);
         let replay = Replay::fold(&entries);
-        let job: Option<JobFile> = read_run_file(&run_dir.join("job.json"), MAX_RECORD_FILE)
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok());
+        let job = crate::record::JobFile::read(run_dir);
         let mut diffs = BTreeMap::new();
         let mut interdiffs = BTreeMap::new();
         let cache = cache_tokens(&entries);
@@ -149,7 +132,7 @@ impl Inputs {
         Inputs {
             failure,
             branch,
-            budget_usd: job.as_ref().map(|j| j.caps.budget_usd),
+            budget_usd: job.as_ref().and_then(|j| j.caps).map(|c| c.budget_usd),
             max_attempts: job.as_ref().and_then(|j| j.max_attempts),
             baseline: replay.baseline.clone(),
             timelines: timeline::build(&entries),
@@ -284,7 +267,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(
             dir.path().join("job.json"),
-            r#"{"caps": {"budget_usd": 0.5, "max_turns": 9}, "max_attempts": 3, "task": "t"}"#,
+            r#"{"caps": {"budget_usd": 0.5, "max_turns": 9, "max_tokens": 1000}, "max_attempts": 3, "task": "t"}"#,
         )
         .expect("write");
         let a1 = dir.path().join("attempt-1");

@@ -557,7 +557,7 @@ mod in_process {
             );
             let mut aborted = 0;
             while let Ok(e) = gw.events().try_recv() {
-                if let loopd::agent::gateway::GatewayEvent::Metered(c) = e {
+                if let loopd::agent::gateway::record::Record::Metered(c) = e {
                     if c.settled == Settled::Reserved {
                         aborted += 1;
                     }

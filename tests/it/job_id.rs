@@ -416,7 +416,7 @@ fn issue39_14_a_continuation_with_another_goal_or_budget_is_refused() {
             _ => None,
         })
         .expect("the journal pins the spec");
-    let was = format!("budget_usd: was {} → now 50", started.budget_usd);
+    let was = format!("budget_usd: was {} → now 50", started.limits.budget_usd);
     let calls = model.requests().len();
 
     // Another goal, a larger budget: the continuation would grade itself.

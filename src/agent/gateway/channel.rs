@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{MeteredCall, Tag};
+use super::Tag;
 
 /// Where the hook and `loopd escalate` find the gateway (set in every
 /// session's environment).
@@ -26,20 +26,6 @@ pub const TOKEN_VAR: &str = "LOOPD_SESSION_TOKEN";
 /// The largest hook event and escalation the gateway reads.
 pub const MAX_HOOK_BYTES: usize = 1 << 20;
 pub const MAX_ESCALATION_BYTES: usize = 64 << 10;
-
-/// What the gateway reports to the job as it happens.
-#[derive(Debug, Clone, PartialEq)]
-pub enum GatewayEvent {
-    /// A model call ended and was settled.
-    Metered(MeteredCall),
-    /// A request was refused (not an endpoint loopd forwards, a body it
-    /// cannot meter, a wrong token).
-    Refused(Refused),
-    /// The hook denied a tool call (a tamper attempt).
-    Denied(Denial),
-    /// The agent ran `loopd escalate`.
-    Escalated(EscalationRequest),
-}
 
 /// A refused request, as journaled.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

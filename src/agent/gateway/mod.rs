@@ -38,6 +38,7 @@
 pub mod channel;
 pub mod json;
 pub mod media;
+pub mod record;
 pub mod spend;
 pub mod target;
 
@@ -57,7 +58,8 @@ use tokio::sync::{mpsc, watch};
 
 use super::events::Usage;
 use super::{Prices, Role};
-pub use channel::{Channel, GatewayEvent, NoChannel};
+pub use channel::{Channel, NoChannel};
+use record::Record;
 pub use spend::{Grant, Limits, Refusal, Spend};
 use target::{Endpoint, Kind};
 
@@ -306,7 +308,7 @@ struct Shared {
     last_tag: Mutex<Tag>,
     ledger: Mutex<spend::Ledger>,
     refusal: Mutex<Option<Refusal>>,
-    events: mpsc::UnboundedSender<GatewayEvent>,
+    events: mpsc::UnboundedSender<Record>,
     in_flight: watch::Sender<usize>,
     /// This session's refused requests, denials and escalations.
     refused: AtomicU64,
@@ -318,7 +320,7 @@ struct Shared {
 pub struct Gateway {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    events: mpsc::UnboundedReceiver<GatewayEvent>,
+    events: mpsc::UnboundedReceiver<Record>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -424,7 +426,7 @@ impl Gateway {
     }
 
     /// What happened since the last look, in order.
-    pub fn events(&mut self) -> &mut mpsc::UnboundedReceiver<GatewayEvent> {
+    pub fn events(&mut self) -> &mut mpsc::UnboundedReceiver<Record> {
         &mut self.events
     }
 
@@ -594,7 +596,7 @@ impl Shared {
         let n = self.refused.fetch_add(1, Ordering::Relaxed);
         if n < MAX_REFUSED_EVENTS {
             let tag = *lock(&self.last_tag);
-            let _ = self.events.send(GatewayEvent::Refused(channel::Refused {
+            let _ = self.events.send(Record::Refused(channel::Refused {
                 attempt: tag.attempt,
                 session: tag.session,
                 method: method.as_str().chars().take(16).collect(),
@@ -741,7 +743,7 @@ fn hook(shared: &Shared, tag: Tag, body: &[u8]) -> Response<GatewayBody> {
             let decision = shared.channel.pre_tool_use(tag, &input);
             if let channel::HookDecision::Deny { reason } = &decision {
                 if shared.denied.fetch_add(1, Ordering::Relaxed) < MAX_DENIAL_EVENTS {
-                    let _ = shared.events.send(GatewayEvent::Denied(channel::Denial {
+                    let _ = shared.events.send(Record::Denied(channel::Denial {
                         attempt: tag.attempt,
                         session: tag.session,
                         tool: input.tool_name.chars().take(200).collect(),
@@ -797,7 +799,11 @@ fn escalate(
     };
     let first = shared.escalated.fetch_add(1, Ordering::Relaxed) == 0;
     if first {
-        let _ = shared.events.send(GatewayEvent::Escalated(req));
+        let _ = shared.events.send(Record::Escalated {
+            attempt: tag.attempt,
+            session: tag.session,
+            request: req,
+        });
     }
     respond(
         StatusCode::OK,
@@ -1068,7 +1074,7 @@ fn settle(
         clamped_max_tokens: (grant.max_tokens < grant.asked).then_some(grant.max_tokens),
     };
     tracing::debug!(model = %call.model, cost_usd = call.cost_usd, "gateway metered a call");
-    let _ = shared.events.send(GatewayEvent::Metered(call));
+    let _ = shared.events.send(Record::Metered(call));
 }
 
 /// Headers that belong to one hop, or that the gateway sets itself.

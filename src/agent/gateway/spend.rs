@@ -94,8 +94,12 @@ impl Spend {
     }
 }
 
-/// The caps over the whole job, as the gateway enforces them.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The caps on spend over the whole job — agent, critic and examiner
+/// sessions together. The one type the gateway reserves against and the
+/// live guards, the judge and `resume` check, and the one place each cap is
+/// decided: [`Limits::reached`] after spending, [`Ledger::reserve`] before
+/// (a call, and through [`Limits::first_call`] a session).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Limits {
     pub budget_usd: f64,
     pub max_turns: u64,
@@ -109,6 +113,51 @@ impl Limits {
         max_turns: u64::MAX,
         max_tokens: u64::MAX,
     };
+
+    /// The cap that `spend` has reached, if any. Money and tokens are used
+    /// up when the cap is reached; `max_turns` allows that many turns and
+    /// trips when one more starts.
+    pub fn reached(&self, spend: &Spend) -> Option<Reason> {
+        if spend.cost_usd >= self.budget_usd {
+            Some(Reason::BudgetUsd)
+        } else if spend.turns > self.max_turns {
+            Some(Reason::MaxTurns)
+        } else if spend.tokens() >= self.max_tokens {
+            Some(Reason::MaxTokens)
+        } else {
+            None
+        }
+    }
+
+    /// Budget before cost: may a session on a model of `price` start,
+    /// given `spent`? Only when the gateway would let its first call
+    /// through — the same reservation [`Ledger::reserve`] makes: a request
+    /// of `request_bytes` at its dearest, with the smallest output bound
+    /// the gateway grants.
+    pub fn first_call(
+        &self,
+        spent: &Spend,
+        price: Price,
+        request_bytes: u64,
+    ) -> Result<(), Reason> {
+        let first = Ask {
+            model: String::new(),
+            max_tokens: MIN_GRANT,
+            input_bound: request_bytes.saturating_add(INPUT_MARGIN),
+        };
+        Ledger::new(*self, *spent)
+            .reserve(&first, price)
+            .map(|_| ())
+            .map_err(|r| r.reason)
+    }
+
+    pub fn remaining_usd(&self, spent: &Spend) -> f64 {
+        (self.budget_usd - spent.cost_usd).max(0.0)
+    }
+
+    pub fn remaining_turns(&self, spent: &Spend) -> u64 {
+        self.max_turns.saturating_sub(spent.turns)
+    }
 }
 
 /// What a model call asks for, read from its request before it is
