@@ -501,6 +501,11 @@ pub struct Job {
     pub guard: GuardSettings,
     pub protect: ProtectSettings,
     pub sandbox: SandboxSettings,
+    /// loopd's own environment, as the job was resolved in it (the
+    /// process's; a test's own for a job run in a test process). Never
+    /// written to `job.json`: it holds the caller's secrets.
+    #[serde(skip)]
+    pub host: std::sync::Arc<crate::util::Host>,
     /// The autofix gate's risk policy (`loopd ci`).
     pub ci: RiskPolicy,
     /// The durable approval gate (the daemon).
@@ -1625,7 +1630,7 @@ impl Job {
     /// the variables the lead named. Each role adds its own `HOME` and
     /// `TMPDIR`.
     pub fn environment(&self) -> crate::sandbox::env::Environment {
-        crate::sandbox::env::Environment::from_process(&self.sandbox.env)
+        crate::sandbox::env::Environment::allow_listed(self.host.vars(), &self.sandbox.env)
     }
 
     pub fn budget(&self) -> crate::guard::caps::Budget {
@@ -1909,6 +1914,7 @@ impl Job {
         }
 
         Ok(Job {
+            host: std::sync::Arc::new(crate::util::Host::process()),
             repo: repo_root.to_path_buf(),
             config_file: config_path,
             task,

@@ -738,6 +738,8 @@ fn all_pids() -> impl Iterator<Item = Pid> {
 struct Stat {
     state: char,
     ppid: i32,
+    /// The session it is in.
+    session: i32,
     flags: u64,
     /// `env_start` and `env_end` (Linux 3.5+; zeros for a process we may
     /// not inspect, or whose memory is between images).
@@ -763,6 +765,7 @@ fn stat(pid: Pid) -> Option<Stat> {
     Some(Stat {
         state: field(3)?.chars().next()?,
         ppid: field(4)?.parse().ok()?,
+        session: field(6)?.parse().ok()?,
         flags: number(9)?,
         env: number(50).zip(number(51)),
     })
@@ -773,13 +776,20 @@ fn is_zombie(pid: Pid) -> bool {
 }
 
 /// Reap zombies re-parented to us (we are a subreaper) that tokio does not
-/// own. Never touches a child tokio is still waiting for.
+/// own. Never touches a child tokio is still waiting for, nor one in our
+/// own session: every contained process leads a session of its own
+/// ([`command`]) and none of its descendants can join ours, so a zombie
+/// child in our session is one its spawner waits for (a `git` a test
+/// harness runs beside a job in its process) — reaping it would leave that
+/// spawner with `ECHILD`.
 pub fn reap_orphans() -> usize {
     let me = std::process::id() as i32;
+    // SAFETY: getsid(0) only reads this process's session id.
+    let own_session = unsafe { libc::getsid(0) };
     let mut reaped = 0;
     for pid in all_pids() {
         let Some(st) = stat(pid) else { continue };
-        if st.state == 'Z' && st.ppid == me && !is_managed(pid) {
+        if st.state == 'Z' && st.ppid == me && st.session != own_session && !is_managed(pid) {
             let mut status = 0;
             // SAFETY: waitpid on a specific pid of a zombie child we do not
             // otherwise track; `status` is a valid out-pointer.

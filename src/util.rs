@@ -646,3 +646,44 @@ mod state_dir_tests {
         assert!(matches!(e, StateDirError::InsideRepository { .. }), "{e}");
     }
 }
+
+/// loopd's own environment as it started: what a job's processes start
+/// from (through the sandbox's allow-list) and where the toolchains they
+/// run are found. The process's, read once at the edge — or given, so that
+/// a job run inside a test process lives in the test's world, not the
+/// process's: the job never reads the process environment again.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Host {
+    vars: std::collections::BTreeMap<std::ffi::OsString, std::ffi::OsString>,
+}
+
+impl Host {
+    /// This process's environment, now.
+    pub fn process() -> Host {
+        Host::from_vars(std::env::vars_os())
+    }
+
+    /// An environment of these variables (the last of a name wins).
+    pub fn from_vars(
+        vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    ) -> Host {
+        Host {
+            vars: vars.into_iter().collect(),
+        }
+    }
+
+    pub fn var_os(&self, name: &str) -> Option<&std::ffi::OsStr> {
+        self.vars
+            .get(std::ffi::OsStr::new(name))
+            .map(|v| v.as_os_str())
+    }
+
+    /// `name`'s value, when it is set and is UTF-8.
+    pub fn var(&self, name: &str) -> Option<String> {
+        self.var_os(name)?.to_str().map(str::to_owned)
+    }
+
+    pub fn vars(&self) -> impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)> + '_ {
+        self.vars.iter().map(|(k, v)| (k.clone(), v.clone()))
+    }
+}

@@ -165,6 +165,10 @@ pub struct Session<'a> {
     pub limits: CliLimits,
     /// The pre-tool-use hook's command line.
     pub hook_command: &'a str,
+    /// This executable, which the hook command runs (and the scripted
+    /// agent of test builds asks the model through): the caller's, never
+    /// `current_exe` — a job run inside a test process is not `loopd`.
+    pub loopd: &'a Path,
     /// The gateway's URL and the session's token.
     pub gateway_url: &'a str,
     pub token: &'a str,

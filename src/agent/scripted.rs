@@ -59,6 +59,8 @@ struct Call {
     allowed_tools: Vec<String>,
     max_turns: u64,
     hook_command: String,
+    /// `loopd`, whose `scripted-call` makes each model call.
+    loopd: std::path::PathBuf,
     gateway_url: String,
     token: String,
 }
@@ -125,6 +127,7 @@ impl Agent for Scripted {
             allowed_tools: s.allowed_tools.to_vec(),
             max_turns: s.limits.max_turns.max(1),
             hook_command: s.hook_command.to_owned(),
+            loopd: s.loopd.to_path_buf(),
             gateway_url: s.gateway_url.to_owned(),
             token: s.token.to_owned(),
         };
@@ -196,13 +199,14 @@ async fn run(
     let call: Call = serde_json::from_str(arg).map_err(|e| spawn_error(e.to_string()))?;
     let token = process::new_token(&spec.scope, spec.role.as_str());
     let (writer, reader) = tokio::io::duplex(256 << 10);
+    let loopd_exe = call.loopd.clone();
     let player = Player {
         call,
         spec: spec.clone(),
         token: token.clone(),
         material: spec.stdin.clone(),
         session_id: format!("scripted-{}", token.replace('/', "-")),
-        loopd: std::env::current_exe().map_err(|e| spawn_error(e.to_string()))?,
+        loopd: loopd_exe,
         out: writer,
         stderr: String::new(),
     };

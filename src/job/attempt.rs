@@ -249,6 +249,7 @@ impl Run<'_> {
                 schema: ask.schema,
                 limits,
                 hook_command: &self.env.hook_command,
+                loopd: &self.loopd_exe,
                 gateway_url: &base_url,
                 token: &token,
                 home: &cli.home,

@@ -219,7 +219,7 @@ pub fn prepare(
 /// their state (`CARGO_HOME`, … — they looked there before `HOME` moved).
 pub fn environment(job: &Job, home: &Path, tmp: &Path) -> Environment {
     let mut env = job.environment().with("HOME", home).with("TMPDIR", tmp);
-    let real_home = std::env::var_os("HOME").map(PathBuf::from);
+    let real_home = job.host.var_os("HOME").map(PathBuf::from);
     let plan = toolchain_plan(job);
     for (k, v) in sandbox::toolchain_env(&plan, real_home.as_deref(), |v| {
         env.get(v).map(|s| s.to_string_lossy().into_owned())
@@ -342,7 +342,9 @@ fn software_plan(job: &Job, loopd_exe: &Path) -> sandbox::Plan {
 fn toolchain_plan(job: &Job) -> sandbox::Plan {
     let mut plan = sandbox::Plan::default();
     sandbox::system_plan(&mut plan);
-    let home = std::env::var_os("HOME")
+    let home = job
+        .host
+        .var_os("HOME")
         .map(PathBuf::from)
         .filter(|h| h.is_absolute())
         .map(|h| h.canonicalize().unwrap_or(h));
@@ -354,10 +356,10 @@ fn toolchain_plan(job: &Job) -> sandbox::Plan {
         .filter(|p| p.is_absolute())
         .collect();
     sandbox::toolchains(
-        std::env::var_os("PATH").as_deref(),
+        job.host.var_os("PATH"),
         home.as_deref(),
         &programs,
-        |v| std::env::var(v).ok(),
+        |v| job.host.var(v),
         &mut plan,
     );
     plan

@@ -56,6 +56,8 @@ struct Outcome {
     /// With the held-out tests, and without them.
     accepted: [bool; 2],
     reason: String,
+    /// The summary's `detail`: why a job that was not accepted ended.
+    detail: String,
     /// The last attempt's gate findings: what a miss is diagnosed from.
     findings: Vec<String>,
 }
@@ -136,10 +138,19 @@ fn rust_env() -> Vec<(&'static str, std::ffi::OsString)> {
     ]
 }
 
+/// Where a case's job runs.
+#[derive(Clone, Copy)]
+enum How {
+    /// In the test's process ([`TestEnv::run_in_process`]).
+    InProcess,
+    /// As `loopd run --json`.
+    Loopd,
+}
+
 /// One case: with the task's held-out tests (`examiner: None`), or with
 /// neither held-out tests nor anything but the examiner's tests written
 /// from the task's text alone (`<task>/examiner/`), in that mode.
-fn run_case_with(job: &Job, examiner: Option<&str>) -> Outcome {
+fn run_case_with(job: &Job, examiner: Option<&str>, how: How) -> Outcome {
     let task: Task = toml::from_str(
         &std::fs::read_to_string(job.task_dir.join("task.toml")).expect("task.toml"),
     )
@@ -194,19 +205,28 @@ fn run_case_with(job: &Job, examiner: Option<&str>) -> Outcome {
         scripted.examiner = vec![examiner_writes(&refs), examiner_writes(&[])];
     }
     let model = ScriptedModel::start(scripted);
-    let mut cmd = env.loopd(Some(&model));
-    if job.lang == "rust" {
-        for (k, v) in rust_env() {
-            cmd.env(k, v);
+    let extra = if job.lang == "rust" {
+        rust_env()
+    } else {
+        Vec::new()
+    };
+    let s = match how {
+        // What the table decides is the gates': a `loopd` process per case
+        // proves nothing more.
+        How::InProcess => env.run_in_process(&model, &[], &extra),
+        // The examiner's row keeps the end-to-end run: `loopd run --json`.
+        How::Loopd => {
+            let mut cmd = env.loopd(Some(&model));
+            cmd.envs(extra);
+            let r = finish(cmd.arg("run").arg("--json").output().expect("run loopd"));
+            serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| {
+                panic!(
+                    "{} {}: no summary ({e}): {}",
+                    job.lang, job.case_name, r.stderr
+                )
+            })
         }
-    }
-    let r = finish(cmd.arg("run").arg("--json").output().expect("run loopd"));
-    let s: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "{} {}: no summary ({e}): {}",
-            job.lang, job.case_name, r.stderr
-        )
-    });
+    };
     let accepted = s["outcome"] == "accepted";
     let last = s["attempts"]
         .as_array()
@@ -233,6 +253,7 @@ fn run_case_with(job: &Job, examiner: Option<&str>) -> Outcome {
         note: case.note,
         accepted: [accepted || only_held_out, accepted],
         reason: s["reason"].as_str().unwrap_or("?").to_owned(),
+        detail: s["detail"].as_str().unwrap_or("").to_owned(),
         findings,
     }
 }
@@ -300,7 +321,7 @@ const HONEST_FLOOR: f64 = 95.0;
 fn the_corpus_table() {
     let jobs = corpus_jobs();
     assert!(!jobs.is_empty(), "fixtures/corpus holds no cases");
-    let results = on_two_threads(&jobs, |job| run_case_with(job, None));
+    let results = on_two_threads(&jobs, |job| run_case_with(job, None, How::InProcess));
     // class → (held_out → (stopped, total)), and the reasons.
     let mut table: BTreeMap<String, [(usize, usize); 2]> = BTreeMap::new();
     let mut lines = Vec::new();
@@ -345,7 +366,12 @@ fn the_corpus_table() {
             if good {
                 String::new()
             } else if o.class == "honest" {
-                format!(" — {} (findings: {})", o.note, o.findings.join("; "))
+                format!(
+                    " — {} (findings: {}; {})",
+                    o.note,
+                    o.findings.join("; "),
+                    o.detail
+                )
             } else {
                 format!(" — {}", o.note)
             }
@@ -454,7 +480,9 @@ fn the_examiner_row() {
         .iter()
         .flat_map(|m| jobs.iter().map(move |j| (j, *m)))
         .collect();
-    let results = on_two_threads(&runs, |(job, mode)| run_case_with(job, Some(mode)));
+    let results = on_two_threads(&runs, |(job, mode)| {
+        run_case_with(job, Some(mode), How::Loopd)
+    });
     // (mode, class) → [without the examiner, with it]: (good, total).
     let mut table: BTreeMap<(String, String), [(usize, usize); 2]> = BTreeMap::new();
     let mut lines = Vec::new();

@@ -14,6 +14,7 @@
 pub mod daemon;
 pub mod github;
 pub mod gitserver;
+pub mod in_process;
 pub mod model;
 
 use std::ffi::OsString;
@@ -226,24 +227,37 @@ impl TestEnv {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// The whole environment `loopd` runs in: the tools, this test's own
+    /// HOME and state dir, git isolated from any user's config, the test
+    /// credential, and `model`'s address for both vendors.
+    pub fn loopd_env(&self, model: Option<&ScriptedModel>) -> Vec<(OsString, OsString)> {
+        let mut env: Vec<(OsString, OsString)> = vec![
+            ("PATH".into(), tools_path()),
+            ("HOME".into(), self.home.clone().into()),
+            ("LOOPD_STATE_DIR".into(), self.state.clone().into()),
+            ("GIT_CONFIG_GLOBAL".into(), "/dev/null".into()),
+            ("GIT_CONFIG_NOSYSTEM".into(), "1".into()),
+            ("ANTHROPIC_API_KEY".into(), API_KEY.into()),
+            ("OPENAI_API_KEY".into(), API_KEY.into()),
+            ("NO_COLOR".into(), "1".into()),
+        ];
+        if let Some(m) = model {
+            // One scripted model speaks both vendors' protocols.
+            env.push(("ANTHROPIC_BASE_URL".into(), m.base_url().into()));
+            env.push((
+                "OPENAI_BASE_URL".into(),
+                format!("{}/v1", m.base_url()).into(),
+            ));
+        }
+        env
+    }
+
     /// `loopd` with a clean environment pointed at `model`.
     pub fn loopd(&self, model: Option<&ScriptedModel>) -> Command {
         let mut cmd = Command::new(loopd_bin());
         cmd.env_clear()
-            .env("PATH", tools_path())
-            .env("HOME", &self.home)
-            .env("LOOPD_STATE_DIR", &self.state)
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("ANTHROPIC_API_KEY", API_KEY)
-            .env("OPENAI_API_KEY", API_KEY)
-            .env("NO_COLOR", "1")
+            .envs(self.loopd_env(model))
             .current_dir(&self.repo);
-        if let Some(m) = model {
-            // One scripted model speaks both vendors' protocols.
-            cmd.env("ANTHROPIC_BASE_URL", m.base_url());
-            cmd.env("OPENAI_BASE_URL", format!("{}/v1", m.base_url()));
-        }
         cmd
     }
 

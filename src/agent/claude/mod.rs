@@ -300,6 +300,7 @@ mod tests {
                 max_turns: 40,
             },
             hook_command: "/opt/loopd hook pre-tool-use",
+            loopd: std::path::Path::new("/opt/loopd"),
             gateway_url: "http://127.0.0.1:4242",
             token: "loopd-session-x",
             home,

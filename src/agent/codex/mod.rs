@@ -293,6 +293,7 @@ mod tests {
                 max_turns: 10,
             },
             hook_command: "/opt/loopd hook pre-tool-use --agent codex",
+            loopd: std::path::Path::new("/opt/loopd"),
             gateway_url: "http://127.0.0.1:4242",
             token: "loopd-session-x",
             home: dir.path(),
