@@ -17,9 +17,10 @@ use std::collections::BTreeSet;
 use super::finding::Finding;
 use super::precheck::Lang;
 use super::syntax::{
-    brace_statements, identifier, normal_lines, python_statements, words, Brace, Statement,
+    brace_statements, identifier, normal_lines, python_statements, words, Statement,
 };
 use super::tree::{self, Tree};
+use crate::lang::Lexical;
 use crate::outcome::Reason;
 
 /// `[protect] tests`.
@@ -95,14 +96,9 @@ fn statements(path: &str, lang: Lang, text: &str) -> Vec<Stmt> {
         }
         return out;
     }
-    let lexical = match lang {
-        Lang::Python => python_statements(&text),
-        Lang::Js => brace_statements(&text, Brace::Js),
-        Lang::Go => brace_statements(&text, Brace::Go),
-        Lang::Rust => brace_statements(&text, Brace::Rust),
-        // A language without a lexical splitter: no old statement is found
-        // again, so nothing of the file may change.
-        _ => Vec::new(),
+    let lexical = match lang.lexical {
+        Lexical::Indentation => python_statements(&text),
+        Lexical::Braces(brace) => brace_statements(&text, brace),
     };
     lexical
         .into_iter()
@@ -448,13 +444,13 @@ pub fn findings(
     };
     // A declared encoding other than UTF-8 makes Python read other text
     // than loopd does (`# -*- coding: utf-7 -*-`).
-    if lang == Lang::Python && foreign_encoding(new) {
+    if lang.declares_encoding && foreign_encoding(new) {
         return vec![finding(Some(1), format!("`{path}` declares an encoding other than UTF-8, so Python would read other code than loopd compares"))];
     }
     // Python takes a tab to the next multiple of 8 columns and a form feed
     // back to column 0; a parser may count otherwise, and then a test that
     // Python nests inside a helper reads as an unchanged top-level test.
-    if let Some(line) = (lang == Lang::Python)
+    if let Some(line) = (lang.lexical == Lexical::Indentation)
         .then(|| ambiguous_indent(new))
         .flatten()
     {

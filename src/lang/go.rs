@@ -1,6 +1,8 @@
 //! Go: `.go`.
 
-use super::{Grammar, Lang, Language, Pattern, Script, Swallow, Terminal, UnderTest};
+use super::{
+    Brace, Grammar, Lang, Language, Lexical, Pattern, Script, Swallow, Terminal, UnderTest,
+};
 
 const NAME: &str = "go";
 
@@ -8,6 +10,17 @@ impl Lang {
     /// Named like the enum variant it was, so call sites read the same.
     #[allow(non_upper_case_globals)]
     pub const Go: Lang = Lang(NAME);
+}
+
+impl Brace {
+    /// Go: `'` runes, backtick raw strings.
+    #[allow(non_upper_case_globals)]
+    pub const Go: Brace = Brace {
+        spanning_quotes: b"`",
+        backtick_escapes: false,
+        raw_strings: false,
+        char_literals: false,
+    };
 }
 
 pub static GO: Language = Language {
@@ -75,6 +88,9 @@ pub static GO: Language = Language {
         convention: None,
         test_module_attribute: None,
     },
+    imports: None,
+    lexical: Lexical::Braces(Brace::Go),
+    declares_encoding: false,
     entry_files: &[],
     entry_line: Some("package main"),
 };

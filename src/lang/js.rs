@@ -1,7 +1,9 @@
 //! JavaScript and TypeScript (`.js`, `.jsx`, `.mjs`, `.cjs`, `.ts`,
 //! `.mts`, `.cts`, `.tsx`): one language with three grammars.
 
-use super::{Grammar, Guard, Lang, Language, Pattern, Script, Swallow, Terminal, UnderTest};
+use super::{
+    Brace, Grammar, Guard, Lang, Language, Lexical, Pattern, Script, Swallow, Terminal, UnderTest,
+};
 
 const NAME: &str = "javascript";
 
@@ -9,6 +11,17 @@ impl Lang {
     /// Named like the enum variant it was, so call sites read the same.
     #[allow(non_upper_case_globals)]
     pub const Js: Lang = Lang(NAME);
+}
+
+impl Brace {
+    /// JavaScript and TypeScript: `'`, `"`, template literals.
+    #[allow(non_upper_case_globals)]
+    pub const Js: Brace = Brace {
+        spanning_quotes: b"`",
+        backtick_escapes: true,
+        raw_strings: false,
+        char_literals: false,
+    };
 }
 
 pub static JS: Language = Language {
@@ -91,6 +104,9 @@ pub static JS: Language = Language {
         )),
         test_module_attribute: None,
     },
+    imports: None,
+    lexical: Lexical::Braces(Brace::Js),
+    declares_encoding: false,
     entry_files: &[],
     entry_line: None,
 };

@@ -61,6 +61,16 @@ pub struct Language {
     pub statement_context: (&'static str, &'static str),
     /// How library code can tell it runs under the test runner.
     pub under_test: UnderTest,
+    /// How a test file imports the code under test, where loopd reads it
+    /// (what a test may not rebind).
+    pub imports: Option<Imports>,
+    /// How a file splits into top-level statements where its tree has
+    /// errors (the append-only rule's fallback).
+    pub lexical: Lexical,
+    /// The first two lines may declare the source's encoding (Python's
+    /// `# -*- coding: … -*-`), which makes the language read other text
+    /// than loopd does when it is not UTF-8.
+    pub declares_encoding: bool,
     /// File names that are a program's entry point (`main.py`,
     /// `build.rs`), where output is the program's own.
     pub entry_files: &'static [&'static str],
@@ -212,6 +222,41 @@ pub struct UnderTest {
     /// The attribute that opens the file's own test module
     /// (`#[cfg(test)]`), inside which a marker is the module's business.
     pub test_module_attribute: Option<&'static str>,
+}
+
+/// How a test file names the modules and names it imports.
+pub struct Imports {
+    /// A module import: group 1 the module, group 2 its alias.
+    pub module: Pattern,
+    /// An import of names from a module: group 1 the names, by commas.
+    pub names: Pattern,
+    /// Modules a test imports for the runner, not as the code under test.
+    pub test_support: &'static [&'static str],
+}
+
+/// How a language's top-level statements are found without its grammar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lexical {
+    /// By indentation (Python's: `#` comments, its quotes and prefixes);
+    /// indentation is syntax, so tabs mixed with spaces are ambiguous.
+    Indentation,
+    /// By brackets, with the language's strings.
+    Braces(Brace),
+}
+
+/// How a brace language's strings read, for the lexical splitter: a
+/// bracket inside a string or a comment is no bracket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Brace {
+    /// Quotes whose strings may span lines; any other closes at the line's
+    /// end.
+    pub spanning_quotes: &'static [u8],
+    /// A backslash escapes inside a backtick string (a JS template).
+    pub backtick_escapes: bool,
+    /// `r#"…"#` raw strings (Rust).
+    pub raw_strings: bool,
+    /// `'x'` is a char literal or a lifetime, not a string (Rust).
+    pub char_literals: bool,
 }
 
 /// A regular expression a language's data names, compiled on first use.
@@ -438,6 +483,10 @@ mod tests {
             .flatten()
             {
                 assert!(Regex::new(p.source).is_ok(), "{}: {}", l.name, p.source);
+            }
+            if let Some(i) = &l.imports {
+                assert!(Regex::new(i.module.source).is_ok(), "{}", l.name);
+                assert!(Regex::new(i.names.source).is_ok(), "{}", l.name);
             }
             // The swallowing shapes name each node kind once.
             let mut kinds: Vec<&str> = l.swallows.iter().map(|(k, _)| *k).collect();

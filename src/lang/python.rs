@@ -1,7 +1,8 @@
 //! Python: `.py` and `.pyi`.
 
 use super::{
-    Grammar, Guard, Lang, Language, MainFunction, Pattern, Script, Swallow, Terminal, UnderTest,
+    Grammar, Guard, Imports, Lang, Language, Lexical, MainFunction, Pattern, Script, Swallow,
+    Terminal, UnderTest,
 };
 
 const NAME: &str = "python";
@@ -97,6 +98,13 @@ pub static PYTHON: Language = Language {
         convention: None,
         test_module_attribute: None,
     },
+    imports: Some(Imports {
+        module: Pattern::new(r"(?m)^\s*import\s+([\w.]+)(?:\s+as\s+(\w+))?"),
+        names: Pattern::new(r"(?m)^\s*from\s+[\w.]+\s+import\s+\(?([^)\n#]+)"),
+        test_support: &["pytest", "unittest", "mock"],
+    }),
+    lexical: Lexical::Indentation,
+    declares_encoding: true,
     entry_files: &["__main__.py", "main.py", "cli.py", "manage.py", "setup.py"],
     entry_line: None,
 };

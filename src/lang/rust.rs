@@ -1,6 +1,9 @@
 //! Rust: `.rs`.
 
-use super::{Grammar, Lang, Language, MainFunction, Pattern, Script, Swallow, Terminal, UnderTest};
+use super::{
+    Brace, Grammar, Lang, Language, Lexical, MainFunction, Pattern, Script, Swallow, Terminal,
+    UnderTest,
+};
 
 const NAME: &str = "rust";
 
@@ -8,6 +11,17 @@ impl Lang {
     /// Named like the enum variant it was, so call sites read the same.
     #[allow(non_upper_case_globals)]
     pub const Rust: Lang = Lang(NAME);
+}
+
+impl Brace {
+    /// Rust: `'` chars or lifetimes, `r#"…"#` raw strings.
+    #[allow(non_upper_case_globals)]
+    pub const Rust: Brace = Brace {
+        spanning_quotes: b"\"'`",
+        backtick_escapes: false,
+        raw_strings: true,
+        char_literals: true,
+    };
 }
 
 pub static RUST: Language = Language {
@@ -70,6 +84,9 @@ pub static RUST: Language = Language {
         convention: None,
         test_module_attribute: Some("#[cfg(test)]"),
     },
+    imports: None,
+    lexical: Lexical::Braces(Brace::Rust),
+    declares_encoding: false,
     entry_files: &["main.rs", "cli.rs", "build.rs"],
     entry_line: None,
 };
