@@ -42,7 +42,7 @@
 //! | layer | modules | owns |
 //! | --- | --- | --- |
 //! | 0 | [`util`] | atomic writes, ids, clock, shell quoting, crash points |
-//! | 1 | [`outcome`], [`process`], [`sandbox`], [`runner`] | reasons → exit codes (the one place); process trees; the Landlock sandbox of a job's processes; the test runners loopd knows (their files, variables, probes) |
+//! | 1 | [`outcome`], [`process`], [`sandbox`], [`runner`], [`lang`] | reasons → exit codes (the one place); process trees; the Landlock sandbox of a job's processes; the test runners loopd knows (their files, variables, probes); the programming languages loopd reads (one module per language, registered in `lang::LANGUAGES`: grammar, comments, names, terminal writers, handler shapes) |
 //! | 2 | [`workspace`], [`agent`], [`notify`] | git (the diff, the pinned `.git/`, held credentials); the agent CLI seam (one module per CLI: `agent::claude`, `agent::codex`) and the vendor-neutral metering gateway; webhooks |
 //! | 3 | [`guard`], [`judges`], [`goal`], [`rubric`], [`critic`], [`examiner`] | the live guards of a session; the judges of a change and their settings; the examiner's tests |
 //! | 4 | [`record`] | what a job leaves for its views: the summary, its attempts and totals, the failure record, where the work was parked |
@@ -72,6 +72,7 @@ pub mod guard;
 pub mod job;
 pub mod journal;
 pub mod judges;
+pub mod lang;
 pub mod lessons;
 pub mod live;
 pub mod notify;

@@ -17,9 +17,10 @@ use std::collections::BTreeSet;
 use super::finding::Finding;
 use super::precheck::Lang;
 use super::syntax::{
-    brace_statements, identifier, normal_lines, python_statements, words, Brace, Statement,
+    brace_statements, identifier, normal_lines, python_statements, words, Statement,
 };
 use super::tree::{self, Tree};
+use crate::lang::Lexical;
 use crate::outcome::Reason;
 
 /// `[protect] tests`.
@@ -95,11 +96,9 @@ fn statements(path: &str, lang: Lang, text: &str) -> Vec<Stmt> {
         }
         return out;
     }
-    let lexical = match lang {
-        Lang::Python => python_statements(&text),
-        Lang::Js => brace_statements(&text, Brace::Js),
-        Lang::Go => brace_statements(&text, Brace::Go),
-        Lang::Rust => brace_statements(&text, Brace::Rust),
+    let lexical = match lang.lexical {
+        Lexical::Indentation => python_statements(&text),
+        Lexical::Braces(brace) => brace_statements(&text, brace),
     };
     lexical
         .into_iter()
@@ -308,6 +307,9 @@ fn introduces(lang: Lang, s: &Statement) -> Option<Vec<String>> {
             }
             None
         }
+        // A language whose test files loopd cannot read: anything new could
+        // reach the existing tests.
+        _ => None,
     }
 }
 
@@ -349,7 +351,7 @@ fn imported_modules(lang: Lang, s: &Statement) -> Vec<String> {
             })
             .into_iter()
             .collect(),
-        Lang::Go | Lang::Rust => Vec::new(),
+        _ => Vec::new(),
     }
 }
 
@@ -442,13 +444,13 @@ pub fn findings(
     };
     // A declared encoding other than UTF-8 makes Python read other text
     // than loopd does (`# -*- coding: utf-7 -*-`).
-    if lang == Lang::Python && foreign_encoding(new) {
+    if lang.declares_encoding && foreign_encoding(new) {
         return vec![finding(Some(1), format!("`{path}` declares an encoding other than UTF-8, so Python would read other code than loopd compares"))];
     }
     // Python takes a tab to the next multiple of 8 columns and a form feed
     // back to column 0; a parser may count otherwise, and then a test that
     // Python nests inside a helper reads as an unchanged top-level test.
-    if let Some(line) = (lang == Lang::Python)
+    if let Some(line) = (lang.lexical == Lexical::Indentation)
         .then(|| ambiguous_indent(new))
         .flatten()
     {

@@ -319,18 +319,11 @@ fn is_entry_point(path: &str, text: Option<&str>) -> bool {
     ];
     dirs.iter()
         .any(|d| path.starts_with(d) || path.contains(&format!("/{d}")))
-        || matches!(
-            name,
-            "__main__.py"
-                | "main.py"
-                | "cli.py"
-                | "manage.py"
-                | "setup.py"
-                | "main.rs"
-                | "cli.rs"
-                | "build.rs"
-        )
-        || text.is_some_and(|t| t.lines().any(|l| l.trim() == "package main"))
+        || crate::lang::LANGUAGES.iter().any(|l| {
+            l.entry_files.contains(&name)
+                || l.entry_line
+                    .is_some_and(|e| text.is_some_and(|t| t.lines().any(|l| l.trim() == e)))
+        })
 }
 
 /// The names of the tests that failed in `output` (pytest's `FAILED
@@ -466,12 +459,6 @@ pub fn test_special_casing(
     expected: &[String],
 ) -> Vec<Finding> {
     static RETURNS: OnceLock<Regex> = OnceLock::new();
-    static JS_CONVENTION: OnceLock<Regex> = OnceLock::new();
-    static PY: OnceLock<Regex> = OnceLock::new();
-    static RS: OnceLock<Regex> = OnceLock::new();
-    static JS: OnceLock<Regex> = OnceLock::new();
-    static JS_RUNNER: OnceLock<Regex> = OnceLock::new();
-    static GO: OnceLock<Regex> = OnceLock::new();
     const FIX: &str = "make the code right for every caller; never detect the test runner or a test's name — if the test cannot be satisfied honestly, escalate";
     let mut out = Vec::new();
     for a in added {
@@ -481,37 +468,11 @@ pub fn test_special_casing(
         if is_test(&a.path) || lang.comment(&a.text).is_some() {
             continue;
         }
-        let pattern = match lang {
-            Lang::Python => re(
-                &PY,
-                r#"\bPYTEST_[A-Z_]+|["'](?:_?pytest|unittest)["'][^\n]*\b(?:modules|argv)\b|\b(?:modules|argv)\b[^\n]*["'](?:_?pytest|py\.test|-m pytest|unittest)["']|\bpytest\.__|\bimport\s+_pytest\b|\bfrom\s+_pytest\b|__import__\(\s*["']_?pytest"#,
-            ),
-            Lang::Rust => re(
-                &RS,
-                r"\bcfg!\s*\(\s*(?:not\s*\(\s*)?test\s*\)|RUST_TEST_THREADS|NEXTEST_\w+|\bcfg!\s*\(\s*debug_assertions\s*\)\s*&&\s*cfg!\s*\(\s*test",
-            ),
-            Lang::Js => re(
-                &JS,
-                r#"\b(?:JEST_WORKER_ID|VITEST\w*|NODE_TEST_CONTEXT)\b|\bimport\.meta\.vitest\b|process\.(?:argv|execArgv)\b[^\n]*["']--test["']|\btypeof\s+(?:jest|vi|describe|it|test)\s*[!=]==?"#,
-            ),
-            Lang::Go => re(
-                &GO,
-                r#"\btesting\.Testing\(\)|flag\.Lookup\(\s*"test\.\w+"\s*\)|os\.Args\[0\][^\n]*"\.test"|"\.test"[^\n]*os\.Args\[0\]"#,
-            ),
-        };
-        let convention = re(
-            &JS_CONVENTION,
-            r#"process\.env\.NODE_ENV\s*[!=]==?\s*["']test["']|["']test["']\s*[!=]==?\s*process\.env\.NODE_ENV"#,
-        );
+        let under_test = &lang.under_test;
         // Reaching into the runner itself — its options, its reporter, its
         // assertions patched: library code has no honest reason to either.
-        if lang == Lang::Js {
-            if let Some(m) = re(
-                &JS_RUNNER,
-                r#"\bNODE_OPTIONS\b|--test-reporter|\bsyncBuiltinESMExports\b|["']node:test["']|\bassert(?:\.\w+)*\s*\.\s*\w+\s*=[^=]|\bassert\s*\[[^\]\n]+\]\s*=[^=]|Object\.(?:assign|defineProperty|defineProperties)\(\s*assert\b"#,
-            )
-            .find(&a.text)
-            {
+        if let Some(reach) = &under_test.runner_reach {
+            if let Some(m) = reach.regex().find(&a.text) {
                 out.push(finding(
                     &a.path,
                     a.line,
@@ -524,15 +485,18 @@ pub fn test_special_casing(
                 continue;
             }
         }
-        let found = pattern.find(&a.text).or_else(|| {
-            (late && lang == Lang::Js)
-                .then(|| convention.find(&a.text))
-                .flatten()
+        let found = under_test.markers.regex().find(&a.text).or_else(|| {
+            under_test
+                .convention
+                .as_ref()
+                .filter(|_| late)
+                .and_then(|c| c.regex().find(&a.text))
         });
         if let Some(m) = found {
             // `cfg!(test)` inside the file's test module is the module's business.
-            let in_test_module = lang == Lang::Rust
-                && new_text(files, &a.path).is_some_and(|t| in_rust_test_module(t, a.line));
+            let in_test_module = under_test.test_module_attribute.is_some_and(|attr| {
+                new_text(files, &a.path).is_some_and(|t| in_test_module(t, attr, a.line))
+            });
             if !in_test_module {
                 out.push(finding(
                     &a.path,
@@ -582,12 +546,13 @@ pub fn test_special_casing(
     out
 }
 
-/// Whether line `line` (1-based) comes after a `#[cfg(test)]` that opens a
-/// module (`mod tests`): a `#[cfg(test)] use …` higher up opens nothing.
-fn in_rust_test_module(text: &str, line: u32) -> bool {
+/// Whether line `line` (1-based) comes after the attribute `attr`
+/// (`#[cfg(test)]`) where it opens a module (`mod tests`): a `#[cfg(test)]
+/// use …` higher up opens nothing.
+fn in_test_module(text: &str, attr: &str, line: u32) -> bool {
     let lines: Vec<&str> = text.lines().take(line.saturating_sub(1) as usize).collect();
     lines.iter().enumerate().any(|(i, l)| {
-        l.trim_start().starts_with("#[cfg(test)]")
+        l.trim_start().starts_with(attr)
             && lines[i + 1..]
                 .iter()
                 .map(|l| l.trim_start())

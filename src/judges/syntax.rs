@@ -156,16 +156,9 @@ pub fn scan(
     )
 }
 
-/// The brace languages [`brace_statements`] splits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Brace {
-    /// JavaScript and TypeScript (`'`, `"`, template literals).
-    Js,
-    /// Go (`'` runes, backtick raw strings).
-    Go,
-    /// Rust (`'` chars or lifetimes, `r#"…"#` raw strings).
-    Rust,
-}
+/// How a brace language's strings read, for [`brace_statements`]: each
+/// language's own ([`crate::lang::Language::lexical`]).
+pub use crate::lang::Brace;
 
 /// The lexer's state between lines of a brace language.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -202,7 +195,7 @@ fn brace_scan(line: &str, lang: Brace, st: &mut BraceState) {
                 i += 2;
                 continue;
             }
-            if b[i] == b'\\' && quote == b'`' && lang == Brace::Js {
+            if b[i] == b'\\' && quote == b'`' && lang.backtick_escapes {
                 i += 2;
                 continue;
             }
@@ -228,7 +221,7 @@ fn brace_scan(line: &str, lang: Brace, st: &mut BraceState) {
                 i += 2;
                 continue;
             }
-            b'r' if lang == Brace::Rust
+            b'r' if lang.raw_strings
                 && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_')) =>
             {
                 let hashes = b[i + 1..].iter().take_while(|c| **c == b'#').count();
@@ -238,7 +231,7 @@ fn brace_scan(line: &str, lang: Brace, st: &mut BraceState) {
                     continue;
                 }
             }
-            b'\'' if lang == Brace::Rust => {
+            b'\'' if lang.char_literals => {
                 // A char literal ('x', '\n', '\u{1F600}') or a lifetime.
                 let rest = &b[i + 1..];
                 let len = if rest.first() == Some(&b'\\') {
@@ -251,11 +244,7 @@ fn brace_scan(line: &str, lang: Brace, st: &mut BraceState) {
                 continue;
             }
             q @ (b'"' | b'\'' | b'`') => {
-                let spans = match lang {
-                    Brace::Js => q == b'`',
-                    Brace::Go => q == b'`',
-                    Brace::Rust => true,
-                };
+                let spans = lang.spanning_quotes.contains(&q);
                 st.string = Some((q, 0));
                 i += 1;
                 // A quote that cannot span lines closes at the line's end

@@ -10,7 +10,7 @@ use std::path::Path;
 /// Bottom to top. Every top-level module appears exactly once.
 const LAYERS: &[&[&str]] = &[
     &["util"],
-    &["outcome", "process", "sandbox", "runner"],
+    &["outcome", "process", "sandbox", "runner", "lang"],
     &["workspace", "agent", "notify"],
     &["guard", "judges", "goal", "rubric", "critic", "examiner"],
     &["record"],

@@ -15,79 +15,6 @@ use crate::judges::finding::Finding;
 use crate::judges::tree::{self, Tree};
 use crate::workspace::AddedLine;
 
-/// Node kinds that only code makes: a prose sentence that happens to parse
-/// (`TODO: refactor`, `import this`) holds none of them.
-fn is_code_node(lang: Lang, kind: &str) -> bool {
-    match lang {
-        Lang::Python => matches!(
-            kind,
-            "call"
-                | "assignment"
-                | "augmented_assignment"
-                | "return_statement"
-                | "import_from_statement"
-                | "function_definition"
-                | "class_definition"
-                | "if_statement"
-                | "for_statement"
-                | "while_statement"
-                | "raise_statement"
-                | "with_statement"
-                | "try_statement"
-                | "assert_statement"
-                | "subscript"
-        ),
-        Lang::Js => matches!(
-            kind,
-            "call_expression"
-                | "assignment_expression"
-                | "lexical_declaration"
-                | "variable_declaration"
-                | "return_statement"
-                | "if_statement"
-                | "for_statement"
-                | "for_in_statement"
-                | "while_statement"
-                | "function_declaration"
-                | "import_statement"
-                | "export_statement"
-                | "class_declaration"
-                | "throw_statement"
-                | "subscript_expression"
-        ),
-        Lang::Go => matches!(
-            kind,
-            "call_expression"
-                | "short_var_declaration"
-                | "assignment_statement"
-                | "return_statement"
-                | "if_statement"
-                | "for_statement"
-                | "var_declaration"
-                | "function_declaration"
-                | "defer_statement"
-                | "go_statement"
-                | "index_expression"
-        ),
-        Lang::Rust => matches!(
-            kind,
-            "call_expression"
-                | "macro_invocation"
-                | "let_declaration"
-                | "assignment_expression"
-                | "compound_assignment_expr"
-                | "return_expression"
-                | "if_expression"
-                | "for_expression"
-                | "while_expression"
-                | "function_item"
-                | "use_declaration"
-                | "match_expression"
-                | "index_expression"
-        ),
-    }
-}
-
 /// Characters prose rarely has and code nearly always does.
 fn has_code_chars(text: &str) -> bool {
     text.contains([
@@ -95,17 +22,15 @@ fn has_code_chars(text: &str) -> bool {
     ])
 }
 
-/// Whether `code` parses cleanly as `lang` and holds a statement only code
-/// makes.
+/// Whether `code` parses cleanly as `lang` (where its statements parse,
+/// [`crate::lang::Language::statement_context`]) and holds a node only
+/// code makes ([`crate::lang::Language::code_kinds`]).
 fn parses_as_code(path: &str, lang: Lang, code: &str) -> bool {
     if !has_code_chars(code) {
         return false;
     }
-    let wrapped = match lang {
-        Lang::Rust => format!("fn _loopd() {{\n{code}\n}}\n"),
-        Lang::Go => format!("package p\nfunc _loopd() {{\n{code}\n}}\n"),
-        Lang::Python | Lang::Js => format!("{code}\n"),
-    };
+    let (before, after) = lang.statement_context;
+    let wrapped = format!("{before}{code}{after}");
     let Some(t) = Tree::parse_as(path, lang, &wrapped) else {
         return false;
     };
@@ -116,7 +41,7 @@ fn parses_as_code(path: &str, lang: Lang, code: &str) -> bool {
     t.clean()
         && t.nodes()
             .into_iter()
-            .any(|n: Node<'_>| is_code_node(lang, n.kind()) && !annotation(n))
+            .any(|n: Node<'_>| lang.code_kinds.contains(&n.kind()) && !annotation(n))
 }
 
 /// The lines of a comment run without their markers and common indentation.

@@ -19,6 +19,7 @@ use regex::Regex;
 
 use super::{finding, is_test, literals, Lang};
 use crate::judges::finding::Finding;
+use crate::lang::Lexical;
 use crate::util::once_regex as re;
 use crate::workspace::{AddedLine, ChangedText};
 
@@ -700,33 +701,28 @@ fn falls_back_to_constant(line: &str, constants: &HashMap<String, String>) -> bo
 /// `mock.patch` undo themselves after the test and are not this.)
 pub fn test_patching(added: &[AddedLine], files: &[ChangedText]) -> Vec<Finding> {
     static REACH: OnceLock<Regex> = OnceLock::new();
-    static IMPORT: OnceLock<Regex> = OnceLock::new();
-    static FROM: OnceLock<Regex> = OnceLock::new();
     let reach = re(
         &REACH,
         r"\bglobals\s*\(|\bvars\s*\(\s*\w|__builtins__|\bbuiltins\.\w+\s*=[^=]|\bsys\.modules\s*\[|__dict__\s*(?:\[|\.\s*(?:update|setdefault|pop|clear|__setitem__)\b)|(?:^|[^.\w])setattr\s*\(|__setitem__|globalThis\.\w+\s*=[^=]|Object\.(?:defineProperty|assign)\s*\(|__code__|__globals__|^\s*(?:global|nonlocal)\s+\w|(?:^|[^.\w])(?:exec|eval)\s*\(",
     );
-    let import = re(&IMPORT, r"(?m)^\s*import\s+([\w.]+)(?:\s+as\s+(\w+))?");
-    let from = re(&FROM, r"(?m)^\s*from\s+[\w.]+\s+import\s+\(?([^)\n#]+)");
     let mut out = Vec::new();
-    for f in files
-        .iter()
-        .filter(|f| is_test(&f.path) && Lang::of(&f.path).is_some())
-    {
+    for f in files.iter().filter(|f| is_test(&f.path)) {
+        let Some(lang) = Lang::of(&f.path) else {
+            continue;
+        };
         let Some(new) = f.new.as_deref() else {
             continue;
         };
-        let python = Lang::of(&f.path) == Some(Lang::Python);
         let mut modules: Vec<String> = Vec::new();
         let mut names: Vec<String> = Vec::new();
-        if python {
-            for c in import.captures_iter(new) {
+        if let Some(imports) = &lang.imports {
+            for c in imports.module.regex().captures_iter(new) {
                 let m = c.get(2).or(c.get(1)).map_or("", |m| m.as_str());
-                if !matches!(m, "pytest" | "unittest" | "mock") {
+                if !imports.test_support.contains(&m) {
                     modules.push(m.to_owned());
                 }
             }
-            for c in from.captures_iter(new) {
+            for c in imports.names.regex().captures_iter(new) {
                 for n in c[1].split(',') {
                     if let Some(n) = n.split_whitespace().last() {
                         names.push(n.to_owned());
@@ -748,7 +744,9 @@ pub fn test_patching(added: &[AddedLine], files: &[ChangedText]) -> Vec<Finding>
             })
             .flatten();
         for a in added.iter().filter(|a| a.path == f.path) {
-            let code = if python {
+            // Strings emptied and the comment cut, where loopd has the
+            // language's line lexer.
+            let code = if lang.lexical == Lexical::Indentation {
                 crate::judges::syntax::scan(&a.text, None, 0).0
             } else {
                 a.text.clone()

@@ -57,87 +57,6 @@ pub(super) struct Call {
     pub script_side: bool,
 }
 
-/// Python's writers: called as these, they print.
-const PY_WRITERS: &[&str] = &[
-    "print",
-    "pprint.pprint",
-    "pprint.pp",
-    "builtins.print",
-    "__builtins__.print",
-];
-/// Python's terminal streams: their `write`/`writelines` print.
-const PY_STREAMS: &[&str] = &[
-    "sys.stdout",
-    "sys.stderr",
-    "sys.__stdout__",
-    "sys.__stderr__",
-    "sys.stdout.buffer",
-    "sys.stderr.buffer",
-];
-const JS_WRITERS: &[&str] = &[
-    "console.log",
-    "console.info",
-    "console.debug",
-    "console.trace",
-    "console.dir",
-    "console.dirxml",
-    "console.table",
-    "console.group",
-    "process.stdout.write",
-    "process.stderr.write",
-];
-const GO_WRITERS: &[&str] = &[
-    "print",
-    "println",
-    "fmt.Print",
-    "fmt.Println",
-    "fmt.Printf",
-    "os.Stdout.Write",
-    "os.Stdout.WriteString",
-    "os.Stderr.Write",
-    "os.Stderr.WriteString",
-];
-/// Calls that write to the stream or file descriptor they are handed as
-/// argument `usize`: a print when that argument is the terminal
-/// ([`terminal`]). One entry per route, whatever the language.
-const TO_ARGUMENT: &[(Lang, &str, usize)] = &[
-    (Lang::Python, "os.write", 0),
-    (Lang::Js, "fs.writeSync", 0),
-    (Lang::Js, "fs.write", 0),
-    (Lang::Go, "fmt.Fprint", 0),
-    (Lang::Go, "fmt.Fprintln", 0),
-    (Lang::Go, "fmt.Fprintf", 0),
-    (Lang::Go, "io.WriteString", 0),
-    (Lang::Go, "io.Copy", 0),
-];
-/// What names the terminal as such an argument, resolved: the streams,
-/// and (as a call's callee) what returns their descriptor.
-const TERMINALS: &[&str] = &[
-    "os.Stdout",
-    "os.Stderr",
-    "sys.stdout",
-    "sys.stderr",
-    "sys.__stdout__",
-    "sys.__stderr__",
-    "process.stdout.fd",
-    "process.stderr.fd",
-    "sys.stdout.fileno",
-    "sys.stderr.fileno",
-];
-/// Calls that write to the terminal at an error level: output only when
-/// what they say reads as debugging (`console.error("DEBUG", x)`), like a
-/// logger's.
-const ERROR_LEVEL: &[(Lang, &str, &str)] = &[
-    (Lang::Js, "console.error", "error"),
-    (Lang::Js, "console.warn", "warn"),
-];
-/// Calls that return a module by its name: `__import__("sys").stdout` is
-/// `sys.stdout`.
-const IMPORTERS: &[&str] = &["__import__", "importlib.import_module", "require"];
-
-/// The names under which a program reaches its global object.
-const JS_GLOBALS: &[&str] = &["globalThis", "window", "global", "self"];
-
 /// Where a resolved path starts for the resolver to keep it: the modules
 /// and builtins that write, and what the file made of them.
 fn tracked(path: &str) -> bool {
@@ -203,6 +122,7 @@ impl<'t> Names<'t> {
         }
         let resolve = |n: Node<'_>| self.resolve_at(n, depth + 1);
         let lang = self.tree.lang;
+        let terminal = &lang.terminal;
         match n.kind() {
             "identifier" | "property_identifier" | "field_identifier" | "package_identifier" => {
                 // Python reads `ｐｒｉｎｔ` as `print` (NFKC).
@@ -229,7 +149,7 @@ impl<'t> Names<'t> {
             "member_expression" => {
                 let object = resolve(Self::field(n, "object")?)?;
                 let property = self.text(Self::field(n, "property")?);
-                Some(js_global(format!("{object}.{property}")))
+                Some(global_path(lang, format!("{object}.{property}")))
             }
             "selector_expression" => Some(format!(
                 "{}.{}",
@@ -239,10 +159,10 @@ impl<'t> Names<'t> {
             "subscript_expression" => {
                 let index = Self::field(n, "index")?;
                 let key = string_value(self.tree, index)?;
-                Some(js_global(format!(
-                    "{}.{key}",
-                    resolve(Self::field(n, "object")?)?
-                )))
+                Some(global_path(
+                    lang,
+                    format!("{}.{key}", resolve(Self::field(n, "object")?)?),
+                ))
             }
             "subscript" => {
                 // `[print][0]`, `(print, x)[0]`.
@@ -304,16 +224,16 @@ impl<'t> Names<'t> {
                         Some(format!("{}.{name}", resolve(args[0])?))
                     }
                     Some("logging.getLogger" | "structlog.get_logger") => Some(LOGGER.into()),
-                    Some(c) if IMPORTERS.contains(&c) => {
+                    Some(c) if terminal.importers.contains(&c) => {
                         let module = string_value(self.tree, *args.first()?)?;
-                        Some(module.strip_prefix("node:").unwrap_or(&module).to_owned())
+                        Some(without_scheme(lang, &module).to_owned())
                     }
                     Some(c) if c.starts_with(RETURNS) => Some(c[RETURNS.len()..].to_owned()),
-                    Some(c) if lang == Lang::Js && c.ends_with(".bind") => {
+                    Some(c) if terminal.bind.is_some_and(|b| c.ends_with(b)) => {
                         let member = function;
                         resolve(Self::field(member, "object")?)
                     }
-                    Some(c) if lang == Lang::Rust => Some(format!("{c}()")),
+                    Some(c) if terminal.calls_named_with_parens => Some(format!("{c}()")),
                     _ => None,
                 }
             }
@@ -357,16 +277,31 @@ fn string_value(t: &Tree<'_>, n: Node<'_>) -> Option<String> {
     }
 }
 
+/// A path through the language's global object is the path without it:
 /// `globalThis.console.log` is `console.log`.
-fn js_global(path: String) -> String {
-    for g in JS_GLOBALS {
+fn global_path(lang: Lang, path: String) -> String {
+    let t = &lang.terminal;
+    for g in t.global_objects {
         if let Some(rest) = path.strip_prefix(g).and_then(|r| r.strip_prefix('.')) {
-            if rest.starts_with("console.") || rest.starts_with("process.") || rest == "console" {
+            let known = t
+                .global_paths
+                .iter()
+                .any(|p| rest == *p || p.ends_with('.') && rest.starts_with(p));
+            if known {
                 return rest.to_owned();
             }
         }
     }
     path
+}
+
+/// A module's name without the scheme a builtin may be named with
+/// (`node:fs` is `fs`).
+fn without_scheme(lang: Lang, path: &str) -> &str {
+    lang.terminal
+        .module_scheme
+        .and_then(|s| path.strip_prefix(s))
+        .unwrap_or(path)
 }
 
 /// Collect the file's names, to a fixed point: an alias of an alias
@@ -485,7 +420,7 @@ fn bind_one(names: &mut Names<'_>, n: Node<'_>) -> bool {
                             _ => (None, None),
                         };
                         if let (Some(key), Some(alias)) = (key, alias) {
-                            let path = js_global(format!("{base}.{}", t.text_of(key)));
+                            let path = global_path(t.lang, format!("{base}.{}", t.text_of(key)));
                             if tracked(&path) {
                                 changed |= names.bind_path(t.text_of(alias), path);
                             }
@@ -543,7 +478,10 @@ fn bind_one(names: &mut Names<'_>, n: Node<'_>) -> bool {
                 return false;
             }
             if name.kind() == "dot" {
-                for w in GO_WRITERS.iter().filter_map(|w| w.strip_prefix("fmt.")) {
+                // The package's writers, under their own names.
+                let prefix = format!("{pkg}.");
+                let writers = t.lang.terminal.writers;
+                for w in writers.iter().filter_map(|w| w.strip_prefix(&prefix)) {
                     changed |= names.bind_path(w, format!("{pkg}.{w}"));
                 }
             } else {
@@ -608,46 +546,28 @@ fn bind_one(names: &mut Names<'_>, n: Node<'_>) -> bool {
 
 /// Whether a resolved callee writes to the terminal, and how to name it.
 fn writer(lang: Lang, path: &str) -> Option<Output> {
+    let t = &lang.terminal;
     // `print.__call__(x)`, `console.log.call(console, x)`: the same call.
-    let path = match lang {
-        Lang::Python => path.strip_suffix(".__call__").unwrap_or(path),
-        Lang::Js => path
-            .strip_suffix(".call")
-            .or_else(|| path.strip_suffix(".apply"))
-            .unwrap_or(path),
-        _ => path,
-    };
-    match lang {
-        Lang::Python => {
-            if PY_WRITERS.contains(&path) {
-                return Some(Output::Print("a print"));
-            }
-            let stream = path
-                .strip_suffix(".write")
-                .or_else(|| path.strip_suffix(".writelines"))?;
-            PY_STREAMS
-                .contains(&stream)
-                .then_some(Output::Print("a print"))
-        }
-        Lang::Js => JS_WRITERS
-            .contains(&path)
-            .then_some(Output::Print("a console print")),
-        Lang::Go => GO_WRITERS
-            .contains(&path)
-            .then_some(Output::Print("a print")),
-        Lang::Rust => {
-            let (stream, method) = path.rsplit_once('.')?;
-            let stream = stream.strip_suffix(".lock()").unwrap_or(stream);
-            let stream = stream.strip_prefix("std::").unwrap_or(stream);
-            let stream = stream.strip_prefix("io::").unwrap_or(stream);
-            (matches!(stream, "stdout()" | "stderr()")
-                && matches!(
-                    method,
-                    "write" | "write_all" | "write_fmt" | "write_vectored"
-                ))
-            .then_some(Output::Print("a print"))
-        }
+    let path = t
+        .call_forms
+        .iter()
+        .find_map(|f| path.strip_suffix(f))
+        .unwrap_or(path);
+    if t.writers.contains(&path) {
+        return Some(Output::Print(t.print));
     }
+    // `sys.stdout.write`, `std::io::stdout().lock().write_all`.
+    let (stream, method) = path.rsplit_once('.')?;
+    let stream = t
+        .stream_suffixes_dropped
+        .iter()
+        .fold(stream, |s, x| s.strip_suffix(x).unwrap_or(s));
+    let stream = t
+        .stream_prefixes_dropped
+        .iter()
+        .fold(stream, |s, x| s.strip_prefix(x).unwrap_or(s));
+    (t.streams.contains(&stream) && t.stream_methods.contains(&method))
+        .then_some(Output::Print(t.print))
 }
 
 /// Whether a call's argument names the terminal: descriptor 1 or 2, a
@@ -664,7 +584,7 @@ fn terminal(names: &Names<'_>, arg: Node<'_>) -> bool {
             .and_then(|f| names.resolve(f)),
         _ => names.resolve(arg),
     };
-    target.is_some_and(|p| TERMINALS.contains(&p.as_str()))
+    target.is_some_and(|p| names.tree.lang.terminal.terminals.contains(&p.as_str()))
 }
 
 /// A logger call's level: the method of a logger-looking receiver.
@@ -694,20 +614,14 @@ fn log_level(names: &Names<'_>, function: Node<'_>) -> Option<String> {
     if !loggerish {
         return None;
     }
-    let level = match t.lang {
-        Lang::Python => matches!(
-            method,
-            "debug" | "info" | "warning" | "warn" | "error" | "exception" | "critical"
-        )
-        .then(|| method.to_owned()),
-        Lang::Js => matches!(method, "debug" | "trace" | "info" | "warn" | "error")
-            .then(|| method.to_owned()),
-        Lang::Go => ["Debug", "Info", "Warn", "Error", "Print"]
-            .iter()
-            .find(|l| method.starts_with(*l))
-            .map(|l| l.to_ascii_lowercase()),
-        Lang::Rust => None,
-    }?;
+    let by_prefix = t.lang.terminal.log_methods_by_prefix;
+    let level = t
+        .lang
+        .terminal
+        .log_methods
+        .iter()
+        .find(|(m, _)| method == *m || by_prefix && method.starts_with(m))
+        .map(|(_, level)| (*level).to_owned())?;
     Some(level)
 }
 
@@ -756,7 +670,7 @@ fn rust_macro(names: &Names<'_>, n: Node<'_>) -> Option<Result<Output, String>> 
             let bound = names
                 .map
                 .get(&first)
-                .is_some_and(|p| writer(Lang::Rust, &format!("{p}.write")).is_some());
+                .is_some_and(|p| writer(t.lang, &format!("{p}.write")).is_some());
             (direct || bound).then_some(Ok(Output::Print("a print")))
         }
         ("" | "log" | "tracing", "debug" | "trace" | "info" | "warn" | "error") => {
@@ -766,11 +680,12 @@ fn rust_macro(names: &Names<'_>, n: Node<'_>) -> Option<Result<Output, String>> 
     }
 }
 
-/// The module has a `__main__` guard at its top level.
+/// The module has a main guard (`if __name__ == "__main__":`) at its top
+/// level.
 fn has_main_guard(t: &Tree<'_>) -> bool {
     tree::code_children(t.root())
         .into_iter()
-        .any(|s| s.kind() == "if_statement" && is_main_guard(t, s))
+        .any(|s| s.kind() == t.lang.script.if_kind && is_main_guard(t, s))
 }
 
 fn is_main_guard(t: &Tree<'_>, n: Node<'_>) -> bool {
@@ -783,69 +698,58 @@ fn is_main_guard(t: &Tree<'_>, n: Node<'_>) -> bool {
         .filter(|c| !c.is_whitespace() && !matches!(c, '(' | ')'))
         .map(|c| if c == '\'' { '"' } else { c })
         .collect();
-    match t.lang {
-        Lang::Python => c == r#"__name__=="__main__""# || c == r#""__main__"==__name__"#,
-        Lang::Js => c.contains("require.main===module") || c.contains("import.meta.main"),
-        _ => false,
-    }
+    t.lang.script.guards.iter().any(|g| g.matches(&c))
 }
 
-/// Whether a node runs on the module's script side.
+/// Whether a node runs on the module's script side: under a main guard,
+/// or in a main function (in Python, a top-level one of a guarded module).
 fn script_side(t: &Tree<'_>, n: Node<'_>, guarded: bool) -> bool {
-    tree::ancestors(n).any(|a| match (t.lang, a.kind()) {
-        (Lang::Python | Lang::Js, "if_statement") => is_main_guard(t, a),
-        (Lang::Python, "function_definition") => {
-            guarded
-                && a.parent().is_some_and(|p| {
-                    p.kind() == "module"
-                        || p.kind() == "decorated_definition"
-                            && p.parent().is_some_and(|q| q.kind() == "module")
-                })
-                && a.child_by_field_name("name").is_some_and(|name| {
-                    matches!(t.text_of(name), "main" | "_main" | "cli" | "run_cli")
-                })
+    let script = &t.lang.script;
+    let top_level = |a: Node<'_>| {
+        a.parent().is_some_and(|p| {
+            p.parent().is_none()
+                || p.kind() == "decorated_definition"
+                    && p.parent().is_some_and(|q| q.parent().is_none())
+        })
+    };
+    tree::ancestors(n).any(|a| {
+        if a.kind() == script.if_kind {
+            return is_main_guard(t, a);
         }
-        (Lang::Rust, "function_item") => a
-            .child_by_field_name("name")
-            .is_some_and(|name| t.text_of(name) == "main"),
-        _ => false,
+        script.main.as_ref().is_some_and(|m| {
+            a.kind() == m.kind
+                && (!m.only_under_a_guard || guarded && top_level(a))
+                && a.child_by_field_name("name")
+                    .is_some_and(|name| m.names.contains(&t.text_of(name)))
+        })
     })
 }
 
 /// Every output call in `t`, with the level of each logger call.
 fn outputs<'t>(t: &'t Tree<'_>) -> Vec<(Node<'t>, Result<Output, String>)> {
     let names = names(t);
+    let lang = t.lang;
+    let writes = &lang.terminal;
     let mut out = Vec::new();
     for n in t.nodes() {
         let found: Option<Result<Output, String>> = match n.kind() {
             "call" | "call_expression" => (|| {
                 let function = n.child_by_field_name("function")?;
                 if let Some(path) = names.resolve(function) {
-                    if let Some(o) = writer(t.lang, &path) {
+                    if let Some(o) = writer(lang, &path) {
                         return Some(Ok(o));
                     }
-                    if t.lang == Lang::Python
-                        && matches!(
-                            path.as_str(),
-                            "breakpoint" | "pdb.set_trace" | "ipdb.set_trace" | "pudb.set_trace"
-                        )
-                    {
+                    if writes.debugger_calls.contains(&path.as_str()) {
                         return Some(Ok(Output::Hook("a debugger hook")));
                     }
-                    let path = path.strip_prefix("node:").unwrap_or(&path).to_owned();
-                    if let Some((_, _, i)) = TO_ARGUMENT
-                        .iter()
-                        .find(|(l, p, _)| *l == t.lang && *p == path)
-                    {
+                    let path = without_scheme(lang, &path).to_owned();
+                    if let Some((_, i)) = writes.to_argument.iter().find(|(p, _)| *p == path) {
                         let arg = n
                             .child_by_field_name("arguments")
                             .and_then(|a| tree::code_children(a).into_iter().nth(*i))?;
                         return terminal(&names, arg).then_some(Ok(Output::Print("a print")));
                     }
-                    if let Some((_, _, level)) = ERROR_LEVEL
-                        .iter()
-                        .find(|(l, p, _)| *l == t.lang && *p == path)
-                    {
+                    if let Some((_, level)) = writes.error_level.iter().find(|(p, _)| *p == path) {
                         return Some(Err((*level).to_owned()));
                     }
                     // A writer handed to another call, which calls it:
@@ -860,15 +764,10 @@ fn outputs<'t>(t: &'t Tree<'_>) -> Vec<(Node<'t>, Result<Output, String>)> {
                             .unwrap_or_default();
                         let handed = args.into_iter().any(|a| {
                             matches!(a.kind(), "identifier" | "attribute" | "member_expression")
-                                && names
-                                    .resolve(a)
-                                    .is_some_and(|p| writer(t.lang, &p).is_some())
+                                && names.resolve(a).is_some_and(|p| writer(lang, &p).is_some())
                         });
                         if handed {
-                            return Some(Ok(Output::Print(match t.lang {
-                                Lang::Js => "a console print handed to a call",
-                                _ => "a print handed to a call",
-                            })));
+                            return Some(Ok(Output::Print(writes.print_handed_on)));
                         }
                     }
                 }
@@ -876,7 +775,7 @@ fn outputs<'t>(t: &'t Tree<'_>) -> Vec<(Node<'t>, Result<Output, String>)> {
             })(),
             "macro_invocation" => rust_macro(&names, n),
             "debugger_statement" => Some(Ok(Output::Hook("a `debugger` statement"))),
-            "import_statement" | "import_from_statement" if t.lang == Lang::Python => {
+            "import_statement" | "import_from_statement" if !writes.debugger_modules.is_empty() => {
                 let modules: Vec<&str> = if n.kind() == "import_from_statement" {
                     n.child_by_field_name("module_name")
                         .map(|m| vec![t.text_of(m)])
@@ -889,7 +788,7 @@ fn outputs<'t>(t: &'t Tree<'_>) -> Vec<(Node<'t>, Result<Output, String>)> {
                 };
                 modules
                     .iter()
-                    .any(|m| matches!(*m, "pdb" | "ipdb" | "pudb"))
+                    .any(|m| writes.debugger_modules.contains(m))
                     .then_some(Ok(Output::Hook("a debugger hook")))
             }
             _ => None,
@@ -909,7 +808,7 @@ pub(super) fn calls(t: &Tree<'_>, old: Option<&Tree<'_>>) -> Vec<Call> {
             .into_iter()
             .any(|(_, f)| f.is_err_and(|level| is_debug_level(&level)))
     });
-    let guarded = t.lang == Lang::Python && has_main_guard(t);
+    let guarded = has_main_guard(t);
     outputs(t)
         .into_iter()
         .map(|(n, found)| Call {

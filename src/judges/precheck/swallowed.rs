@@ -17,9 +17,10 @@ use std::collections::BTreeSet;
 
 use tree_sitter::Node;
 
-use super::{does_nothing, finding, quote, Lang, Parsed};
+use super::{does_nothing, finding, quote, Parsed};
 use crate::judges::finding::Finding;
 use crate::judges::tree::{self, Tree};
+use crate::lang::Swallow;
 use crate::workspace::AddedLine;
 
 const FIX_PY: &str = "catch only the exception you expect and handle it, or let it propagate; never return a default for every error";
@@ -102,8 +103,9 @@ fn in_file(t: &Tree<'_>, added: &BTreeSet<u32>) -> Vec<(u32, String)> {
     let is_added = |n: Node<'_>| added.contains(&tree::line(n));
     let mut out = Vec::new();
     for n in t.nodes() {
-        let problem = match (t.lang, n.kind()) {
-            (Lang::Python, "except_clause") => (|| {
+        let problem = match t.lang.swallow(n.kind()) {
+            None => None,
+            Some(Swallow::BroadExcept) => (|| {
                 let block = tree::code_children(n)
                     .into_iter()
                     .rfind(|c| c.kind() == "block")?;
@@ -132,7 +134,7 @@ fn in_file(t: &Tree<'_>, added: &BTreeSet<u32>) -> Vec<(u32, String)> {
             })(),
             // `return` in `finally` discards the error in flight (and a
             // `break`/`continue` there does the same).
-            (Lang::Python, "finally_clause") | (Lang::Js, "finally_clause") => (|| {
+            Some(Swallow::ExitInFinally) => (|| {
                 let block = tree::code_children(n)
                     .into_iter()
                     .rfind(|c| matches!(c.kind(), "block" | "statement_block"))?;
@@ -147,7 +149,7 @@ fn in_file(t: &Tree<'_>, added: &BTreeSet<u32>) -> Vec<(u32, String)> {
                     quote(first_line(t, exits))
                 ))
             })(),
-            (Lang::Python, "with_statement") if is_added(n) => (|| {
+            Some(Swallow::SuppressAll) if is_added(n) => (|| {
                 // `with contextlib.suppress(Exception):`
                 let item = tree::descendants(n)
                     .into_iter()
@@ -159,7 +161,7 @@ fn in_file(t: &Tree<'_>, added: &BTreeSet<u32>) -> Vec<(u32, String)> {
                 (name == "suppress" && tree::code_children(args).into_iter().any(|a| broad(t, a)))
                     .then(|| format!("every error is suppressed: `{}`", quote(first_line(t, n))))
             })(),
-            (Lang::Js, "catch_clause") => (|| {
+            Some(Swallow::EmptyCatch) => (|| {
                 let body = n.child_by_field_name("body")?;
                 if is_added(n) && !empty(body) && assigns_a_default(body) {
                     return Some(format!(
@@ -174,7 +176,7 @@ fn in_file(t: &Tree<'_>, added: &BTreeSet<u32>) -> Vec<(u32, String)> {
                     )
                 })
             })(),
-            (Lang::Js, "call_expression") if is_added(n) => (|| {
+            Some(Swallow::EmptyPromiseCatch) if is_added(n) => (|| {
                 // `p.catch(() => {})`, `p.catch(() => null)`.
                 let function = n.child_by_field_name("function")?;
                 let property = function.child_by_field_name("property")?;
@@ -194,7 +196,7 @@ fn in_file(t: &Tree<'_>, added: &BTreeSet<u32>) -> Vec<(u32, String)> {
                         )
                     })
             })(),
-            (Lang::Go, "assignment_statement") if is_added(n) => (|| {
+            Some(Swallow::BlankAssign) if is_added(n) => (|| {
                 let left = n.child_by_field_name("left")?;
                 let right = n.child_by_field_name("right")?;
                 let blank = tree::code_children(left)
@@ -211,7 +213,7 @@ fn in_file(t: &Tree<'_>, added: &BTreeSet<u32>) -> Vec<(u32, String)> {
                 (blank && (err || call))
                     .then(|| format!("an error is dropped: `{}`", quote(t.text_of(n))))
             })(),
-            (Lang::Go, "if_statement") if is_added(n) => (|| {
+            Some(Swallow::EmptyErrCheck) if is_added(n) => (|| {
                 let cond = n.child_by_field_name("condition")?;
                 let c: String = t.text_of(cond).split_whitespace().collect();
                 let consequence = n.child_by_field_name("consequence")?;
@@ -220,7 +222,7 @@ fn in_file(t: &Tree<'_>, added: &BTreeSet<u32>) -> Vec<(u32, String)> {
                 (checks_err && empty(consequence))
                     .then(|| format!("an error is dropped: `{}`", quote(first_line(t, n))))
             })(),
-            (Lang::Rust, "assignment_expression") if is_added(n) && !comment_above(n) => (|| {
+            Some(Swallow::DroppedAssign) if is_added(n) && !comment_above(n) => (|| {
                 // `_ = std::fs::remove_file(p);`
                 let left = n.child_by_field_name("left")?;
                 let right = n.child_by_field_name("right")?;
@@ -230,9 +232,8 @@ fn in_file(t: &Tree<'_>, added: &BTreeSet<u32>) -> Vec<(u32, String)> {
                         quote(t.text_of(n))
                     )
                 })
-            })(
-            ),
-            (Lang::Rust, "let_declaration") if is_added(n) && !comment_above(n) => (|| {
+            })(),
+            Some(Swallow::DroppedLet) if is_added(n) && !comment_above(n) => (|| {
                 let pattern = n.child_by_field_name("pattern")?;
                 let value = n.child_by_field_name("value")?;
                 (t.text_of(pattern) == "_" && value.kind() == "call_expression").then(|| {
@@ -242,7 +243,7 @@ fn in_file(t: &Tree<'_>, added: &BTreeSet<u32>) -> Vec<(u32, String)> {
                     )
                 })
             })(),
-            (Lang::Rust, "expression_statement") if is_added(n) && !comment_above(n) => (|| {
+            Some(Swallow::DroppedOk) if is_added(n) && !comment_above(n) => (|| {
                 // `call().ok();`
                 let call = n.named_child(0)?;
                 let function = call.child_by_field_name("function")?;
@@ -257,9 +258,8 @@ fn in_file(t: &Tree<'_>, added: &BTreeSet<u32>) -> Vec<(u32, String)> {
                         quote(t.text_of(n))
                     )
                 })
-            })(
-            ),
-            (Lang::Rust, "match_arm") if is_added(n) => (|| {
+            })(),
+            Some(Swallow::IgnoredErrArm) if is_added(n) => (|| {
                 let pattern: String = t
                     .text_of(n.child_by_field_name("pattern")?)
                     .split_whitespace()
@@ -276,7 +276,7 @@ fn in_file(t: &Tree<'_>, added: &BTreeSet<u32>) -> Vec<(u32, String)> {
                     )
                 })
             })(),
-            _ => None,
+            Some(_) => None,
         };
         if let Some(problem) = problem {
             out.push((tree::line(n), problem));
@@ -299,7 +299,13 @@ pub(super) fn swallowed_errors(added: &[AddedLine], files: &[Parsed<'_>]) -> Vec
         if lines.is_empty() {
             continue;
         }
-        let fix = if lang == Lang::Python { FIX_PY } else { FIX };
+        // Where a broad handler is the language's way to swallow, the fix
+        // says to narrow it.
+        let broad_handlers = lang
+            .swallows
+            .iter()
+            .any(|(_, s)| *s == Swallow::BroadExcept);
+        let fix = if broad_handlers { FIX_PY } else { FIX };
         for (line, problem) in in_file(t, &lines) {
             out.push(finding(f.path, line, problem, fix));
         }

@@ -1,0 +1,120 @@
+//! Rust: `.rs`.
+
+use super::{
+    Brace, Grammar, Lang, Language, Lexical, MainFunction, Pattern, Script, Swallow, Terminal,
+    UnderTest,
+};
+
+const NAME: &str = "rust";
+
+impl Lang {
+    /// Named like the enum variant it was, so call sites read the same.
+    #[allow(non_upper_case_globals)]
+    pub const Rust: Lang = Lang(NAME);
+}
+
+impl Brace {
+    /// Rust: `'` chars or lifetimes, `r#"…"#` raw strings.
+    #[allow(non_upper_case_globals)]
+    pub const Rust: Brace = Brace {
+        spanning_quotes: b"\"'`",
+        backtick_escapes: false,
+        raw_strings: true,
+        char_literals: true,
+    };
+}
+
+pub static RUST: Language = Language {
+    name: NAME,
+    grammars: &[Grammar {
+        extensions: &["rs"],
+        language: || tree_sitter_rust::LANGUAGE.into(),
+    }],
+    line_comment: "//",
+    comment_directives: super::SLASH_DIRECTIVES,
+    pragmas: super::SLASH_PRAGMAS,
+    reserved: NAMES,
+    terminal: Terminal {
+        // Rust prints through macros (read by the pre-critic from the
+        // macro node) and through the standard streams.
+        writers: &[],
+        print: "a print",
+        print_handed_on: "a print handed to a call",
+        streams: &["stdout()", "stderr()"],
+        stream_methods: &["write", "write_all", "write_fmt", "write_vectored"],
+        stream_suffixes_dropped: &[".lock()"],
+        stream_prefixes_dropped: &["std::", "io::"],
+        call_forms: &[],
+        bind: None,
+        calls_named_with_parens: true,
+        to_argument: &[],
+        terminals: &[],
+        error_level: &[],
+        log_methods: &[],
+        log_methods_by_prefix: false,
+        importers: &[],
+        module_scheme: None,
+        global_objects: &[],
+        global_paths: &[],
+        debugger_calls: &[],
+        debugger_modules: &[],
+    },
+    script: Script {
+        if_kind: "if_expression",
+        guards: &[],
+        main: Some(MainFunction {
+            kind: "function_item",
+            names: &["main"],
+            only_under_a_guard: false,
+        }),
+    },
+    swallows: &[
+        ("assignment_expression", Swallow::DroppedAssign),
+        ("let_declaration", Swallow::DroppedLet),
+        ("expression_statement", Swallow::DroppedOk),
+        ("match_arm", Swallow::IgnoredErrArm),
+    ],
+    code_kinds: CODE_KINDS,
+    statement_context: ("fn _loopd() {\n", "\n}\n"),
+    under_test: UnderTest {
+        markers: Pattern::new(
+            r"\bcfg!\s*\(\s*(?:not\s*\(\s*)?test\s*\)|RUST_TEST_THREADS|NEXTEST_\w+|\bcfg!\s*\(\s*debug_assertions\s*\)\s*&&\s*cfg!\s*\(\s*test",
+        ),
+        runner_reach: None,
+        convention: None,
+        test_module_attribute: Some("#[cfg(test)]"),
+    },
+    imports: None,
+    lexical: Lexical::Braces(Brace::Rust),
+    declares_encoding: false,
+    entry_files: &["main.rs", "cli.rs", "build.rs"],
+    entry_line: None,
+};
+
+/// Node kinds only code makes: a prose sentence that happens to parse
+/// holds none of them.
+const CODE_KINDS: &[&str] = &[
+    "call_expression",
+    "macro_invocation",
+    "let_declaration",
+    "assignment_expression",
+    "compound_assignment_expr",
+    "return_expression",
+    "if_expression",
+    "for_expression",
+    "while_expression",
+    "function_item",
+    "use_declaration",
+    "match_expression",
+    "index_expression",
+];
+
+/// Rust's keywords, primitive types and the prelude's types and variants.
+const NAMES: &[&str] = &[
+    "as", "async", "await", "break", "const", "continue", "crate", "dyn", "else", "enum", "extern",
+    "false", "fn", "for", "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub",
+    "ref", "return", "self", "Self", "static", "struct", "super", "trait", "true", "type",
+    "unsafe", "use", "where", "while", "bool", "char", "str", "i8", "i16", "i32", "i64", "i128",
+    "isize", "u8", "u16", "u32", "u64", "u128", "usize", "f32", "f64", "String", "Vec", "Option",
+    "Result", "Box", "Some", "None", "Ok", "Err",
+];
