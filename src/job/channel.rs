@@ -1,5 +1,6 @@
 //! What a job answers on its gateway's own endpoints: the hook's question
-//! about each tool call (the nudge before a `stuck_repeat` stop, then the
+//! about each tool call (answered by the gates of the tool-call stage:
+//! the critic's no tools, the nudge before a `stuck_repeat` stop, then the
 //! protection policy), and whether the agent may escalate. Decided here, in
 //! loopd's memory; the gateway reports each denial to the job, which
 //! journals it.
@@ -7,7 +8,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::agent::events::Action;
 use crate::agent::gateway::channel::{Channel, HookDecision, HookInput};
 use crate::agent::gateway::Tag;
 use crate::agent::{Agent, Role};
@@ -56,44 +56,20 @@ impl Channel for JobChannel {
             input.tool_name.clone(),
             input.tool_input.clone(),
         );
-        // The critic judges the material it is given: a critic CLI that
-        // offers tools anyway (Codex's shell) gets none that read or change
-        // anything — only what carries its answer (Claude Code's
-        // structured output). Not a tamper finding: a hint.
-        if tag.role != Role::Agent {
-            return match call.action {
-                Action::Other => HookDecision::Allow,
-                _ => HookDecision::Nudge {
-                    reason: "loopd: the critic judges the task, the diff and the rubric it was given; it runs no tools. Answer with the verdict.".into(),
-                },
-            };
-        }
-        if let Some(nudger) = &self.nudger {
-            let mut n = nudger.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(reason) = n.observe(&input.session_id, &call) {
-                return HookDecision::Nudge { reason };
-            }
-        }
-        // Reads and tools that touch no file only count for the nudge.
-        if !call.mutating() {
-            return HookDecision::Allow;
-        }
         let cwd = input
             .cwd
             .as_deref()
             .map(PathBuf::from)
             .filter(|p| p.is_absolute())
             .unwrap_or_else(|| self.root.clone());
-        let decision = match self.policy.compile() {
-            Ok(compiled) => compiled.check_tool(&call, &cwd),
-            Err(e) => Some(format!(
-                "loopd: the protection policy cannot be compiled ({e}); refusing file changes"
-            )),
-        };
-        match decision {
-            Some(reason) => HookDecision::Deny { reason },
-            None => HookDecision::Allow,
-        }
+        super::gate::decide_tool_call(&super::gate::ToolCallFacts {
+            role: tag.role,
+            session_id: &input.session_id,
+            call: &call,
+            cwd: &cwd,
+            policy: &self.policy,
+            nudger: self.nudger.as_ref(),
+        })
     }
 
     fn escalation(&self) -> bool {

@@ -14,11 +14,17 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Mutex;
 
 use super::{JobError, Run};
+use crate::agent::events::ToolCall;
+use crate::agent::gateway::channel::HookDecision;
+use crate::agent::Role;
 use crate::goal::GoalReport;
+use crate::guard::progress::Nudger;
 use crate::journal;
 use crate::judges::finding::Finding;
+use crate::judges::tamper::Policy;
 use crate::judges::testcount::Counts;
 use crate::workspace::{ChangedText, Diff};
 
@@ -32,12 +38,16 @@ mod planted;
 mod precheck;
 mod suite;
 mod test_count;
+mod tool_call;
 
 pub(super) use examiner::red as examiner_red;
 
 /// What a gate runs after, in an attempt; in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Stage {
+    /// On one tool call the hook asks about, before it runs, during a
+    /// session ([`Gate::tool_call`]; through [`decide_tool_call`]).
+    ToolCall,
     /// On the change the agent session left, before the goal test. Every
     /// gate of the stage runs; their findings reject together, after the
     /// agent's escalation is heard.
@@ -94,6 +104,18 @@ impl Facts<'_> {
     }
 }
 
+/// What a gate of [`Stage::ToolCall`] reads: one tool call the hook asks
+/// about, made canonical by its CLI, and what the job's channel holds.
+pub(super) struct ToolCallFacts<'a> {
+    pub role: Role,
+    pub session_id: &'a str,
+    pub call: &'a ToolCall,
+    /// Where the call runs (the worktree when the hook did not say).
+    pub cwd: &'a Path,
+    pub policy: &'a Policy,
+    pub nudger: Option<&'a Mutex<Nudger>>,
+}
+
 /// A deterministic judge of an attempt.
 pub(super) trait Gate: Sync {
     /// The name the journal keeps its findings under.
@@ -104,11 +126,33 @@ pub(super) trait Gate: Sync {
     fn applies(&self, _run: &Run<'_>) -> bool {
         true
     }
-    fn check(&self, run: &Run<'_>, facts: &Facts<'_>) -> Result<Vec<Finding>, JobError>;
+    /// A gate after a session: its findings on the attempt.
+    fn check(&self, _run: &Run<'_>, _facts: &Facts<'_>) -> Result<Vec<Finding>, JobError> {
+        Ok(Vec::new())
+    }
+    /// A gate of [`Stage::ToolCall`]: its answer to the hook, if it has
+    /// one.
+    fn tool_call(&self, _facts: &ToolCallFacts<'_>) -> Option<HookDecision> {
+        None
+    }
+}
+
+/// The hook's answer about one tool call: the first gate of
+/// [`Stage::ToolCall`] that answers decides; a call none answers is
+/// allowed.
+pub(super) fn decide_tool_call(facts: &ToolCallFacts<'_>) -> HookDecision {
+    GATES
+        .iter()
+        .filter(|g| g.stage() == Stage::ToolCall)
+        .find_map(|g| g.tool_call(facts))
+        .unwrap_or(HookDecision::Allow)
 }
 
 /// Every gate, in the order it runs within its stage.
 pub(super) static GATES: &[&dyn Gate] = &[
+    &tool_call::CriticTools,
+    &tool_call::Nudge,
+    &tool_call::Protect,
     &diff::DiffGate,
     #[cfg(feature = "failpoints")]
     &planted::Planted,
@@ -164,6 +208,7 @@ mod tests {
     #[test]
     fn the_stages_run_in_the_order_of_the_table() {
         let order = [
+            Stage::ToolCall,
             Stage::Session,
             Stage::Goal,
             Stage::GreenGoal,
