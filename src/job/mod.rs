@@ -72,6 +72,9 @@ use crate::workspace::outside::Outside;
 const OUTSIDE: &str = "outside.txt";
 /// A foreground job's detailed log (tracing's lines, INFO and up).
 const LOG: &str = "loopd.log";
+/// The suffix of the hermetic judge's alone run's step names in its
+/// runner origins (`world::Origins`), which the after-goal gate reads back.
+const ALONE: &str = " (alone)";
 use crate::workspace::Workspace;
 
 #[derive(Debug, thiserror::Error)]

@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use super::{prepare, JobError, Run};
 use crate::goal::{self, GoalReport, GoalStep, Mode};
-use crate::judges::finding::TEST_GLOBS;
+use crate::judges::finding::is_test_file;
 use crate::runner::Origins;
 use crate::sandbox::{self, Overlay, Sandbox};
 use crate::workspace::layers::{self, Ignored, Written};
@@ -55,9 +55,6 @@ pub(super) struct WorldRun {
     /// steps ran.
     pub origins: Origins,
 }
-
-/// The suffix of an alone run's step names in [`Origins`].
-pub(super) const ALONE: &str = " (alone)";
 
 /// A runner probe's bound: it imports the runner and exits.
 const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
@@ -389,18 +386,6 @@ async fn probe_runners(
         .collect())
 }
 
-/// Test files as the protection policy knows them ([`TEST_GLOBS`]).
-fn test_files() -> &'static globset::GlobSet {
-    static SET: std::sync::OnceLock<globset::GlobSet> = std::sync::OnceLock::new();
-    SET.get_or_init(|| {
-        let mut b = globset::GlobSetBuilder::new();
-        for g in TEST_GLOBS {
-            b.add(globset::Glob::new(g).expect("the test globs are valid"));
-        }
-        b.build().expect("the test globs build")
-    })
-}
-
 impl Run<'_> {
     /// Attempt `n`'s goal test in the judge's world: first the tests that
     /// existed at BASE_REF **alone** — the change without the files it adds
@@ -419,7 +404,7 @@ impl Run<'_> {
     /// import stays out, as any new test code. A policy that does not
     /// compile lifts nothing.
     pub(super) fn new_test_files(&self, delta: &layers::Delta) -> Vec<String> {
-        let mut new_tests = delta.new_test_files(|p| test_files().is_match(p));
+        let mut new_tests = delta.new_test_files(|p| is_test_file(p));
         if let Ok(policy) = self.env.policy.compile() {
             new_tests.retain(|p| !policy.lifted(p) || crate::judges::tree::Lang::of(p).is_some());
         }
@@ -492,7 +477,7 @@ impl Run<'_> {
         // under their step's name with ` (alone)`.
         let mut origins: Origins = alone_origins
             .into_iter()
-            .map(|(step, o)| (format!("{step}{ALONE}"), o))
+            .map(|(step, o)| (format!("{step}{}", super::ALONE), o))
             .collect();
         if !alone.passed() {
             if let Some(step) = alone.steps.iter_mut().find(|s| !s.passed) {

@@ -126,7 +126,7 @@ fn runner_changed(run: &Run<'_>) -> Vec<Finding> {
     let root = format!("{}/", run.ws.root().display());
     let mut out = Vec::new();
     for (step, origins) in now {
-        let name = step.strip_suffix(crate::job::world::ALONE).unwrap_or(step);
+        let name = step.strip_suffix(crate::job::ALONE).unwrap_or(step);
         let Some(was) = base.get(name).filter(|b| !b.is_empty()) else {
             continue;
         };
