@@ -20,7 +20,7 @@ use super::syntax::{
     brace_statements, identifier, normal_lines, python_statements, words, Statement,
 };
 use super::tree::{self, Tree};
-use crate::lang::Lexical;
+use crate::lang::{Added, Lexical};
 use crate::outcome::Reason;
 
 /// `[protect] tests`.
@@ -145,214 +145,36 @@ fn code_lines(s: &Statement) -> Vec<&str> {
         .collect()
 }
 
-/// The name a new definition introduces, when the statement is one the
-/// allow-list takes: `Some(names)` (possibly several, for an import), or
-/// `None` for anything that could reach the existing tests.
+/// The names a new top-level statement introduces, when the language's
+/// append-only rules take it ([`crate::lang::AppendOnly`]); `None` for
+/// anything that could reach the existing tests, and for every statement
+/// of a language with no such rules.
 fn introduces(lang: Lang, s: &Statement) -> Option<Vec<String>> {
-    let lines = code_lines(s);
-    let (attrs, rest): (Vec<&str>, Vec<&str>) = {
-        let n = lines
-            .iter()
-            .take_while(|l| l.starts_with('@') || l.starts_with("#["))
-            .count();
-        (lines[..n].to_vec(), lines[n..].to_vec())
-    };
-    let first = *rest.first()?;
-    let ident = |t: &str| -> String {
-        t.chars()
-            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '$')
-            .collect()
-    };
-    match lang {
-        Lang::Python => {
-            let ok_decorator = |d: &str| {
-                (d.starts_with("@pytest.fixture") && !d.contains("autouse") && !d.contains("name"))
-                    || d.starts_with("@pytest.mark.parametrize")
-                    || d.starts_with("@pytest.mark.")
-                        && !["skip", "xfail", "usefixtures"]
-                            .iter()
-                            .any(|m| d.contains(m))
-            };
-            if !attrs.iter().all(|d| ok_decorator(d) && !runs_code(d)) {
-                return None;
-            }
-            // What runs when the `def` or `class` line does (a default, an
-            // annotation, a base class): code at import, before any test.
-            let header = python_header(&rest);
-            if let Some(r) = first
-                .strip_prefix("def ")
-                .or_else(|| first.strip_prefix("async def "))
-            {
-                let signature = header.split_once('(').map_or("", |(_, s)| s);
-                return (!signature.contains('(') && !runs_code(signature)).then(|| vec![ident(r)]);
-            }
-            if let Some(r) = first.strip_prefix("class ") {
-                // A class body runs at import: only methods (and a
-                // docstring) may be in it.
-                let body_ok = rest[1..].iter().all(|l| {
-                    l.starts_with("def ")
-                        || l.starts_with("async def ")
-                        || l.starts_with('@') && !runs_code(l)
-                        || l.starts_with("\"\"\"")
-                        || l.starts_with("pass")
-                        || !s.text.lines().any(|t| t.trim() == *l && indent(t) == 4)
-                });
-                return (attrs.is_empty() && !header.contains('(') && body_ok)
-                    .then(|| vec![ident(r)]);
-            }
-            if !attrs.is_empty() {
-                return None;
-            }
-            // Comments out, so `import x  # noqa: F403` reads as `import x`.
-            let flat: String = rest
-                .iter()
-                .map(|l| crate::judges::syntax::scan(l, None, 0).0)
-                .collect::<Vec<_>>()
-                .join(" ");
-            let flat = flat.trim();
-            let names = if let Some(r) = flat.strip_prefix("import ") {
-                r.split(',')
-                    .map(|n| n.split_whitespace().last().unwrap_or("").to_owned())
-                    .collect::<Vec<_>>()
-            } else if let Some(r) = flat.strip_prefix("from ") {
-                let (module, names) = r.split_once(" import ")?;
-                if module.trim().starts_with("_pytest") || module.trim().starts_with("conftest") {
-                    return None;
-                }
-                names
-                    .trim()
-                    .trim_start_matches('(')
-                    .trim_end_matches(')')
-                    .split(',')
-                    .filter(|n| !n.trim().is_empty())
-                    .map(|n| n.split_whitespace().last().unwrap_or("").to_owned())
-                    .collect()
-            } else {
-                return None;
-            };
-            (!flat.contains(';') && names.iter().all(|n| n != "*" && !n.starts_with("pytest_")))
-                .then_some(
-                    names
-                        .into_iter()
-                        .map(|n| n.trim_end_matches(')').to_owned())
-                        .collect(),
-                )
-        }
-        Lang::Js => {
-            if !attrs.is_empty() {
-                return None;
-            }
-            for call in [
-                "test(",
-                "it(",
-                "describe(",
-                "test.each",
-                "it.each",
-                "describe.each",
-            ] {
-                if first.starts_with(call) {
-                    // A test is anonymous: it adds, and reaches nothing.
-                    return Some(Vec::new());
-                }
-            }
-            if let Some(r) = first
-                .strip_prefix("function ")
-                .or_else(|| first.strip_prefix("async function "))
-            {
-                return Some(vec![ident(r.trim_start_matches('*').trim())]);
-            }
-            for decl in ["const ", "let "] {
-                if let Some(r) = first.strip_prefix(decl) {
-                    let name = ident(r);
-                    return (!name.is_empty()).then(|| vec![name]);
-                }
-            }
-            if first.starts_with("import ") && !first.contains("import(") {
-                let flat = rest.join(" ");
-                let names = flat
-                    .strip_prefix("import ")?
-                    .split(" from ")
-                    .next()?
-                    .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
-                    .filter(|w| !w.is_empty() && *w != "as" && *w != "type")
-                    .map(str::to_owned)
-                    .collect::<Vec<_>>();
-                return Some(names);
-            }
-            None
-        }
-        Lang::Go => {
-            let r = first.strip_prefix("func ")?;
-            // A method (`func (s *T) …`) changes a type the old tests use.
-            (!r.starts_with('(')).then(|| vec![ident(r)])
-        }
-        Lang::Rust => {
-            let plain = |a: &str| {
-                matches!(a, "#[test]" | "#[should_panic]") || a.starts_with("#[should_panic(")
-            };
-            if !attrs.iter().all(|a| plain(a)) {
-                return None;
-            }
-            let r = first.strip_prefix("pub ").unwrap_or(first);
-            if let Some(r) = r.strip_prefix("fn ") {
-                return Some(vec![ident(r)]);
-            }
-            if let Some(r) = r.strip_prefix("use ") {
-                return attrs.is_empty().then(|| {
-                    r.split(|c: char| !(c.is_alphanumeric() || c == '_'))
-                        .filter(|w| !w.is_empty())
-                        .map(str::to_owned)
-                        .collect()
-                });
-            }
-            None
-        }
-        // A language whose test files loopd cannot read: anything new could
-        // reach the existing tests.
-        _ => None,
+    let rules = lang.append_only.as_ref()?;
+    with_added(s, |added| (rules.introduces)(added))
+}
+
+/// The modules an import statement names, as the language reads them.
+fn imported_modules(lang: Lang, s: &Statement) -> Vec<String> {
+    match lang.append_only.as_ref() {
+        Some(rules) => with_added(s, |added| (rules.imported_modules)(added)),
+        None => Vec::new(),
     }
 }
 
-/// The modules a Python `import`/`from … import` or a JavaScript `import … from`
-/// statement names.
-fn imported_modules(lang: Lang, s: &Statement) -> Vec<String> {
-    let flat: String = code_lines(s)
+/// `s` as the languages' rules read it: its decorators or attributes, then
+/// the rest of its code lines.
+fn with_added<T>(s: &Statement, read: impl FnOnce(&Added<'_>) -> T) -> T {
+    let lines = code_lines(s);
+    let n = lines
         .iter()
-        .map(|l| crate::judges::syntax::scan(l, None, 0).0)
-        .collect::<Vec<_>>()
-        .join(" ");
-    let flat = flat.trim();
-    match lang {
-        Lang::Python => {
-            if let Some(r) = flat.strip_prefix("import ") {
-                r.split(',')
-                    .filter_map(|m| m.split_whitespace().next())
-                    .map(str::to_owned)
-                    .collect()
-            } else if let Some(r) = flat.strip_prefix("from ") {
-                r.split_whitespace()
-                    .next()
-                    .map(str::to_owned)
-                    .into_iter()
-                    .collect()
-            } else {
-                Vec::new()
-            }
-        }
-        // The specifier is a string, emptied by `scan`: read the raw text.
-        Lang::Js => s
-            .text
-            .split(" from ")
-            .nth(1)
-            .map(|r| {
-                r.trim()
-                    .trim_matches(|c| c == '\'' || c == '"' || c == ';' || c == '\n')
-                    .to_owned()
-            })
-            .into_iter()
-            .collect(),
-        _ => Vec::new(),
-    }
+        .take_while(|l| l.starts_with('@') || l.starts_with("#["))
+        .count();
+    read(&Added {
+        attrs: &lines[..n],
+        rest: &lines[n..],
+        text: &s.text,
+    })
 }
 
 /// The first line (1-based) whose indentation mixes tabs and spaces or
@@ -375,38 +197,6 @@ pub(crate) fn foreign_encoding(text: &str) -> bool {
             !matches!(e.as_str(), "utf-8" | "utf8" | "ascii" | "us-ascii")
         })
     })
-}
-
-/// Whether a piece of Python code rebinds or reaches into names at run
-/// time: a call is not enough (a decorator's `Decimal("1")` is honest), but
-/// an assignment expression, a lambda, `globals()`/`vars()`, `setattr` or
-/// `__setitem__`/`update` of a namespace is.
-fn runs_code(code: &str) -> bool {
-    static R: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
-    crate::util::once_regex(
-        &R,
-        r"\bglobals\s*\(|\bvars\s*\(|\blocals\s*\(|:=|\blambda\b|\bsetattr\s*\(|__setitem__|__dict__|\bexec\s*\(|\beval\s*\(|__import__|sys\.modules",
-    )
-    .is_match(code)
-}
-
-/// The `def`/`class` header of a statement's code lines (up to the `:` that
-/// ends it), strings emptied.
-fn python_header(rest: &[&str]) -> String {
-    let mut header = String::new();
-    for l in rest {
-        let code = crate::judges::syntax::scan(l, None, 0).0;
-        header.push_str(&code);
-        header.push(' ');
-        if code.trim_end().ends_with(':') {
-            break;
-        }
-    }
-    header
-}
-
-fn indent(line: &str) -> usize {
-    line.len() - line.trim_start().len()
 }
 
 /// An old import that the new file extends with more names (`from m

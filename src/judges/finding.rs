@@ -1,6 +1,6 @@
 //! What the judges' deterministic layers say, shared by the gates that say
 //! it: a [`Finding`] (a gate's rejection, a line of the next prompt), the
-//! pre-critic's [`Check`] names, and what a test file is ([`TEST_GLOBS`]).
+//! pre-critic's [`Check`] names, and what a test file is ([`test_globs`]).
 //! Its own module so that the tamper gates and the pre-critic both sit on
 //! it instead of on each other.
 
@@ -8,28 +8,36 @@ use serde::{Deserialize, Serialize};
 
 use crate::outcome::Reason;
 
-/// Globs of test files: what exists at BASE_REF and matches is protected.
-pub const TEST_GLOBS: &[&str] = &[
-    // Python
-    "**/test_*.py",
-    "**/*_test.py",
-    "**/tests/**/*.py",
-    "**/conftest.py",
-    // Rust
-    "tests/**",
-    "**/tests/**/*.rs",
-    "benches/**",
-    // Go
-    "**/*_test.go",
-    "**/testdata/**",
-    // JavaScript / TypeScript
-    "**/*.{test,spec}.{js,jsx,ts,tsx,mjs,cjs,mts,cts}",
-    "**/__tests__/**",
-    "**/__mocks__/**",
+/// What a test file is, in languages loopd protects but does not read
+/// (the others are each language's own, [`crate::lang::Language::tests`]).
+const OTHER_TEST_GLOBS: &[&str] = &[
     // Java / Kotlin
     "**/src/test/**",
     "**/*{Test,Tests,IT}.{java,kt}",
 ];
+
+/// What a test file is — what exists at BASE_REF and matches is protected:
+/// every language's own test-file globs, and those of languages loopd
+/// protects without reading them.
+pub fn test_globs() -> impl Iterator<Item = &'static str> {
+    crate::lang::LANGUAGES
+        .iter()
+        .flat_map(|l| l.tests.iter().copied())
+        .chain(OTHER_TEST_GLOBS.iter().copied())
+}
+
+/// Whether `path` is a test file ([`test_globs`]).
+pub fn is_test_file(path: &str) -> bool {
+    static SET: std::sync::OnceLock<globset::GlobSet> = std::sync::OnceLock::new();
+    SET.get_or_init(|| {
+        let mut b = globset::GlobSetBuilder::new();
+        for g in test_globs() {
+            b.add(globset::Glob::new(g).expect("the test globs are valid"));
+        }
+        b.build().expect("the test globs build")
+    })
+    .is_match(path)
+}
 
 /// One finding of a deterministic gate: it rejects the attempt and becomes a
 /// line of the next prompt.

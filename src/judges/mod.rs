@@ -15,7 +15,8 @@ pub mod precheck;
 pub mod risk;
 pub mod runner;
 pub mod size;
-pub mod syntax;
+/// The lexical splitter, each language's own ([`crate::lang::syntax`]).
+pub use crate::lang::syntax;
 pub mod tamper;
 pub mod testcount;
 pub mod tree;

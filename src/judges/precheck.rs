@@ -42,7 +42,7 @@ mod output;
 mod swallowed;
 
 use self::output::Output;
-use super::finding::{Check, Finding, TEST_GLOBS};
+use super::finding::{is_test_file, Check, Finding};
 use super::tree::{self, Tree};
 use crate::outcome::Reason;
 use crate::workspace::{AddedLine, ChangedText};
@@ -465,7 +465,7 @@ pub fn test_special_casing(
         let Some(lang) = Lang::of(&a.path) else {
             continue;
         };
-        if is_test(&a.path) || lang.comment(&a.text).is_some() {
+        if is_test_file(&a.path) || lang.comment(&a.text).is_some() {
             continue;
         }
         let under_test = &lang.under_test;
@@ -561,18 +561,6 @@ fn in_test_module(text: &str, attr: &str, line: u32) -> bool {
     })
 }
 
-fn is_test(path: &str) -> bool {
-    static SET: OnceLock<GlobSet> = OnceLock::new();
-    SET.get_or_init(|| {
-        let mut b = GlobSetBuilder::new();
-        for g in TEST_GLOBS {
-            b.add(Glob::new(g).expect("test globs are valid"));
-        }
-        b.build().expect("test globs build")
-    })
-    .is_match(path)
-}
-
 /// Output whose content says it is for the author, not the user.
 fn debugish(line: &str) -> bool {
     static R: OnceLock<Regex> = OnceLock::new();
@@ -606,7 +594,7 @@ fn debug_output(added: &[AddedLine], files: &[Parsed<'_>]) -> Vec<Finding> {
         if lines.is_empty() {
             continue;
         }
-        let entry = is_test(f.path) || is_entry_point(f.path, Some(t.text));
+        let entry = is_test_file(f.path) || is_entry_point(f.path, Some(t.text));
         let mut flagged = std::collections::BTreeSet::new();
         for call in output::calls(t, f.old.as_ref()) {
             // A call on an added line is the change's; one whose first

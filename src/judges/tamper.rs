@@ -34,7 +34,7 @@ use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-use super::finding::{Finding, TEST_GLOBS};
+use super::finding::{test_globs, Finding};
 use crate::agent::events::{Action, ToolCall};
 
 use crate::outcome::Reason;
@@ -336,7 +336,7 @@ impl Policy {
         protect: &ProtectSettings,
         own_files: &[(PathBuf, &str)],
     ) -> Result<Policy, PolicyError> {
-        let tests = globset(TEST_GLOBS.iter().copied())?;
+        let tests = globset(test_globs())?;
         let tree = repo_git.find_commit(base)?.tree()?;
         let mut files = BTreeMap::new();
         tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {

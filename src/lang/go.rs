@@ -1,7 +1,8 @@
 //! Go: `.go`.
 
 use super::{
-    Brace, Grammar, Lang, Language, Lexical, Pattern, Script, Swallow, Terminal, UnderTest,
+    Added, AppendOnly, Brace, Grammar, Lang, Language, Lexical, Pattern, Script, Swallow, Terminal,
+    UnderTest,
 };
 
 const NAME: &str = "go";
@@ -91,6 +92,11 @@ pub static GO: Language = Language {
     imports: None,
     lexical: Lexical::Braces(Brace::Go),
     declares_encoding: false,
+    tests: &["**/*_test.go", "**/testdata/**"],
+    append_only: Some(AppendOnly {
+        introduces,
+        imported_modules: |_| Vec::new(),
+    }),
     entry_files: &[],
     entry_line: Some("package main"),
 };
@@ -198,3 +204,13 @@ const NAMES: &[&str] = &[
     "Time",
     "Duration",
 ];
+
+/// `[protect] tests = "append_only"`: a new `func` that is no method (a
+/// method changes a type the old tests use) ([`super::AppendOnly`]).
+fn introduces(added: &Added<'_>) -> Option<Vec<String>> {
+    let first = *added.rest.first()?;
+    let ident = super::syntax::ident_prefix;
+    let r = first.strip_prefix("func ")?;
+    // A method (`func (s *T) …`) changes a type the old tests use.
+    (!r.starts_with('(')).then(|| vec![ident(r)])
+}

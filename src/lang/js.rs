@@ -2,7 +2,8 @@
 //! `.mts`, `.cts`, `.tsx`): one language with three grammars.
 
 use super::{
-    Brace, Grammar, Guard, Lang, Language, Lexical, Pattern, Script, Swallow, Terminal, UnderTest,
+    Added, AppendOnly, Brace, Grammar, Guard, Lang, Language, Lexical, Pattern, Script, Swallow,
+    Terminal, UnderTest,
 };
 
 const NAME: &str = "javascript";
@@ -107,6 +108,15 @@ pub static JS: Language = Language {
     imports: None,
     lexical: Lexical::Braces(Brace::Js),
     declares_encoding: false,
+    tests: &[
+        "**/*.{test,spec}.{js,jsx,ts,tsx,mjs,cjs,mts,cts}",
+        "**/__tests__/**",
+        "**/__mocks__/**",
+    ],
+    append_only: Some(AppendOnly {
+        introduces,
+        imported_modules,
+    }),
     entry_files: &[],
     entry_line: None,
 };
@@ -222,3 +232,69 @@ const NAMES: &[&str] = &[
     "ArrayBuffer",
     "Buffer",
 ];
+
+/// `[protect] tests = "append_only"`: what a new top-level statement of a
+/// test file introduces — an anonymous test, a function, a `const`/`let`,
+/// an import ([`super::AppendOnly`]).
+fn introduces(added: &Added<'_>) -> Option<Vec<String>> {
+    let first = *added.rest.first()?;
+    let (attrs, rest) = (added.attrs, added.rest);
+    let ident = super::syntax::ident_prefix;
+    if !attrs.is_empty() {
+        return None;
+    }
+    for call in [
+        "test(",
+        "it(",
+        "describe(",
+        "test.each",
+        "it.each",
+        "describe.each",
+    ] {
+        if first.starts_with(call) {
+            // A test is anonymous: it adds, and reaches nothing.
+            return Some(Vec::new());
+        }
+    }
+    if let Some(r) = first
+        .strip_prefix("function ")
+        .or_else(|| first.strip_prefix("async function "))
+    {
+        return Some(vec![ident(r.trim_start_matches('*').trim())]);
+    }
+    for decl in ["const ", "let "] {
+        if let Some(r) = first.strip_prefix(decl) {
+            let name = ident(r);
+            return (!name.is_empty()).then(|| vec![name]);
+        }
+    }
+    if first.starts_with("import ") && !first.contains("import(") {
+        let flat = rest.join(" ");
+        let names = flat
+            .strip_prefix("import ")?
+            .split(" from ")
+            .next()?
+            .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
+            .filter(|w| !w.is_empty() && *w != "as" && *w != "type")
+            .map(str::to_owned)
+            .collect::<Vec<_>>();
+        return Some(names);
+    }
+    None
+}
+
+/// The module an `import … from` statement names (the specifier is a
+/// string, emptied by the lexer: read from the raw text).
+fn imported_modules(added: &Added<'_>) -> Vec<String> {
+    added
+        .text
+        .split(" from ")
+        .nth(1)
+        .map(|r| {
+            r.trim()
+                .trim_matches(|c| c == '\'' || c == '"' || c == ';' || c == '\n')
+                .to_owned()
+        })
+        .into_iter()
+        .collect()
+}

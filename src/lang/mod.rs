@@ -16,6 +16,7 @@ pub mod go;
 pub mod js;
 pub mod python;
 pub mod rust;
+pub mod syntax;
 
 use std::sync::OnceLock;
 
@@ -71,12 +72,55 @@ pub struct Language {
     /// `# -*- coding: … -*-`), which makes the language read other text
     /// than loopd does when it is not UTF-8.
     pub declares_encoding: bool,
+    /// Globs of its test files: what exists at BASE_REF and matches is
+    /// protected ([`crate::judges::finding::test_globs`]).
+    pub tests: &'static [&'static str],
+    /// What `[protect] tests = "append_only"` reads in its test files
+    /// (`None`: nothing — any change to an existing test file is refused).
+    pub append_only: Option<AppendOnly>,
     /// File names that are a program's entry point (`main.py`,
     /// `build.rs`), where output is the program's own.
     pub entry_files: &'static [&'static str],
     /// A line that makes any file of the language an entry point (Go's
     /// `package main`).
     pub entry_line: Option<&'static str>,
+}
+
+/// How `[protect] tests = "append_only"` reads a new top-level statement
+/// of one of the language's test files.
+pub struct AppendOnly {
+    /// The names the statement introduces when the allow-list takes it (a
+    /// new test, a helper, an import of plain names; `Some(vec![])` for an
+    /// anonymous test), or `None` for anything that could reach the
+    /// existing tests.
+    pub introduces: fn(&Added<'_>) -> Option<Vec<String>>,
+    /// The modules an import statement names (what an extended old import
+    /// must keep naming).
+    pub imported_modules: fn(&Added<'_>) -> Vec<String>,
+}
+
+/// A top-level statement an append-only change added, as its rules read
+/// it.
+pub struct Added<'a> {
+    /// Its leading decorators or attributes (`@pytest.mark…`, `#[test]`).
+    pub attrs: &'a [&'a str],
+    /// Its other code lines, trimmed, comment lines left out.
+    pub rest: &'a [&'a str],
+    /// Its whole text.
+    pub text: &'a str,
+}
+
+impl Added<'_> {
+    /// Its code lines with strings emptied and comments out, on one line
+    /// (`import x  # noqa: F403` reads as `import x`).
+    pub fn flat(&self) -> String {
+        self.attrs
+            .iter()
+            .chain(self.rest)
+            .map(|l| syntax::scan(l, None, 0).0)
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
 }
 
 /// One tree-sitter grammar and the extensions it reads.

@@ -1,8 +1,8 @@
 //! Python: `.py` and `.pyi`.
 
 use super::{
-    Grammar, Guard, Imports, Lang, Language, Lexical, MainFunction, Pattern, Script, Swallow,
-    Terminal, UnderTest,
+    Added, AppendOnly, Grammar, Guard, Imports, Lang, Language, Lexical, MainFunction, Pattern,
+    Script, Swallow, Terminal, UnderTest,
 };
 
 const NAME: &str = "python";
@@ -105,6 +105,16 @@ pub static PYTHON: Language = Language {
     }),
     lexical: Lexical::Indentation,
     declares_encoding: true,
+    tests: &[
+        "**/test_*.py",
+        "**/*_test.py",
+        "**/tests/**/*.py",
+        "**/conftest.py",
+    ],
+    append_only: Some(AppendOnly {
+        introduces,
+        imported_modules,
+    }),
     entry_files: &["__main__.py", "main.py", "cli.py", "manage.py", "setup.py"],
     entry_line: None,
 };
@@ -288,3 +298,135 @@ const NAMES: &[&str] = &[
     "IntEnum",
     "dataclass",
 ];
+
+/// `[protect] tests = "append_only"`: what a new top-level statement of a
+/// test module introduces, when the allow-list takes it — a test function
+/// or class whose header and decorators run nothing at import, or an
+/// import of plain names ([`super::AppendOnly`]).
+fn introduces(added: &Added<'_>) -> Option<Vec<String>> {
+    let first = *added.rest.first()?;
+    let (attrs, rest) = (added.attrs, added.rest);
+    let ident = super::syntax::ident_prefix;
+    let ok_decorator = |d: &str| {
+        (d.starts_with("@pytest.fixture") && !d.contains("autouse") && !d.contains("name"))
+            || d.starts_with("@pytest.mark.parametrize")
+            || d.starts_with("@pytest.mark.")
+                && !["skip", "xfail", "usefixtures"]
+                    .iter()
+                    .any(|m| d.contains(m))
+    };
+    if !attrs.iter().all(|d| ok_decorator(d) && !runs_code(d)) {
+        return None;
+    }
+    // What runs when the `def` or `class` line does (a default, an
+    // annotation, a base class): code at import, before any test.
+    let header = python_header(&rest);
+    if let Some(r) = first
+        .strip_prefix("def ")
+        .or_else(|| first.strip_prefix("async def "))
+    {
+        let signature = header.split_once('(').map_or("", |(_, s)| s);
+        return (!signature.contains('(') && !runs_code(signature)).then(|| vec![ident(r)]);
+    }
+    if let Some(r) = first.strip_prefix("class ") {
+        // A class body runs at import: only methods (and a
+        // docstring) may be in it.
+        let body_ok = rest[1..].iter().all(|l| {
+            l.starts_with("def ")
+                || l.starts_with("async def ")
+                || l.starts_with('@') && !runs_code(l)
+                || l.starts_with("\"\"\"")
+                || l.starts_with("pass")
+                || !added.text.lines().any(|t| t.trim() == *l && indent(t) == 4)
+        });
+        return (attrs.is_empty() && !header.contains('(') && body_ok).then(|| vec![ident(r)]);
+    }
+    if !attrs.is_empty() {
+        return None;
+    }
+    // Comments out, so `import x  # noqa: F403` reads as `import x`.
+    let flat: String = rest
+        .iter()
+        .map(|l| super::syntax::scan(l, None, 0).0)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let flat = flat.trim();
+    let names = if let Some(r) = flat.strip_prefix("import ") {
+        r.split(',')
+            .map(|n| n.split_whitespace().last().unwrap_or("").to_owned())
+            .collect::<Vec<_>>()
+    } else if let Some(r) = flat.strip_prefix("from ") {
+        let (module, names) = r.split_once(" import ")?;
+        if module.trim().starts_with("_pytest") || module.trim().starts_with("conftest") {
+            return None;
+        }
+        names
+            .trim()
+            .trim_start_matches('(')
+            .trim_end_matches(')')
+            .split(',')
+            .filter(|n| !n.trim().is_empty())
+            .map(|n| n.split_whitespace().last().unwrap_or("").to_owned())
+            .collect()
+    } else {
+        return None;
+    };
+    (!flat.contains(';') && names.iter().all(|n| n != "*" && !n.starts_with("pytest_"))).then_some(
+        names
+            .into_iter()
+            .map(|n| n.trim_end_matches(')').to_owned())
+            .collect(),
+    )
+}
+
+/// The modules an `import`/`from … import` statement names.
+fn imported_modules(added: &Added<'_>) -> Vec<String> {
+    let flat = added.flat();
+    let flat = flat.trim();
+    if let Some(r) = flat.strip_prefix("import ") {
+        r.split(',')
+            .filter_map(|m| m.split_whitespace().next())
+            .map(str::to_owned)
+            .collect()
+    } else if let Some(r) = flat.strip_prefix("from ") {
+        r.split_whitespace()
+            .next()
+            .map(str::to_owned)
+            .into_iter()
+            .collect()
+    } else {
+        Vec::new()
+    }
+}
+
+/// Whether a piece of Python code rebinds or reaches into names at run
+/// time: a call is not enough (a decorator's `Decimal("1")` is honest), but
+/// an assignment expression, a lambda, `globals()`/`vars()`, `setattr` or
+/// `__setitem__`/`update` of a namespace is.
+fn runs_code(code: &str) -> bool {
+    static R: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    crate::util::once_regex(
+        &R,
+        r"\bglobals\s*\(|\bvars\s*\(|\blocals\s*\(|:=|\blambda\b|\bsetattr\s*\(|__setitem__|__dict__|\bexec\s*\(|\beval\s*\(|__import__|sys\.modules",
+    )
+    .is_match(code)
+}
+
+/// The `def`/`class` header of a statement's code lines (up to the `:` that
+/// ends it), strings emptied.
+fn python_header(rest: &[&str]) -> String {
+    let mut header = String::new();
+    for l in rest {
+        let code = super::syntax::scan(l, None, 0).0;
+        header.push_str(&code);
+        header.push(' ');
+        if code.trim_end().ends_with(':') {
+            break;
+        }
+    }
+    header
+}
+
+fn indent(line: &str) -> usize {
+    line.len() - line.trim_start().len()
+}

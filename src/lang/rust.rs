@@ -1,8 +1,8 @@
 //! Rust: `.rs`.
 
 use super::{
-    Brace, Grammar, Lang, Language, Lexical, MainFunction, Pattern, Script, Swallow, Terminal,
-    UnderTest,
+    Added, AppendOnly, Brace, Grammar, Lang, Language, Lexical, MainFunction, Pattern, Script,
+    Swallow, Terminal, UnderTest,
 };
 
 const NAME: &str = "rust";
@@ -87,6 +87,11 @@ pub static RUST: Language = Language {
     imports: None,
     lexical: Lexical::Braces(Brace::Rust),
     declares_encoding: false,
+    tests: &["tests/**", "**/tests/**/*.rs", "benches/**"],
+    append_only: Some(AppendOnly {
+        introduces,
+        imported_modules: |_| Vec::new(),
+    }),
     entry_files: &["main.rs", "cli.rs", "build.rs"],
     entry_line: None,
 };
@@ -118,3 +123,29 @@ const NAMES: &[&str] = &[
     "isize", "u8", "u16", "u32", "u64", "u128", "usize", "f32", "f64", "String", "Vec", "Option",
     "Result", "Box", "Some", "None", "Ok", "Err",
 ];
+
+/// `[protect] tests = "append_only"`: a new `#[test]` function or `use`
+/// ([`super::AppendOnly`]).
+fn introduces(added: &Added<'_>) -> Option<Vec<String>> {
+    let first = *added.rest.first()?;
+    let attrs = added.attrs;
+    let ident = super::syntax::ident_prefix;
+    let plain =
+        |a: &str| matches!(a, "#[test]" | "#[should_panic]") || a.starts_with("#[should_panic(");
+    if !attrs.iter().all(|a| plain(a)) {
+        return None;
+    }
+    let r = first.strip_prefix("pub ").unwrap_or(first);
+    if let Some(r) = r.strip_prefix("fn ") {
+        return Some(vec![ident(r)]);
+    }
+    if let Some(r) = r.strip_prefix("use ") {
+        return attrs.is_empty().then(|| {
+            r.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .filter(|w| !w.is_empty())
+                .map(str::to_owned)
+                .collect()
+        });
+    }
+    None
+}

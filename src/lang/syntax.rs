@@ -158,7 +158,7 @@ pub fn scan(
 
 /// How a brace language's strings read, for [`brace_statements`]: each
 /// language's own ([`crate::lang::Language::lexical`]).
-pub use crate::lang::Brace;
+pub use super::Brace;
 
 /// The lexer's state between lines of a brace language.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -344,6 +344,13 @@ pub fn words(text: &str) -> std::collections::BTreeSet<String> {
     text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '$'))
         .filter(|w| !w.is_empty())
         .map(|w| identifier(w).into_owned())
+        .collect()
+}
+
+/// The identifier `text` starts with (letters, digits, `_`, `$`).
+pub fn ident_prefix(text: &str) -> String {
+    text.chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '$')
         .collect()
 }
 

@@ -17,7 +17,8 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
-use super::{finding, is_test, literals, Lang};
+use super::{finding, literals, Lang};
+use crate::judges::finding::is_test_file;
 use crate::judges::finding::Finding;
 use crate::lang::Lexical;
 use crate::util::once_regex as re;
@@ -399,7 +400,7 @@ pub fn findings(
     };
     let added_code: Vec<&AddedLine> = added
         .iter()
-        .filter(|a| Lang::of(&a.path).is_some() && !is_test(&a.path))
+        .filter(|a| Lang::of(&a.path).is_some() && !is_test_file(&a.path))
         .filter(|a| {
             // A Go directive is a comment that bundles data.
             Lang::of(&a.path).is_some_and(|l| l.comment(&a.text).is_none())
@@ -706,7 +707,7 @@ pub fn test_patching(added: &[AddedLine], files: &[ChangedText]) -> Vec<Finding>
         r"\bglobals\s*\(|\bvars\s*\(\s*\w|__builtins__|\bbuiltins\.\w+\s*=[^=]|\bsys\.modules\s*\[|__dict__\s*(?:\[|\.\s*(?:update|setdefault|pop|clear|__setitem__)\b)|(?:^|[^.\w])setattr\s*\(|__setitem__|globalThis\.\w+\s*=[^=]|Object\.(?:defineProperty|assign)\s*\(|__code__|__globals__|^\s*(?:global|nonlocal)\s+\w|(?:^|[^.\w])(?:exec|eval)\s*\(",
     );
     let mut out = Vec::new();
-    for f in files.iter().filter(|f| is_test(&f.path)) {
+    for f in files.iter().filter(|f| is_test_file(&f.path)) {
         let Some(lang) = Lang::of(&f.path) else {
             continue;
         };
