@@ -404,7 +404,7 @@ impl Run<'_> {
     /// import stays out, as any new test code. A policy that does not
     /// compile lifts nothing.
     pub(super) fn new_test_files(&self, delta: &layers::Delta) -> Vec<String> {
-        let mut new_tests = delta.new_test_files(|p| is_test_file(p));
+        let mut new_tests = delta.new_test_files(is_test_file);
         if let Ok(policy) = self.env.policy.compile() {
             new_tests.retain(|p| !policy.lifted(p) || crate::judges::tree::Lang::of(p).is_some());
         }

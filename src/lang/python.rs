@@ -320,7 +320,7 @@ fn introduces(added: &Added<'_>) -> Option<Vec<String>> {
     }
     // What runs when the `def` or `class` line does (a default, an
     // annotation, a base class): code at import, before any test.
-    let header = python_header(&rest);
+    let header = python_header(rest);
     if let Some(r) = first
         .strip_prefix("def ")
         .or_else(|| first.strip_prefix("async def "))
