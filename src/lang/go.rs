@@ -10,7 +10,7 @@ const NAME: &str = "go";
 impl Lang {
     /// Named like the enum variant it was, so call sites read the same.
     #[allow(non_upper_case_globals)]
-    pub const Go: Lang = Lang(NAME);
+    pub const Go: Lang = Lang(&GO);
 }
 
 impl Brace {

@@ -11,7 +11,7 @@ const NAME: &str = "javascript";
 impl Lang {
     /// Named like the enum variant it was, so call sites read the same.
     #[allow(non_upper_case_globals)]
-    pub const Js: Lang = Lang(NAME);
+    pub const Js: Lang = Lang(&JS);
 }
 
 impl Brace {

@@ -10,7 +10,7 @@ const NAME: &str = "python";
 impl Lang {
     /// Named like the enum variant it was, so call sites read the same.
     #[allow(non_upper_case_globals)]
-    pub const Python: Lang = Lang(NAME);
+    pub const Python: Lang = Lang(&PYTHON);
 }
 
 pub static PYTHON: Language = Language {

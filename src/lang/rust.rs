@@ -10,7 +10,7 @@ const NAME: &str = "rust";
 impl Lang {
     /// Named like the enum variant it was, so call sites read the same.
     #[allow(non_upper_case_globals)]
-    pub const Rust: Lang = Lang(NAME);
+    pub const Rust: Lang = Lang(&RUST);
 }
 
 impl Brace {

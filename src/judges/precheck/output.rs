@@ -857,10 +857,13 @@ mod tests {
     }
 
     fn in_fn(path: &str, line: &str) -> Option<Output> {
-        let text = match Lang::of(path).expect("known") {
-            Lang::Rust => format!("fn f() {{\n{line}\n}}\n"),
-            Lang::Go => format!("package p\n\nfunc f() {{\n{line}\n}}\n"),
-            _ => format!("{line}\n"),
+        let lang = Lang::of(path).expect("known");
+        let text = if lang == Lang::Rust {
+            format!("fn f() {{\n{line}\n}}\n")
+        } else if lang == Lang::Go {
+            format!("package p\n\nfunc f() {{\n{line}\n}}\n")
+        } else {
+            format!("{line}\n")
         };
         let n = u32::try_from(text.lines().count()).expect("small") - 1;
         let n = if Lang::of(path) == Some(Lang::Js) {
