@@ -108,10 +108,17 @@ pub static JS: Language = Language {
     imports: None,
     lexical: Lexical::Braces(Brace::Js),
     declares_encoding: false,
+    // Jest's and Vitest's names, and what `node --test` finds by default:
+    // `*.test.*`, `*-test.*`, `*_test.*`, `test-*.*`, `test.*` and every
+    // file under a `test/` folder.
     tests: &[
         "**/*.{test,spec}.{js,jsx,ts,tsx,mjs,cjs,mts,cts}",
         "**/__tests__/**",
         "**/__mocks__/**",
+        "**/*{-,_}test.{js,jsx,ts,tsx,mjs,cjs,mts,cts}",
+        "**/test-*.{js,jsx,ts,tsx,mjs,cjs,mts,cts}",
+        "**/test.{js,jsx,ts,tsx,mjs,cjs,mts,cts}",
+        "**/test/**/*.{js,jsx,ts,tsx,mjs,cjs,mts,cts}",
     ],
     append_only: Some(AppendOnly {
         introduces,

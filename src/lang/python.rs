@@ -105,11 +105,14 @@ pub static PYTHON: Language = Language {
     }),
     lexical: Lexical::Indentation,
     declares_encoding: true,
+    // pytest's default names, and the module Django's and unittest's
+    // projects keep their tests in.
     tests: &[
         "**/test_*.py",
         "**/*_test.py",
         "**/tests/**/*.py",
         "**/conftest.py",
+        "**/tests.py",
     ],
     append_only: Some(AppendOnly {
         introduces,

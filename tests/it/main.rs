@@ -9,6 +9,7 @@ mod support;
 
 mod agents;
 mod allow;
+mod attack40;
 mod attack42;
 mod attack42b;
 mod attack42c;
