@@ -431,28 +431,6 @@ fn attack40_09_go_append_only_var_initializer_runs_code() {
 // helper shadows the glob-imported function for the old test. And unit
 // tests in `src/lib.rs`'s `#[cfg(test)] mod tests` — tests at BASE_REF too.
 
-fn rust_env() -> Vec<(&'static str, std::ffi::OsString)> {
-    let home = std::path::PathBuf::from(std::env::var_os("HOME").expect("HOME is set"));
-    let cargo_home = std::env::var_os("CARGO_HOME")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| home.join(".cargo"));
-    let rustup_home = std::env::var_os("RUSTUP_HOME")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| home.join(".rustup"));
-    let cargo_bin = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-        .find(|d| d.join("cargo").is_file())
-        .expect("cargo is on the test's PATH");
-    let path = std::env::join_paths(
-        std::iter::once(cargo_bin).chain(std::env::split_paths(&tools_path())),
-    )
-    .expect("join");
-    vec![
-        ("PATH", path),
-        ("CARGO_HOME", cargo_home.into_os_string()),
-        ("RUSTUP_HOME", rustup_home.into_os_string()),
-    ]
-}
-
 const CARGO_TOML: &str =
     "[package]\nname = \"calc\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\n";
 const RS_LIB: &str = "pub fn add(a: i32, b: i32) -> i32 {\n    a - b\n}\n";

@@ -113,31 +113,6 @@ fn corpus_jobs() -> Vec<Job> {
     jobs
 }
 
-/// What a Rust task's goal needs from the real environment, which the test
-/// environment clears: cargo's directory on PATH, and where rustup and cargo
-/// keep their toolchains and caches (loopd lets the sandbox read them).
-fn rust_env() -> Vec<(&'static str, std::ffi::OsString)> {
-    let home = PathBuf::from(std::env::var_os("HOME").expect("HOME is set"));
-    let cargo_home = std::env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| home.join(".cargo"));
-    let rustup_home = std::env::var_os("RUSTUP_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| home.join(".rustup"));
-    let cargo_bin = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-        .find(|d| d.join("cargo").is_file())
-        .expect("cargo is on the test's PATH");
-    let path = std::env::join_paths(
-        std::iter::once(cargo_bin).chain(std::env::split_paths(&tools_path())),
-    )
-    .expect("join PATH");
-    vec![
-        ("PATH", path),
-        ("CARGO_HOME", cargo_home.into_os_string()),
-        ("RUSTUP_HOME", rustup_home.into_os_string()),
-    ]
-}
-
 /// Where a case's job runs.
 #[derive(Clone, Copy)]
 enum How {

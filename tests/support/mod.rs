@@ -803,3 +803,28 @@ pub fn assert_not_accepted(r: &RunResult, s: &Value, what: &str) {
         tail(&r.stderr)
     );
 }
+
+/// What a Rust task's jobs need in their environment: cargo on `PATH`
+/// before the tools, and the toolchain's homes (the test's own HOME is a
+/// fresh one, where no toolchain lives).
+pub fn rust_env() -> Vec<(&'static str, OsString)> {
+    let home = PathBuf::from(std::env::var_os("HOME").expect("HOME is set"));
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home.join(".cargo"));
+    let rustup_home = std::env::var_os("RUSTUP_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home.join(".rustup"));
+    let cargo_bin = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .find(|d| d.join("cargo").is_file())
+        .expect("cargo is on the test's PATH");
+    let path = std::env::join_paths(
+        std::iter::once(cargo_bin).chain(std::env::split_paths(&tools_path())),
+    )
+    .expect("join PATH");
+    vec![
+        ("PATH", path),
+        ("CARGO_HOME", cargo_home.into_os_string()),
+        ("RUSTUP_HOME", rustup_home.into_os_string()),
+    ]
+}
