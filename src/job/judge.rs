@@ -446,9 +446,10 @@ impl Run<'_> {
         let step = self.job.suite.as_ref().map(|s| s.step.clone());
         if let (None, Some(tree), Some(step)) = (self.current().suite, tree, step) {
             // The tests that passed at BASE_REF, on the change without the
-            // test files it adds (code there could patch what they test).
+            // test code it adds or appends (code there could patch what
+            // they test).
             let delta = crate::workspace::layers::delta(self.ws.git2(), self.base_oid, tree)?;
-            let leave_out = self.new_test_files(&delta);
+            let leave_out = self.left_out_tests(&delta);
             let (report, _, written) = self
                 .judge_only(
                     tree,

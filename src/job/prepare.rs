@@ -89,8 +89,21 @@ pub fn prepare(
     if let RubricSource::File(r) = &job.rubric.source {
         own_files.push((r.canonicalize().unwrap_or_else(|_| r.clone()), "the rubric"));
     }
-    let mut policy = Policy::build(ws.git2(), ws.root(), base_oid, &job.protect, &own_files)
-        .map_err(JobError::Policy)?;
+    let goal: Vec<&str> = job
+        .goal
+        .iter()
+        .chain(job.suite.as_ref().map(|s| &s.step))
+        .map(|s| s.run.as_str())
+        .collect();
+    let mut policy = Policy::build(
+        ws.git2(),
+        ws.root(),
+        base_oid,
+        &job.protect,
+        &own_files,
+        &goal,
+    )
+    .map_err(JobError::Policy)?;
     // Inside a job `.git/` is loopd's: the hook denies writing it.
     policy.git_dirs = ws.git_dirs();
     policy.compile().map_err(JobError::Policy)?;

@@ -387,30 +387,47 @@ async fn probe_runners(
 }
 
 impl Run<'_> {
+    /// The test code the tests that existed at BASE_REF run without: the
+    /// files the change adds to the test tree, and the protected test
+    /// files it changes (under `[protect] tests = "append_only"`), which
+    /// those tests then run as they were at BASE_REF — a new test that
+    /// runs first and rewires what the old ones call (a patch started and
+    /// never stopped, a shared setting set, a package variable assigned)
+    /// reaches them only through the file it was appended to. A new data
+    /// file `[protect] allow` names is the lead's, not the agent's own
+    /// test code: the old tests run with it (a fixture an allowed test now
+    /// reads), as with a test the lead allowed to change. New code is
+    /// never the lead's: a module under an allowed glob that the runner
+    /// would import stays out, as any new test code. A policy that does
+    /// not compile lifts nothing.
+    pub(super) fn left_out_tests(&self, delta: &layers::Delta) -> Vec<String> {
+        let policy = self.env.policy.compile().ok();
+        let lifted = |p: &str| policy.as_ref().is_some_and(|c| c.lifted(p));
+        let mut out = delta.new_test_files(is_test_file);
+        out.retain(|p| !lifted(p) || crate::judges::tree::Lang::of(p).is_some());
+        out.extend(
+            delta
+                .changed
+                .iter()
+                .filter(|p| {
+                    self.env.policy.files.get(p.as_str()).map(String::as_str)
+                        == Some(crate::judges::tamper::TEST_AT_BASE)
+                        && !lifted(p)
+                })
+                .cloned(),
+        );
+        out
+    }
+
     /// Attempt `n`'s goal test in the judge's world: first the tests that
-    /// existed at BASE_REF **alone** — the change without the files it adds
-    /// to the test tree, so that no test code of the agent's (a conftest,
-    /// a package `__init__`, a `TestMain`) runs beside them, whatever its
-    /// spelling — then, when the change adds such files and that run is
-    /// green, the whole change. The report that decides, and the run of
+    /// existed at BASE_REF **alone** — the change without the test code it
+    /// adds ([`Self::left_out_tests`]), so that no test code of the agent's
+    /// (a conftest, a package `__init__`, a `TestMain`, a test appended
+    /// first) runs beside them, whatever its spelling — then, when the
+    /// change adds such code and that run is green, the whole change. The report that decides, and the run of
     /// the old tests alone when it was a run of its own; `None` when a
     /// signal cut a run short.
     #[allow(clippy::type_complexity)]
-    /// The test-tree files the change adds: what the tests that existed
-    /// at BASE_REF run without. A new data file `[protect] allow` names
-    /// is the lead's, not the agent's own test code: the old tests run
-    /// with it (a fixture an allowed test now reads). New code is never
-    /// the lead's: a module under an allowed glob that the runner would
-    /// import stays out, as any new test code. A policy that does not
-    /// compile lifts nothing.
-    pub(super) fn new_test_files(&self, delta: &layers::Delta) -> Vec<String> {
-        let mut new_tests = delta.new_test_files(is_test_file);
-        if let Ok(policy) = self.env.policy.compile() {
-            new_tests.retain(|p| !policy.lifted(p) || crate::judges::tree::Lang::of(p).is_some());
-        }
-        new_tests
-    }
-
     pub(super) async fn hermetic_goal(
         &mut self,
         n: u32,
@@ -425,7 +442,7 @@ impl Run<'_> {
         let (all, old, new_tests) = {
             let h = self.hermetic.as_ref().expect("a hermetic judge");
             let delta = layers::delta(self.ws.git2(), self.base_oid, tree)?;
-            let new_tests = self.new_test_files(&delta);
+            let new_tests = self.left_out_tests(&delta);
             let all = h.change_layer(&self.ws, tree, &delta, &[], &format!("{n}-all"))?;
             let old = match new_tests.is_empty() {
                 true => None,
@@ -482,7 +499,7 @@ impl Run<'_> {
         if !alone.passed() {
             if let Some(step) = alone.steps.iter_mut().find(|s| !s.passed) {
                 step.output = format!(
-                    "loopd: the tests that existed at BASE_REF ran on the change without the test files it adds ({}): they must pass on their own, with no test code of the change beside them\n{}",
+                    "loopd: the tests that existed at BASE_REF ran on the change without the test code it adds ({}; an existing test file as it was at BASE_REF): they must pass on their own, with no test code of the change beside them\n{}",
                     new_tests.join(", "),
                     step.output
                 );

@@ -278,7 +278,7 @@ pub fn findings(
             .collect::<String>();
         out.push(finding(
             None,
-            format!("`{path}` changed or removed an existing statement (`{first}` at BASE_REF line {}): with `[protect] tests = \"append_only\"` new tests may be added, but no existing test, fixture, decorator or parametrisation may change", s.line),
+            format!("`{path}` changed or removed an existing statement (`{first}` at BASE_REF line {}): new tests may be added beside the old ones, but no existing test, fixture, decorator or parametrisation may change", s.line),
         ));
     }
     for s in unmatched {
@@ -321,6 +321,107 @@ pub fn findings(
     out
 }
 
+/// The findings on a source file that held tests at BASE_REF (Rust's
+/// `#[cfg(test)] mod tests`, [`crate::lang::Language::inline_tests`]):
+/// those tests are protected as a test file's are, whatever `[protect]
+/// tests` says, but judged as an append-only test file, since the file is
+/// also the code a fix changes. Each item of test code must still be
+/// there under its name with the same attributes; a module's body may
+/// gain new tests and helpers under the append-only rules; any other item
+/// must be unchanged.
+pub fn inline_findings(
+    path: &str,
+    old: &str,
+    new: &str,
+    tests_rule: Option<u32>,
+    added_module: &dyn Fn(&str) -> bool,
+) -> Vec<Finding> {
+    let Some(lang) = Lang::of(path) else {
+        return Vec::new();
+    };
+    let Some(find) = lang.inline_tests else {
+        return Vec::new();
+    };
+    let Some(old_tree) = Tree::parse_as(path, lang, old) else {
+        return Vec::new();
+    };
+    let olds = find(old_tree.root(), old);
+    if olds.is_empty() {
+        return Vec::new();
+    }
+    let finding = |line: usize, problem: String| {
+        Finding {
+        reason: Reason::ProtectedPath,
+        path: path.to_owned(),
+        line: u32::try_from(line).ok(),
+        rule: tests_rule,
+        check: None,
+        problem,
+        fix: format!("leave the tests `{path}` held at BASE_REF exactly as they were (add new tests under new names), and fix the code under test"),
+    }
+    };
+    let line_of = |text: &str, at: usize| text[..at].matches('\n').count() + 1;
+    let news = match Tree::parse_as(path, lang, new).filter(Tree::clean) {
+        Some(t) => find(t.root(), new),
+        None => {
+            return vec![finding(1, format!("`{path}` held tests at BASE_REF ({}) and no longer parses, so loopd cannot tell that they are unchanged", olds[0].name))];
+        }
+    };
+    let flat = |t: &str| t.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut out = Vec::new();
+    for o in &olds {
+        let at = line_of(old, o.item.start);
+        let Some(n) = news.iter().find(|n| n.name == o.name) else {
+            out.push(finding(
+                at,
+                format!(
+                    "`{path}` removed or unmarked `{}`, tests it held at BASE_REF (line {at})",
+                    o.name
+                ),
+            ));
+            continue;
+        };
+        match (&o.body, &n.body) {
+            (Some(ob), Some(nb)) => {
+                if flat(&old[o.item.start..ob.start]) != flat(&new[n.item.start..nb.start]) {
+                    out.push(finding(line_of(new, n.item.start), format!("`{path}` changed the attributes or heading of `{}`, tests it held at BASE_REF", o.name)));
+                    continue;
+                }
+                // Each body as a file of its own, on the lines it has in
+                // its file (so that a finding's line is the file's).
+                let body = |text: &str, b: &std::ops::Range<usize>| {
+                    "\n".repeat(line_of(text, b.start) - 1) + &text[b.clone()]
+                };
+                let name = &o.name;
+                out.extend(
+                    findings(
+                        path,
+                        &body(old, ob),
+                        &body(new, nb),
+                        tests_rule,
+                        added_module,
+                    )
+                    .into_iter()
+                    .map(|mut f| {
+                        f.problem =
+                            format!("in `{name}`, tests it held at BASE_REF: {}", f.problem);
+                        f
+                    }),
+                );
+            }
+            _ if flat(&old[o.item.clone()]) == flat(&new[n.item.clone()]) => {}
+            _ => out.push(finding(
+                line_of(new, n.item.start),
+                format!(
+                    "`{path}` changed `{}`, tests it held at BASE_REF (line {at})",
+                    o.name
+                ),
+            )),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -332,6 +433,54 @@ mod tests {
             .into_iter()
             .map(|f| f.problem)
             .collect()
+    }
+
+    const LIB_RS: &str = "pub fn add(a: i32, b: i32) -> i32 {\n    a - b\n}\n\n#[cfg(test)]\nmod tests {\n    use super::*;\n\n    #[test]\n    fn adds() {\n        assert_eq!(add(2, 3), 5);\n    }\n}\n";
+
+    fn inline(old: &str, new: &str) -> Vec<String> {
+        inline_findings("src/lib.rs", old, new, Some(1), &|_| false)
+            .into_iter()
+            .map(|f| format!("{}: {}", f.line.unwrap_or(0), f.problem))
+            .collect()
+    }
+
+    #[test]
+    fn rust_tests_in_a_source_file_are_protected_and_may_be_appended_to() {
+        // The fix and a new test beside the old ones: nothing to say.
+        let honest = LIB_RS.replace("a - b", "a + b").replace(
+            "        assert_eq!(add(2, 3), 5);\n    }\n",
+            "        assert_eq!(add(2, 3), 5);\n    }\n\n    #[test]\n    fn adds_zero() {\n        assert_eq!(add(2, 0), 2);\n    }\n",
+        );
+        assert_eq!(inline(LIB_RS, &honest), Vec::<String>::new());
+        // A file without tests at BASE_REF says nothing either.
+        assert!(inline("pub fn f() {}\n", "pub fn f() { }\n").is_empty());
+        // Every way of weakening the old test is a finding.
+        for (what, new) in [
+            ("a changed assertion", LIB_RS.replace("5);", "-1);")),
+            ("the module unmarked", LIB_RS.replace("#[cfg(test)]\n", "")),
+            ("the module cfg'd away", LIB_RS.replace("#[cfg(test)]", "#[cfg(all(test, any()))]")),
+            ("the module renamed", LIB_RS.replace("mod tests", "mod checks")),
+            ("the module gone", LIB_RS[..LIB_RS.find("#[cfg(test)]").expect("a tests module")].to_owned()),
+            ("the test ignored", LIB_RS.replace("    #[test]\n", "    #[test]\n    #[ignore]\n")),
+            ("a shadowing helper", LIB_RS.replace("    use super::*;\n", "    use super::*;\n\n    fn add(a: i32, b: i32) -> i32 {\n        a + b\n    }\n")),
+            ("no longer parses", LIB_RS.replace("mod tests {", "mod tests {{")),
+        ] {
+            assert!(!inline(LIB_RS, &new).is_empty(), "{what} passed:\n{new}");
+        }
+        // A finding names the line of the file, not of the module's body.
+        let changed = inline(LIB_RS, &LIB_RS.replace("5);", "-1);"));
+        assert!(changed[0].contains("BASE_REF line 9"), "{changed:?}");
+        // A `#[test]` at the top of a file, and a module nested in one
+        // that is not test code, are tests too.
+        let top = "#[test]\nfn adds() {\n    assert_eq!(1 + 1, 2);\n}\n";
+        assert!(!inline(top, &top.replace("2);", "3);")).is_empty());
+        let nested = format!("mod parse {{\n{LIB_RS}}}\n");
+        let hit = inline(&nested, &nested.replace("5);", "-1);"));
+        assert!(!hit.is_empty());
+        assert!(inline(&nested, &nested.replace("a - b", "a + b")).is_empty());
+        // `cfg(not(test))` is code, not tests.
+        let not_test = "#[cfg(not(test))]\nfn real() -> i32 {\n    1\n}\n";
+        assert!(inline(not_test, &not_test.replace('1', "2")).is_empty());
     }
 
     #[test]

@@ -303,6 +303,10 @@ fn globset<'a>(patterns: impl IntoIterator<Item = &'a str>) -> Result<GlobSet, P
     })
 }
 
+/// The largest runner configuration file read at BASE_REF for the names
+/// it adds to the tests (`pyproject.toml`, `setup.cfg`).
+const MAX_RUNNER_CONFIG: usize = 1 << 20;
+
 /// Everything a lead can set under `[protect]` in `loopd.toml`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProtectSettings {
@@ -328,16 +332,35 @@ pub struct ProtectSettings {
 }
 
 impl Policy {
-    /// Build the policy for a job: list the files of BASE_REF and match them.
+    /// Build the policy for a job: list the files of BASE_REF and match
+    /// them. A test file is one of a language's test names, or one the
+    /// `goal` commands' runners run as tests ([`crate::runner::tests_of`]:
+    /// a module a command names, the names a runner's configuration at
+    /// BASE_REF adds).
     pub fn build(
         repo_git: &git2::Repository,
         repo: &Path,
         base: git2::Oid,
         protect: &ProtectSettings,
         own_files: &[(PathBuf, &str)],
+        goal: &[&str],
     ) -> Result<Policy, PolicyError> {
-        let tests = globset(test_globs())?;
         let tree = repo_git.find_commit(base)?.tree()?;
+        let read = |rel: &str| -> Option<String> {
+            let entry = tree.get_path(Path::new(rel)).ok()?;
+            let blob = repo_git.find_blob(entry.id()).ok()?;
+            (blob.size() <= MAX_RUNNER_CONFIG)
+                .then(|| String::from_utf8_lossy(blob.content()).into_owned())
+        };
+        let run: Vec<String> = goal
+            .iter()
+            .flat_map(|g| crate::runner::tests_of(g, &read))
+            .collect();
+        // A glob of a runner's reading that does not compile protects
+        // nothing more (the language's names still do).
+        let mut all: Vec<&str> = test_globs().collect();
+        all.extend(run.iter().map(String::as_str));
+        let tests = globset(all).or_else(|_| globset(test_globs()))?;
         let mut files = BTreeMap::new();
         tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
             if entry.kind() == Some(git2::ObjectType::Blob) {

@@ -99,6 +99,7 @@ pub static GO: Language = Language {
     }),
     entry_files: &[],
     entry_line: Some("package main"),
+    inline_tests: None,
 };
 
 const WRITERS: &[&str] = &[

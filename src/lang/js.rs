@@ -126,6 +126,7 @@ pub static JS: Language = Language {
     }),
     entry_files: &[],
     entry_line: None,
+    inline_tests: None,
 };
 
 const WRITERS: &[&str] = &[

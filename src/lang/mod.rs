@@ -84,6 +84,26 @@ pub struct Language {
     /// A line that makes any file of the language an entry point (Go's
     /// `package main`).
     pub entry_line: Option<&'static str>,
+    /// Where its tests live inside source files (Rust's `#[cfg(test)] mod
+    /// tests`): those are tests that existed at BASE_REF as much as a
+    /// test file's, judged item by item ([`InlineTests`]). `None`: the
+    /// language keeps its tests in test files only.
+    pub inline_tests: Option<fn(tree_sitter::Node<'_>, &str) -> Vec<InlineTests>>,
+}
+
+/// One item of test code inside a source file, as found on the file's
+/// syntax tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InlineTests {
+    /// What names it in its file: its kind and path (`mod tests`,
+    /// `fn adds`, `mod parse::tests` for one nested in `mod parse`).
+    pub name: String,
+    /// Its bytes, attributes included.
+    pub item: std::ops::Range<usize>,
+    /// The bytes of its body when it holds items of its own (a module's,
+    /// braces left out): judged statement by statement, as an append-only
+    /// test file. `None`: compared whole.
+    pub body: Option<std::ops::Range<usize>>,
 }
 
 /// How `[protect] tests = "append_only"` reads a new top-level statement

@@ -1,8 +1,8 @@
 //! Rust: `.rs`.
 
 use super::{
-    Added, AppendOnly, Brace, Grammar, Lang, Language, Lexical, MainFunction, Pattern, Script,
-    Swallow, Terminal, UnderTest,
+    Added, AppendOnly, Brace, Grammar, InlineTests, Lang, Language, Lexical, MainFunction, Pattern,
+    Script, Swallow, Terminal, UnderTest,
 };
 
 const NAME: &str = "rust";
@@ -87,14 +87,92 @@ pub static RUST: Language = Language {
     imports: None,
     lexical: Lexical::Braces(Brace::Rust),
     declares_encoding: false,
-    tests: &["tests/**", "**/tests/**/*.rs", "benches/**"],
+    // Integration tests and benches, and a module of unit tests in a
+    // file of its own (`#[cfg(test)] mod tests;` reads `tests.rs`).
+    tests: &["tests/**", "**/tests/**/*.rs", "benches/**", "**/tests.rs"],
     append_only: Some(AppendOnly {
         introduces,
         imported_modules: |_| Vec::new(),
     }),
     entry_files: &["main.rs", "cli.rs", "build.rs"],
     entry_line: None,
+    inline_tests: Some(inline_tests),
 };
+
+/// Rust's unit tests live beside the code: every item marked
+/// `#[cfg(test)]` (a `mod tests` above all; `cfg(all(test, …))` too,
+/// `cfg(not(test))` not) or `#[test]` (`#[tokio::test]` and the like),
+/// at the top of the file or inside a module that is not itself test
+/// code.
+fn inline_tests(root: tree_sitter::Node<'_>, text: &str) -> Vec<InlineTests> {
+    let mut out = Vec::new();
+    inline_tests_in(root, text, "", &mut out);
+    out
+}
+
+fn inline_tests_in(
+    node: tree_sitter::Node<'_>,
+    text: &str,
+    within: &str,
+    out: &mut Vec<InlineTests>,
+) {
+    let mut cursor = node.walk();
+    let mut attrs: Option<usize> = None;
+    let mut marked = false;
+    for child in node.named_children(&mut cursor) {
+        match child.kind() {
+            "attribute_item" => {
+                attrs.get_or_insert(child.start_byte());
+                marked |= marks_test(&text[child.byte_range()]);
+                continue;
+            }
+            "line_comment" | "block_comment" => continue,
+            _ => {}
+        }
+        let name = child
+            .child_by_field_name("name")
+            .map_or(child.kind(), |n| &text[n.byte_range()]);
+        let path = match within {
+            "" => name.to_owned(),
+            w => format!("{w}::{name}"),
+        };
+        let kind = child.kind().strip_suffix("_item").unwrap_or(child.kind());
+        let body = (child.kind() == "mod_item")
+            .then(|| child.child_by_field_name("body"))
+            .flatten();
+        if marked {
+            out.push(InlineTests {
+                name: format!("{kind} {path}"),
+                item: attrs.unwrap_or(child.start_byte())..child.end_byte(),
+                body: body.map(|b| {
+                    b.start_byte() + 1..b.end_byte().saturating_sub(1).max(b.start_byte() + 1)
+                }),
+            });
+        } else if let Some(body) = body {
+            inline_tests_in(body, text, &path, out);
+        }
+        attrs = None;
+        marked = false;
+    }
+}
+
+/// Whether one attribute marks its item as test code.
+fn marks_test(attribute: &str) -> bool {
+    let a: String = attribute.chars().filter(|c| !c.is_whitespace()).collect();
+    let Some(inner) = a.strip_prefix("#[").and_then(|a| a.strip_suffix(']')) else {
+        return false;
+    };
+    if inner == "test" || inner.ends_with("::test") || inner.contains("::test(") {
+        return true;
+    }
+    let Some(cfg) = inner.strip_prefix("cfg(") else {
+        return false;
+    };
+    let words: Vec<&str> = cfg
+        .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .collect();
+    words.contains(&"test") && !cfg.contains("not(test")
+}
 
 /// Node kinds only code makes: a prose sentence that happens to parse
 /// holds none of them.

@@ -41,6 +41,7 @@ pub const RUNNER: Runner = Runner {
     runs,
     probe,
     whole,
+    tests: super::default_tests,
 };
 
 fn runs(words: &[&str]) -> bool {

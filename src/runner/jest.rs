@@ -25,6 +25,7 @@ pub const RUNNER: Runner = Runner {
     runs,
     probe,
     whole: super::cannot_tell,
+    tests: super::default_tests,
 };
 
 fn runs(words: &[&str]) -> bool {

@@ -15,7 +15,54 @@ pub const RUNNER: Runner = Runner {
     runs,
     probe,
     whole: super::cannot_tell,
+    tests,
 };
+
+/// The files a mocha command names, as words or `--spec` values: tests,
+/// whatever their names.
+fn tests(words: &[&str], _: &super::ReadBase<'_>) -> Vec<String> {
+    const VALUE: &[&str] = &[
+        "--require",
+        "-r",
+        "--file",
+        "--reporter",
+        "-R",
+        "--reporter-option",
+        "-O",
+        "--timeout",
+        "-t",
+        "--slow",
+        "-s",
+        "--grep",
+        "-g",
+        "--fgrep",
+        "-f",
+        "--ui",
+        "-u",
+        "--config",
+        "--package",
+        "--ignore",
+        "--exclude",
+        "--extension",
+        "--jobs",
+        "-j",
+        "--retries",
+        "--node-option",
+        "-n",
+    ];
+    let args = words.get(1..).unwrap_or_default();
+    let specs = args
+        .windows(2)
+        .filter(|w| w[0] == "--spec")
+        .map(|w| w[1])
+        .chain(args.iter().filter_map(|w| w.strip_prefix("--spec=")));
+    let value: Vec<&str> = VALUE.iter().chain(&["--spec"]).copied().collect();
+    super::positionals(args, &value)
+        .into_iter()
+        .chain(specs)
+        .filter_map(super::named_file)
+        .collect()
+}
 
 fn runs(words: &[&str]) -> bool {
     words.first().is_some_and(|w| base(w) == "mocha")

@@ -27,7 +27,12 @@ mod mocha;
 mod node;
 mod npm;
 mod pytest;
+mod unittest;
 mod vitest;
+
+/// A file of BASE_REF by its path, as text (`None`: none there, or not
+/// text loopd reads).
+pub type ReadBase<'a> = dyn Fn(&str) -> Option<String> + 'a;
 
 /// One test runner's entry.
 #[derive(Debug)]
@@ -50,6 +55,11 @@ pub struct Runner {
     /// What one of its commands selects of the suite: the whole suite
     /// step (`[judge] suite`) is inferred from it.
     pub whole: fn(&[&str]) -> Option<Whole>,
+    /// The test files one of its commands runs beyond every language's
+    /// default names ([`crate::lang::Language::tests`]): files it names,
+    /// names its configuration adds. Globs relative to where the command
+    /// runs; the `fn` reads a file of BASE_REF there (its configuration).
+    pub tests: fn(&[&str], &ReadBase<'_>) -> Vec<String>,
 }
 
 /// What a runner's command runs of the suite it finds.
@@ -60,6 +70,99 @@ pub enum Whole {
     /// A selection (paths, names, a filter, a stop at the first
     /// failure): these are its words with the selection taken off.
     Without(Vec<String>),
+}
+
+/// The `tests` of a runner whose commands run only files of the
+/// languages' default names (or whose configuration loopd does not read).
+pub(crate) fn default_tests(_: &[&str], _: &ReadBase<'_>) -> Vec<String> {
+    Vec::new()
+}
+
+/// The words of a command that are neither options nor an option's
+/// value (`value`: the options that take the next word), up to and after
+/// a `--`.
+pub(crate) fn positionals<'a>(words: &[&'a str], value: &[&str]) -> Vec<&'a str> {
+    let mut out = Vec::new();
+    let mut it = words.iter().copied();
+    while let Some(w) = it.next() {
+        if w == "--" {
+            out.extend(it.by_ref());
+            break;
+        }
+        if w.starts_with('-') {
+            if value.contains(&w) {
+                it.next();
+            }
+            continue;
+        }
+        out.push(w);
+    }
+    out
+}
+
+/// A word that names test files: a path with an extension (escaped, a
+/// file) or a glob (kept, the runner's own); `None` for anything else (a
+/// directory, left to the runner's default names).
+pub(crate) fn named_file(word: &str) -> Option<String> {
+    let word = word.trim_start_matches("./");
+    if word.is_empty() || word.starts_with('/') || word.split('/').any(|c| c == "..") {
+        return None;
+    }
+    if word.contains(['*', '?', '[', '{']) {
+        return Some(word.to_owned());
+    }
+    let name = word.rsplit('/').next().unwrap_or(word);
+    name.contains('.').then(|| literal(word))
+}
+
+/// A path as a glob that matches exactly it.
+pub(crate) fn literal(path: &str) -> String {
+    globset::escape(path)
+}
+
+/// The test files a goal command runs beyond every language's default
+/// names ([`Runner::tests`] of each runner it runs), as globs relative to
+/// the repository's root, where goal commands start: what exists at
+/// BASE_REF and matches is a test file as any other (the tamper gate's
+/// policy). A `cd DIR` before a runner moves where its globs and reads
+/// are; `read` gives a file of BASE_REF by its repository path.
+pub fn tests_of(line: &str, read: &ReadBase<'_>) -> Vec<String> {
+    let mut dir = String::new();
+    let mut out = Vec::new();
+    for cmd in commands(line) {
+        let words: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        let inner = unwrapped(&words);
+        if inner.first() == Some(&"cd") {
+            dir = match inner.get(1) {
+                Some(d) if !d.starts_with('/') && !d.contains("..") => join(&dir, d),
+                // Out of the tree, or home: nothing below is the tree's.
+                _ => "..".to_owned(),
+            };
+            continue;
+        }
+        if dir == ".." {
+            continue;
+        }
+        for r in REGISTRY.iter().filter(|r| (r.runs)(inner)) {
+            let read_here = |p: &str| read(&join(&dir, p));
+            out.extend((r.tests)(inner, &read_here).iter().map(|g| join(&dir, g)));
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// `rel` under `dir` (both repository-relative, `./` and trailing `/`
+/// taken off).
+fn join(dir: &str, rel: &str) -> String {
+    let rel = rel.trim_start_matches("./").trim_end_matches('/');
+    let dir = dir.trim_start_matches("./").trim_end_matches('/');
+    match (dir, rel) {
+        ("" | ".", r) => r.to_owned(),
+        (d, "" | ".") => d.to_owned(),
+        (d, r) => format!("{d}/{r}"),
+    }
 }
 
 /// The `whole` of a runner whose selections loopd does not read: no
@@ -174,6 +277,7 @@ pub(crate) fn drop_selection(
 /// Every runner loopd knows.
 pub const REGISTRY: &[&Runner] = &[
     &pytest::RUNNER,
+    &unittest::RUNNER,
     &node::RUNNER,
     &jest::RUNNER,
     &vitest::RUNNER,

@@ -51,6 +51,7 @@ pub const RUNNER: Runner = Runner {
     runs,
     probe,
     whole,
+    tests,
 };
 
 fn runs(words: &[&str]) -> bool {
@@ -68,23 +69,6 @@ fn probe(words: &[&str]) -> Option<String> {
 /// name patterns and `--test-only`. Without them: the same command over
 /// node's default test files.
 fn whole(words: &[&str]) -> Option<super::Whole> {
-    const VALUE: &[&str] = &[
-        "--import",
-        "--require",
-        "-r",
-        "--loader",
-        "--experimental-loader",
-        "--test-reporter",
-        "--test-reporter-destination",
-        "--test-concurrency",
-        "--test-timeout",
-        "--env-file",
-        "--conditions",
-        "-C",
-        "--input-type",
-    ];
-    const SELECT: &[&str] = &["--test-only"];
-    const SELECT_VALUE: &[&str] = &["--test-name-pattern", "--test-skip-pattern", "--test-shard"];
     let (kept, selected) = super::drop_selection(words.get(1..)?, VALUE, SELECT, SELECT_VALUE);
     if !selected {
         return Some(super::Whole::All);
@@ -93,3 +77,34 @@ fn whole(words: &[&str]) -> Option<super::Whole> {
         std::iter::once(words[0].to_owned()).chain(kept).collect(),
     ))
 }
+
+/// The files a `node --test` command names (paths or node's own globs):
+/// tests, whatever their names. A word without an extension (a
+/// directory) is left to node's default names.
+fn tests(words: &[&str], _: &super::ReadBase<'_>) -> Vec<String> {
+    let value: Vec<&str> = VALUE.iter().chain(SELECT_VALUE).copied().collect();
+    super::positionals(words.get(1..).unwrap_or_default(), &value)
+        .into_iter()
+        .filter(|w| *w != "--test" && !w.starts_with("--test="))
+        .filter_map(super::named_file)
+        .collect()
+}
+
+/// Options of node that take the next word as their value.
+const VALUE: &[&str] = &[
+    "--import",
+    "--require",
+    "-r",
+    "--loader",
+    "--experimental-loader",
+    "--test-reporter",
+    "--test-reporter-destination",
+    "--test-concurrency",
+    "--test-timeout",
+    "--env-file",
+    "--conditions",
+    "-C",
+    "--input-type",
+];
+const SELECT: &[&str] = &["--test-only"];
+const SELECT_VALUE: &[&str] = &["--test-name-pattern", "--test-skip-pattern", "--test-shard"];

@@ -64,6 +64,7 @@ pub const RUNNER: Runner = Runner {
     runs,
     probe,
     whole,
+    tests,
 };
 
 fn runs(words: &[&str]) -> bool {
@@ -74,7 +75,7 @@ fn runs(words: &[&str]) -> bool {
     }
 }
 
-fn is_python(word: &str) -> bool {
+pub(super) fn is_python(word: &str) -> bool {
     word.strip_prefix("python")
         .is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'))
 }
@@ -97,6 +98,12 @@ fn module<'a>(words: &[&'a str]) -> Option<&'a str> {
 /// does; a `pytest` script puts its own directory, which lies outside the
 /// tree, so the probe errs on the side of seeing more).
 fn probe(words: &[&str]) -> Option<String> {
+    probe_module(words, "pytest")
+}
+
+/// [`probe`] for a runner that is the interpreter's module `module`
+/// (pytest, unittest).
+pub(super) fn probe_module(words: &[&str], module: &str) -> Option<String> {
     // Each module found on the path is printed as it is found, before its
     // code runs (a shadow that ends the process is named all the same).
     // Then where every module of the standard library and every installed
@@ -116,7 +123,7 @@ class Seen:
             print(name + '\t' + os.path.realpath(s.origin), flush=True)
         return s
 sys.meta_path.insert(sys.meta_path.index(m.PathFinder), Seen)
-import pytest
+import MODULE
 sys.meta_path.remove(Seen)
 for k, v in sorted(sys.modules.items()):
     f = getattr(v, '__file__', None)
@@ -138,7 +145,8 @@ for n in sorted(names):
     if s is not None and s.origin and os.path.exists(s.origin):
         print(n + '\t' + os.path.realpath(s.origin))
 print('probed\tcomplete')"#;
-    let script = crate::util::shell_quote(SCRIPT);
+    let script =
+        crate::util::shell_quote(&SCRIPT.replace("import MODULE", &format!("import {module}")));
     let python = match words.first().map(|w| base(w)) {
         Some(w) if is_python(w) => crate::util::shell_quote(words[0]),
         // A console script: its interpreter is its shebang's.
@@ -150,6 +158,202 @@ print('probed\tcomplete')"#;
         }
     };
     Some(format!("{python} -c {script} 2>/dev/null"))
+}
+
+/// The words after the runner: after `-m pytest` for an interpreter.
+fn arguments<'a>(words: &'a [&'a str]) -> &'a [&'a str] {
+    let start = match words.first().map(|w| base(w)) {
+        Some(w) if is_python(w) => words
+            .iter()
+            .position(|w| *w == "-m" || *w == "-mpytest")
+            .map_or(words.len(), |at| at + if words[at] == "-m" { 2 } else { 1 }),
+        _ => 1,
+    };
+    &words[start.min(words.len())..]
+}
+
+/// What a pytest command runs as tests beyond the default names: the
+/// modules it names (`checks/verify.py`, `tests/x.py::test_y`; not with
+/// `--doctest-modules`, where a named module is the code under test),
+/// and the names its configuration adds (`python_files`, under
+/// `testpaths` or a directory it names) — from `-o`, else the file `-c`
+/// names, else the first file of pytest's own order at the root that
+/// configures it. A pattern that names every module (`*.py`) with no
+/// `testpaths` to bound it is left out: it would make the code under test
+/// a test.
+fn tests(words: &[&str], read: &super::ReadBase<'_>) -> Vec<String> {
+    let args = arguments(words);
+    let value: Vec<&str> = VALUE.iter().chain(SELECT_VALUE).copied().collect();
+    let option = |names: &[&str]| -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, w) in args.iter().enumerate() {
+            for n in names {
+                if w == n {
+                    out.extend(args.get(i + 1).map(|v| (*v).to_owned()));
+                } else if let Some(v) = w.strip_prefix(n).and_then(|r| r.strip_prefix('=')) {
+                    out.push(v.to_owned());
+                }
+            }
+        }
+        out
+    };
+    let overrides = option(&["-o", "--override-ini"]);
+    let config = config(option(&["-c", "--config-file"]).pop(), read);
+    let setting = |key: &str| -> Vec<String> {
+        overrides
+            .iter()
+            .rev()
+            .find_map(|o| {
+                let (k, v) = o.split_once('=')?;
+                (k.trim() == key).then(|| v.split_whitespace().map(str::to_owned).collect())
+            })
+            .or_else(|| config.get(key).cloned())
+            .unwrap_or_default()
+    };
+    let patterns = setting("python_files");
+    let testpaths = setting("testpaths");
+    let doctests = args.contains(&"--doctest-modules");
+    let mut out = Vec::new();
+    let mut dirs = Vec::new();
+    for w in super::positionals(args, &value) {
+        let path = w.split("::").next().unwrap_or(w);
+        if path.ends_with(".py") {
+            if !doctests {
+                out.extend(super::named_file(path));
+            }
+        } else if !path.contains(['*', '?', '[']) {
+            dirs.push(
+                path.trim_start_matches("./")
+                    .trim_end_matches('/')
+                    .to_owned(),
+            );
+        }
+    }
+    let roots = if !dirs.is_empty() {
+        dirs
+    } else {
+        testpaths.clone()
+    };
+    for p in &patterns {
+        if roots.is_empty() && (p == "*.py" || p == "*") {
+            continue;
+        }
+        if roots.is_empty() {
+            out.push(format!("**/{p}"));
+        }
+        for r in &roots {
+            let r = r.trim_start_matches("./").trim_end_matches('/');
+            out.push(match r {
+                "" | "." => format!("**/{p}"),
+                r => format!("{}/**/{p}", super::literal(r)),
+            });
+        }
+    }
+    out
+}
+
+/// pytest's settings (`python_files`, `testpaths`, …) as it reads them:
+/// from the file `-c` names, else from the first of its configuration
+/// files at the root that configures it (`pytest.ini` does even when
+/// empty). Each value as its words.
+fn config(
+    named: Option<String>,
+    read: &super::ReadBase<'_>,
+) -> std::collections::BTreeMap<String, Vec<String>> {
+    const ORDER: &[(&str, &str)] = &[
+        ("pytest.toml", "pytest"),
+        (".pytest.toml", "pytest"),
+        ("pytest.ini", "pytest"),
+        (".pytest.ini", "pytest"),
+        ("pyproject.toml", "tool.pytest.ini_options"),
+        ("pyproject.toml", "tool.pytest"),
+        ("tox.ini", "pytest"),
+        ("setup.cfg", "tool:pytest"),
+    ];
+    let section = |file: &str, name: &str| {
+        let text = read(file)?;
+        if file.ends_with(".toml") {
+            toml_section(&text, name)
+        } else {
+            ini_section(&text, name)
+        }
+    };
+    if let Some(file) = named {
+        let file = file.trim_start_matches("./").to_owned();
+        let names: &[&str] = if file.ends_with(".toml") {
+            &["pytest", "tool.pytest.ini_options", "tool.pytest"]
+        } else {
+            &["pytest", "tool:pytest"]
+        };
+        return names
+            .iter()
+            .find_map(|n| section(&file, n))
+            .unwrap_or_default();
+    }
+    ORDER
+        .iter()
+        .find_map(|(file, name)| section(file, name))
+        .unwrap_or_default()
+}
+
+/// A TOML table's settings (`tool.pytest.ini_options`): a string as its
+/// words, an array as its strings.
+fn toml_section(text: &str, path: &str) -> Option<std::collections::BTreeMap<String, Vec<String>>> {
+    let mut table: &toml::Table = &text.parse::<toml::Table>().ok()?;
+    for key in path.split('.') {
+        table = table.get(key)?.as_table()?;
+    }
+    Some(
+        table
+            .iter()
+            .map(|(k, v)| {
+                let words = match v {
+                    toml::Value::String(s) => s.split_whitespace().map(str::to_owned).collect(),
+                    toml::Value::Array(a) => a
+                        .iter()
+                        .filter_map(|x| x.as_str().map(str::to_owned))
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                (k.clone(), words)
+            })
+            .collect(),
+    )
+}
+
+/// An INI section's settings (`[pytest]`, `[tool:pytest]`), a value
+/// continued on indented lines.
+fn ini_section(text: &str, name: &str) -> Option<std::collections::BTreeMap<String, Vec<String>>> {
+    let mut found = false;
+    let mut inside = false;
+    let mut last: Option<String> = None;
+    let mut out: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            inside = t.trim_start_matches('[').trim_end_matches(']').trim() == name;
+            found |= inside;
+            last = None;
+            continue;
+        }
+        if !inside || t.is_empty() || t.starts_with('#') || t.starts_with(';') {
+            continue;
+        }
+        if line.starts_with(char::is_whitespace) {
+            if let Some(k) = &last {
+                out.entry(k.clone())
+                    .or_default()
+                    .extend(t.split_whitespace().map(str::to_owned));
+            }
+            continue;
+        }
+        if let Some((k, v)) = t.split_once(['=', ':']) {
+            let k = k.trim().to_owned();
+            out.insert(k.clone(), v.split_whitespace().map(str::to_owned).collect());
+            last = Some(k);
+        }
+    }
+    found.then_some(out)
 }
 
 /// What a pytest command selects: paths and node ids, `-k`/`-m`

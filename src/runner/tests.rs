@@ -11,7 +11,8 @@ fn goal_commands_name_their_runners_through_wrappers_and_assignments() {
     assert_eq!(names("python3 -m pytest -q"), ["pytest"]);
     assert_eq!(names(".venv/bin/python3.12 -m pytest tests/"), ["pytest"]);
     assert_eq!(names("PYTHONHASHSEED=0 uv run pytest"), ["pytest"]);
-    assert_eq!(names("python3 -m unittest"), Vec::<&str>::new());
+    assert_eq!(names("python3 -m unittest"), ["unittest"]);
+    assert_eq!(names("python3 -m unittest.mock"), Vec::<&str>::new());
     assert_eq!(names("npm ci && npx jest --ci"), ["jest"]);
     assert_eq!(names("node --test test/"), ["node --test"]);
     assert_eq!(names("go vet ./... && go test ./..."), ["go test"]);
@@ -239,4 +240,97 @@ fn a_narrowed_goal_names_its_whole_suite() {
     for (line, want) in cases {
         assert_eq!(narrowed(line), want, "{line}");
     }
+}
+
+/// [`tests_of`] with the files of a repository at BASE_REF.
+fn tests_in(line: &str, files: &[(&str, &str)]) -> Vec<String> {
+    let read = |p: &str| {
+        files
+            .iter()
+            .find(|(f, _)| *f == p)
+            .map(|(_, t)| (*t).to_owned())
+    };
+    tests_of(line, &read)
+}
+
+#[test]
+fn what_a_goal_runs_as_tests_beyond_the_default_names() {
+    let none: &[(&str, &str)] = &[];
+    // Named modules and files are tests, whatever their names.
+    assert_eq!(
+        tests_in("python -m pytest -q checks/verify_calc.py::test_add", none),
+        ["checks/verify_calc.py"]
+    );
+    assert_eq!(
+        tests_in("node --test --test-reporter spec spec/calc.js", none),
+        ["spec/calc.js"]
+    );
+    assert_eq!(
+        tests_in("mocha --spec 'checks/*.js'", none),
+        ["checks/*.js"]
+    );
+    assert_eq!(
+        tests_in("cd pkg && pytest verify.py", none),
+        ["pkg/verify.py"]
+    );
+    // A named module under `--doctest-modules` is the code under test; a
+    // directory is left to the runner's names; nothing outside the tree.
+    assert!(tests_in("pytest --doctest-modules src/calc.py", none).is_empty());
+    assert!(tests_in("pytest -q tests/ ../elsewhere.py /abs.py", none).is_empty());
+    assert!(tests_in("cd /tmp && pytest x.py", none).is_empty());
+    // pytest's configuration adds names: the first file of its order
+    // that configures it, under `testpaths`, or `-o` over it.
+    let ini = [(
+        "pytest.ini",
+        "[pytest]\npython_files = check_*.py\n    verify_*.py\n",
+    )];
+    assert_eq!(
+        tests_in("pytest", &ini),
+        ["**/check_*.py", "**/verify_*.py"]
+    );
+    let pyproject = [(
+        "pyproject.toml",
+        "[tool.pytest.ini_options]\npython_files = [\"check_*.py\"]\ntestpaths = [\"qa\"]\n",
+    )];
+    assert_eq!(
+        tests_in("python3 -m pytest", &pyproject),
+        ["qa/**/check_*.py"]
+    );
+    let cfg = [(
+        "setup.cfg",
+        "[metadata]\nname = x\n\n[tool:pytest]\npython_files=spec_*.py\n",
+    )];
+    assert_eq!(tests_in("pytest", &cfg), ["**/spec_*.py"]);
+    assert_eq!(
+        tests_in("pytest -o python_files=t_*.py", &cfg),
+        ["**/t_*.py"]
+    );
+    let both = [
+        ("pytest.ini", "[pytest]\n"),
+        ("tox.ini", "[pytest]\npython_files = x_*.py\n"),
+    ];
+    assert!(
+        tests_in("pytest", &both).is_empty(),
+        "an empty pytest.ini wins"
+    );
+    // Every module is no test name without testpaths to bound it.
+    let every = [("pytest.ini", "[pytest]\npython_files = *.py\n")];
+    assert!(tests_in("pytest", &every).is_empty());
+    // unittest: discovery's pattern under its start directory, or the
+    // modules it names.
+    assert_eq!(tests_in("python3 -m unittest", none), ["**/test*.py"]);
+    assert_eq!(
+        tests_in("python3 -m unittest discover -s qa -p 'check*.py'", none),
+        ["qa/**/check*.py"]
+    );
+    assert_eq!(
+        tests_in("python3 -m unittest discover qa", none),
+        ["qa/**/test*.py"]
+    );
+    assert_eq!(
+        tests_in("python3 -m unittest -v qa.verify", none),
+        ["qa.py", "qa/verify.py"]
+    );
+    // Runners that add nothing.
+    assert!(tests_in("go test ./... && cargo test && npx jest", none).is_empty());
 }

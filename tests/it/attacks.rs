@@ -1469,13 +1469,15 @@ fn blind_attack_new_test_code_that_rewrites_the_code_under_test_is_refused() {
         assert_ne!(s["outcome"], "accepted", "{finding}: {}", s["attempts"]);
         let found = s["attempts"][0]["gate_findings"].to_string();
         // A judge of its own runs the tests of BASE_REF without the test
-        // files the change adds: a new module that patches the code never
-        // runs beside them, and they are red before any rule reads it.
+        // code the change adds (new files, and what it appends to a test
+        // file, which they run as at BASE_REF): code that patches the code
+        // under test never runs beside them, and they are red before any
+        // rule reads it.
         let alone_red = journal(&s).into_iter().any(|e| {
             matches!(e, loopd::journal::Event::GoalRun { alone: Some(a), .. } if !a.passed())
         });
         assert!(
-            found.contains(finding) || (!append && alone_red),
+            found.contains(finding) || alone_red,
             "{finding}: {found} {} {}",
             s["reason"],
             s["attempts"]

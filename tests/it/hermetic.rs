@@ -354,7 +354,7 @@ fn issue39_11_the_old_tests_run_alone() {
     assert!(
         alone
             .render()
-            .contains("without the test files it adds (tests/__init__.py)"),
+            .contains("without the test code it adds (tests/__init__.py;"),
         "{}",
         alone.render()
     );

@@ -70,7 +70,28 @@ pub(super) fn change_findings(
         .diff_findings(diff, run.job.rubric.tests_rule());
     findings.extend(runner_findings(run, diff, texts));
     findings.extend(append_only_findings(run, diff, texts));
+    findings.extend(inline_test_findings(run, diff, texts));
     Ok(findings)
+}
+
+/// Tests inside source files (Rust's `#[cfg(test)] mod tests`): each
+/// changed source file that held some at BASE_REF, judged by
+/// [`crate::judges::append_only::inline_findings`] in either `[protect]
+/// tests` mode (a test file is judged as a whole above). A file
+/// `[protect] allow` names is the lead's to change.
+fn inline_test_findings(run: &Run<'_>, diff: &Diff, texts: &[ChangedText]) -> Vec<Finding> {
+    let policy = run.env.policy.compile().ok();
+    let rule = run.job.rubric.tests_rule();
+    let added_module = |module: &str| module_in_change(diff, module, true);
+    texts
+        .iter()
+        .filter(|t| !run.env.policy.files.contains_key(&t.path))
+        .filter(|t| !policy.as_ref().is_some_and(|p| p.lifted(&t.path)))
+        .filter_map(|t| Some((t, t.old.as_deref()?, t.new.as_deref()?)))
+        .flat_map(|(t, old, new)| {
+            crate::judges::append_only::inline_findings(&t.path, old, new, rule, &added_module)
+        })
+        .collect()
 }
 
 /// `[protect] tests = "append_only"`: each existing test file the change
