@@ -309,6 +309,10 @@ struct CiFile {
     never_touch: Option<Vec<String>>,
     allow_new_dependencies: Option<bool>,
     allow_forks: Option<bool>,
+    max_rounds: Option<i64>,
+    pr_budget_usd: Option<f64>,
+    trusted: Option<Vec<String>>,
+    follow_label: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -1360,6 +1364,37 @@ fn ci_policy(o: &Origin<'_>, c: &CiFile) -> Result<RiskPolicy, ConfigError> {
     }
     policy.allow_new_dependencies = c.allow_new_dependencies.unwrap_or(false);
     policy.allow_forks = c.allow_forks.unwrap_or(false);
+    if let Some(n) = c.max_rounds {
+        policy.max_rounds = positive(o, "ci.max_rounds", Some(n), 1)? as u32;
+    }
+    if let Some(x) = c.pr_budget_usd {
+        if !(x.is_finite() && x > 0.0) {
+            return Err(o.invalid("ci.pr_budget_usd", "a positive number of US dollars", x));
+        }
+        policy.pr_budget_usd = x;
+    }
+    if let Some(list) = &c.trusted {
+        for (i, a) in list.iter().enumerate() {
+            if !crate::judges::risk::ASSOCIATIONS.contains(&a.as_str()) {
+                return Err(o.invalid(
+                    &format!("ci.trusted[{i}]"),
+                    "one of GitHub's author associations: `OWNER`, `MEMBER`, `COLLABORATOR`, `CONTRIBUTOR`, `FIRST_TIME_CONTRIBUTOR`, `FIRST_TIMER`, `NONE`",
+                    format!("`{a}`"),
+                ));
+            }
+        }
+        policy.trusted = list.clone();
+    }
+    if let Some(l) = &c.follow_label {
+        if l.trim().is_empty() || l.len() > 50 {
+            return Err(o.invalid(
+                "ci.follow_label",
+                "a label name of 1 to 50 characters",
+                format!("`{l}`"),
+            ));
+        }
+        policy.follow_label = l.clone();
+    }
     Ok(policy)
 }
 

@@ -267,6 +267,19 @@ pub enum CiDecision {
     /// The GitHub API or the push failed, or the autofix branch holds a
     /// commit loopd did not make.
     Error,
+    /// A round on a pull request loopd follows pushed its accepted fix
+    /// and answered where the request came from.
+    RoundPushed,
+    /// A round's answer without a push: a round that was not accepted
+    /// (the honest report), a reply an earlier run's push still owed, a
+    /// maintainer's `/loopd continue` acknowledged.
+    Answered,
+    /// The request needs a change loopd never makes (a test, CI
+    /// configuration): answered, nothing ran.
+    NeedsHuman,
+    /// The pull request reached its round cap or budget: the open points
+    /// are listed once, and nothing more runs until a maintainer asks.
+    Capped,
 }
 
 impl CiDecision {
@@ -279,17 +292,26 @@ impl CiDecision {
             CiDecision::GateRefused => "gate refused",
             CiDecision::NotAccepted => "not accepted",
             CiDecision::Error => "error",
+            CiDecision::RoundPushed => "round pushed",
+            CiDecision::Answered => "answered",
+            CiDecision::NeedsHuman => "needs human",
+            CiDecision::Capped => "capped",
         }
     }
 
     /// `loopd ci`'s exit code: 0 when a pull request exists (or there was
-    /// nothing to do), 2 for a refused fork, 3 for the risk policy, else the
-    /// job's own (`reason`, when the loop ran).
+    /// nothing to do), when a round pushed its fix, or at the round cap; 2
+    /// for a refused fork, 3 for the risk policy, 6 when a request needs a
+    /// human, else the job's own (`reason`, when the loop ran).
     pub fn exit_status(self, reason: Option<Reason>) -> ExitStatus {
         match self {
-            CiDecision::PullRequestOpened | CiDecision::PullRequestExists | CiDecision::Skipped => {
-                ExitStatus::Success
-            }
+            CiDecision::PullRequestOpened
+            | CiDecision::PullRequestExists
+            | CiDecision::Skipped
+            | CiDecision::RoundPushed
+            | CiDecision::Capped => ExitStatus::Success,
+            CiDecision::Answered => reason.map_or(ExitStatus::Success, ExitStatus::from),
+            CiDecision::NeedsHuman => ExitStatus::NeedsHuman,
             CiDecision::Refused => ExitStatus::Usage,
             CiDecision::GateRefused => ExitStatus::Guard,
             CiDecision::NotAccepted => reason.map_or(ExitStatus::Environment, ExitStatus::from),

@@ -60,16 +60,7 @@ pub struct Autofix<'a> {
 
 impl Autofix<'_> {
     fn report(&self, decision: Decision, why: String) -> CiReport {
-        CiReport {
-            decision,
-            why,
-            sha: self.actions.sha.clone(),
-            branch: None,
-            push_url: None,
-            pull_request: None,
-            risk_violations: vec![],
-            summary: None,
-        }
+        CiReport::new(decision, why, &self.actions.sha)
     }
 }
 
@@ -279,23 +270,8 @@ async fn outward(
     lease: Lease,
 ) -> Result<CiReport, CiError> {
     let actions = out.actions;
-    let ws = Workspace::open(a.ws.root())?;
-    let mut journal = Journal::open(&summary.run_dir)?;
-    // `.git/` as pinned before loopd's own git runs, once more.
-    if let Some(pin) = job::git_dir_pin(&summary.run_dir, &ws) {
-        pin.restore(Some(&summary.run_dir.join("git-dir-changed").join("ci")))
-            .map_err(CiError::GitDir)?;
-    }
-    let base = git2::Oid::from_str(&summary.base_ref).map_err(CiError::Commit)?;
-    // The change as the agent wrote it: artefacts of goal steps and builds
-    // are not part of the risk policy or the commit.
-    let diff = ws.diff_since(
-        base,
-        &journal.state().artefacts,
-        crate::workspace::DiffLimits::for_bound(a.job.guard.max_diff_bytes()),
-        &mut std::io::sink(),
-    )?;
-    let violations = a.job.ci.violations(&diff);
+    let mut accepted = Accepted::read(a.ws.root(), &a.job, &summary)?;
+    let violations = a.job.ci.violations(&accepted.diff);
     if !violations.is_empty() {
         out.status("failure", "a fix was found but fails the risk policy", None)
             .await;
@@ -318,35 +294,10 @@ async fn outward(
         super::FIX_TRAILER,
         actions.sha,
     );
-    let commit = match journal.state().committed.clone() {
-        Some(c) => c,
-        None => {
-            // What is committed is the tree the judges judged, and the
-            // change the risk policy just read must be that tree.
-            let judged = journal
-                .state()
-                .accepted_tree
-                .as_deref()
-                .and_then(|t| git2::Oid::from_str(t).ok())
-                .ok_or_else(|| {
-                    CiError::Commit(git2::Error::from_str(
-                        "the journal holds no judged tree of the accepted attempt",
-                    ))
-                })?;
-            if ws.judged_tree(base, &diff)? != Some(judged) {
-                return Err(CiError::Commit(git2::Error::from_str(
-                    "the working tree is no longer the change the judges accepted; nothing is pushed",
-                )));
-            }
-            let c = ws
-                .commit_tree(base, judged, &out.branch, &message)?
-                .to_string();
-            journal.append(Event::Committed { commit: c.clone() })?;
-            c
-        }
-    };
+    let commit = accepted.commit(&out.branch, &message)?;
     report.branch = Some(out.branch.clone());
     let refspec = format!("refs/heads/{}", out.branch);
+    let (ws, journal) = (&accepted.ws, &mut accepted.journal);
     if let Err(e) = github::push(
         ws.root(),
         &out.target,
@@ -411,6 +362,75 @@ async fn outward(
     Ok(report)
 }
 
+/// An accepted job's change, read back for the outward step: the checkout
+/// with `.git/` as pinned (put back once more before loopd's own git
+/// runs), the journal, BASE_REF, and the change as the agent wrote it —
+/// artefacts of goal steps and builds are not part of the risk policy or
+/// the commit.
+pub(super) struct Accepted {
+    pub ws: Workspace,
+    pub journal: Journal,
+    pub base: git2::Oid,
+    pub diff: crate::workspace::Diff,
+}
+
+impl Accepted {
+    pub(super) fn read(root: &Path, job: &Job, summary: &Summary) -> Result<Accepted, CiError> {
+        let ws = Workspace::open(root)?;
+        let journal = Journal::open(&summary.run_dir)?;
+        if let Some(pin) = job::git_dir_pin(&summary.run_dir, &ws) {
+            pin.restore(Some(&summary.run_dir.join("git-dir-changed").join("ci")))
+                .map_err(CiError::GitDir)?;
+        }
+        let base = git2::Oid::from_str(&summary.base_ref).map_err(CiError::Commit)?;
+        let diff = ws.diff_since(
+            base,
+            &journal.state().artefacts,
+            crate::workspace::DiffLimits::for_bound(job.guard.max_diff_bytes()),
+            &mut std::io::sink(),
+        )?;
+        Ok(Accepted {
+            ws,
+            journal,
+            base,
+            diff,
+        })
+    }
+
+    /// The judged tree committed on BASE_REF as local `branch`, journaled
+    /// (`committed`): once — an outward step run again finds the commit.
+    /// What is committed is the tree the judges judged, and the change the
+    /// risk policy read must be that tree.
+    pub(super) fn commit(&mut self, branch: &str, message: &str) -> Result<String, CiError> {
+        if let Some(c) = self.journal.state().committed.clone() {
+            return Ok(c);
+        }
+        let judged = self
+            .journal
+            .state()
+            .accepted_tree
+            .as_deref()
+            .and_then(|t| git2::Oid::from_str(t).ok())
+            .ok_or_else(|| {
+                CiError::Commit(git2::Error::from_str(
+                    "the journal holds no judged tree of the accepted attempt",
+                ))
+            })?;
+        if self.ws.judged_tree(self.base, &self.diff)? != Some(judged) {
+            return Err(CiError::Commit(git2::Error::from_str(
+                "the working tree is no longer the change the judges accepted; nothing is pushed",
+            )));
+        }
+        let c = self
+            .ws
+            .commit_tree(self.base, judged, branch, message)?
+            .to_string();
+        self.journal
+            .append(Event::Committed { commit: c.clone() })?;
+        Ok(c)
+    }
+}
+
 /// An earlier run pushed a verified fix of this commit but never opened its
 /// pull request (the API failed after the push): open it now, without a
 /// model call.
@@ -463,7 +483,7 @@ async fn open_from_earlier_run(
 /// `loopd ci`'s own hold on the checkout's credentials, released when it
 /// goes out of scope (a panic included; a `kill -9` leaves a record the next
 /// loopd job in the repository recovers).
-struct Hold {
+pub(super) struct Hold {
     state_dir: std::path::PathBuf,
     git_dir: std::path::PathBuf,
     id: String,
@@ -471,7 +491,7 @@ struct Hold {
 }
 
 impl Hold {
-    fn new(state_dir: &Path, git_dir: &Path) -> Result<Hold, CredentialError> {
+    pub(super) fn new(state_dir: &Path, git_dir: &Path) -> Result<Hold, CredentialError> {
         let id = format!("ci-{}", std::process::id());
         let held = credentials::hold(state_dir, git_dir, &id)?;
         Ok(Hold {

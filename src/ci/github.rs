@@ -92,6 +92,8 @@ pub struct Actions {
     pub allow_http_loopback: bool,
     pub step_summary: Option<PathBuf>,
     pub run_url: Option<String>,
+    /// The event's payload (`GITHUB_EVENT_PATH`), `null` without one.
+    pub payload: Value,
 }
 
 fn var(name: &'static str) -> Result<String, GitHubError> {
@@ -131,6 +133,16 @@ impl Actions {
                 full(&event["pull_request"]["head"]["repo"])
                     != full(&event["pull_request"]["base"]["repo"])
             }
+            "check_run" => {
+                let run = &event["check_run"];
+                if let Some(s) = run["head_sha"].as_str() {
+                    sha = s.to_owned();
+                }
+                if let Some(b) = run["check_suite"]["head_branch"].as_str() {
+                    branch = b.to_owned();
+                }
+                false
+            }
             "workflow_run" => {
                 let run = &event["workflow_run"];
                 if let Some(s) = run["head_sha"].as_str() {
@@ -166,6 +178,7 @@ impl Actions {
             allow_http_loopback: allow_http_loopback_from_env(),
             step_summary: std::env::var_os("GITHUB_STEP_SUMMARY").map(PathBuf::from),
             run_url,
+            payload: event,
         })
     }
 }
@@ -322,6 +335,33 @@ pub struct BranchTip {
     pub sha: String,
     pub message: String,
     pub parents: Vec<String>,
+}
+
+/// A pull request, as a round on it needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullInfo {
+    pub number: u64,
+    pub url: String,
+    /// Open and not merged.
+    pub open: bool,
+    pub head_ref: String,
+    pub head_sha: String,
+    /// `owner/name` of the head's repository (another one: a fork).
+    pub head_repo: String,
+    pub base_ref: String,
+    pub base_repo: String,
+    pub labels: Vec<String>,
+}
+
+/// A comment on a pull request's conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssueComment {
+    pub id: u64,
+    pub author: String,
+    pub association: String,
+    /// `User`, or `Bot` for an app (loopd's own token is one).
+    pub author_type: String,
+    pub body: String,
 }
 
 /// A pull request, as loopd needs it.
@@ -519,6 +559,73 @@ impl Api {
             number: v["number"].as_u64().unwrap_or(0),
             url: v["html_url"].as_str().unwrap_or("").to_owned(),
         })
+    }
+
+    /// Pull request `number`, as a round needs it.
+    pub async fn pull(&self, number: u64) -> Result<PullInfo, GitHubError> {
+        let path = format!("/repos/{}/pulls/{number}", self.repository);
+        let p = self.call(reqwest::Method::GET, &path, None).await?;
+        let s = |v: &Value| v.as_str().unwrap_or("").to_owned();
+        Ok(PullInfo {
+            number,
+            url: s(&p["html_url"]),
+            open: p["state"] == "open" && p["merged"] != Value::Bool(true),
+            head_ref: s(&p["head"]["ref"]),
+            head_sha: s(&p["head"]["sha"]),
+            head_repo: s(&p["head"]["repo"]["full_name"]),
+            base_ref: s(&p["base"]["ref"]),
+            base_repo: s(&p["base"]["repo"]["full_name"]),
+            labels: p["labels"]
+                .as_array()
+                .map(|a| a.iter().map(|l| s(&l["name"])).collect())
+                .unwrap_or_default(),
+        })
+    }
+
+    /// Every comment on pull request `number`: its conversation's, then
+    /// its review threads', oldest first (100 a page; at most 30 pages of
+    /// each).
+    pub async fn comments(&self, number: u64) -> Result<Vec<IssueComment>, GitHubError> {
+        let mut out = Vec::new();
+        for list in ["issues", "pulls"] {
+            for page in 1..=30 {
+                let path = format!(
+                    "/repos/{}/{list}/{number}/comments?per_page=100&page={page}",
+                    self.repository
+                );
+                let v = self.call(reqwest::Method::GET, &path, None).await?;
+                let items = v.as_array().cloned().unwrap_or_default();
+                let last = items.len() < 100;
+                let s = |v: &Value| v.as_str().unwrap_or("").to_owned();
+                out.extend(items.iter().map(|c| IssueComment {
+                    id: c["id"].as_u64().unwrap_or(0),
+                    author: s(&c["user"]["login"]),
+                    association: s(&c["author_association"]),
+                    author_type: s(&c["user"]["type"]),
+                    body: s(&c["body"]),
+                }));
+                if last {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reply on the review thread whose first comment is `thread`.
+    pub async fn reply_in_thread(
+        &self,
+        number: u64,
+        thread: u64,
+        body: &str,
+    ) -> Result<(), GitHubError> {
+        let path = format!(
+            "/repos/{}/pulls/{number}/comments/{thread}/replies",
+            self.repository
+        );
+        self.call(reqwest::Method::POST, &path, Some(&json!({ "body": body })))
+            .await
+            .map(|_| ())
     }
 
     pub async fn comment(&self, number: u64, body: &str) -> Result<(), GitHubError> {

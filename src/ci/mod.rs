@@ -18,6 +18,8 @@
 //! Only [`github`] knows GitHub.
 
 pub mod autofix;
+pub mod event;
+pub mod follow;
 pub mod github;
 
 use std::path::Path;
@@ -53,6 +55,22 @@ pub struct CiReport {
     pub pull_request: Option<github::PullRequest>,
     pub risk_violations: Vec<String>,
     pub summary: Option<Summary>,
+}
+
+impl CiReport {
+    /// A decision about commit `sha` before anything was pushed.
+    pub fn new(decision: Decision, why: String, sha: &str) -> CiReport {
+        CiReport {
+            decision,
+            why,
+            sha: sha.to_owned(),
+            branch: None,
+            push_url: None,
+            pull_request: None,
+            risk_violations: vec![],
+            summary: None,
+        }
+    }
 }
 
 /// Is this loopd's own work? (Its branches, or commits it made.)

@@ -2,6 +2,8 @@
 //! ([`crate::ci::autofix`]).
 
 use crate::ci::autofix::{self, Autofix, CiError};
+use crate::ci::event::PrEvent;
+use crate::ci::follow::{self, Follow};
 use crate::ci::github::{Actions, GitHubError};
 use crate::ci::{self, CiReport};
 use crate::cli::run::prepare;
@@ -37,6 +39,28 @@ pub struct CiArgs {
     /// Print the decision as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The events only a pull request loopd follows has: with nothing to
+/// answer in one, there is nothing to do (never an autofix).
+const PR_EVENTS: &[&str] = &[
+    "issue_comment",
+    "pull_request_review",
+    "pull_request_review_comment",
+    "check_run",
+];
+
+/// The round this run answers, if it is one: a comment, review or command
+/// on a pull request, or a check that failed on one of loopd's own
+/// branches (a failed run elsewhere is the autofix's: a red build gets its
+/// pull request, as before).
+fn follows(actions: &Actions) -> Result<Option<PrEvent>, String> {
+    Ok(
+        match PrEvent::parse(&actions.event_name, &actions.payload)? {
+            Some(PrEvent::CheckFailed { .. }) if !actions.branch.starts_with("loopd/") => None,
+            other => other,
+        },
+    )
 }
 
 fn finish(args: &CiArgs, actions: &Actions, report: CiReport) -> ExitStatus {
@@ -81,21 +105,38 @@ pub fn ci(args: CiArgs, progress: bool) -> Result<ExitStatus, CliError> {
     let ready = |ws: &crate::workspace::Workspace, job: &crate::config::Job| {
         crate::job::ready(ws, job).map_err(CiError::from)
     };
-    match rt.block_on(autofix::run(fix, ready, move || control)) {
+    let event = follows(&actions).map_err(|message| {
+        let path = std::env::var_os("GITHUB_EVENT_PATH").unwrap_or_default().into();
+        CliError::new(ExitStatus::Usage, GitHubError::Event { path, message })
+            .hint("the payload GitHub Actions writes for the event is read as GitHub documents it; a hand-made event file must have the same fields")
+    })?;
+    let outcome = match event {
+        Some(event) => rt.block_on(follow::run(
+            Follow {
+                actions: &actions,
+                event,
+                job: fix.job,
+                ws: fix.ws,
+                remote: fix.remote,
+                budget_from_flags: fix.budget_from_flags,
+                attempts_from_flags: fix.attempts_from_flags,
+            },
+            ready,
+            move || control,
+        )),
+        None if PR_EVENTS.contains(&actions.event_name.as_str()) => Ok(CiReport::new(
+            ci::Decision::Skipped,
+            format!("nothing to answer in this `{}` event", actions.event_name),
+            &actions.sha,
+        )),
+        None => rt.block_on(autofix::run(fix, ready, move || control)),
+    };
+    match outcome {
         Ok(report) => Ok(finish(&args, &actions, report)),
         Err(e) => {
             // The step summary says what happened, whatever happened.
             if let Some(path) = &actions.step_summary {
-                let report = CiReport {
-                    decision: ci::Decision::Error,
-                    why: e.to_string(),
-                    sha: actions.sha.clone(),
-                    branch: None,
-                    push_url: None,
-                    pull_request: None,
-                    risk_violations: vec![],
-                    summary: None,
-                };
+                let report = CiReport::new(ci::Decision::Error, e.to_string(), &actions.sha);
                 ci::write_step_summary(path, &report);
             }
             Err(match e {

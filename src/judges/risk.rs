@@ -19,7 +19,31 @@ pub struct RiskPolicy {
     pub allow_new_dependencies: bool,
     /// Run on events from forks (with this repository's secrets).
     pub allow_forks: bool,
+    /// `[ci] max_rounds`: the rounds loopd runs on one pull request before
+    /// it lists what is open and waits for a maintainer.
+    pub max_rounds: u32,
+    /// `[ci] pr_budget_usd`: what all rounds on one pull request may
+    /// spend together.
+    pub pr_budget_usd: f64,
+    /// `[ci] trusted`: the author associations whose comments and reviews
+    /// start a round.
+    pub trusted: Vec<String>,
+    /// `[ci] follow_label`: a maintainer's label that makes loopd follow a
+    /// pull request it did not open.
+    pub follow_label: String,
 }
+
+/// GitHub's author associations (`author_association` of a comment).
+pub const ASSOCIATIONS: &[&str] = &[
+    "OWNER",
+    "MEMBER",
+    "COLLABORATOR",
+    "CONTRIBUTOR",
+    "FIRST_TIME_CONTRIBUTOR",
+    "FIRST_TIMER",
+    "MANNEQUIN",
+    "NONE",
+];
 
 pub const NEVER_TOUCH: &[&str] = &[
     ".github/**",
@@ -61,6 +85,12 @@ impl Default for RiskPolicy {
             never_touch: NEVER_TOUCH.iter().map(|s| s.to_string()).collect(),
             allow_new_dependencies: false,
             allow_forks: false,
+            max_rounds: 3,
+            pr_budget_usd: 2.0,
+            trusted: ["OWNER", "MEMBER", "COLLABORATOR"]
+                .map(str::to_owned)
+                .to_vec(),
+            follow_label: "loopd".to_owned(),
         }
     }
 }

@@ -41,6 +41,24 @@ pub struct State {
     pub remote: Option<PathBuf>,
     /// What the next `POST .../pulls` requests get.
     pub pulls_script: VecDeque<PullScript>,
+    /// Comments on pull requests' conversations and review threads.
+    pub comments: Vec<Comment>,
+    /// Per pull request: what `GET .../pulls/<n>` adds or overrides
+    /// (`state`, `merged`, `labels`, `head.repo`).
+    pub pull_meta: std::collections::HashMap<u64, Value>,
+}
+
+/// A comment, as the fake keeps it.
+#[derive(Debug, Clone)]
+pub struct Comment {
+    pub id: u64,
+    pub pr: u64,
+    /// The review thread it replies on (`None`: the conversation).
+    pub thread: Option<u64>,
+    pub author: String,
+    pub author_type: String,
+    pub association: String,
+    pub body: String,
 }
 
 /// A scripted answer to `POST .../pulls`.
@@ -105,6 +123,45 @@ impl FakeGitHub {
             "existing".into(),
             String::new(),
         ));
+    }
+
+    /// Set what `GET .../pulls/<n>` says besides the stored pull request.
+    pub fn set_pull_meta(&self, n: u64, meta: Value) {
+        self.state.lock().expect("state").pull_meta.insert(n, meta);
+    }
+
+    /// A comment already on pull request `pr`'s conversation.
+    pub fn add_comment(
+        &self,
+        pr: u64,
+        author: &str,
+        author_type: &str,
+        association: &str,
+        body: &str,
+    ) {
+        let mut st = self.state.lock().expect("state");
+        let id = 1000 + st.comments.len() as u64;
+        st.comments.push(Comment {
+            id,
+            pr,
+            thread: None,
+            author: author.into(),
+            author_type: author_type.into(),
+            association: association.into(),
+            body: body.into(),
+        });
+    }
+
+    pub fn comments(&self) -> Vec<Comment> {
+        self.state.lock().expect("state").comments.clone()
+    }
+
+    /// The requests that wrote something (anything but a GET).
+    pub fn writes(&self) -> Vec<Request> {
+        self.requests()
+            .into_iter()
+            .filter(|q| q.method != "GET")
+            .collect()
     }
 
     pub fn pulls(&self) -> Vec<(u64, String, String, String, String)> {
@@ -232,8 +289,85 @@ async fn handle(
             st.statuses.push((sha.to_string(), body));
             (StatusCode::CREATED, axum::Json(json!({}))).into_response()
         }
-        ("POST", ["repos", _, _, "issues", _, "comments"]) => {
-            (StatusCode::CREATED, axum::Json(json!({}))).into_response()
+        ("GET", ["repos", owner, name, "pulls", n]) => {
+            let Some(p) = n
+                .parse::<u64>()
+                .ok()
+                .and_then(|n| st.pulls.iter().find(|p| p.0 == n))
+                .cloned()
+            else {
+                return StatusCode::NOT_FOUND.into_response();
+            };
+            let head_sha = st
+                .remote
+                .as_ref()
+                .and_then(|r| tip(r, &p.1))
+                .map(|t| t.0)
+                .unwrap_or_default();
+            let repo = json!({"full_name": format!("{owner}/{name}")});
+            let mut v = json!({
+                "number": p.0,
+                "html_url": format!("https://github.example/pull/{}", p.0),
+                "state": "open",
+                "merged": false,
+                "labels": [],
+                "head": {"ref": p.1, "sha": head_sha, "repo": repo.clone()},
+                "base": {"ref": p.2, "repo": repo},
+            });
+            if let Some(Value::Object(meta)) = st.pull_meta.get(&p.0) {
+                for (k, m) in meta {
+                    if k == "head_repo" {
+                        v["head"]["repo"] = json!({"full_name": m});
+                    } else {
+                        v[k] = m.clone();
+                    }
+                }
+            }
+            axum::Json(v).into_response()
+        }
+        ("GET", ["repos", _, _, list @ ("issues" | "pulls"), n, "comments"]) => {
+            let threads = *list == "pulls";
+            let page = query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("page="))
+                .and_then(|p| p.parse::<usize>().ok())
+                .unwrap_or(1);
+            let n = n.parse::<u64>().unwrap_or(0);
+            let list: Vec<Value> = st
+                .comments
+                .iter()
+                .filter(|c| c.pr == n && c.thread.is_some() == threads)
+                .skip((page - 1) * 100)
+                .take(100)
+                .map(|c| json!({"id": c.id, "body": c.body, "author_association": c.association, "user": {"login": c.author, "type": c.author_type}}))
+                .collect();
+            axum::Json(Value::Array(list)).into_response()
+        }
+        ("POST", ["repos", _, _, "issues", n, "comments"]) => {
+            let id = 1000 + st.comments.len() as u64;
+            st.comments.push(Comment {
+                id,
+                pr: n.parse().unwrap_or(0),
+                thread: None,
+                author: "github-actions[bot]".into(),
+                author_type: "Bot".into(),
+                association: "NONE".into(),
+                body: body["body"].as_str().unwrap_or("").to_owned(),
+            });
+            (StatusCode::CREATED, axum::Json(json!({"id": id}))).into_response()
+        }
+        ("POST", ["repos", _, _, "pulls", n, "comments", thread, "replies"]) => {
+            let id = 1000 + st.comments.len() as u64;
+            st.comments.push(Comment {
+                id,
+                pr: n.parse().unwrap_or(0),
+                thread: thread.parse().ok(),
+                author: "github-actions[bot]".into(),
+                author_type: "Bot".into(),
+                association: "NONE".into(),
+                body: body["body"].as_str().unwrap_or("").to_owned(),
+            });
+            (StatusCode::CREATED, axum::Json(json!({"id": id}))).into_response()
         }
         _ => StatusCode::NOT_FOUND.into_response(),
     }
