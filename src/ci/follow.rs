@@ -326,10 +326,18 @@ pub async fn run(
     control: impl FnOnce() -> Control,
 ) -> Result<CiReport, CiError> {
     let actions = f.actions;
+    let started = std::time::Instant::now();
+    let mut job_time = std::time::Duration::ZERO;
     let mut report = CiReport::new(Decision::Skipped, String::new(), &actions.sha);
-    let done = |mut r: CiReport, d: Decision, why: String| {
+    let done = |mut r: CiReport, d: Decision, why: String, job_time: std::time::Duration| {
         r.decision = d;
         r.why = why;
+        r.overhead_ms = Some(started.elapsed().saturating_sub(job_time).as_millis() as u64);
+        tracing::info!(
+            decision = d.as_str(),
+            overhead_ms = r.overhead_ms,
+            "round decided"
+        );
         Ok(r)
     };
     let token = github::token_from_env()?;
@@ -346,14 +354,15 @@ pub async fn run(
             report,
             Decision::Skipped,
             format!("#{} is merged or closed: loopd leaves it alone", pr.number),
+            job_time,
         );
     }
     let followed = pr.head_ref.starts_with("loopd/") || pr.labels.contains(&f.job.ci.follow_label);
     if !followed {
-        return done(report, Decision::Skipped, format!("#{} is not one loopd follows (its own `loopd/` branches, or a pull request labelled `{}`)", pr.number, f.job.ci.follow_label));
+        return done(report, Decision::Skipped, format!("#{} is not one loopd follows (its own `loopd/` branches, or a pull request labelled `{}`)", pr.number, f.job.ci.follow_label), job_time);
     }
     if pr.head_repo != pr.base_repo {
-        return done(report, Decision::Refused, format!("#{}'s head lives in a fork ({}): loopd never runs on a fork's events with this repository's secrets", pr.number, pr.head_repo));
+        return done(report, Decision::Refused, format!("#{}'s head lives in a fork ({}): loopd never runs on a fork's events with this repository's secrets", pr.number, pr.head_repo), job_time);
     }
     // 2. The trust rule.
     match &f.event {
@@ -363,6 +372,7 @@ pub async fn run(
                     report,
                     Decision::Skipped,
                     format!("the request is not one loopd answers: {why}"),
+                    job_time,
                 );
             }
         }
@@ -375,16 +385,18 @@ pub async fn run(
                 report,
                 Decision::Skipped,
                 format!("@{author} is `{association}`: only `[ci] trusted` authors lift the cap"),
+                job_time,
             );
         }
         PrEvent::CheckFailed { head_sha, .. } if *head_sha != pr.head_sha => {
-            return done(report, Decision::Skipped, format!("the check ran on {head_sha}, and #{}'s head is now {}: a newer head has its own checks", pr.number, pr.head_sha));
+            return done(report, Decision::Skipped, format!("the check ran on {head_sha}, and #{}'s head is now {}: a newer head has its own checks", pr.number, pr.head_sha), job_time);
         }
         PrEvent::BaseMoved { .. } => {
             return done(
                 report,
                 Decision::Skipped,
                 "a moved base is not answered yet: resolve the conflict by hand".into(),
+                job_time,
             );
         }
         _ => {}
@@ -397,6 +409,7 @@ pub async fn run(
             report,
             Decision::Skipped,
             format!("`{key}` was answered before: each event is handled once"),
+            job_time,
         );
     }
     let out = Outward {
@@ -421,6 +434,7 @@ pub async fn run(
             report,
             Decision::Answered,
             format!("`{CONTINUE}` acknowledged"),
+            job_time,
         );
     }
     if let Some(tip) = out.api.branch(&pr.head_ref).await? {
@@ -437,6 +451,7 @@ pub async fn run(
                     "{} was pushed by an earlier run for `{key}`: answered without running again",
                     tip.sha
                 ),
+                job_time,
             );
         }
     }
@@ -445,7 +460,7 @@ pub async fn run(
     let spent = history.spent();
     if history.rounds() >= max_rounds || spent >= budget {
         if history.capped() {
-            return done(report, Decision::Capped, format!("#{} is at its cap; the open points are listed; `{CONTINUE}` from a maintainer goes on", pr.number));
+            return done(report, Decision::Capped, format!("#{} is at its cap; the open points are listed; `{CONTINUE}` from a maintainer goes on", pr.number), job_time);
         }
         let text = format!(
             "loopd stops here: #{} has had {} rounds (cap {max_rounds}) and spent ${spent:.2} (budget ${budget:.2}).\n\n**Open:**\n- {} (`{key}`)\n\nA maintainer's `{CONTINUE}` gives it {} more rounds and ${:.2}.",
@@ -462,12 +477,13 @@ pub async fn run(
             report,
             Decision::Capped,
             format!("#{} reached its cap: the open points are listed", pr.number),
+            job_time,
         );
     }
     // The round works on the pull request's head, as checked out.
     let head = f.ws.head_commit()?;
     if head.to_string() != pr.head_sha {
-        return done(report, Decision::Error, format!("the checkout is at {head}, not at #{}'s head {} (hint: check out `refs/pull/{}/head`)", pr.number, pr.head_sha, pr.number));
+        return done(report, Decision::Error, format!("the checkout is at {head}, not at #{}'s head {} (hint: check out `refs/pull/{}/head`)", pr.number, pr.head_sha, pr.number), job_time);
     }
     // 5. The request as the task's data.
     let round = history.rounds() + 1;
@@ -484,11 +500,11 @@ pub async fn run(
             if !a.needs_human.is_empty() {
                 let list: String = a.needs_human.iter().map(|(s, why)| format!("\n- \"{s}\": {why}")).collect();
                 out.answer(&format!("**needs_human**: this request needs a change loopd never makes on its own — a protected test or configuration is the lead's to change (`[protect] allow`), so no round ran:{list}{}", if dropped.is_empty() { String::new() } else { format!("\n\nAlso left out:{dropped}") }), &Record::Answer { event: key.clone() }).await?;
-                return done(report, Decision::NeedsHuman, format!("@{}'s request needs a protected change", r.author));
+                return done(report, Decision::NeedsHuman, format!("@{}'s request needs a protected change", r.author), job_time);
             }
             if a.kept.is_empty() {
                 out.answer(&format!("loopd left this request out, so no round ran:{dropped}"), &Record::Answer { event: key.clone() }).await?;
-                return done(report, Decision::Answered, "nothing of the request passed the audit".into());
+                return done(report, Decision::Answered, "nothing of the request passed the audit".into(), job_time);
             }
             if !dropped.is_empty() {
                 left_out = format!("\n\n**Left out of the request** (the audit's findings):{dropped}");
@@ -517,7 +533,9 @@ pub async fn run(
     let repo_root = f.ws.root().to_path_buf();
     let _held = Hold::new(&f.job.state_dir, f.ws.common_dir())?;
     let ws = std::mem::replace(&mut f.ws, Workspace::open(&repo_root)?);
+    let in_job = std::time::Instant::now();
     let summary = job::run(&f.job, ws, control()).await?;
+    job_time = in_job.elapsed();
     let record = Record::Round {
         event: key.clone(),
         cost: summary.totals.cost_usd,
@@ -534,6 +552,7 @@ pub async fn run(
                 "round {round} was not accepted; the honest report is on #{}",
                 pr.number
             ),
+            job_time,
         );
     }
     // The gate in code, then one commit, one push, one answer.
@@ -549,6 +568,7 @@ pub async fn run(
             report,
             Decision::GateRefused,
             format!("round {round} failed the risk policy"),
+            job_time,
         );
     }
     let message = format!(
@@ -605,6 +625,7 @@ pub async fn run(
             "round {round} pushed {commit} to `{}` and answered",
             pr.head_ref
         ),
+        job_time,
     )
 }
 

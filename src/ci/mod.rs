@@ -55,6 +55,11 @@ pub struct CiReport {
     pub pull_request: Option<github::PullRequest>,
     pub risk_violations: Vec<String>,
     pub summary: Option<Summary>,
+    /// A round's own time outside its job (API calls, the audit, commit,
+    /// push, answer), in milliseconds: what following a pull request adds
+    /// to the agent and the judges.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overhead_ms: Option<u64>,
 }
 
 impl CiReport {
@@ -69,6 +74,7 @@ impl CiReport {
             pull_request: None,
             risk_violations: vec![],
             summary: None,
+            overhead_ms: None,
         }
     }
 }

@@ -1129,6 +1129,10 @@ fn issue41_a_failing_check_on_loopds_pull_request_is_one_round_one_push_one_answ
     assert_eq!(r.code, 0, "{}", r.stderr);
     let rep = report(&r);
     assert_eq!(rep["decision"], "round_pushed", "{rep}");
+    // What following the pull request adds to the job (API calls, commit,
+    // push, answer): measured, printed for the record.
+    let overhead = rep["overhead_ms"].as_u64().expect("the round's overhead");
+    eprintln!("round overhead outside the job: {overhead} ms");
     // One push: one new commit on the head loopd worked on, with the fix
     // and the round's trailers.
     assert_eq!(ci.authenticated_pushes(), 1);
