@@ -405,6 +405,19 @@ impl Accepted {
         if let Some(c) = self.journal.state().committed.clone() {
             return Ok(c);
         }
+        let judged = self.judged()?;
+        let c = self
+            .ws
+            .commit_tree(self.base, judged, branch, message)?
+            .to_string();
+        self.journal
+            .append(Event::Committed { commit: c.clone() })?;
+        Ok(c)
+    }
+
+    /// The tree the judges accepted, checked to be the working tree's
+    /// change the risk policy read.
+    pub(super) fn judged(&self) -> Result<git2::Oid, CiError> {
         let judged = self
             .journal
             .state()
@@ -421,13 +434,7 @@ impl Accepted {
                 "the working tree is no longer the change the judges accepted; nothing is pushed",
             )));
         }
-        let c = self
-            .ws
-            .commit_tree(self.base, judged, branch, message)?
-            .to_string();
-        self.journal
-            .append(Event::Committed { commit: c.clone() })?;
-        Ok(c)
+        Ok(judged)
     }
 }
 

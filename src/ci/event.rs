@@ -27,13 +27,11 @@ pub enum PrEvent {
     /// A person's words on the pull request.
     Request(Request),
     /// A maintainer's command (`/loopd continue`): more rounds after the
-    /// cap.
-    Continue {
-        pr: u64,
-        id: u64,
-        author: String,
-        association: String,
-    },
+    /// cap. The comment, for the trust rule.
+    Continue(Request),
+    /// A maintainer's command (`/loopd merge`): merge the base into the
+    /// branch, the conflicts as the task.
+    Merge(Request),
     /// The base branch moved and the pull request no longer merges
     /// (`pull_request` `synchronize`/`edited`, or a base push naming it).
     BaseMoved { pr: u64, head_sha: String },
@@ -62,6 +60,10 @@ pub struct Request {
 /// The command that lifts the round cap, alone on a comment's first line.
 pub const CONTINUE: &str = "/loopd continue";
 
+/// The command that asks for the base to be merged in, alone on a
+/// comment's first line.
+pub const MERGE: &str = "/loopd merge";
+
 /// The marker every comment loopd writes carries (its own words are never
 /// a request).
 pub const MARKER: &str = "<!-- loopd:";
@@ -70,10 +72,8 @@ impl PrEvent {
     /// The pull request it is about.
     pub fn pr(&self) -> u64 {
         match self {
-            PrEvent::CheckFailed { pr, .. }
-            | PrEvent::Continue { pr, .. }
-            | PrEvent::BaseMoved { pr, .. } => *pr,
-            PrEvent::Request(r) => r.pr,
+            PrEvent::CheckFailed { pr, .. } | PrEvent::BaseMoved { pr, .. } => *pr,
+            PrEvent::Request(r) | PrEvent::Continue(r) | PrEvent::Merge(r) => r.pr,
         }
     }
 
@@ -83,8 +83,9 @@ impl PrEvent {
     pub fn key(&self) -> String {
         match self {
             PrEvent::CheckFailed { kind, id, .. } => format!("{kind}:{id}"),
-            PrEvent::Request(r) => format!("{}:{}", r.kind, r.id),
-            PrEvent::Continue { id, .. } => format!("issue_comment:{id}"),
+            PrEvent::Request(r) | PrEvent::Continue(r) | PrEvent::Merge(r) => {
+                format!("{}:{}", r.kind, r.id)
+            }
             PrEvent::BaseMoved { head_sha, .. } => format!("base:{head_sha}"),
         }
     }
@@ -143,15 +144,7 @@ impl PrEvent {
                 let body = s(&c["body"]);
                 let id = n(&c["id"], "comment.id")?;
                 let (author, association) = (s(&c["user"]["login"]), s(&c["author_association"]));
-                if body.lines().next().map(str::trim) == Some(CONTINUE) {
-                    return Ok(Some(PrEvent::Continue {
-                        pr,
-                        id,
-                        author,
-                        association,
-                    }));
-                }
-                Some(PrEvent::Request(Request {
+                let request = Request {
                     pr,
                     kind: "issue_comment",
                     id,
@@ -164,7 +157,12 @@ impl PrEvent {
                     // head lives; the pull request does ([`super::follow`]
                     // reads it before anything runs).
                     from_fork: false,
-                }))
+                };
+                Some(match request.body.lines().next().map(str::trim) {
+                    Some(CONTINUE) => PrEvent::Continue(request),
+                    Some(MERGE) => PrEvent::Merge(request),
+                    _ => PrEvent::Request(request),
+                })
             }
             "pull_request_review" => {
                 let r = &event["review"];
@@ -266,7 +264,12 @@ mod tests {
         cont["comment"]["body"] = json!("/loopd continue\nthanks");
         assert!(matches!(
             PrEvent::parse("issue_comment", &cont),
-            Ok(Some(PrEvent::Continue { pr: 4, id: 9, .. }))
+            Ok(Some(PrEvent::Continue(Request { pr: 4, id: 9, .. })))
+        ));
+        cont["comment"]["body"] = json!("  /loopd merge  ");
+        assert!(matches!(
+            PrEvent::parse("issue_comment", &cont),
+            Ok(Some(PrEvent::Merge(Request { pr: 4, id: 9, .. })))
         ));
 
         let thread = json!({"action": "created", "pull_request": {"number": 4, "head": {"repo": {"full_name": "o/r"}}, "base": {"repo": {"full_name": "o/r"}}}, "comment": {"id": 12, "in_reply_to_id": 10, "body": "rename this", "user": {"login": "lead", "type": "User"}, "author_association": "OWNER"}});

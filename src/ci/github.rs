@@ -350,6 +350,8 @@ pub struct PullInfo {
     pub head_repo: String,
     pub base_ref: String,
     pub base_repo: String,
+    /// The repository's default branch (`main` when the API does not say).
+    pub default_branch: String,
     pub labels: Vec<String>,
 }
 
@@ -575,6 +577,10 @@ impl Api {
             head_repo: s(&p["head"]["repo"]["full_name"]),
             base_ref: s(&p["base"]["ref"]),
             base_repo: s(&p["base"]["repo"]["full_name"]),
+            default_branch: p["base"]["repo"]["default_branch"]
+                .as_str()
+                .unwrap_or("main")
+                .to_owned(),
             labels: p["labels"]
                 .as_array()
                 .map(|a| a.iter().map(|l| s(&l["name"])).collect())

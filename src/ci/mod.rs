@@ -21,6 +21,7 @@ pub mod autofix;
 pub mod event;
 pub mod follow;
 pub mod github;
+pub mod merge;
 
 use std::path::Path;
 

@@ -1516,3 +1516,129 @@ fn check_workflow(check: &str, rel: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A followed pull request whose base moved: `main` and the branch each
+/// change `file` from `common` (a commit on both) — to `base_text` and
+/// `head_text` — so the branch no longer merges. The checkout is at the
+/// branch's head. Returns the branch, its head and `main`'s tip.
+fn moved_base(
+    ci: &mut Ci,
+    file: &str,
+    common: &str,
+    base_text: &str,
+    head_text: &str,
+) -> (String, String, String) {
+    let env = &ci.env;
+    let write = |text: &str| std::fs::write(env.repo.join(file), text).expect("write");
+    write(common);
+    env.git(&["add", "-A"]);
+    env.git(&["commit", "-q", "--allow-empty", "-m", "common"]);
+    let fork = env.git(&["rev-parse", "HEAD"]).trim().to_owned();
+    write(base_text);
+    env.git(&["commit", "-qam", "the base moves"]);
+    env.git(&["push", "-q", "origin", "HEAD:refs/heads/main"]);
+    let main_tip = env.git(&["rev-parse", "HEAD"]).trim().to_owned();
+    env.git(&["checkout", "-q", &fork]);
+    write(head_text);
+    env.git(&["commit", "-qam", "the branch's change"]);
+    let head = env.git(&["rev-parse", "HEAD"]).trim().to_owned();
+    ci.sha = fork;
+    let branch = ci.branch();
+    ci.env.git(&[
+        "push",
+        "-q",
+        "origin",
+        &format!("{head}:refs/heads/{branch}"),
+    ]);
+    ci.gh.add_pull(&branch, "main");
+    (branch, head, main_tip)
+}
+
+#[test]
+fn issue41_a_moved_base_with_a_conflict_is_merged_judged_and_pushed_as_a_merge() {
+    let mut ci = ci_env();
+    let buggy = std::fs::read_to_string(ci.env.repo.join("rechnung.py")).expect("rechnung.py");
+    let first = buggy.lines().next().expect("a first line").to_owned();
+    let (branch, head, main_tip) = moved_base(
+        &mut ci,
+        "rechnung.py",
+        &buggy,
+        &buggy.replacen(&first, "\"\"\"Invoices (the base's words).\"\"\"", 1),
+        &buggy.replacen(&first, "\"\"\"Invoices (the branch's words).\"\"\"", 1),
+    );
+    let model = one_clean_fix();
+    let r = round(
+        &ci,
+        &model,
+        &branch,
+        issue_comment(9, "OWNER", "User", "/loopd merge"),
+        "issue_comment",
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(report(&r)["decision"], "round_pushed", "{}", r.stdout);
+    // The conflict was the task, with git's markers in the file.
+    let asked: String = model
+        .requests()
+        .iter()
+        .map(|q| q.body.to_string())
+        .collect();
+    assert!(
+        asked.contains("conflict") && asked.contains("`rechnung.py`"),
+        "the task names the conflict: {}",
+        &asked[asked.find("round 1").unwrap_or(0)..]
+            .chars()
+            .take(1500)
+            .collect::<String>()
+    );
+    // A real merge: parents the branch's head and main's tip; the judged
+    // resolution; main itself untouched.
+    let tip = remote_tip(&ci, &branch);
+    let parents = remote_git(&ci.remote, &["log", "-1", "--format=%P", &tip]).1;
+    assert_eq!(
+        parents.split_whitespace().collect::<Vec<_>>(),
+        [head.as_str(), main_tip.as_str()]
+    );
+    assert_eq!(
+        remote_git(&ci.remote, &["show", &format!("{tip}:rechnung.py")]).1,
+        clean_solution()
+    );
+    assert_eq!(remote_tip(&ci, "main"), main_tip);
+    assert_eq!(ci.authenticated_pushes(), 1);
+    assert_eq!(ci.gh.comments().len(), 1);
+}
+
+#[test]
+fn issue41_a_conflict_marker_left_behind_is_a_finding_and_nothing_is_pushed() {
+    let mut ci = ci_env();
+    let (branch, head, _) = moved_base(
+        &mut ci,
+        "NOTES.md",
+        "notes\n",
+        "notes (the base's)\n",
+        "notes (the branch's)\n",
+    );
+    // The agent fixes the code and leaves the notes' conflict as it is.
+    let model = one_clean_fix();
+    let r = round(
+        &ci,
+        &model,
+        &branch,
+        issue_comment(9, "MEMBER", "User", "/loopd merge"),
+        "issue_comment",
+    );
+    assert_eq!(r.code, 3, "{}", r.stderr);
+    let rep = report(&r);
+    assert_eq!(rep["decision"], "gate_refused", "{rep}");
+    assert!(
+        rep["risk_violations"]
+            .to_string()
+            .contains("conflict marker is left at NOTES.md:1"),
+        "{rep}"
+    );
+    assert_eq!(
+        (ci.authenticated_pushes(), remote_tip(&ci, &branch)),
+        (0, head)
+    );
+    let answer = &ci.gh.comments()[0].body;
+    assert!(answer.contains("conflict marker"), "{answer}");
+}
