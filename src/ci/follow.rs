@@ -76,6 +76,15 @@ enum Record {
     Cap,
     /// A maintainer's `/loopd continue`, acknowledged.
     Continue { event: String },
+    /// A round's accepted fix `commit` is being pushed for `event`: written
+    /// before the push, replaced by the round's answer after it. Found by a
+    /// later run with `commit` at the branch's tip, it is an answer owed
+    /// (the run was killed between the push and the answer).
+    Pushing {
+        event: String,
+        commit: String,
+        cost: f64,
+    },
 }
 
 impl Record {
@@ -87,6 +96,11 @@ impl Record {
             Record::Answer { event } => format!("{MARKER} answer event={event} -->"),
             Record::Cap => format!("{MARKER} cap -->"),
             Record::Continue { event } => format!("{MARKER} continue event={event} -->"),
+            Record::Pushing {
+                event,
+                commit,
+                cost,
+            } => format!("{MARKER} pushing event={event} commit={commit} cost={cost:.4} -->"),
         }
     }
 
@@ -103,13 +117,21 @@ impl Record {
                 .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
                 .map(str::to_owned)
         };
+        let cost = || {
+            field("cost")?
+                .parse()
+                .ok()
+                .filter(|c: &f64| c.is_finite() && *c >= 0.0)
+        };
         Some(match kind {
             "round" => Record::Round {
                 event: field("event")?,
-                cost: field("cost")?
-                    .parse()
-                    .ok()
-                    .filter(|c: &f64| c.is_finite() && *c >= 0.0)?,
+                cost: cost()?,
+            },
+            "pushing" => Record::Pushing {
+                event: field("event")?,
+                commit: field("commit")?,
+                cost: cost()?,
             },
             "answer" => Record::Answer {
                 event: field("event")?,
@@ -122,12 +144,13 @@ impl Record {
         })
     }
 
-    fn event(&self) -> Option<&str> {
+    /// The event it answered (a push in progress answers nothing yet).
+    fn answered(&self) -> Option<&str> {
         match self {
             Record::Round { event, .. } | Record::Answer { event } | Record::Continue { event } => {
                 Some(event)
             }
-            Record::Cap => None,
+            Record::Cap | Record::Pushing { .. } => None,
         }
     }
 }
@@ -138,36 +161,56 @@ impl Record {
 #[derive(Debug, Default)]
 struct History {
     records: Vec<Record>,
+    /// Each record's comment: its id, and whether it is on a review thread.
+    places: Vec<(u64, bool)>,
 }
 
 impl History {
     fn read(comments: &[IssueComment]) -> History {
-        History {
-            records: comments
-                .iter()
-                .filter(|c| c.author_type == "Bot")
-                .flat_map(|c| c.body.lines().filter_map(Record::parse).collect::<Vec<_>>())
-                .collect(),
+        let mut h = History::default();
+        for c in comments.iter().filter(|c| c.author_type == "Bot") {
+            for r in c.body.lines().filter_map(Record::parse) {
+                h.records.push(r);
+                h.places.push((c.id, c.in_thread));
+            }
         }
+        h
+    }
+
+    /// The push of `key`'s round an earlier run began: its commit, its
+    /// cost and the comment that says so.
+    fn pushing(&self, key: &str) -> Option<(&str, f64, (u64, bool))> {
+        self.records
+            .iter()
+            .zip(&self.places)
+            .find_map(|(r, place)| match r {
+                Record::Pushing {
+                    event,
+                    commit,
+                    cost,
+                } if event == key => Some((commit.as_str(), *cost, *place)),
+                _ => None,
+            })
     }
 
     fn answered(&self, key: &str) -> bool {
-        self.records.iter().any(|r| r.event() == Some(key))
+        self.records.iter().any(|r| r.answered() == Some(key))
     }
 
     fn count(&self, kind: impl Fn(&Record) -> bool) -> u32 {
         self.records.iter().filter(|r| kind(r)).count() as u32
     }
 
+    /// Rounds run, a round whose push began included.
     fn rounds(&self) -> u32 {
-        self.count(|r| matches!(r, Record::Round { .. }))
+        self.count(|r| matches!(r, Record::Round { .. } | Record::Pushing { .. }))
     }
 
     fn spent(&self) -> f64 {
         self.records
             .iter()
             .map(|r| match r {
-                Record::Round { cost, .. } => *cost,
+                Record::Round { cost, .. } | Record::Pushing { cost, .. } => *cost,
                 _ => 0.0,
             })
             .sum()
@@ -185,8 +228,8 @@ impl History {
 
 /// The rounds and the budget one pull request may use now: `[ci]`'s, once
 /// more for each `/loopd continue`.
-fn allowance(job: &Job, h: &History) -> (u32, f64) {
-    let times = 1 + h.continues();
+fn allowance(job: &Job, continues: u32) -> (u32, f64) {
+    let times = 1 + continues;
     (
         job.ci.max_rounds.saturating_mul(times),
         job.ci.pr_budget_usd * f64::from(times),
@@ -355,17 +398,42 @@ struct Outward<'a> {
 
 impl Outward<'_> {
     /// Answer where the event came from, with the record's marker.
-    async fn answer(&self, text: &str, record: &Record) -> Result<(), github::GitHubError> {
-        let text = inert(text);
-        let mut body = format!("{text}\n\n{}", record.marker());
-        if let Some(u) = &self.actions.run_url {
-            body = format!("{text}\n\n[The CI run]({u})\n\n{}", record.marker());
-        }
+    /// Returns where the answer is (its id, on a thread or not).
+    async fn answer(
+        &self,
+        text: &str,
+        record: &Record,
+    ) -> Result<(u64, bool), github::GitHubError> {
+        let body = self.body(text, record);
         match self.event {
             PrEvent::Request(Request {
                 thread: Some(t), ..
-            }) => self.api.reply_in_thread(self.pr.number, *t, &body).await,
-            _ => self.api.comment(self.pr.number, &body).await,
+            }) => Ok((
+                self.api.reply_in_thread(self.pr.number, *t, &body).await?,
+                true,
+            )),
+            _ => Ok((self.api.comment(self.pr.number, &body).await?, false)),
+        }
+    }
+
+    /// Replace the answer at `place` (a push's note becoming the round's
+    /// answer).
+    async fn edit(
+        &self,
+        place: (u64, bool),
+        text: &str,
+        record: &Record,
+    ) -> Result<(), github::GitHubError> {
+        self.api
+            .edit_comment(place.0, place.1, &self.body(text, record))
+            .await
+    }
+
+    fn body(&self, text: &str, record: &Record) -> String {
+        let text = inert(text);
+        match &self.actions.run_url {
+            Some(u) => format!("{text}\n\n[The CI run]({u})\n\n{}", record.marker()),
+            None => format!("{text}\n\n{}", record.marker()),
         }
     }
 }
@@ -501,16 +569,7 @@ pub async fn run(
         event: &f.event,
     };
     if let PrEvent::Continue(_) = f.event {
-        let (rounds, budget) = allowance(
-            &f.job,
-            &History {
-                records: [
-                    history.records.clone(),
-                    vec![Record::Continue { event: key.clone() }],
-                ]
-                .concat(),
-            },
-        );
+        let (rounds, budget) = allowance(&f.job, history.continues() + 1);
         out.answer(&format!("loopd goes on: up to {rounds} rounds and ${budget:.2} on this pull request in all."), &Record::Continue { event: key.clone() }).await?;
         return done(
             report,
@@ -519,30 +578,16 @@ pub async fn run(
             job_time,
         );
     }
-    if let Some(tip) = out.api.branch(&pr.head_ref).await? {
-        let trailer = |name: &str| {
-            tip.message
-                .lines()
-                .find_map(|l| l.strip_prefix(name).map(str::trim))
-        };
-        let owed = trailer(EVENT_TRAILER) == Some(key.as_str())
-            && trailer(super::TRAILER).is_some()
-            && trailer(ROUND_TRAILER).is_some();
-        if owed {
-            out.answer(&format!("loopd answered {} with {} on `{}` (pushed by an earlier run, which could not answer).", asked(&f.event), tip.sha, pr.head_ref), &Record::Answer { event: key.clone() }).await?;
-            return done(
-                report,
-                Decision::Answered,
-                format!(
-                    "{} was pushed by an earlier run for `{key}`: answered without running again",
-                    tip.sha
-                ),
-                job_time,
-            );
+    if let Some((commit, cost, place)) = history.pushing(&key) {
+        let tip = out.api.branch(&pr.head_ref).await?;
+        if tip.as_ref().is_some_and(|t| t.sha == commit) {
+            let commit = commit.to_owned();
+            out.edit(place, &format!("loopd answers {} with {commit} on `{}`, which an earlier run of this event pushed and could not answer (${cost:.2}).", asked(&f.event), pr.head_ref), &Record::Round { event: key.clone(), cost }).await?;
+            return done(report, Decision::Answered, format!("{commit} was pushed by an earlier run for `{key}`: answered without running again"), job_time);
         }
     }
     // 4. The cap.
-    let (max_rounds, budget) = allowance(&f.job, &history);
+    let (max_rounds, budget) = allowance(&f.job, history.continues());
     let spent = history.spent();
     if history.rounds() >= max_rounds || spent >= budget {
         if history.capped() {
@@ -741,6 +786,23 @@ pub async fn run(
     };
     let (ws, journal) = (&accepted.ws, &mut accepted.journal);
     let remote_ref = format!("refs/heads/{}", pr.head_ref);
+    // The push is announced first, in loopd's own record: a run killed
+    // after the push is answered by the next from it, and only from it (a
+    // commit message anyone can write is no record).
+    let place = out
+        .answer(
+            &format!(
+                "loopd is pushing round {round}'s accepted fix for {}: {commit} on `{}`.",
+                asked(&f.event),
+                pr.head_ref
+            ),
+            &Record::Pushing {
+                event: key.clone(),
+                commit: commit.clone(),
+                cost: summary.totals.cost_usd,
+            },
+        )
+        .await?;
     // A fast-forward of the head loopd worked on, and nothing else: the
     // lease fails when anyone pushed in between.
     github::push(
@@ -759,14 +821,15 @@ pub async fn run(
     })?;
     tracing::info!(pr = pr.number, round, %commit, "pushed the round's fix");
     // Pushed, not yet answered: a run killed here is answered by the next
-    // one from the commit's trailer, without a round.
+    // one from the `pushing` record, without a round.
     crate::util::crash_point("ci:round-pushed");
     let files: String = diff
         .changes
         .iter()
         .map(|c| format!("\n- `{}`", c.path))
         .collect();
-    out.answer(
+    out.edit(
+        place,
         &format!(
             "Round {round} answers {}: {commit} on `{}`. The goal test, every gate and the critic accepted it ({} attempt(s), {cost}).\n\n**Changed:**{files}{left_out}",
             asked(&f.event),
@@ -823,6 +886,7 @@ mod tests {
             association: "NONE".into(),
             author_type: author_type.into(),
             body: body.into(),
+            in_thread: false,
         }
     }
 
@@ -839,6 +903,11 @@ mod tests {
             Record::Cap,
             Record::Continue {
                 event: "issue_comment:10".into(),
+            },
+            Record::Pushing {
+                event: "check_run:7".into(),
+                commit: "abc".into(),
+                cost: 0.5,
             },
         ] {
             assert_eq!(

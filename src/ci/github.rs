@@ -364,6 +364,8 @@ pub struct IssueComment {
     /// `User`, or `Bot` for an app (loopd's own token is one).
     pub author_type: String,
     pub body: String,
+    /// On a review thread (else on the conversation).
+    pub in_thread: bool,
 }
 
 /// A pull request, as loopd needs it.
@@ -609,6 +611,7 @@ impl Api {
                     association: s(&c["author_association"]),
                     author_type: s(&c["user"]["type"]),
                     body: s(&c["body"]),
+                    in_thread: list == "pulls",
                 }));
                 if last {
                     break;
@@ -619,26 +622,47 @@ impl Api {
     }
 
     /// Reply on the review thread whose first comment is `thread`.
+    /// Returns the reply's id.
     pub async fn reply_in_thread(
         &self,
         number: u64,
         thread: u64,
         body: &str,
-    ) -> Result<(), GitHubError> {
+    ) -> Result<u64, GitHubError> {
         let path = format!(
             "/repos/{}/pulls/{number}/comments/{thread}/replies",
             self.repository
         );
         self.call(reqwest::Method::POST, &path, Some(&json!({ "body": body })))
             .await
-            .map(|_| ())
+            .map(|v| v["id"].as_u64().unwrap_or(0))
     }
 
-    pub async fn comment(&self, number: u64, body: &str) -> Result<(), GitHubError> {
+    /// Replace the body of comment `id` (on a review thread when
+    /// `in_thread`, else on the conversation).
+    pub async fn edit_comment(
+        &self,
+        id: u64,
+        in_thread: bool,
+        body: &str,
+    ) -> Result<(), GitHubError> {
+        let list = if in_thread { "pulls" } else { "issues" };
+        let path = format!("/repos/{}/{list}/comments/{id}", self.repository);
+        self.call(
+            reqwest::Method::PATCH,
+            &path,
+            Some(&json!({ "body": body })),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Returns the comment's id.
+    pub async fn comment(&self, number: u64, body: &str) -> Result<u64, GitHubError> {
         let path = format!("/repos/{}/issues/{number}/comments", self.repository);
         self.call(reqwest::Method::POST, &path, Some(&json!({ "body": body })))
             .await
-            .map(|_| ())
+            .map(|v| v["id"].as_u64().unwrap_or(0))
     }
 
     /// Set the `loopd/autofix` commit status.
@@ -674,6 +698,31 @@ pub enum Lease {
 /// Push `local_ref` to `remote_ref` at `target` (its URL, never a remote's
 /// configuration), offering `token` only to the target's host. The push is
 /// forced only for `refs/heads/loopd/...`, and only under `lease`.
+/// Callbacks that offer `token` only to the host decided before the agent
+/// ran, and only once (a wrong token must fail, not loop).
+pub(super) fn token_callbacks<'a>(
+    target: &'a PushTarget,
+    token: Option<&'a str>,
+) -> git2::RemoteCallbacks<'a> {
+    let mut callbacks = git2::RemoteCallbacks::new();
+    let mut tried = false;
+    callbacks.credentials(move |url, _user, allowed| {
+        if !target.accepts_credentials_for(url) {
+            tracing::warn!(url = %redact(url), "a server asked for credentials that loopd only gives the decided push host");
+            return Err(git2::Error::from_str("no credentials for this URL"));
+        }
+        if tried || !allowed.contains(git2::CredentialType::USER_PASS_PLAINTEXT) {
+            return Err(git2::Error::from_str("the token was refused"));
+        }
+        tried = true;
+        match token {
+            Some(t) => git2::Cred::userpass_plaintext("x-access-token", t),
+            None => Err(git2::Error::from_str("no token for an authenticated remote")),
+        }
+    });
+    callbacks
+}
+
 pub fn push(
     repo: &Path,
     target: &PushTarget,
@@ -704,24 +753,7 @@ pub fn push(
     let rejected = std::cell::RefCell::new(None);
     let moved = std::cell::RefCell::new(None);
     {
-        let mut callbacks = git2::RemoteCallbacks::new();
-        let mut tried = false;
-        callbacks.credentials(move |url, _user, allowed| {
-            // Only to the host decided before the agent ran, only once (a
-            // wrong token must fail, not loop).
-            if !target.accepts_credentials_for(url) {
-                tracing::warn!(url = %redact(url), "a server asked for credentials that loopd only gives the decided push host");
-                return Err(git2::Error::from_str("no credentials for this URL"));
-            }
-            if tried || !allowed.contains(git2::CredentialType::USER_PASS_PLAINTEXT) {
-                return Err(git2::Error::from_str("the token was refused"));
-            }
-            tried = true;
-            match token {
-                Some(t) => git2::Cred::userpass_plaintext("x-access-token", t),
-                None => Err(git2::Error::from_str("no token for an authenticated remote")),
-            }
-        });
+        let mut callbacks = token_callbacks(target, token);
         callbacks.push_negotiation(|updates| {
             for u in updates {
                 let found = u.src();

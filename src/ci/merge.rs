@@ -44,23 +44,7 @@ pub fn fetch(
     };
     let r = Repository::open(repo).map_err(err)?;
     let mut remote = r.remote_anonymous(&target.url).map_err(err)?;
-    let mut callbacks = git2::RemoteCallbacks::new();
-    let mut tried = false;
-    callbacks.credentials(move |url, _user, allowed| {
-        if !target.accepts_credentials_for(url) {
-            return Err(git2::Error::from_str("no credentials for this URL"));
-        }
-        if tried || !allowed.contains(git2::CredentialType::USER_PASS_PLAINTEXT) {
-            return Err(git2::Error::from_str("the token was refused"));
-        }
-        tried = true;
-        match token {
-            Some(t) => git2::Cred::userpass_plaintext("x-access-token", t),
-            None => Err(git2::Error::from_str(
-                "no token for an authenticated remote",
-            )),
-        }
-    });
+    let callbacks = super::github::token_callbacks(target, token);
     let mut opts = git2::FetchOptions::new();
     opts.remote_callbacks(callbacks);
     opts.follow_redirects(git2::RemoteRedirect::None);

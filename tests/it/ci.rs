@@ -17,20 +17,20 @@ use crate::support::gitserver::{base64, basic, Attacker, GitServer};
 use crate::support::model::{Role, ScriptedModel};
 use crate::support::*;
 
-const TOKEN: &str = "ghs_test_token_0d9f3a1b_never_print";
+pub(crate) const TOKEN: &str = "ghs_test_token_0d9f3a1b_never_print";
 
 /// A CI checkout of the fixture: the remote is a bare repository at
 /// `<tmp>/git/acme/rechnung.git`, served by `git` (`GITHUB_SERVER_URL`) and
 /// also the checkout's `origin` (a path); the fake API reads its branches.
-struct Ci {
-    env: TestEnv,
-    remote: PathBuf,
-    sha: String,
-    gh: FakeGitHub,
-    git: GitServer,
+pub(crate) struct Ci {
+    pub(crate) env: TestEnv,
+    pub(crate) remote: PathBuf,
+    pub(crate) sha: String,
+    pub(crate) gh: FakeGitHub,
+    pub(crate) git: GitServer,
 }
 
-fn ci_env() -> Ci {
+pub(crate) fn ci_env() -> Ci {
     let env = TestEnv::scripted();
     let root = env.tmp.path().join("git");
     let remote = root.join("acme/rechnung.git");
@@ -59,7 +59,7 @@ fn ci_env() -> Ci {
 
 impl Ci {
     /// Append `extra` to the fixture's `loopd.toml` and commit it.
-    fn configure(&mut self, extra: &str, message: &str) {
+    pub(crate) fn configure(&mut self, extra: &str, message: &str) {
         let path = self.env.repo.join("loopd.toml");
         let cfg = std::fs::read_to_string(&path).expect("loopd.toml");
         std::fs::write(&path, format!("{cfg}\n{extra}")).expect("loopd.toml");
@@ -67,17 +67,17 @@ impl Ci {
     }
 
     /// Commit a change to the fixture before the run (a new failing commit).
-    fn commit(&mut self, message: &str) {
+    pub(crate) fn commit(&mut self, message: &str) {
         self.env.git(&["commit", "-qam", message]);
         self.sha = self.env.git(&["rev-parse", "HEAD"]).trim().to_owned();
     }
 
-    fn branch(&self) -> String {
+    pub(crate) fn branch(&self) -> String {
         format!("loopd/autofix/{}", &self.sha[..12])
     }
 
     /// The receive-pack requests that carried the token, as GitHub wants it.
-    fn authenticated_pushes(&self) -> usize {
+    pub(crate) fn authenticated_pushes(&self) -> usize {
         self.git
             .seen()
             .iter()
@@ -91,7 +91,7 @@ impl Ci {
     }
 }
 
-fn remote_git(remote: &Path, args: &[&str]) -> (bool, String) {
+pub(crate) fn remote_git(remote: &Path, args: &[&str]) -> (bool, String) {
     let out = Command::new("git")
         .arg("--git-dir")
         .arg(remote)
@@ -106,7 +106,7 @@ fn remote_git(remote: &Path, args: &[&str]) -> (bool, String) {
 }
 
 /// `loopd ci` as GitHub Actions runs it, with `vars` set besides.
-fn loopd_ci(
+pub(crate) fn loopd_ci(
     ci: &Ci,
     model: &ScriptedModel,
     args: &[&str],
@@ -178,7 +178,7 @@ fn assert_no_token_in_state(env: &TestEnv) {
 }
 
 /// The model of a run that fixes the build at the first attempt.
-fn one_clean_fix() -> ScriptedModel {
+pub(crate) fn one_clean_fix() -> ScriptedModel {
     ScriptedModel::start(scenario(
         vec![agent_writes(&clean_solution())],
         vec![pass()],
@@ -186,13 +186,13 @@ fn one_clean_fix() -> ScriptedModel {
 }
 
 /// The `ci --json` report.
-fn report(r: &RunResult) -> Value {
+pub(crate) fn report(r: &RunResult) -> Value {
     serde_json::from_str(r.stdout.trim())
         .unwrap_or_else(|e| panic!("no JSON report ({e}):\n{}\n{}", r.stdout, r.stderr))
 }
 
 /// The journal of the job a `ci` report names.
-fn ci_journal(report: &Value) -> Vec<loopd::journal::Event> {
+pub(crate) fn ci_journal(report: &Value) -> Vec<loopd::journal::Event> {
     journal(&report["summary"])
 }
 
@@ -1061,7 +1061,7 @@ print("ok")
 
 /// A pull request loopd opened from `loopd/autofix/<sha>` at the failing
 /// commit (the fixture's bug), checked out as Actions checks out its head.
-fn loopd_pr(ci: &Ci) -> String {
+pub(crate) fn loopd_pr(ci: &Ci) -> String {
     let branch = ci.branch();
     ci.env.git(&[
         "push",
@@ -1073,24 +1073,30 @@ fn loopd_pr(ci: &Ci) -> String {
     branch
 }
 
-fn check_failed(ci: &Ci, branch: &str, id: u64) -> Value {
+pub(crate) fn check_failed(ci: &Ci, branch: &str, id: u64) -> Value {
     json!({"action": "completed", "check_run": {"id": id, "name": "tests", "conclusion": "failure", "head_sha": ci.sha, "check_suite": {"head_branch": branch}, "pull_requests": [{"number": 1}]}, "repository": {"full_name": "acme/rechnung"}})
 }
 
-fn issue_comment(id: u64, association: &str, user_type: &str, body: &str) -> Value {
+pub(crate) fn issue_comment(id: u64, association: &str, user_type: &str, body: &str) -> Value {
     json!({"action": "created", "issue": {"number": 1, "pull_request": {}}, "comment": {"id": id, "body": body, "user": {"login": "lead", "type": user_type}, "author_association": association}, "repository": {"full_name": "acme/rechnung"}})
 }
 
-fn review_comment(id: u64, head_repo: &str, body: &str) -> Value {
+pub(crate) fn review_comment(id: u64, head_repo: &str, body: &str) -> Value {
     json!({"action": "created", "pull_request": {"number": 1, "head": {"repo": {"full_name": head_repo}}, "base": {"repo": {"full_name": "acme/rechnung"}}}, "comment": {"id": id, "body": body, "user": {"login": "lead", "type": "User"}, "author_association": "MEMBER"}, "repository": {"full_name": "acme/rechnung"}})
 }
 
 /// `loopd ci` on a pull request's event `name`.
-fn round(ci: &Ci, model: &ScriptedModel, branch: &str, event: Value, name: &str) -> RunResult {
+pub(crate) fn round(
+    ci: &Ci,
+    model: &ScriptedModel,
+    branch: &str,
+    event: Value,
+    name: &str,
+) -> RunResult {
     round_with(ci, model, branch, event, name, &[])
 }
 
-fn round_with(
+pub(crate) fn round_with(
     ci: &Ci,
     model: &ScriptedModel,
     branch: &str,
@@ -1102,12 +1108,12 @@ fn round_with(
 }
 
 /// A model no round may call: an empty script.
-fn no_model() -> ScriptedModel {
+pub(crate) fn no_model() -> ScriptedModel {
     ScriptedModel::start(scenario(vec![], vec![]))
 }
 
 /// The tip of `branch` on the remote.
-fn remote_tip(ci: &Ci, branch: &str) -> String {
+pub(crate) fn remote_tip(ci: &Ci, branch: &str) -> String {
     remote_git(&ci.remote, &["rev-parse", branch])
         .1
         .trim()
@@ -1452,7 +1458,15 @@ fn issue41_a_runner_killed_after_the_push_is_answered_by_the_next_without_a_seco
     );
     assert_ne!(r.code, 0, "killed at the crash point: {}", r.stderr);
     assert_eq!(ci.authenticated_pushes(), 1);
-    assert!(ci.gh.comments().is_empty(), "killed before the answer");
+    let comments = ci.gh.comments();
+    assert_eq!(comments.len(), 1, "the push's note, before the push");
+    assert!(
+        comments[0]
+            .body
+            .contains("<!-- loopd: pushing event=issue_comment:9 commit="),
+        "{}",
+        comments[0].body
+    );
     let pushed = remote_tip(&ci, &branch);
     // The next runner checks out the pull request's head as it is now.
     ci.env.git(&["fetch", "-q", "origin", &branch]);
@@ -1471,7 +1485,12 @@ fn issue41_a_runner_killed_after_the_push_is_answered_by_the_next_without_a_seco
     let comments = ci.gh.comments();
     assert_eq!(comments.len(), 1);
     assert!(
-        comments[0].body.contains("pushed by an earlier run"),
+        comments[0]
+            .body
+            .contains("an earlier run of this event pushed")
+            && comments[0]
+                .body
+                .contains("<!-- loopd: round event=issue_comment:9 cost="),
         "{}",
         comments[0].body
     );

@@ -763,11 +763,22 @@ fn the_suite_inventory_names_each_test_with_the_agent_it_uses() {
     // that call `TestEnv::scripted()`, and those that call one of them.
     let mut helpers: Vec<(String, String)> = Vec::new();
     let mut functions: Vec<(String, String, String)> = Vec::new();
+    // Modules whose helpers a file calls by name (`use crate::ci::*;`).
+    let mut globs: Vec<(String, String)> = Vec::new();
     for (module, text) in suite_files() {
+        for line in text.lines() {
+            if let Some(m) = line
+                .strip_prefix("use crate::")
+                .and_then(|l| l.strip_suffix("::*;"))
+            {
+                globs.push((module.clone(), m.to_owned()));
+            }
+        }
         for chunk in text
             .split("\nfn ")
             .skip(1)
             .chain(text.split("\npub fn ").skip(1))
+            .chain(text.split("\npub(crate) fn ").skip(1))
         {
             let chunk = chunk.split("\n#[").next().expect("a chunk");
             let name = chunk.split_once('(').map_or(chunk, |(n, _)| n);
@@ -780,7 +791,9 @@ fn the_suite_inventory_names_each_test_with_the_agent_it_uses() {
             let known = helpers.iter().any(|(m, h)| m == module && h == call);
             let scripted = writes_scripted(body)
                 || helpers.iter().any(|(m, h)| {
-                    (m == module && calls(body, h)) || body.contains(&format!("crate::{m}::{h}"))
+                    let in_scope =
+                        m == module || globs.iter().any(|(g, of)| g == module && of == m);
+                    (in_scope && calls(body, h)) || body.contains(&format!("crate::{m}::{h}"))
                 });
             if scripted && !known {
                 helpers.push((module.clone(), call.clone()));

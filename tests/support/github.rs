@@ -356,6 +356,21 @@ async fn handle(
             });
             (StatusCode::CREATED, axum::Json(json!({"id": id}))).into_response()
         }
+        ("PATCH", ["repos", _, _, list @ ("issues" | "pulls"), "comments", id]) => {
+            let threads = *list == "pulls";
+            let id = id.parse::<u64>().unwrap_or(0);
+            match st
+                .comments
+                .iter_mut()
+                .find(|c| c.id == id && c.thread.is_some() == threads)
+            {
+                Some(c) => {
+                    c.body = body["body"].as_str().unwrap_or("").to_owned();
+                    axum::Json(json!({"id": id})).into_response()
+                }
+                None => StatusCode::NOT_FOUND.into_response(),
+            }
+        }
         ("POST", ["repos", _, _, "pulls", n, "comments", thread, "replies"]) => {
             let id = 1000 + st.comments.len() as u64;
             st.comments.push(Comment {
