@@ -422,6 +422,62 @@ pub fn inline_findings(
     out
 }
 
+/// The files of test modules a source file declares without a body
+/// (`#[cfg(test)] mod unit;` reads `unit.rs` or `unit/mod.rs` beside it,
+/// or what `#[path = "…"]` names): test files as much as a `tests.rs` is.
+/// Repository-relative candidates; the caller keeps those that exist.
+pub fn test_module_files(path: &str, text: &str) -> Vec<String> {
+    let Some(lang) = Lang::of(path) else {
+        return Vec::new();
+    };
+    let Some(find) = lang.inline_tests else {
+        return Vec::new();
+    };
+    let Some(tree) = Tree::parse_as(path, lang, text) else {
+        return Vec::new();
+    };
+    let (parent, stem) = match path.rsplit_once('/') {
+        Some((p, f)) => (p.to_owned(), f.trim_end_matches(".rs").to_owned()),
+        None => (String::new(), path.trim_end_matches(".rs").to_owned()),
+    };
+    let join = |dir: &str, rel: &str| {
+        if dir.is_empty() {
+            rel.to_owned()
+        } else {
+            format!("{dir}/{rel}")
+        }
+    };
+    // A module's children live beside `mod.rs`, `lib.rs` and `main.rs`, and
+    // under a directory named like any other file.
+    let dir = match stem.as_str() {
+        "mod" | "lib" | "main" => parent.clone(),
+        _ => join(&parent, &stem),
+    };
+    let mut out = Vec::new();
+    for item in find(tree.root(), text) {
+        let Some(name) = item.name.strip_prefix("mod ") else {
+            continue;
+        };
+        if item.body.is_some() {
+            continue;
+        }
+        let name = name
+            .rsplit("::")
+            .next()
+            .unwrap_or(name)
+            .trim_start_matches("r#");
+        let head = &text[item.item.clone()];
+        match head.split("path").nth(1).and_then(|r| r.split('"').nth(1)) {
+            Some(p) if head.contains("#[path") => out.push(join(&parent, p)),
+            _ => {
+                out.push(join(&dir, &format!("{name}.rs")));
+                out.push(join(&dir, &format!("{name}/mod.rs")));
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -481,6 +537,20 @@ mod tests {
         // `cfg(not(test))` is code, not tests.
         let not_test = "#[cfg(not(test))]\nfn real() -> i32 {\n    1\n}\n";
         assert!(inline(not_test, &not_test.replace('1', "2")).is_empty());
+    }
+
+    #[test]
+    fn a_test_module_in_a_file_of_its_own_is_a_test_file() {
+        let lib = "pub fn add(a: i32, b: i32) -> i32 {\n    a - b\n}\n\n#[cfg(test)]\nmod unit;\n\n#[cfg(test)]\n#[path = \"checks/more.rs\"]\nmod more;\n\nmod parse;\n";
+        assert_eq!(
+            test_module_files("src/lib.rs", lib),
+            ["src/unit.rs", "src/unit/mod.rs", "src/checks/more.rs"]
+        );
+        assert_eq!(
+            test_module_files("src/calc.rs", "#[cfg(test)]\nmod tests;\n"),
+            ["src/calc/tests.rs", "src/calc/tests/mod.rs"]
+        );
+        assert!(test_module_files("src/lib.rs", "mod parse;\n").is_empty());
     }
 
     #[test]

@@ -362,15 +362,37 @@ impl Policy {
         all.extend(run.iter().map(String::as_str));
         let tests = globset(all).or_else(|_| globset(test_globs()))?;
         let mut files = BTreeMap::new();
+        let mut all = std::collections::BTreeSet::new();
+        let mut sources = Vec::new();
         tree.walk(git2::TreeWalkMode::PreOrder, |dir, entry| {
             if entry.kind() == Some(git2::ObjectType::Blob) {
                 let path = format!("{dir}{}", entry.name().unwrap_or(""));
                 if tests.is_match(&path) {
-                    files.insert(path, TEST_AT_BASE.to_owned());
+                    files.insert(path.clone(), TEST_AT_BASE.to_owned());
+                } else if crate::lang::Lang::of(&path).is_some_and(|l| l.inline_tests.is_some()) {
+                    sources.push((path.clone(), entry.id()));
                 }
+                all.insert(path);
             }
             git2::TreeWalkResult::Ok
         })?;
+        // Test modules in files of their own (`#[cfg(test)] mod unit;`).
+        for (path, id) in sources {
+            let Ok(blob) = repo_git.find_blob(id) else {
+                continue;
+            };
+            if blob.size() > MAX_RUNNER_CONFIG
+                || !blob.content().windows(9).any(|w| w == b"cfg(test)")
+            {
+                continue;
+            }
+            let text = String::from_utf8_lossy(blob.content());
+            for f in super::append_only::test_module_files(&path, &text) {
+                if all.contains(&f) {
+                    files.insert(f, TEST_AT_BASE.to_owned());
+                }
+            }
+        }
         let mut patterns: Vec<(String, String)> = crate::runner::config_globs()
             .map(|(g, runner)| {
                 (

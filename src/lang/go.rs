@@ -100,6 +100,7 @@ pub static GO: Language = Language {
     entry_files: &[],
     entry_line: Some("package main"),
     inline_tests: None,
+    shadows_assertions: None,
 };
 
 const WRITERS: &[&str] = &[

@@ -127,6 +127,7 @@ pub static JS: Language = Language {
     entry_files: &[],
     entry_line: None,
     inline_tests: None,
+    shadows_assertions: None,
 };
 
 const WRITERS: &[&str] = &[

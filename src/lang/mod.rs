@@ -89,6 +89,10 @@ pub struct Language {
     /// test file's, judged item by item ([`InlineTests`]). `None`: the
     /// language keeps its tests in test files only.
     pub inline_tests: Option<fn(tree_sitter::Node<'_>, &str) -> Vec<InlineTests>>,
+    /// Code that redefines the language's assertions for everything after
+    /// it (Rust's `macro_rules! assert_eq`): every test assertion in scope
+    /// would then check nothing.
+    pub shadows_assertions: Option<Pattern>,
 }
 
 /// One item of test code inside a source file, as found on the file's
@@ -547,7 +551,10 @@ mod tests {
                 l.under_test.runner_reach.as_ref(),
             ]
             .into_iter()
-            .chain([l.under_test.convention.as_ref()])
+            .chain([
+                l.under_test.convention.as_ref(),
+                l.shadows_assertions.as_ref(),
+            ])
             .flatten()
             {
                 assert!(Regex::new(p.source).is_ok(), "{}: {}", l.name, p.source);

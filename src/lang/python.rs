@@ -121,6 +121,7 @@ pub static PYTHON: Language = Language {
     entry_files: &["__main__.py", "main.py", "cli.py", "manage.py", "setup.py"],
     entry_line: None,
     inline_tests: None,
+    shadows_assertions: None,
 };
 
 /// Called as these, they print.

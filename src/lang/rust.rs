@@ -78,7 +78,7 @@ pub static RUST: Language = Language {
     statement_context: ("fn _loopd() {\n", "\n}\n"),
     under_test: UnderTest {
         markers: Pattern::new(
-            r"\bcfg!\s*\(\s*(?:not\s*\(\s*)?test\s*\)|RUST_TEST_THREADS|NEXTEST_\w+|\bcfg!\s*\(\s*debug_assertions\s*\)\s*&&\s*cfg!\s*\(\s*test",
+            r"\bcfg!\s*\(\s*(?:not\s*\(\s*)?test\s*\)|RUST_TEST_THREADS|NEXTEST_\w+|\bcfg!\s*\(\s*debug_assertions\s*\)\s*&&\s*cfg!\s*\(\s*test|#\[\s*cfg\s*\([^\]]*\bnot\s*\(\s*test\s*\)|#\[\s*cfg_attr\s*\(\s*(?:not\s*\(\s*)?test\b",
         ),
         runner_reach: None,
         convention: None,
@@ -97,6 +97,9 @@ pub static RUST: Language = Language {
     entry_files: &["main.rs", "cli.rs", "build.rs"],
     entry_line: None,
     inline_tests: Some(inline_tests),
+    shadows_assertions: Some(Pattern::new(
+        r"\bmacro_rules!\s*(?:r#)?(?:assert\w*|debug_assert\w*|panic|unreachable|todo|unimplemented)\b",
+    )),
 };
 
 /// Rust's unit tests live beside the code: every item marked

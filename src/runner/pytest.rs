@@ -198,7 +198,32 @@ fn tests(words: &[&str], read: &super::ReadBase<'_>) -> Vec<String> {
         out
     };
     let overrides = option(&["-o", "--override-ini"]);
-    let config = config(option(&["-c", "--config-file"]).pop(), read);
+    // pytest looks for its configuration from the common ancestor of the
+    // paths it is given upwards: a directory named first is where a
+    // configuration of its own wins.
+    let named_dir = super::positionals(
+        args,
+        &VALUE
+            .iter()
+            .chain(SELECT_VALUE)
+            .copied()
+            .collect::<Vec<_>>(),
+    )
+    .into_iter()
+    .map(|w| {
+        w.split("::")
+            .next()
+            .unwrap_or(w)
+            .trim_start_matches("./")
+            .trim_end_matches('/')
+    })
+    .find(|w| !w.is_empty() && !w.ends_with(".py") && !w.contains(['*', '?', '[']))
+    .map(str::to_owned);
+    let config = config(
+        option(&["-c", "--config-file"]).pop(),
+        named_dir.as_deref(),
+        read,
+    );
     let setting = |key: &str| -> Vec<String> {
         overrides
             .iter()
@@ -243,9 +268,16 @@ fn tests(words: &[&str], read: &super::ReadBase<'_>) -> Vec<String> {
         }
         for r in &roots {
             let r = r.trim_start_matches("./").trim_end_matches('/');
-            out.push(match r {
+            // `testpaths` takes globs (pytest 7); a named directory is a
+            // path.
+            let r = if r.contains(['*', '?', '[']) {
+                r.to_owned()
+            } else {
+                super::literal(r)
+            };
+            out.push(match r.as_str() {
                 "" | "." => format!("**/{p}"),
-                r => format!("{}/**/{p}", super::literal(r)),
+                r => format!("{r}/**/{p}"),
             });
         }
     }
@@ -258,6 +290,7 @@ fn tests(words: &[&str], read: &super::ReadBase<'_>) -> Vec<String> {
 /// empty). Each value as its words.
 fn config(
     named: Option<String>,
+    dir: Option<&str>,
     read: &super::ReadBase<'_>,
 ) -> std::collections::BTreeMap<String, Vec<String>> {
     const ORDER: &[(&str, &str)] = &[
@@ -290,9 +323,31 @@ fn config(
             .find_map(|n| section(&file, n))
             .unwrap_or_default();
     }
-    ORDER
-        .iter()
-        .find_map(|(file, name)| section(file, name))
+    // From the named directory up to the root, the first that configures
+    // pytest.
+    let mut dirs: Vec<String> = Vec::new();
+    if let Some(d) = dir.filter(|d| !d.starts_with('/') && !d.split('/').any(|c| c == "..")) {
+        let mut d = d.to_owned();
+        loop {
+            dirs.push(d.clone());
+            match d.rsplit_once('/') {
+                Some((up, _)) => d = up.to_owned(),
+                None => break,
+            }
+        }
+    }
+    dirs.push(String::new());
+    dirs.iter()
+        .find_map(|d| {
+            ORDER.iter().find_map(|(file, name)| {
+                let path = if d.is_empty() {
+                    (*file).to_owned()
+                } else {
+                    format!("{d}/{file}")
+                };
+                section(&path, name)
+            })
+        })
         .unwrap_or_default()
 }
 

@@ -313,6 +313,18 @@ fn what_a_goal_runs_as_tests_beyond_the_default_names() {
         tests_in("pytest", &both).is_empty(),
         "an empty pytest.ini wins"
     );
+    // `testpaths` takes globs; a directory the command names reads its
+    // own configuration first.
+    let glob = [(
+        "pytest.ini",
+        "[pytest]\npython_files = check_*.py\ntestpaths = q*\n",
+    )];
+    assert_eq!(tests_in("pytest", &glob), ["q*/**/check_*.py"]);
+    let nested = [
+        ("pytest.ini", "[pytest]\n"),
+        ("qa/tox.ini", "[pytest]\npython_files = check_*.py\n"),
+    ];
+    assert_eq!(tests_in("pytest qa", &nested), ["qa/**/check_*.py"]);
     // Every module is no test name without testpaths to bound it.
     let every = [("pytest.ini", "[pytest]\npython_files = *.py\n")];
     assert!(tests_in("pytest", &every).is_empty());

@@ -71,7 +71,45 @@ pub(super) fn change_findings(
     findings.extend(runner_findings(run, diff, texts));
     findings.extend(append_only_findings(run, diff, texts));
     findings.extend(inline_test_findings(run, diff, texts));
+    findings.extend(assertion_findings(run, texts));
     Ok(findings)
+}
+
+/// Code the change adds that redefines the language's assertions
+/// ([`crate::lang::Language::shadows_assertions`]): the tests in its scope
+/// would assert nothing, whether or not their own text changed.
+fn assertion_findings(run: &Run<'_>, texts: &[ChangedText]) -> Vec<Finding> {
+    let rule = run.job.rubric.tests_rule();
+    let mut out = Vec::new();
+    for t in texts {
+        let (Some(lang), Some(new)) = (crate::judges::tree::Lang::of(&t.path), t.new.as_deref())
+        else {
+            continue;
+        };
+        let Some(shadows) = &lang.shadows_assertions else {
+            continue;
+        };
+        let before = t
+            .old
+            .as_deref()
+            .map_or(0, |o| shadows.regex().find_iter(o).count());
+        let found: Vec<_> = shadows.regex().find_iter(new).collect();
+        if found.len() <= before {
+            continue;
+        }
+        let m = found[before.min(found.len() - 1)];
+        let line = new[..m.start()].matches('\n').count() as u32 + 1;
+        out.push(Finding {
+            reason: Reason::ProtectedPath,
+            path: t.path.clone(),
+            line: Some(line),
+            rule,
+            check: None,
+            problem: format!("`{}` line {line} defines `{}`, which replaces the assertion the tests use: every assertion in its scope would check nothing", t.path, m.as_str()),
+            fix: "remove the definition and fix the code under test".into(),
+        });
+    }
+    out
 }
 
 /// Tests inside source files (Rust's `#[cfg(test)] mod tests`): each
