@@ -94,7 +94,12 @@ pub static PYTHON: Language = Language {
         markers: Pattern::new(
             r#"\bPYTEST_[A-Z_]+|["'](?:_?pytest|unittest)["'][^\n]*\b(?:modules|argv)\b|\b(?:modules|argv)\b[^\n]*["'](?:_?pytest|py\.test|-m pytest|unittest)["']|\bpytest\.__|\bimport\s+_pytest\b|\bfrom\s+_pytest\b|__import__\(\s*["']_?pytest"#,
         ),
-        runner_reach: None,
+        // Reaching into the test framework's assertions, or into the
+        // interpreter's builtins the tests call: library code has no
+        // honest reason to rebind either.
+        runner_reach: Some(Pattern::new(
+            r"\bTestCase\s*\.\s*(?:assert|fail)\w*\s*=[^=]|setattr\(\s*(?:unittest\s*\.\s*)?TestCase\b|\bbuiltins\s*\.\s*\w+\s*=[^=]|setattr\(\s*builtins\b|__builtins__\s*(?:\[[^\]\n]+\]|\.\s*\w+)\s*=[^=]|\bimport\s+builtins\s+as\b",
+        )),
         convention: None,
         test_module_attribute: None,
     },

@@ -127,6 +127,10 @@ pub(crate) fn literal(path: &str) -> String {
 /// policy). A `cd DIR` before a runner moves where its globs and reads
 /// are; `read` gives a file of BASE_REF by its repository path.
 pub fn tests_of(line: &str, read: &ReadBase<'_>) -> Vec<String> {
+    tests_at(line, read, 0)
+}
+
+fn tests_at(line: &str, read: &ReadBase<'_>, depth: u32) -> Vec<String> {
     let mut dir = String::new();
     let mut out = Vec::new();
     for cmd in commands(line) {
@@ -143,6 +147,19 @@ pub fn tests_of(line: &str, read: &ReadBase<'_>) -> Vec<String> {
         if dir == ".." {
             continue;
         }
+        // A runner behind a shell, a script of the tree or a package
+        // script: what they run, read at BASE_REF (one level more each,
+        // at most four).
+        if let Some(inner_line) = script_of(inner, &dir, read) {
+            if depth < 4 {
+                out.extend(
+                    tests_at(&inner_line, read, depth + 1)
+                        .iter()
+                        .map(|g| join(&dir, g)),
+                );
+            }
+            continue;
+        }
         for r in REGISTRY.iter().filter(|r| (r.runs)(inner)) {
             let read_here = |p: &str| read(&join(&dir, p));
             out.extend((r.tests)(inner, &read_here).iter().map(|g| join(&dir, g)));
@@ -151,6 +168,33 @@ pub fn tests_of(line: &str, read: &ReadBase<'_>) -> Vec<String> {
     out.sort();
     out.dedup();
     out
+}
+
+/// What a command runs that is itself a command line: `sh -c '…'`, a
+/// shell script of the tree (`bash scripts/test.sh`, `./test.sh`), or a
+/// package script (`npm test`, `npm run NAME`, `yarn NAME`, `pnpm NAME`)
+/// read from `package.json` at BASE_REF. `None` for anything else.
+fn script_of(words: &[&str], dir: &str, read: &ReadBase<'_>) -> Option<String> {
+    let shell = |w: &str| matches!(base(w), "sh" | "bash" | "dash" | "zsh");
+    match words {
+        [sh, c, line, ..] if shell(sh) && *c == "-c" => Some((*line).to_owned()),
+        [sh, script, ..] if shell(sh) && !script.starts_with('-') => read(&join(dir, script)),
+        [script, ..] if script.starts_with("./") && script.ends_with(".sh") => {
+            read(&join(dir, script))
+        }
+        [pm, rest @ ..] if matches!(base(pm), "npm" | "yarn" | "pnpm" | "bun") => {
+            let name = match rest {
+                ["test" | "t", ..] => "test",
+                ["run" | "run-script", name, ..] => name,
+                [name, ..] if base(pm) != "npm" && !name.starts_with('-') => name,
+                _ => return None,
+            };
+            let package: serde_json::Value =
+                serde_json::from_str(&read(&join(dir, "package.json"))?).ok()?;
+            package["scripts"][name].as_str().map(str::to_owned)
+        }
+        _ => None,
+    }
 }
 
 /// `rel` under `dir` (both repository-relative, `./` and trailing `/`

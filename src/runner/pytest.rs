@@ -240,8 +240,16 @@ fn tests(words: &[&str], read: &super::ReadBase<'_>) -> Vec<String> {
     let doctests = args.contains(&"--doctest-modules");
     let mut out = Vec::new();
     let mut dirs = Vec::new();
+    let pyargs = args.contains(&"--pyargs");
     for w in super::positionals(args, &value) {
         let path = w.split("::").next().unwrap_or(w);
+        if pyargs && !path.contains('/') && path.contains('.') && !path.ends_with(".py") {
+            // A dotted module name: its file, or its package's.
+            let p = path.replace('.', "/");
+            out.push(super::literal(&format!("{p}.py")));
+            out.push(format!("{}/**/*.py", super::literal(&p)));
+            continue;
+        }
         if path.ends_with(".py") {
             if !doctests {
                 out.extend(super::named_file(path));

@@ -343,6 +343,26 @@ fn what_a_goal_runs_as_tests_beyond_the_default_names() {
         tests_in("python3 -m unittest -v qa.verify", none),
         ["qa.py", "qa/verify.py"]
     );
+    // Behind a shell, a script of the tree, a package script.
+    let spec = ["qa/calc_spec.py"];
+    assert_eq!(
+        tests_in("sh -c 'python3 -m pytest -q qa/calc_spec.py'", none),
+        spec
+    );
+    let script = [(
+        "scripts/test.sh",
+        "#!/bin/sh\nset -e\npython3 -m pytest -q qa/calc_spec.py\n",
+    )];
+    assert_eq!(tests_in("bash scripts/test.sh", &script), spec);
+    let package = [(
+        "package.json",
+        r#"{"scripts": {"test": "python3 -m pytest qa/calc_spec.py"}}"#,
+    )];
+    assert_eq!(tests_in("npm test", &package), spec);
+    assert_eq!(
+        tests_in("pytest --pyargs qa.calc_spec", none),
+        ["qa/calc_spec.py", "qa/calc_spec/**/*.py"]
+    );
     // Runners that add nothing.
     assert!(tests_in("go test ./... && cargo test && npx jest", none).is_empty());
 }

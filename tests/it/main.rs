@@ -10,6 +10,7 @@ mod support;
 mod agents;
 mod allow;
 mod attack40;
+mod attack40b;
 mod attack41;
 mod attack42;
 mod attack42b;
