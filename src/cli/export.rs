@@ -25,6 +25,7 @@ pub struct ExportArgs {
 pub enum Target {
     Kubernetes(KubernetesArgs),
     GithubActions(GithubActionsArgs),
+    GithubFollow(GithubFollowArgs),
 }
 
 /// The jobs file and the output, shared by both targets.
@@ -99,6 +100,27 @@ pub struct GithubActionsArgs {
     pub runs_on: String,
 }
 
+/// The workflow in which `loopd ci` follows the pull requests it opened
+/// (and those labelled `[ci] follow_label`): subscribed to failed checks,
+/// comments, reviews and review comments, with the least permissions each
+/// needs. Copy it to `.github/workflows/`. See docs/ci.md.
+#[derive(Debug, clap::Args)]
+pub struct GithubFollowArgs {
+    /// How the runner gets loopd: a shell command (one line).
+    #[arg(
+        long,
+        value_name = "CMD",
+        default_value = "cargo install --locked loopd"
+    )]
+    pub install: String,
+    /// The runner label the rounds run on.
+    #[arg(long, value_name = "LABEL", default_value = "ubuntu-latest")]
+    pub runs_on: String,
+    /// Write to FILE instead of stdout.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
 impl From<ExportError> for CliError {
     fn from(e: ExportError) -> Self {
         let hint = e.hint();
@@ -137,6 +159,10 @@ pub fn export(args: ExportArgs) -> Result<ExitStatus, CliError> {
             };
             (github_actions::workflow(&file, &opts)?, a.common.output)
         }
+        Target::GithubFollow(a) => (
+            github_actions::follow_workflow(&a.install, &a.runs_on)?,
+            a.output,
+        ),
     };
     match output {
         Some(path) if path.as_os_str() != "-" => {

@@ -426,6 +426,56 @@ fn header(file: &JobsFile, matrix_jobs: usize) -> Vec<String> {
     ]
 }
 
+/// The workflow in which `loopd ci` follows pull requests
+/// ([`crate::ci::follow`]): the example workflow, the source of truth a
+/// test reads, with how the runner gets loopd and where it runs put in.
+const FOLLOW: &str = include_str!("../../examples/github/loopd-follow.yml");
+
+/// What the example installs, replaced by the options.
+const FOLLOW_INSTALL: &str = "          npm install -g @anthropic-ai/claude-code@2.1.328\n          cargo install --locked --git \"${{ vars.LOOPD_GIT_URL }}\" loopd\n";
+const FOLLOW_RUNS_ON: &str = "    runs-on: ubuntu-latest\n";
+
+/// `loopd export github-follow`: the follow workflow, every agent CLI the
+/// registry knows installed, loopd installed by `install`, on `runs_on`.
+/// A line break or a GitHub expression in either is refused: each lands
+/// in the workflow's text, where it would be YAML or be evaluated.
+pub fn follow_workflow(install: &str, runs_on: &str) -> Result<String, ExportError> {
+    for (option, value) in [("--install", install), ("--runs-on", runs_on)] {
+        if value.contains(['\n', '\r']) || value.contains("${{") || value.trim().is_empty() {
+            return Err(ExportError::Option {
+                option,
+                problem: format!(
+                    "`{value}` must be one line without a GitHub expression (`${{{{ … }}}}`)"
+                ),
+            });
+        }
+    }
+    debug_assert!(FOLLOW.contains(FOLLOW_INSTALL) && FOLLOW.contains(FOLLOW_RUNS_ON));
+    let body = FOLLOW
+        .replacen(
+            FOLLOW_INSTALL,
+            &format!(
+                "          npm install -g {}\n          {install}\n",
+                agent_packages()
+            ),
+            1,
+        )
+        .replacen(
+            FOLLOW_RUNS_ON,
+            &format!("    runs-on: {}\n", yaml::scalar_text(runs_on)),
+            1,
+        );
+    // The example's first line says where to copy it; the export's says
+    // who wrote it (`loopd export` overwrites only its own files).
+    let body = body
+        .split_once('\n')
+        .map_or(body.as_str(), |(_, rest)| rest);
+    Ok(format!(
+        "{}github-follow`: copy to .github/workflows/loopd-follow.yml.\n{body}",
+        super::HEADER
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

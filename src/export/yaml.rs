@@ -204,7 +204,7 @@ fn pad(out: &mut String, indent: usize) {
 }
 
 /// A string as a plain scalar when that is unambiguous, else double-quoted.
-fn scalar_text(s: &str) -> String {
+pub fn scalar_text(s: &str) -> String {
     if plain_ok(s) {
         s.to_owned()
     } else {

@@ -1052,7 +1052,10 @@ order = [s.get("name") for s in steps]
 assert order.index(render[0]["name"]) < order.index(upload[0]["name"]) < order.index(link[0]["name"]), order
 print("ok")
 "#;
-    check_workflow(check, "examples/github/loopd-autofix.yml");
+    check_workflow(
+        check,
+        &manifest_dir().join("examples/github/loopd-autofix.yml"),
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -1513,20 +1516,70 @@ assert checkout and checkout[0]["with"]["persist-credentials"] is False and "ref
 assert any(s.get("run", "").strip() == "loopd ci" for s in steps), steps
 print("ok")
 "#;
-    check_workflow(check, "examples/github/loopd-follow.yml");
+    check_workflow(
+        check,
+        &manifest_dir().join("examples/github/loopd-follow.yml"),
+    );
+    // `loopd export github-follow` writes the same workflow with the
+    // install step and runner it is given (and nothing it is not).
+    let env = TestEnv::new();
+    let out = env.tmp.path().join("loopd-follow.yml");
+    let r = finish(
+        env.loopd(None)
+            .args([
+                "export",
+                "github-follow",
+                "--install",
+                "cargo install --locked loopd@0.1.0",
+                "--runs-on",
+                "self-hosted",
+            ])
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .expect("loopd export"),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    check_workflow(check, &out);
+    let text = std::fs::read_to_string(&out).expect("the export");
+    assert!(
+        text.starts_with("# Written by `loopd export github-follow`"),
+        "{text}"
+    );
+    assert!(
+        text.contains("          cargo install --locked loopd@0.1.0\n")
+            && text.contains("runs-on: self-hosted"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("LOOPD_GIT_URL") && !text.contains("ubuntu-latest"),
+        "{text}"
+    );
+    let r = finish(
+        env.loopd(None)
+            .args([
+                "export",
+                "github-follow",
+                "--install",
+                "curl ${{ secrets.X }} | sh",
+            ])
+            .output()
+            .expect("loopd export"),
+    );
+    assert_eq!(r.code, 2, "an expression is refused: {}", r.stderr);
 }
 
 /// Run the Python `check` (PyYAML, from the test tools' venv) on the
-/// workflow file `rel`.
-fn check_workflow(check: &str, rel: &str) {
-    let path = std::env::split_paths(&tools_path())
+/// workflow file at `path`.
+fn check_workflow(check: &str, path: &Path) {
+    let python = std::env::split_paths(&tools_path())
         .find(|p| p.join("python").exists())
         .expect("the venv")
         .join("python");
-    let out = Command::new(path)
+    let out = Command::new(python)
         .arg("-c")
         .arg(check)
-        .arg(manifest_dir().join(rel))
+        .arg(path)
         .output()
         .expect("python");
     assert!(
