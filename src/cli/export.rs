@@ -87,7 +87,15 @@ pub struct GithubActionsArgs {
     /// The most jobs of one matrix that run at once [default: as many as GitHub gives].
     #[arg(long, value_name = "N")]
     pub max_parallel: Option<u32>,
-    /// How the runner gets loopd: a shell command.
+    #[command(flatten)]
+    pub runner: RunnerArgs,
+}
+
+/// Where a workflow runs and how its runner gets loopd, shared by both
+/// GitHub targets.
+#[derive(Debug, clap::Args)]
+pub struct RunnerArgs {
+    /// How the runner gets loopd: a shell command (one line).
     #[arg(
         long,
         value_name = "CMD",
@@ -106,16 +114,8 @@ pub struct GithubActionsArgs {
 /// needs. Copy it to `.github/workflows/`. See docs/ci.md.
 #[derive(Debug, clap::Args)]
 pub struct GithubFollowArgs {
-    /// How the runner gets loopd: a shell command (one line).
-    #[arg(
-        long,
-        value_name = "CMD",
-        default_value = "cargo install --locked loopd"
-    )]
-    pub install: String,
-    /// The runner label the rounds run on.
-    #[arg(long, value_name = "LABEL", default_value = "ubuntu-latest")]
-    pub runs_on: String,
+    #[command(flatten)]
+    pub runner: RunnerArgs,
     /// Write to FILE instead of stdout.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
@@ -154,13 +154,13 @@ pub fn export(args: ExportArgs) -> Result<ExitStatus, CliError> {
             let opts = github_actions::Options {
                 cron: a.cron,
                 max_parallel: a.max_parallel,
-                install: a.install,
-                runs_on: a.runs_on,
+                install: a.runner.install,
+                runs_on: a.runner.runs_on,
             };
             (github_actions::workflow(&file, &opts)?, a.common.output)
         }
         Target::GithubFollow(a) => (
-            github_actions::follow_workflow(&a.install, &a.runs_on)?,
+            github_actions::follow_workflow(&a.runner.install, &a.runner.runs_on)?,
             a.output,
         ),
     };

@@ -336,16 +336,7 @@ pub fn inline_findings(
     tests_rule: Option<u32>,
     added_module: &dyn Fn(&str) -> bool,
 ) -> Vec<Finding> {
-    let Some(lang) = Lang::of(path) else {
-        return Vec::new();
-    };
-    let Some(find) = lang.inline_tests else {
-        return Vec::new();
-    };
-    let Some(old_tree) = Tree::parse_as(path, lang, old) else {
-        return Vec::new();
-    };
-    let olds = find(old_tree.root(), old);
+    let olds = inline_items(path, old, false).unwrap_or_default();
     if olds.is_empty() {
         return Vec::new();
     }
@@ -361,8 +352,8 @@ pub fn inline_findings(
     }
     };
     let line_of = |text: &str, at: usize| text[..at].matches('\n').count() + 1;
-    let news = match Tree::parse_as(path, lang, new).filter(Tree::clean) {
-        Some(t) => find(t.root(), new),
+    let news = match inline_items(path, new, true) {
+        Some(items) => items,
         None => {
             return vec![finding(1, format!("`{path}` held tests at BASE_REF ({}) and no longer parses, so loopd cannot tell that they are unchanged", olds[0].name))];
         }
@@ -422,20 +413,25 @@ pub fn inline_findings(
     out
 }
 
+/// The test code inside source file `path` ([`crate::lang::Language::inline_tests`]):
+/// `None` when it does not parse (`clean`: without an error anywhere);
+/// none when its language keeps tests in test files only.
+fn inline_items(path: &str, text: &str, clean: bool) -> Option<Vec<crate::lang::InlineTests>> {
+    let Some(lang) = Lang::of(path) else {
+        return Some(Vec::new());
+    };
+    let Some(find) = lang.inline_tests else {
+        return Some(Vec::new());
+    };
+    let tree = Tree::parse_as(path, lang, text).filter(|t| !clean || t.clean())?;
+    Some(find(tree.root(), text))
+}
+
 /// The files of test modules a source file declares without a body
 /// (`#[cfg(test)] mod unit;` reads `unit.rs` or `unit/mod.rs` beside it,
 /// or what `#[path = "…"]` names): test files as much as a `tests.rs` is.
 /// Repository-relative candidates; the caller keeps those that exist.
 pub fn test_module_files(path: &str, text: &str) -> Vec<String> {
-    let Some(lang) = Lang::of(path) else {
-        return Vec::new();
-    };
-    let Some(find) = lang.inline_tests else {
-        return Vec::new();
-    };
-    let Some(tree) = Tree::parse_as(path, lang, text) else {
-        return Vec::new();
-    };
     let (parent, stem) = match path.rsplit_once('/') {
         Some((p, f)) => (p.to_owned(), f.trim_end_matches(".rs").to_owned()),
         None => (String::new(), path.trim_end_matches(".rs").to_owned()),
@@ -454,7 +450,7 @@ pub fn test_module_files(path: &str, text: &str) -> Vec<String> {
         _ => join(&parent, &stem),
     };
     let mut out = Vec::new();
-    for item in find(tree.root(), text) {
+    for item in inline_items(path, text, false).unwrap_or_default() {
         let Some(name) = item.name.strip_prefix("mod ") else {
             continue;
         };

@@ -29,7 +29,7 @@ fn weak_tests() -> String {
     fixture("rechnung/repo/tests/test_rechnung.py").replace("assert ", "assert True or ")
 }
 
-fn always_pass() -> SessionScript {
+pub(crate) fn always_pass() -> SessionScript {
     verdict(json!({"verdict": "PASS", "violations": [], "examiner": []}))
 }
 
@@ -52,7 +52,7 @@ fn run_with(
     (model, r, s)
 }
 
-fn outcome(s: &Value) -> String {
+pub(crate) fn outcome(s: &Value) -> String {
     format!(
         "outcome={} reason={} findings={}",
         s["outcome"], s["reason"], s["attempts"][0]["gate_findings"]
@@ -314,7 +314,7 @@ fn attack40_03_a_repeated_call_through_wrappers_is_nudged_then_stopped() {
 
 /// A repository made of `files`, with a scripted agent and critic, the
 /// given goal and `extra` config, committed.
-fn repo(files: &[(&str, &str)], goal: &str, extra: &str) -> TestEnv {
+pub(crate) fn repo(files: &[(&str, &str)], goal: &str, extra: &str) -> TestEnv {
     let dir = tempfile::tempdir().expect("tmp");
     for (rel, content) in files {
         let p = dir.path().join(rel);
@@ -331,13 +331,13 @@ fn repo(files: &[(&str, &str)], goal: &str, extra: &str) -> TestEnv {
     TestEnv::from_dir(dir.path())
 }
 
-fn writes_session(files: &[(&str, &str)], bashes: &[&str]) -> SessionScript {
+pub(crate) fn writes_session(files: &[(&str, &str)], bashes: &[&str]) -> SessionScript {
     let mut blocks: Vec<Block> = files.iter().map(|(p, c)| write(p, c)).collect();
     blocks.extend(bashes.iter().map(|b| bash(b)));
     session(vec![turn(blocks), turn(vec![text("Done.")])])
 }
 
-fn run_repo(
+pub(crate) fn run_repo(
     env: &TestEnv,
     agent: SessionScript,
     extra_env: &[(&str, std::ffi::OsString)],

@@ -24,64 +24,8 @@
 //! ignores `-o python_files` given through `addopts`: no tests at
 //! baseline).
 
-use serde_json::{json, Value};
-
-use crate::support::model::{ScriptedModel, SessionScript};
+use crate::attack40::{outcome, repo, run_repo, writes_session};
 use crate::support::*;
-
-fn always_pass() -> SessionScript {
-    verdict(json!({"verdict": "PASS", "violations": [], "examiner": []}))
-}
-
-fn outcome(s: &Value) -> String {
-    format!(
-        "outcome={} reason={} findings={}",
-        s["outcome"], s["reason"], s["attempts"][0]["gate_findings"]
-    )
-}
-
-/// A repository made of `files`, with a scripted agent and critic, the
-/// given goal and `extra` config, committed.
-fn repo(files: &[(&str, &str)], goal: &str, extra: &str) -> TestEnv {
-    let dir = tempfile::tempdir().expect("tmp");
-    for (rel, content) in files {
-        let p = dir.path().join(rel);
-        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-        std::fs::write(&p, content).expect("write");
-    }
-    std::fs::write(
-        dir.path().join("loopd.toml"),
-        format!(
-            "agent = \"scripted\"\ncritic_agent = \"scripted\"\ntask = \"Make the tests pass. Do not delete, skip or weaken any test.\"\nmax_attempts = 1\nbudget_usd = 0.5\n\n[[goal]]\nname = \"tests\"\nrun = {goal:?}\ntimeout = \"2m\"\n\n[examiner]\nmode = \"off\"\n{extra}"
-        ),
-    )
-    .expect("loopd.toml");
-    TestEnv::from_dir(dir.path())
-}
-
-fn writes_session(files: &[(&str, &str)], bashes: &[&str]) -> SessionScript {
-    let mut blocks: Vec<_> = files.iter().map(|(p, c)| write(p, c)).collect();
-    blocks.extend(bashes.iter().map(|b| bash(b)));
-    session(vec![turn(blocks), turn(vec![text("Done.")])])
-}
-
-fn run_repo(
-    env: &TestEnv,
-    agent: SessionScript,
-    extra_env: &[(&str, std::ffi::OsString)],
-) -> (RunResult, Value) {
-    let model = ScriptedModel::start(scenario(vec![agent], vec![always_pass(), always_pass()]));
-    let mut cmd = env.loopd(Some(&model));
-    for (k, v) in extra_env {
-        cmd.env(k, v);
-    }
-    cmd.arg("run")
-        .arg("--json")
-        .args(["--max-attempts", "1", "--allowed-tools", FULL_BASH]);
-    let r = finish(cmd.output().expect("run loopd"));
-    let s = r.summary();
-    (r, s)
-}
 
 const APPEND_ONLY: &str = "\n[protect]\ntests = \"append_only\"\n";
 

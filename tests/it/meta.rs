@@ -763,13 +763,17 @@ fn the_suite_inventory_names_each_test_with_the_agent_it_uses() {
     // that call `TestEnv::scripted()`, and those that call one of them.
     let mut helpers: Vec<(String, String)> = Vec::new();
     let mut functions: Vec<(String, String, String)> = Vec::new();
-    // Modules whose helpers a file calls by name (`use crate::ci::*;`).
+    // Modules whose helpers a file calls by name (`use crate::ci::*;`,
+    // `use crate::attack40::{repo, run_repo};`).
     let mut globs: Vec<(String, String)> = Vec::new();
     for (module, text) in suite_files() {
         for line in text.lines() {
-            if let Some(m) = line
+            if let Some((m, _)) = line
                 .strip_prefix("use crate::")
-                .and_then(|l| l.strip_suffix("::*;"))
+                .and_then(|l| l.split_once("::"))
+                .filter(|(m, rest)| {
+                    *m != "support" && (rest.starts_with('*') || rest.starts_with('{'))
+                })
             {
                 globs.push((module.clone(), m.to_owned()));
             }
