@@ -42,6 +42,8 @@ pub enum CiError {
     Journal(#[from] JournalError),
     #[error("cannot put the git directory back as pinned: {0}")]
     GitDir(#[source] std::io::Error),
+    #[error(transparent)]
+    Continue(#[from] job::continued::ContinueError),
     #[error("cannot commit the fix: {0}")]
     Commit(#[source] git2::Error),
 }

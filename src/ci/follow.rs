@@ -478,6 +478,18 @@ fn asked(event: &PrEvent) -> String {
     }
 }
 
+/// The job id of the round answering `key` on pull request `pr`
+/// (`pr12-issue-comment-345`): letters, digits and `-`, at most 64.
+pub fn round_job_id(pr: u64, key: &str) -> String {
+    let mut id = format!("pr{pr}-");
+    id.extend(
+        key.chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }),
+    );
+    id.truncate(64);
+    id
+}
+
 /// Run one round for `f.event`.
 pub async fn run(
     mut f: Follow<'_>,
@@ -614,8 +626,25 @@ pub async fn run(
             job_time,
         );
     }
-    // The round works on the pull request's head, as checked out.
-    let head = f.ws.head_commit()?;
+    // The round's job: its id derived from the event, so a run of the same
+    // event after a runner died (its state dir and checkout restored, as
+    // the workflow caches them) continues the round's journal — nothing
+    // that finished runs or is billed again — the rule of `run --job-id`.
+    let id = round_job_id(pr.number, &key);
+    let run_dir = f.job.state_dir.join("runs").join(&id);
+    let replay = crate::journal::load(&run_dir);
+    let merges = matches!(f.event, PrEvent::Merge(_) | PrEvent::BaseMoved { .. });
+    // The round works on the pull request's head, as checked out; a merge
+    // round continued, on the merge it started from that head (the
+    // journal's BASE_REF: loopd's own commit).
+    let checked_out = f.ws.head_commit()?;
+    let resumed_merge = match &replay.base_ref {
+        Some(base) if merges && *base == checked_out.to_string() => {
+            merge::started(f.ws.git2(), checked_out)
+        }
+        _ => None,
+    };
+    let head = resumed_merge.as_ref().map_or(checked_out, |(h, _, _)| *h);
     if head.to_string() != pr.head_sha {
         return done(report, Decision::Error, format!("the checkout is at {head}, not at #{}'s head {} (hint: check out `refs/pull/{}/head`)", pr.number, pr.head_sha, pr.number), job_time);
     }
@@ -623,7 +652,9 @@ pub async fn run(
     report.push_url = Some(target.url.clone());
     // A moved base: merged in, the conflicts left as markers for the job.
     let mut merging: Option<(git2::Oid, Vec<String>)> = None;
-    if matches!(f.event, PrEvent::Merge(_) | PrEvent::BaseMoved { .. }) {
+    if let Some((_, tip, conflicts)) = resumed_merge {
+        merging = Some((tip, conflicts));
+    } else if merges {
         let base_ref = format!("refs/loopd/base/{}", pr.number);
         let tip = merge::fetch(f.ws.root(), &target, &pr.base_ref, &base_ref, Some(&token))?;
         let local = format!("refs/loopd/merge/{}", pr.number);
@@ -709,12 +740,28 @@ pub async fn run(
     if !f.attempts_from_flags {
         f.job.max_attempts = f.job.ci.max_attempts;
     }
-    ready(&f.ws, &f.job)?;
+    let again = match replay.job_id {
+        Some(_) => {
+            let again = job::continued::again(&f.job, &f.ws, &id, &replay)?;
+            job::continued::ready(&f.job, &f.ws, &id, &replay)?;
+            tracing::info!(job_id = %id, event = %key, "the round's job is in the state dir: it continues");
+            Some(again)
+        }
+        None => {
+            ready(&f.ws, &f.job)?;
+            None
+        }
+    };
     let repo_root = f.ws.root().to_path_buf();
     let _held = Hold::new(&f.job.state_dir, f.ws.common_dir())?;
     let ws = std::mem::replace(&mut f.ws, Workspace::open(&repo_root)?);
+    if let Some(again) = again {
+        job::continued::reopen(&run_dir, again)?;
+    }
+    let mut control = control();
+    control.job_id = Some(id);
     let in_job = std::time::Instant::now();
-    let summary = job::run(&f.job, ws, control()).await?;
+    let summary = job::run(&f.job, ws, control).await?;
     job_time = in_job.elapsed();
     let record = Record::Round {
         event: key.clone(),
@@ -765,8 +812,12 @@ pub async fn run(
         summary.job_id,
     );
     let local = format!("loopd/round/{}-{round}", pr.number);
-    let commit = match &merging {
-        Some((tip, _)) => {
+    // Committed once: a continued round finds its commit in the journal.
+    let committed = accepted.journal.state().committed.clone();
+    let commit = match (&merging, committed) {
+        (None, _) => accepted.commit(&local, &message)?,
+        (Some(_), Some(c)) => c,
+        (Some((tip, _)), None) => {
             let judged = accepted.judged()?;
             let c = merge::commit(
                 accepted.ws.git2(),
@@ -782,7 +833,6 @@ pub async fn run(
                 .append(Event::Committed { commit: c.clone() })?;
             c
         }
-        None => accepted.commit(&local, &message)?,
     };
     let (ws, journal) = (&accepted.ws, &mut accepted.journal);
     let remote_ref = format!("refs/heads/{}", pr.head_ref);

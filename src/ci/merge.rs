@@ -128,15 +128,48 @@ pub fn start(
         .signature()
         .or_else(|_| git2::Signature::now("loopd", "loopd@localhost"))
         .map_err(&err)?;
-    let message =
-        format!("loopd: merge {base_name} ({base}) into the branch, conflicts left as markers\n");
+    conflicts.sort();
+    let mut message = format!(
+        "loopd: merge {base_name} ({base}) into the branch, conflicts left as markers\n\n{BASE_TRAILER} {base}\n"
+    );
+    for c in &conflicts {
+        let quoted = serde_json::to_string(c).expect("a path serializes");
+        message.push_str(&format!("{CONFLICT_TRAILER} {quoted}\n"));
+    }
     let commit = repo
         .commit(None, &sig, &sig, &message, &tree, &[&ours])
         .map_err(&err)?;
     repo.reference(local, commit, true, "loopd: a merge to resolve")
         .map_err(&err)?;
-    conflicts.sort();
     Ok(Merged::Started { commit, conflicts })
+}
+
+/// The trailer of a merge's starting commit naming the base's tip.
+const BASE_TRAILER: &str = "Loopd-Merge-Base:";
+/// The trailer naming each conflicted path (as a JSON string).
+const CONFLICT_TRAILER: &str = "Loopd-Conflict:";
+
+/// A merge round continued from its journal: `commit` is the starting
+/// commit [`start`] made (the journal's BASE_REF, so loopd's own, never a
+/// commit read off the branch) — the head it was made on, the base's tip
+/// and the conflicts, as the round began with them.
+pub fn started(repo: &Repository, commit: Oid) -> Option<(Oid, Oid, Vec<String>)> {
+    let c = repo.find_commit(commit).ok()?;
+    if c.parent_count() != 1 {
+        return None;
+    }
+    let head = c.parent_id(0).ok()?;
+    let message = c.message()?;
+    let mut base = None;
+    let mut conflicts = Vec::new();
+    for line in message.lines() {
+        if let Some(b) = line.strip_prefix(BASE_TRAILER) {
+            base = Oid::from_str(b.trim()).ok();
+        } else if let Some(p) = line.strip_prefix(CONFLICT_TRAILER) {
+            conflicts.push(serde_json::from_str(p.trim()).ok()?);
+        }
+    }
+    Some((head, base?, conflicts))
 }
 
 /// Check the merge's state out (detached), where the job starts.
@@ -274,6 +307,12 @@ mod tests {
             panic!("a conflict")
         };
         assert_eq!(conflicts, ["a.txt"]);
+        assert_eq!(
+            super::started(&repo, commit),
+            Some((head, base, conflicts.clone())),
+            "a continued round reads its merge back"
+        );
+        assert_eq!(super::started(&repo, head), None, "not a merge's start");
         let started = repo.find_commit(commit).expect("commit");
         assert_eq!(started.parent_ids().collect::<Vec<_>>(), [head]);
         let left = markers_left(&repo, started.tree_id(), &conflicts);

@@ -153,6 +153,7 @@ pub fn ci(args: CiArgs, progress: bool) -> Result<ExitStatus, CliError> {
                     }
                 }
                 CiError::Workspace(w) => CliError::from(w),
+                CiError::Continue(c) => CliError::from(c),
                 e => CliError::new(ExitStatus::Environment, e),
             })
         }

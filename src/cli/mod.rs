@@ -103,6 +103,17 @@ impl From<crate::config::ConfigError> for CliError {
     }
 }
 
+impl From<crate::job::continued::ContinueError> for CliError {
+    fn from(e: crate::job::continued::ContinueError) -> Self {
+        let (status, hint) = (e.status(), e.hint());
+        CliError {
+            status,
+            message: e.to_string(),
+            hint,
+        }
+    }
+}
+
 impl From<crate::workspace::WorkspaceError> for CliError {
     fn from(e: crate::workspace::WorkspaceError) -> Self {
         let hint = e.hint().map(str::to_owned);

@@ -49,14 +49,19 @@ pub fn prepare(flags: &JobFlags) -> Result<(Workspace, Job), CliError> {
 /// The last checks before a foreground job touches anything: a clean tree
 /// and a state dir to write to.
 pub fn ready(ws: &Workspace, job: &Job) -> Result<(), CliError> {
-    job::ready(ws, job).map_err(|e| match e {
+    job::ready(ws, job).map_err(ready_error)
+}
+
+/// A tree or state dir not ready for a job, as the CLI says it.
+fn ready_error(e: job::JobError) -> CliError {
+    match e {
         job::JobError::Workspace(w) => CliError::from(w),
         job::JobError::StateDir(s) => {
             let hint = s.hint();
             CliError::new(ExitStatus::Environment, s).hint(hint)
         }
         e => CliError::new(ExitStatus::Environment, e),
-    })
+    }
 }
 
 /// `progress`: print live progress lines on stderr (not with `-q`).
@@ -163,8 +168,7 @@ fn spec_of(ws: &Workspace, job: &Job, flags: &JobFlags, id: &str) -> Result<JobS
 
 /// `run --job-id` of a job the state dir already holds: its summary if it
 /// has ended, else on from where its journal stops (after a `kill -9`, an
-/// eviction, a reboot), in the tree it left — which holds the job's own
-/// work in progress, so it is not required to be clean.
+/// eviction, a reboot), in the tree it left ([`job::continued`] decides).
 fn continue_job(
     args: &RunArgs,
     mut control: crate::job::Control,
@@ -173,129 +177,32 @@ fn continue_job(
     id: &str,
     replay: &crate::journal::Replay,
 ) -> Result<ExitStatus, CliError> {
-    let usage = |m: String| CliError::new(ExitStatus::Usage, m);
-    if replay.task.as_deref() != Some(job.task.as_str())
-        || replay.repo.as_deref() != Some(ws.root())
-    {
-        return Err(usage(format!(
-            "job `{id}` in `{}` is another job: it was started on `{}` with the task {:?}",
-            job.state_dir.display(),
-            replay
-                .repo
-                .as_deref()
-                .unwrap_or(std::path::Path::new("?"))
-                .display(),
-            replay.task.as_deref().unwrap_or_default()
-        ))
-        .hint("a new job needs a new `--job-id`; `loopd report ID` shows what that one was"));
-    }
-    check_spec(job, id, replay)?;
+    use crate::job::continued;
     let run_dir = job.state_dir.join("runs").join(id);
-    // An ending the job decided is final: its summary, its code. One a
-    // scheduler retries (a signal, an environment failure) continues, as
-    // `loopd resume` would with the same caps: its parked work back in the
-    // tree, what it spent still counted.
-    let mut reopen = None;
-    let phase = replay.phase();
-    if let crate::journal::Phase::Finalized(_) = phase {
-        let ending = replay.decided().ok_or_else(|| {
-            CliError::new(
-                ExitStatus::Environment,
-                format!("the journal of job `{id}` says it was finalized but not how it ended"),
-            )
-            .hint(format!(
-                "`loopd report {id}` shows what it holds; a new job needs a new `--job-id`"
-            ))
-        })?;
-        if !ExitStatus::from(ending.reason).retryable() {
-            // The summary is a view: trusted only where it says what the
-            // journal says (else the ending is written again from it).
-            if let Some(summary) =
-                crate::util::read_untrusted(&run_dir.join("summary.json"), 16 << 20)
-                    .ok()
-                    .and_then(|t| serde_json::from_slice::<crate::record::Summary>(&t).ok())
-                    .filter(|s| s.job_id == id && s.reason == ending.reason)
-            {
-                tracing::info!(job_id = %id, reason = %summary.reason, "the job has ended; nothing to do");
-                print_summary(&summary, args.json);
-                return Ok(summary.reason.into());
-            }
-        } else {
-            tracing::info!(job_id = %id, reason = %ending.reason, "the job ended on a retryable condition; it continues");
-            reopen = Some(crate::journal::Event::Reopened {
-                budget_usd: None,
-                max_attempts: None,
-                timeout: None,
-                note: None,
-                restore: replay.parked.as_ref().and_then(|p| p.stash_commit.clone()),
-                spec: None,
-            });
+    let again = continued::again(job, &ws, id, replay)?;
+    if let continued::Again::Ended(ending) = &again {
+        // The summary is a view: trusted only where it says what the
+        // journal says (else the ending is written again from it).
+        if let Some(summary) = crate::util::read_untrusted(&run_dir.join("summary.json"), 16 << 20)
+            .ok()
+            .and_then(|t| serde_json::from_slice::<crate::record::Summary>(&t).ok())
+            .filter(|s| s.job_id == id && s.reason == ending.reason)
+        {
+            tracing::info!(job_id = %id, reason = %summary.reason, "the job has ended; nothing to do");
+            print_summary(&summary, args.json);
+            return Ok(summary.reason.into());
         }
     }
-    // The tree holds the job's own work from its first attempt until the
-    // breaker parks it (a kill -9 anywhere in between leaves it there);
-    // before that and after it, it must be clean, as for a new job:
-    // uncommitted work of yours is never taken into a job.
-    let holds_the_jobs_work =
-        (replay.current.is_some() || !replay.attempts.is_empty()) && replay.parked.is_none();
-    if !holds_the_jobs_work {
-        ready(&ws, job)?;
-    }
-    if let Some(base) = &replay.base_ref {
-        let head = ws.head_commit()?.to_string();
-        if &head != base {
-            return Err(usage(format!(
-                "`{}` is at {head}, but job `{id}` started at BASE_REF {base}",
-                ws.root().display()
-            ))
-            .hint(format!(
-                "check the base out first: `git -C {} switch --detach {base}`",
-                crate::util::shell_quote(&ws.root().to_string_lossy())
-            )));
-        }
-    }
+    continued::ready(job, &ws, id, replay).map_err(|e| match e {
+        continued::ContinueError::Job(j) => ready_error(j),
+        e => CliError::from(e),
+    })?;
     control.job_id = Some(id.to_owned());
-    if let Some(reopened) = reopen {
-        crate::journal::Journal::open(&run_dir)
-            .and_then(|mut j| j.append(reopened))
-            .map_err(|e| CliError::new(ExitStatus::Environment, e))?;
-    }
+    continued::reopen(&run_dir, again)?;
     let record = Foreground::reopen(&run_dir, &job.state_dir, id, || {
         spec_of(&ws, job, &args.flags, id)
     })?;
     finish_foreground(job, ws, control, record, args.json)
-}
-
-/// A job continued by `run --job-id` is judged by the spec it started
-/// with (or that `loopd resume` last raised): another goal, held-out step,
-/// rubric, configuration file or cap on the command line would have the
-/// continuation graded by rules the job was not given, and its budget
-/// raised by whoever restarts it. Refused (exit 2), naming each field
-/// that differs. A journal of an older loopd pins no spec: let through,
-/// with a warning.
-fn check_spec(job: &Job, id: &str, replay: &crate::journal::Replay) -> Result<(), CliError> {
-    let Some(was) = &replay.spec else {
-        tracing::warn!(job_id = %id, "the journal of this job records no spec (an older loopd wrote it): this run's goal, rubric and caps are taken as they are, unchecked");
-        return Ok(());
-    };
-    let changes = was.changes(&job.spec());
-    if changes.is_empty() {
-        return Ok(());
-    }
-    let lines: Vec<String> = changes
-        .iter()
-        .map(|c| format!("  {}: was {} → now {}", c.field, c.was, c.now))
-        .collect();
-    Err(CliError::new(
-        ExitStatus::Usage,
-        format!(
-            "job `{id}` was started with another spec than this run's; what differs:\n{}",
-            lines.join("\n")
-        ),
-    )
-    .hint(format!(
-        "continue it with the same goal, configuration and caps; raising its caps is `loopd resume {id} --budget-usd X` (or `--max-attempts`, `--max-turns`, `--max-tokens`, `--timeout`) once it has stopped; another goal is a new job with a new `--job-id`"
-    )))
 }
 
 /// The lock of a foreground job's run directory.

@@ -35,6 +35,7 @@
 
 mod attempt;
 mod channel;
+pub mod continued;
 mod ending;
 mod examine;
 mod feedback;

@@ -1499,6 +1499,80 @@ fn issue41_a_runner_killed_after_the_push_is_answered_by_the_next_without_a_seco
     );
 }
 
+/// A runner killed in the middle of a round's job — after its agent
+/// session and goal test, before the critic; and after the job decided,
+/// before anything was committed — then the same event run again on the
+/// state dir and checkout it left (what the workflow's cache restores):
+/// the round's journal is continued under the job id derived from the
+/// event, no finished session reaches the model again, and there is one
+/// push and one answer.
+#[test]
+fn issue41_a_runner_killed_mid_round_is_continued_not_repeated() {
+    for point in ["journal:goal_run", "journal:job_ended"] {
+        let ci = ci_env();
+        let branch = loopd_pr(&ci);
+        let model = one_clean_fix();
+        let event = issue_comment(
+            11,
+            "MEMBER",
+            "User",
+            "Please fix the rounding of the gross total.",
+        );
+        let r = round_with(
+            &ci,
+            &model,
+            &branch,
+            event.clone(),
+            "issue_comment",
+            &[("LOOPD_CRASH_AT", point)],
+        );
+        assert_ne!(r.code, 0, "{point}: killed: {}", r.stderr);
+        assert_eq!(ci.authenticated_pushes(), 0, "{point}");
+        assert!(ci.gh.comments().is_empty(), "{point}: nothing answered yet");
+        let sessions = model.session_count(Role::Agent);
+        assert_eq!(sessions, 1, "{point}");
+        let r = round(&ci, &model, &branch, event.clone(), "issue_comment");
+        assert_eq!(r.code, 0, "{point}: {}", r.stderr);
+        let rep = report(&r);
+        assert_eq!(rep["decision"], "round_pushed", "{point}: {rep}");
+        assert_eq!(rep["summary"]["job_id"], "pr1-issue-comment-11", "{point}");
+        assert_eq!(
+            (
+                model.session_count(Role::Agent),
+                model.session_count(Role::Critic)
+            ),
+            (1, 1),
+            "{point}: the agent's session is not run again, the critic once"
+        );
+        let resumed = ci_journal(&rep)
+            .iter()
+            .filter(|e| matches!(e, loopd::journal::Event::Resumed { .. }))
+            .count();
+        assert_eq!(resumed, 1, "{point}: the job was continued from its journal");
+        assert_eq!(ci.authenticated_pushes(), 1, "{point}");
+        assert_eq!(
+            remote_git(&ci.remote, &["show", &format!("{branch}:rechnung.py")]).1,
+            clean_solution()
+        );
+        let message = remote_git(&ci.remote, &["log", "-1", "--format=%B", &branch]).1;
+        assert!(
+            message.contains("Loopd-Job: pr1-issue-comment-11"),
+            "{point}: {message}"
+        );
+        let comments = ci.gh.comments();
+        assert_eq!(comments.len(), 1, "{point}: {comments:?}");
+        assert!(
+            comments[0].body.contains("Round 1 answers"),
+            "{point}: {}",
+            comments[0].body
+        );
+        // And once more: answered, nothing runs.
+        let r = round(&ci, &model, &branch, event, "issue_comment");
+        assert_eq!(report(&r)["decision"], "skipped", "{point}");
+        assert_eq!(ci.authenticated_pushes(), 1, "{point}");
+    }
+}
+
 #[test]
 fn issue41_the_follow_workflow_subscribes_to_each_event_with_the_least_permissions() {
     let check = r#"
@@ -1514,6 +1588,21 @@ steps = job["steps"]
 checkout = [s for s in steps if s.get("uses", "").startswith("actions/checkout")]
 assert checkout and checkout[0]["with"]["persist-credentials"] is False and "refs/pull/" in checkout[0]["with"]["ref"], checkout
 assert any(s.get("run", "").strip() == "loopd ci" for s in steps), steps
+# A re-run of an interrupted round continues it: the state dir and the
+# checkout are restored by the event's key before the checkout (which runs
+# only when nothing was restored) and saved whatever happened.
+restore = [i for i, s in enumerate(steps) if s.get("uses", "").startswith("actions/cache/restore")]
+save = [i for i, s in enumerate(steps) if s.get("uses", "").startswith("actions/cache/save")]
+ci = [i for i, s in enumerate(steps) if s.get("run", "").strip() == "loopd ci"]
+assert restore and save and restore[0] < steps.index(checkout[0]) < ci[0] < save[0], (restore, save, ci)
+r, w = steps[restore[0]], steps[save[0]]
+state = steps[ci[0]]["env"]["LOOPD_STATE_DIR"]
+for paths in (r["with"]["path"], w["with"]["path"]):
+    assert state in paths.splitlines() and "${{ github.workspace }}" in paths.splitlines(), paths
+assert r["with"]["key"] == w["with"]["key"] and w["if"] == "always()", (r, w)
+assert "github.event.comment.id" in r["with"]["key"] and "github.run_attempt" in r["with"]["key"], r
+assert r["with"]["key"].startswith(r["with"]["restore-keys"]), r
+assert checkout[0]["if"] == "steps.restore.outputs.cache-matched-key == ''", checkout[0]
 print("ok")
 "#;
     check_workflow(
@@ -1628,6 +1717,18 @@ fn moved_base(
 
 #[test]
 fn issue41_a_moved_base_with_a_conflict_is_merged_judged_and_pushed_as_a_merge() {
+    moved_base_round(None);
+}
+
+/// The merge round, its runner killed after the goal test: the round's
+/// job continues on the merge it started (read back from its journal's
+/// BASE_REF), the conflicts as they were, the agent not called again.
+#[test]
+fn issue41_a_merge_round_killed_mid_job_continues_on_the_merge_it_started() {
+    moved_base_round(Some("journal:goal_run"));
+}
+
+fn moved_base_round(crash: Option<&str>) {
     let mut ci = ci_env();
     let buggy = std::fs::read_to_string(ci.env.repo.join("rechnung.py")).expect("rechnung.py");
     let first = buggy.lines().next().expect("a first line").to_owned();
@@ -1639,15 +1740,23 @@ fn issue41_a_moved_base_with_a_conflict_is_merged_judged_and_pushed_as_a_merge()
         &buggy.replacen(&first, "\"\"\"Invoices (the branch's words).\"\"\"", 1),
     );
     let model = one_clean_fix();
-    let r = round(
-        &ci,
-        &model,
-        &branch,
-        issue_comment(9, "OWNER", "User", "/loopd merge"),
-        "issue_comment",
-    );
+    let merge = issue_comment(9, "OWNER", "User", "/loopd merge");
+    if let Some(point) = crash {
+        let r = round_with(
+            &ci,
+            &model,
+            &branch,
+            merge.clone(),
+            "issue_comment",
+            &[("LOOPD_CRASH_AT", point)],
+        );
+        assert_ne!(r.code, 0, "killed at {point}: {}", r.stderr);
+        assert_eq!(ci.authenticated_pushes(), 0);
+    }
+    let r = round(&ci, &model, &branch, merge, "issue_comment");
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert_eq!(report(&r)["decision"], "round_pushed", "{}", r.stdout);
+    assert_eq!(model.session_count(Role::Agent), 1, "one agent session");
     // The conflict was the task, with git's markers in the file.
     let asked: String = model
         .requests()
