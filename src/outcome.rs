@@ -280,6 +280,9 @@ pub enum CiDecision {
     /// The pull request reached its round cap or budget: the open points
     /// are listed once, and nothing more runs until a maintainer asks.
     Capped,
+    /// A push to a base branch: a merge round was started (dispatched)
+    /// for each followed pull request into it that no longer merges.
+    MergesStarted,
 }
 
 impl CiDecision {
@@ -296,6 +299,7 @@ impl CiDecision {
             CiDecision::Answered => "answered",
             CiDecision::NeedsHuman => "needs human",
             CiDecision::Capped => "capped",
+            CiDecision::MergesStarted => "merges started",
         }
     }
 
@@ -309,7 +313,8 @@ impl CiDecision {
             | CiDecision::PullRequestExists
             | CiDecision::Skipped
             | CiDecision::RoundPushed
-            | CiDecision::Capped => ExitStatus::Success,
+            | CiDecision::Capped
+            | CiDecision::MergesStarted => ExitStatus::Success,
             CiDecision::Answered => reason.map_or(ExitStatus::Success, ExitStatus::from),
             CiDecision::NeedsHuman => ExitStatus::NeedsHuman,
             CiDecision::Refused => ExitStatus::Usage,

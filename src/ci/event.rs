@@ -64,6 +64,10 @@ pub const CONTINUE: &str = "/loopd continue";
 /// comment's first line.
 pub const MERGE: &str = "/loopd merge";
 
+/// The `repository_dispatch` type of a merge round a base push starts:
+/// `client_payload` holds the pull request's `pr` and `head_sha`.
+pub const DISPATCH: &str = "loopd-merge";
+
 /// The marker every comment loopd writes carries (its own words are never
 /// a request).
 pub const MARKER: &str = "<!-- loopd:";
@@ -213,6 +217,16 @@ impl PrEvent {
                     head_sha: s(&p["head"]["sha"]),
                 })
             }
+            // A merge round a base push asked for ([`super::follow::sweep`]):
+            // a dispatch needs write access to the repository, and the pull
+            // request is read again before anything runs.
+            "repository_dispatch" if action == DISPATCH => {
+                let c = &event["client_payload"];
+                Some(PrEvent::BaseMoved {
+                    pr: n(&c["pr"], "client_payload.pr")?,
+                    head_sha: s(&c["head_sha"]),
+                })
+            }
             _ => None,
         })
     }
@@ -300,5 +314,20 @@ mod tests {
             .unwrap_err()
             .contains("`id`"));
         assert_eq!(PrEvent::parse("push", &json!({})), Ok(None));
+
+        let dispatch =
+            json!({"action": "loopd-merge", "client_payload": {"pr": 4, "head_sha": "abc"}});
+        let e = PrEvent::parse("repository_dispatch", &dispatch)
+            .expect("parses")
+            .expect("an event");
+        assert_eq!((e.pr(), e.key()), (4, "base:abc".to_owned()));
+        let mut other = dispatch.clone();
+        other["action"] = json!("deploy");
+        assert_eq!(PrEvent::parse("repository_dispatch", &other), Ok(None));
+        other["action"] = json!("loopd-merge");
+        other["client_payload"]["pr"] = json!("4");
+        assert!(PrEvent::parse("repository_dispatch", &other)
+            .unwrap_err()
+            .contains("client_payload.pr"));
     }
 }

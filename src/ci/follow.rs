@@ -33,7 +33,7 @@ use std::sync::OnceLock;
 use regex::Regex;
 
 use super::autofix::{Accepted, CiError, Hold};
-use super::event::{PrEvent, Request, CONTINUE, MARKER, MERGE};
+use super::event::{PrEvent, Request, CONTINUE, DISPATCH, MARKER, MERGE};
 use super::github::{self, Actions, Api, IssueComment, Lease, PullInfo, PushTarget};
 use super::merge::{self, Merged};
 use super::{CiReport, Decision};
@@ -478,6 +478,81 @@ fn asked(event: &PrEvent) -> String {
     }
 }
 
+/// A push to `actions.branch`: a merge round started — a
+/// `repository_dispatch` [`DISPATCH`], since GitHub starts no workflow
+/// for a comment or push of the workflow's own token — for each open pull
+/// request into it that loopd follows and that no longer merges. Nothing is
+/// written on a pull request here: the round does that, exactly once by its
+/// event's key (`base:<head sha>`), and reads the pull request again
+/// before anything runs.
+pub async fn sweep(actions: &Actions, job: &Job) -> Result<CiReport, CiError> {
+    let mut report = CiReport::new(Decision::Skipped, String::new(), &actions.sha);
+    let branch = &actions.branch;
+    if branch.starts_with("loopd/") {
+        report.why = format!(
+            "`{branch}` is one of loopd's own branches: no pull request loopd follows is into it"
+        );
+        return Ok(report);
+    }
+    let token = github::token_from_env()?;
+    let api = Api::new(&actions.api_url, &actions.repository, token)?;
+    let (mut started, mut unknown) = (Vec::new(), Vec::new());
+    for n in api.pulls_into(branch).await? {
+        let mut pr = api.pull(n).await?;
+        let followed =
+            pr.head_ref.starts_with("loopd/") || pr.labels.contains(&job.ci.follow_label);
+        if !pr.open
+            || !followed
+            || pr.head_repo != pr.base_repo
+            || pr.head_ref == pr.default_branch
+            || pr.base_ref != *branch
+        {
+            continue;
+        }
+        // GitHub computes whether a pull request merges in the background
+        // after a push: asked again a few times, then reported unknown.
+        for wait in [2, 4, 8] {
+            if pr.mergeable.is_some() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(wait)).await;
+            pr = api.pull(n).await?;
+        }
+        match pr.mergeable {
+            Some(false) => {
+                api.dispatch(
+                    DISPATCH,
+                    serde_json::json!({"pr": n, "head_sha": pr.head_sha}),
+                )
+                .await?;
+                tracing::info!(pr = n, head = %pr.head_sha, "a merge round was started");
+                started.push(format!("#{n}"));
+            }
+            Some(true) => {}
+            None => unknown.push(format!("#{n}")),
+        }
+    }
+    let unknown = if unknown.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; GitHub had not said whether {} merge (a maintainer's `{MERGE}` starts the round)",
+            unknown.join(", ")
+        )
+    };
+    if started.is_empty() {
+        report.why =
+            format!("no pull request loopd follows into `{branch}` stopped merging{unknown}");
+    } else {
+        report.decision = Decision::MergesStarted;
+        report.why = format!(
+            "a merge round was started for {} (into `{branch}`){unknown}",
+            started.join(", ")
+        );
+    }
+    Ok(report)
+}
+
 /// The job id of the round answering `key` on pull request `pr`
 /// (`pr12-issue-comment-345`): letters, digits and `-`, at most 64.
 pub fn round_job_id(pr: u64, key: &str) -> String {
@@ -560,6 +635,20 @@ pub async fn run(
         }
         PrEvent::CheckFailed { head_sha, .. } if *head_sha != pr.head_sha => {
             return done(report, Decision::Skipped, format!("the check ran on {head_sha}, and #{}'s head is now {}: a newer head has its own checks", pr.number, pr.head_sha), job_time);
+        }
+        PrEvent::BaseMoved { head_sha, .. } if *head_sha != pr.head_sha => {
+            return done(report, Decision::Skipped, format!("the merge was asked for {head_sha}, and #{}'s head is now {}: a newer head is judged on its own", pr.number, pr.head_sha), job_time);
+        }
+        PrEvent::BaseMoved { .. } if pr.mergeable == Some(true) => {
+            return done(
+                report,
+                Decision::Skipped,
+                format!(
+                    "#{} merges into `{}`: nothing to merge",
+                    pr.number, pr.base_ref
+                ),
+                job_time,
+            );
         }
         _ => {}
     }

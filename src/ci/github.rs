@@ -353,6 +353,9 @@ pub struct PullInfo {
     /// The repository's default branch (`main` when the API does not say).
     pub default_branch: String,
     pub labels: Vec<String>,
+    /// Whether it merges into its base (`None`: GitHub has not computed it
+    /// yet).
+    pub mergeable: Option<bool>,
 }
 
 /// A comment on a pull request's conversation.
@@ -587,7 +590,42 @@ impl Api {
                 .as_array()
                 .map(|a| a.iter().map(|l| s(&l["name"])).collect())
                 .unwrap_or_default(),
+            mergeable: p["mergeable"].as_bool(),
         })
+    }
+
+    /// The numbers of the open pull requests into `base` (100 a page; at
+    /// most 10 pages).
+    pub async fn pulls_into(&self, base: &str) -> Result<Vec<u64>, GitHubError> {
+        let mut out = Vec::new();
+        for page in 1..=10 {
+            let path = format!(
+                "/repos/{}/pulls?state=open&base={}&per_page=100&page={page}",
+                self.repository,
+                query_value(base)
+            );
+            let v = self.call(reqwest::Method::GET, &path, None).await?;
+            let items = v.as_array().cloned().unwrap_or_default();
+            out.extend(items.iter().filter_map(|p| p["number"].as_u64()));
+            if items.len() < 100 {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// A `repository_dispatch` of `event_type` with `payload`: a workflow
+    /// run started by the workflow's own token (GitHub starts no run for
+    /// its other events).
+    pub async fn dispatch(&self, event_type: &str, payload: Value) -> Result<(), GitHubError> {
+        let path = format!("/repos/{}/dispatches", self.repository);
+        self.call(
+            reqwest::Method::POST,
+            &path,
+            Some(&serde_json::json!({"event_type": event_type, "client_payload": payload})),
+        )
+        .await?;
+        Ok(())
     }
 
     /// Every comment on pull request `number`: its conversation's, then
@@ -809,6 +847,20 @@ pub fn push(
         }),
         None => Ok(()),
     }
+}
+
+/// `value` as a URL query value: every byte but the unreserved ones
+/// percent-encoded (a branch may hold `&`, `#` or `+`).
+fn query_value(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            b => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -39,6 +39,11 @@ pub struct CiArgs {
     /// Print the decision as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// This run is a push to a base branch: start a merge round (a
+    /// `repository_dispatch` `loopd-merge`) for each pull request loopd
+    /// follows into it that no longer merges; no job runs here.
+    #[arg(long)]
+    pub base_pushed: bool,
 }
 
 /// The events only a pull request loopd follows has: with nothing to
@@ -92,6 +97,12 @@ pub fn ci(args: CiArgs, progress: bool) -> Result<ExitStatus, CliError> {
             .hint("`loopd ci` runs in GitHub Actions; use `loopd run` elsewhere")
     })?;
     let rt = crate::cli::runtime()?;
+    if args.base_pushed {
+        // No job runs here: no agent CLI, no model credential is needed.
+        let ws = crate::workspace::Workspace::open(&args.flags.repo)?;
+        let job = crate::config::Job::resolve(&args.flags, ws.root())?;
+        return outcome(&args, &actions, rt.block_on(follow::sweep(&actions, &job)));
+    }
     let (ws, job) = prepare(&args.flags)?;
     let control = crate::cli::foreground_control(&job, &ws, progress, &args.credentials)?;
     let fix = Autofix {
@@ -110,7 +121,7 @@ pub fn ci(args: CiArgs, progress: bool) -> Result<ExitStatus, CliError> {
         CliError::new(ExitStatus::Usage, GitHubError::Event { path, message })
             .hint("the payload GitHub Actions writes for the event is read as GitHub documents it; a hand-made event file must have the same fields")
     })?;
-    let outcome = match event {
+    let result = match event {
         Some(event) => rt.block_on(follow::run(
             Follow {
                 actions: &actions,
@@ -131,8 +142,17 @@ pub fn ci(args: CiArgs, progress: bool) -> Result<ExitStatus, CliError> {
         )),
         None => rt.block_on(autofix::run(fix, ready, move || control)),
     };
+    outcome(&args, &actions, result)
+}
+
+/// The report's exit code, or the error's, the step summary written either way.
+fn outcome(
+    args: &CiArgs,
+    actions: &Actions,
+    outcome: Result<CiReport, CiError>,
+) -> Result<ExitStatus, CliError> {
     match outcome {
-        Ok(report) => Ok(finish(&args, &actions, report)),
+        Ok(report) => Ok(finish(args, actions, report)),
         Err(e) => {
             // The step summary says what happened, whatever happened.
             if let Some(path) = &actions.step_summary {

@@ -434,6 +434,9 @@ const FOLLOW: &str = include_str!("../../examples/github/loopd-follow.yml");
 /// What the example installs, replaced by the options.
 const FOLLOW_INSTALL: &str = "          npm install -g @anthropic-ai/claude-code@2.1.328\n          cargo install --locked --git \"${{ vars.LOOPD_GIT_URL }}\" loopd\n";
 const FOLLOW_RUNS_ON: &str = "    runs-on: ubuntu-latest\n";
+/// What the base push's job installs (loopd alone), replaced by the option.
+const FOLLOW_INSTALL_LOOPD: &str =
+    "          cargo install --locked --git \"${{ vars.LOOPD_GIT_URL }}\" loopd\n";
 
 /// `loopd export github-follow`: the follow workflow, every agent CLI the
 /// registry knows installed, loopd installed by `install`, on `runs_on`.
@@ -451,19 +454,20 @@ pub fn follow_workflow(install: &str, runs_on: &str) -> Result<String, ExportErr
         }
     }
     debug_assert!(FOLLOW.contains(FOLLOW_INSTALL) && FOLLOW.contains(FOLLOW_RUNS_ON));
+    // The round's job installs the agent CLIs and loopd; the base push's
+    // job, loopd alone. Both run on `runs_on`.
     let body = FOLLOW
-        .replacen(
+        .replace(
             FOLLOW_INSTALL,
             &format!(
                 "          npm install -g {}\n          {install}\n",
                 agent_packages()
             ),
-            1,
         )
-        .replacen(
+        .replace(FOLLOW_INSTALL_LOOPD, &format!("          {install}\n"))
+        .replace(
             FOLLOW_RUNS_ON,
             &format!("    runs-on: {}\n", yaml::scalar_text(runs_on)),
-            1,
         );
     // The example's first line says where to copy it; the export's says
     // who wrote it (`loopd export` overwrites only its own files).

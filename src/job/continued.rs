@@ -72,7 +72,7 @@ pub enum Again {
     /// It ended on a condition a scheduler retries: this event, journaled
     /// before it runs, reopens it with the same caps (its parked work back
     /// in the tree, what it spent still counted).
-    Reopen(Event),
+    Reopen(Box<Event>),
     /// It stopped in its middle (a `kill -9`, an eviction, a reboot): on
     /// from where its journal stops.
     Running,
@@ -83,21 +83,21 @@ pub enum Again {
 /// last raised — another goal, rubric or cap would have the continuation
 /// graded by rules the job was not given) and what running it again means.
 pub fn again(job: &Job, ws: &Workspace, id: &str, replay: &Replay) -> Result<Again, ContinueError> {
-    if replay.task.as_deref() != Some(job.task.as_str()) || replay.repo.as_deref() != Some(ws.root())
+    if replay.task.as_deref() != Some(job.task.as_str())
+        || replay.repo.as_deref() != Some(ws.root())
     {
         return Err(ContinueError::AnotherJob {
             id: id.to_owned(),
             state_dir: job.state_dir.clone(),
-            repo: replay
-                .repo
-                .clone()
-                .unwrap_or_else(|| PathBuf::from("?")),
+            repo: replay.repo.clone().unwrap_or_else(|| PathBuf::from("?")),
             task: replay.task.clone().unwrap_or_default(),
         });
     }
     match &replay.spec {
         // A journal of an older loopd pins no spec: let through, warned.
-        None => tracing::warn!(job_id = %id, "the journal of this job records no spec (an older loopd wrote it): this run's goal, rubric and caps are taken as they are, unchecked"),
+        None => {
+            tracing::warn!(job_id = %id, "the journal of this job records no spec (an older loopd wrote it): this run's goal, rubric and caps are taken as they are, unchecked")
+        }
         Some(was) => {
             let changes = was.changes(&job.spec());
             if !changes.is_empty() {
@@ -112,9 +112,9 @@ pub fn again(job: &Job, ws: &Workspace, id: &str, replay: &Replay) -> Result<Aga
         }
     }
     let ending = match replay.phase() {
-        Phase::Finalized(_) => replay.decided().ok_or_else(|| ContinueError::NoEnding {
-            id: id.to_owned(),
-        })?,
+        Phase::Finalized(_) => replay
+            .decided()
+            .ok_or_else(|| ContinueError::NoEnding { id: id.to_owned() })?,
         Phase::Ending(e) => e,
         _ => return Ok(Again::Running),
     };
@@ -122,14 +122,14 @@ pub fn again(job: &Job, ws: &Workspace, id: &str, replay: &Replay) -> Result<Aga
         return Ok(Again::Ended(ending));
     }
     tracing::info!(job_id = %id, reason = %ending.reason, "the job ended on a retryable condition; it continues");
-    Ok(Again::Reopen(Event::Reopened {
+    Ok(Again::Reopen(Box::new(Event::Reopened {
         budget_usd: None,
         max_attempts: None,
         timeout: None,
         note: None,
         restore: replay.parked.as_ref().and_then(|p| p.stash_commit.clone()),
         spec: None,
-    }))
+    })))
 }
 
 /// The last check before a held job runs again: the tree holds the job's
@@ -161,7 +161,7 @@ pub fn ready(job: &Job, ws: &Workspace, id: &str, replay: &Replay) -> Result<(),
 pub fn reopen(dir: &Path, again: Again) -> Result<(), ContinueError> {
     if let Again::Reopen(event) = again {
         crate::journal::Journal::open(dir)
-            .and_then(|mut j| j.append(event))
+            .and_then(|mut j| j.append(*event))
             .map_err(super::JobError::from)?;
     }
     Ok(())

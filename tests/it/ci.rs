@@ -1548,7 +1548,10 @@ fn issue41_a_runner_killed_mid_round_is_continued_not_repeated() {
             .iter()
             .filter(|e| matches!(e, loopd::journal::Event::Resumed { .. }))
             .count();
-        assert_eq!(resumed, 1, "{point}: the job was continued from its journal");
+        assert_eq!(
+            resumed, 1,
+            "{point}: the job was continued from its journal"
+        );
         assert_eq!(ci.authenticated_pushes(), 1, "{point}");
         assert_eq!(
             remote_git(&ci.remote, &["show", &format!("{branch}:rechnung.py")]).1,
@@ -1579,11 +1582,20 @@ fn issue41_the_follow_workflow_subscribes_to_each_event_with_the_least_permissio
 import sys, yaml
 d = yaml.safe_load(open(sys.argv[1]))
 on = d.get(True, d.get("on"))
-assert on == {"check_run": {"types": ["completed"]}, "issue_comment": {"types": ["created"]}, "pull_request_review": {"types": ["submitted"]}, "pull_request_review_comment": {"types": ["created"]}}, on
+assert on == {"check_run": {"types": ["completed"]}, "issue_comment": {"types": ["created"]}, "pull_request_review": {"types": ["submitted"]}, "pull_request_review_comment": {"types": ["created"]}, "push": {"branches-ignore": ["loopd/**"]}, "repository_dispatch": {"types": ["loopd-merge"]}}, on
 assert d["permissions"] == {"contents": "write", "pull-requests": "write", "issues": "write", "checks": "read"}, d["permissions"]
 assert d["concurrency"]["cancel-in-progress"] is False, d["concurrency"]
+# A base push: its own job, no agent and no model secret, reading pull
+# requests and dispatching rounds only.
+base = d["jobs"]["base"]
+assert base["if"] == "github.event_name == 'push'", base["if"]
+assert base["permissions"] == {"contents": "write", "pull-requests": "read"}, base["permissions"]
+runs = [s.get("run", "").strip() for s in base["steps"]]
+assert "loopd ci --base-pushed" in runs and not any("npm" in r for r in runs), runs
+assert all(set(s.get("env", {})) <= {"GITHUB_TOKEN"} for s in base["steps"]), base["steps"]
 job = d["jobs"]["round"]
-assert "sender.type != 'Bot'" in job["if"] and "loopd/" in job["if"], job["if"]
+assert "sender.type != 'Bot'" in job["if"] and "loopd/" in job["if"] and "github.event_name != 'push'" in job["if"], job["if"]
+assert "repository_dispatch" in job["if"], job["if"]
 steps = job["steps"]
 checkout = [s for s in steps if s.get("uses", "").startswith("actions/checkout")]
 assert checkout and checkout[0]["with"]["persist-credentials"] is False and "refs/pull/" in checkout[0]["with"]["ref"], checkout
@@ -1786,6 +1798,115 @@ fn moved_base_round(crash: Option<&str>) {
     assert_eq!(remote_tip(&ci, "main"), main_tip);
     assert_eq!(ci.authenticated_pushes(), 1);
     assert_eq!(ci.gh.comments().len(), 1);
+}
+
+/// A push to `main` that leaves loopd's pull request unmergeable: the
+/// base job dispatches one merge round for it — not for a followed pull
+/// request that still merges, nor one loopd does not follow — writes
+/// nothing on any pull request and calls no model; the dispatched round
+/// merges, is judged and pushes a merge, once.
+#[test]
+fn issue41_a_base_push_starts_a_merge_round_for_each_followed_pull_request_that_no_longer_merges() {
+    let mut ci = ci_env();
+    let buggy = std::fs::read_to_string(ci.env.repo.join("rechnung.py")).expect("rechnung.py");
+    let first = buggy.lines().next().expect("a first line").to_owned();
+    let (branch, head, main_tip) = moved_base(
+        &mut ci,
+        "rechnung.py",
+        &buggy,
+        &buggy.replacen(&first, "\"\"\"Invoices (the base's words).\"\"\"", 1),
+        &buggy.replacen(&first, "\"\"\"Invoices (the branch's words).\"\"\"", 1),
+    );
+    ci.gh.set_pull_meta(1, json!({"mergeable": false}));
+    // #2: followed (labelled) and still merging; #3: a person's branch,
+    // not followed; #4: into another base.
+    for (n, head_ref, base, meta) in [
+        (
+            2,
+            "feature/merges",
+            "main",
+            json!({"mergeable": true, "labels": [{"name": "loopd"}]}),
+        ),
+        (3, "feature/mine", "main", json!({"mergeable": false})),
+        (
+            4,
+            "loopd/autofix/elsewhere",
+            "release",
+            json!({"mergeable": false}),
+        ),
+    ] {
+        ci.gh.add_pull(head_ref, base);
+        ci.gh.set_pull_meta(n, meta);
+    }
+    let quiet = no_model();
+    let r = loopd_ci(
+        &ci,
+        &quiet,
+        &["--base-pushed"],
+        "main",
+        push_event(),
+        "push",
+        &[],
+    )
+    .0;
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let rep = report(&r);
+    assert_eq!(rep["decision"], "merges_started", "{rep}");
+    let dispatched: Vec<Value> = ci
+        .gh
+        .requests()
+        .iter()
+        .filter(|q| q.method == "POST" && q.path.ends_with("/dispatches"))
+        .map(|q| q.body.clone())
+        .collect();
+    assert_eq!(
+        dispatched,
+        [json!({"event_type": "loopd-merge", "client_payload": {"pr": 1, "head_sha": head}})]
+    );
+    let writes: Vec<String> = ci
+        .gh
+        .writes()
+        .iter()
+        .map(|q| q.path.clone())
+        .filter(|p| !p.ends_with("/dispatches"))
+        .collect();
+    assert!(writes.is_empty(), "{writes:?}");
+    assert_eq!((ci.authenticated_pushes(), quiet.requests().len()), (0, 0));
+    // The dispatched round.
+    let merge = json!({"action": "loopd-merge", "client_payload": {"pr": 1, "head_sha": head}, "sender": {"login": "github-actions[bot]", "type": "Bot"}});
+    let model = one_clean_fix();
+    let r = round(&ci, &model, &branch, merge.clone(), "repository_dispatch");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(report(&r)["decision"], "round_pushed", "{}", r.stdout);
+    let tip = remote_tip(&ci, &branch);
+    let parents = remote_git(&ci.remote, &["log", "-1", "--format=%P", &tip]).1;
+    assert_eq!(
+        parents.split_whitespace().collect::<Vec<_>>(),
+        [head.as_str(), main_tip.as_str()]
+    );
+    assert_eq!(ci.authenticated_pushes(), 1);
+    // The same dispatch again (its head is gone), and one for the new
+    // head, which merges: nothing.
+    let r = round(&ci, &quiet, &branch, merge, "repository_dispatch");
+    let rep = report(&r);
+    assert_eq!(rep["decision"], "skipped", "{rep}");
+    assert!(
+        rep["why"].as_str().expect("why").contains("a newer head"),
+        "{rep}"
+    );
+    ci.gh.set_pull_meta(1, json!({"mergeable": true}));
+    let merges = json!({"action": "loopd-merge", "client_payload": {"pr": 1, "head_sha": tip}});
+    let r = round(&ci, &quiet, &branch, merges, "repository_dispatch");
+    let rep = report(&r);
+    assert_eq!(rep["decision"], "skipped", "{rep}");
+    assert!(
+        rep["why"]
+            .as_str()
+            .expect("why")
+            .contains("nothing to merge"),
+        "{rep}"
+    );
+    assert_eq!((ci.authenticated_pushes(), quiet.requests().len()), (1, 0));
 }
 
 #[test]

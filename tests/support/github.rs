@@ -219,10 +219,15 @@ async fn handle(
                 .find_map(|kv| kv.strip_prefix("head="))
                 .unwrap_or("")
                 .to_owned();
+            let base = query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("base="))
+                .map(|b| b.replace("%2F", "/"));
             let list: Vec<Value> = st
                 .pulls
                 .iter()
                 .filter(|p| want.is_empty() || want == format!("{owner}:{}", p.1) || want == format!("{owner}%3A{}", p.1))
+                .filter(|p| base.as_ref().is_none_or(|b| *b == p.2))
                 .map(|p| json!({"number": p.0, "html_url": format!("https://github.example/pull/{}", p.0), "head": {"ref": p.1}}))
                 .collect();
             axum::Json(Value::Array(list)).into_response()
@@ -285,6 +290,7 @@ async fn handle(
             )
                 .into_response()
         }
+        ("POST", ["repos", _, _, "dispatches"]) => StatusCode::NO_CONTENT.into_response(),
         ("POST", ["repos", _, _, "statuses", sha]) => {
             st.statuses.push((sha.to_string(), body));
             (StatusCode::CREATED, axum::Json(json!({}))).into_response()
