@@ -7,13 +7,18 @@
 # the end, a per-module timing table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Where a fresh clone's time goes: each phase's seconds, printed at the end.
+phase() { echo "$1 $SECONDS" >> "$phases"; }
+phases=$(mktemp)
 scripts/install-test-tools.sh >/dev/null
+phase "tools installed"
 cargo build --locked --examples
 # `failpoints` compiles in the named crash points the crash walks kill at;
 # `scripted-agent` the agent of the fast tests (no CLI, no node). Neither
 # is ever in a build that ships.
 tests=(--locked --features failpoints,scripted-agent --lib --test it --test fuzz)
 cargo test "${tests[@]}" --no-run
+phase "built"
 binaries=$(cargo test "${tests[@]}" --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -33,8 +38,12 @@ while read -r name bin; do
     status=1
   fi
 done <<< "$binaries"
+phase "tested"
 echo
 echo "== time per module (each test's own seconds; tests run side by side) =="
 python3 scripts/test-times.py "$logs"/*.log
-rm -rf "$logs"
+echo
+echo "== wall time per phase (seconds since the start) =="
+cat "$phases"
+rm -rf "$logs" "$phases"
 exit $status
