@@ -1440,6 +1440,26 @@ fn issue41_the_round_cap_lists_the_open_points_once_and_runs_nothing_more() {
         .contains("up to 2 rounds"));
 }
 
+/// `loopd ci` on the `issue_comment` `event`, killed (SIGKILL) at the
+/// crash point `point`.
+pub(crate) fn killed_round(
+    ci: &Ci,
+    model: &ScriptedModel,
+    branch: &str,
+    event: &Value,
+    point: &str,
+) {
+    let r = round_with(
+        ci,
+        model,
+        branch,
+        event.clone(),
+        "issue_comment",
+        &[("LOOPD_CRASH_AT", point)],
+    );
+    assert_ne!(r.code, 0, "killed at {point}: {}", r.stderr);
+}
+
 #[test]
 fn issue41_a_runner_killed_after_the_push_is_answered_by_the_next_without_a_second_push() {
     let ci = ci_env();
@@ -1451,15 +1471,7 @@ fn issue41_a_runner_killed_after_the_push_is_answered_by_the_next_without_a_seco
         "User",
         "Please fix the rounding of the gross total.",
     );
-    let r = round_with(
-        &ci,
-        &model,
-        &branch,
-        event.clone(),
-        "issue_comment",
-        &[("LOOPD_CRASH_AT", "ci:round-pushed")],
-    );
-    assert_ne!(r.code, 0, "killed at the crash point: {}", r.stderr);
+    killed_round(&ci, &model, &branch, &event, "ci:round-pushed");
     assert_eq!(ci.authenticated_pushes(), 1);
     let comments = ci.gh.comments();
     assert_eq!(comments.len(), 1, "the push's note, before the push");
@@ -1518,15 +1530,7 @@ fn issue41_a_runner_killed_mid_round_is_continued_not_repeated() {
             "User",
             "Please fix the rounding of the gross total.",
         );
-        let r = round_with(
-            &ci,
-            &model,
-            &branch,
-            event.clone(),
-            "issue_comment",
-            &[("LOOPD_CRASH_AT", point)],
-        );
-        assert_ne!(r.code, 0, "{point}: killed: {}", r.stderr);
+        killed_round(&ci, &model, &branch, &event, point);
         assert_eq!(ci.authenticated_pushes(), 0, "{point}");
         assert!(ci.gh.comments().is_empty(), "{point}: nothing answered yet");
         let sessions = model.session_count(Role::Agent);
@@ -1740,7 +1744,8 @@ fn issue41_a_merge_round_killed_mid_job_continues_on_the_merge_it_started() {
     moved_base_round(Some("journal:goal_run"));
 }
 
-fn moved_base_round(crash: Option<&str>) {
+/// [`moved_base`] with `rechnung.py`'s first line changed on both sides.
+fn docstring_conflict() -> (Ci, String, String, String) {
     let mut ci = ci_env();
     let buggy = std::fs::read_to_string(ci.env.repo.join("rechnung.py")).expect("rechnung.py");
     let first = buggy.lines().next().expect("a first line").to_owned();
@@ -1751,18 +1756,15 @@ fn moved_base_round(crash: Option<&str>) {
         &buggy.replacen(&first, "\"\"\"Invoices (the base's words).\"\"\"", 1),
         &buggy.replacen(&first, "\"\"\"Invoices (the branch's words).\"\"\"", 1),
     );
+    (ci, branch, head, main_tip)
+}
+
+fn moved_base_round(crash: Option<&str>) {
+    let (ci, branch, head, main_tip) = docstring_conflict();
     let model = one_clean_fix();
     let merge = issue_comment(9, "OWNER", "User", "/loopd merge");
     if let Some(point) = crash {
-        let r = round_with(
-            &ci,
-            &model,
-            &branch,
-            merge.clone(),
-            "issue_comment",
-            &[("LOOPD_CRASH_AT", point)],
-        );
-        assert_ne!(r.code, 0, "killed at {point}: {}", r.stderr);
+        killed_round(&ci, &model, &branch, &merge, point);
         assert_eq!(ci.authenticated_pushes(), 0);
     }
     let r = round(&ci, &model, &branch, merge, "issue_comment");
@@ -1807,16 +1809,7 @@ fn moved_base_round(crash: Option<&str>) {
 /// merges, is judged and pushes a merge, once.
 #[test]
 fn issue41_a_base_push_starts_a_merge_round_for_each_followed_pull_request_that_no_longer_merges() {
-    let mut ci = ci_env();
-    let buggy = std::fs::read_to_string(ci.env.repo.join("rechnung.py")).expect("rechnung.py");
-    let first = buggy.lines().next().expect("a first line").to_owned();
-    let (branch, head, main_tip) = moved_base(
-        &mut ci,
-        "rechnung.py",
-        &buggy,
-        &buggy.replacen(&first, "\"\"\"Invoices (the base's words).\"\"\"", 1),
-        &buggy.replacen(&first, "\"\"\"Invoices (the branch's words).\"\"\"", 1),
-    );
+    let (ci, branch, head, main_tip) = docstring_conflict();
     ci.gh.set_pull_meta(1, json!({"mergeable": false}));
     // #2: followed (labelled) and still merging; #3: a person's branch,
     // not followed; #4: into another base.
