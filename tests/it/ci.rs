@@ -169,7 +169,7 @@ fn ci_push_without_namespaces(
     )
 }
 
-fn push_event() -> Value {
+pub(crate) fn push_event() -> Value {
     json!({"repository": {"full_name": "acme/rechnung", "fork": false}})
 }
 
@@ -1698,7 +1698,7 @@ fn check_workflow(check: &str, path: &Path) {
 /// change `file` from `common` (a commit on both) — to `base_text` and
 /// `head_text` — so the branch no longer merges. The checkout is at the
 /// branch's head. Returns the branch, its head and `main`'s tip.
-fn moved_base(
+pub(crate) fn moved_base(
     ci: &mut Ci,
     file: &str,
     common: &str,

@@ -12,6 +12,7 @@ mod allow;
 mod attack40;
 mod attack40b;
 mod attack41;
+mod attack41b;
 mod attack42;
 mod attack42b;
 mod attack42c;
