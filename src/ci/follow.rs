@@ -536,8 +536,9 @@ pub async fn sweep(actions: &Actions, job: &Job) -> Result<CiReport, CiError> {
         String::new()
     } else {
         format!(
-            "; GitHub had not said whether {} merge (a maintainer's `{MERGE}` starts the round)",
-            unknown.join(", ")
+            "; unknown whether {} still merge{} (GitHub had not computed it; a maintainer's `{MERGE}` starts the round)",
+            unknown.join(", "),
+            if unknown.len() == 1 { "s" } else { "" }
         )
     };
     if started.is_empty() {
@@ -633,23 +634,6 @@ pub async fn run(
                 );
             }
         }
-        PrEvent::CheckFailed { head_sha, .. } if *head_sha != pr.head_sha => {
-            return done(report, Decision::Skipped, format!("the check ran on {head_sha}, and #{}'s head is now {}: a newer head has its own checks", pr.number, pr.head_sha), job_time);
-        }
-        PrEvent::BaseMoved { head_sha, .. } if *head_sha != pr.head_sha => {
-            return done(report, Decision::Skipped, format!("the merge was asked for {head_sha}, and #{}'s head is now {}: a newer head is judged on its own", pr.number, pr.head_sha), job_time);
-        }
-        PrEvent::BaseMoved { .. } if pr.mergeable == Some(true) => {
-            return done(
-                report,
-                Decision::Skipped,
-                format!(
-                    "#{} merges into `{}`: nothing to merge",
-                    pr.number, pr.base_ref
-                ),
-                job_time,
-            );
-        }
         _ => {}
     }
     let key = f.event.key();
@@ -687,6 +671,28 @@ pub async fn run(
             return done(report, Decision::Answered, format!("{commit} was pushed by an earlier run for `{key}`: answered without running again"), job_time);
         }
     }
+    // A check or a merge is about the head it was asked for (after the
+    // record above: loopd's own push moves the head).
+    match &f.event {
+        PrEvent::CheckFailed { head_sha, .. } if *head_sha != pr.head_sha => {
+            return done(report, Decision::Skipped, format!("the check ran on {head_sha}, and #{}'s head is now {}: a newer head has its own checks", pr.number, pr.head_sha), job_time);
+        }
+        PrEvent::BaseMoved { head_sha, .. } if *head_sha != pr.head_sha => {
+            return done(report, Decision::Skipped, format!("the merge was asked for {head_sha}, and #{}'s head is now {}: a newer head is judged on its own", pr.number, pr.head_sha), job_time);
+        }
+        PrEvent::BaseMoved { .. } if pr.mergeable == Some(true) => {
+            return done(
+                report,
+                Decision::Skipped,
+                format!(
+                    "#{} merges into `{}`: nothing to merge",
+                    pr.number, pr.base_ref
+                ),
+                job_time,
+            );
+        }
+        _ => {}
+    }
     // 4. The cap.
     let (max_rounds, budget) = allowance(&f.job, history.continues());
     let spent = history.spent();
@@ -721,6 +727,7 @@ pub async fn run(
     // that finished runs or is billed again — the rule of `run --job-id`.
     let id = round_job_id(pr.number, &key);
     let run_dir = f.job.state_dir.join("runs").join(&id);
+    let _lock = job::continued::lock(&f.job, &f.ws, &run_dir, &id)?;
     let replay = crate::journal::load(&run_dir);
     let merges = matches!(f.event, PrEvent::Merge(_) | PrEvent::BaseMoved { .. });
     // The round works on the pull request's head, as checked out; a merge

@@ -154,10 +154,17 @@ fn outcome(
     match outcome {
         Ok(report) => Ok(finish(args, actions, report)),
         Err(e) => {
-            // The step summary says what happened, whatever happened.
+            // The step summary and `--json` say what happened, whatever
+            // happened.
+            let report = CiReport::new(ci::Decision::Error, e.to_string(), &actions.sha);
             if let Some(path) = &actions.step_summary {
-                let report = CiReport::new(ci::Decision::Error, e.to_string(), &actions.sha);
                 ci::write_step_summary(path, &report);
+            }
+            if args.json {
+                crate::cli::out!(
+                    "{}",
+                    serde_json::to_string(&report).expect("a report serializes")
+                );
             }
             Err(match e {
                 CiError::GitHub(g) => {

@@ -107,47 +107,16 @@ pub fn run(args: RunArgs, progress: bool) -> Result<ExitStatus, CliError> {
 }
 
 /// The job's run directory, created, and its lock, held while this
-/// process lives. Held by another process: exit 5 (an environment error a
-/// scheduler retries later), never a second writer of one journal.
+/// process lives ([`job::continued::lock`]). Held by another process: exit
+/// 5 (an environment error a scheduler retries later), never a second
+/// writer of one journal.
 pub(crate) fn lock_job(
     ws: &Workspace,
     job: &Job,
     run_dir: &std::path::Path,
     id: &str,
 ) -> Result<crate::util::FileLock, CliError> {
-    let env_err = |e: std::io::Error| {
-        CliError::new(
-            ExitStatus::Environment,
-            format!("cannot record the job in `{}`: {e}", run_dir.display()),
-        )
-    };
-    crate::util::secure_state_dir(&job.state_dir, Some(ws.root())).map_err(|e| {
-        let hint = e.hint();
-        CliError::new(ExitStatus::Environment, e).hint(hint)
-    })?;
-    // The run directory itself, never a link to one elsewhere (where
-    // another user could plant a journal or a summary).
-    if run_dir
-        .symlink_metadata()
-        .is_ok_and(|m| !m.file_type().is_dir())
-    {
-        return Err(env_err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "it is not a directory of its own (a link or a file)",
-        )));
-    }
-    crate::util::private_dir(run_dir).map_err(env_err)?;
-    crate::util::FileLock::take(&run_dir.join(LOCK_FILE), true, false)
-        .map_err(env_err)?
-        .ok_or_else(|| {
-            CliError::new(
-                ExitStatus::Environment,
-                format!("job `{id}` is running in another process"),
-            )
-            .hint(format!(
-                "`loopd status {id}` shows it; run this again when it has stopped"
-            ))
-        })
+    Ok(job::continued::lock(job, ws, run_dir, id)?)
 }
 
 /// The job file of a foreground job (what `loopd resume` reads its
@@ -204,9 +173,6 @@ fn continue_job(
     })?;
     finish_foreground(job, ws, control, record, args.json)
 }
-
-/// The lock of a foreground job's run directory.
-const LOCK_FILE: &str = "run.lock";
 
 /// Run (or continue) a foreground job to its end: its state for `loopd
 /// status`, the webhooks, the human summary on stderr, `--json` on stdout.

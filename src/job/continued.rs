@@ -35,6 +35,14 @@ pub enum ContinueError {
         head: String,
         base: String,
     },
+    #[error("cannot record the job in `{}`: {source}", path.display())]
+    RunDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("job `{id}` is running in another process")]
+    Locked { id: String },
     #[error(transparent)]
     Job(#[from] super::JobError),
 }
@@ -50,17 +58,61 @@ impl ContinueError {
                 "check the base out first: `git -C {} switch --detach {base}`",
                 crate::util::shell_quote(&root.to_string_lossy())
             ),
-            ContinueError::Job(_) => return None,
+            ContinueError::Locked { id } => format!(
+                "`loopd status {id}` shows it; run this again when it has stopped"
+            ),
+            ContinueError::Job(super::JobError::StateDir(s)) => s.hint(),
+            ContinueError::RunDir { .. } | ContinueError::Job(_) => return None,
         })
     }
 
     /// A usage error (another job, spec or base) or the environment's.
     pub fn status(&self) -> ExitStatus {
         match self {
-            ContinueError::NoEnding { .. } | ContinueError::Job(_) => ExitStatus::Environment,
+            ContinueError::NoEnding { .. }
+            | ContinueError::RunDir { .. }
+            | ContinueError::Locked { .. }
+            | ContinueError::Job(_) => ExitStatus::Environment,
             _ => ExitStatus::Usage,
         }
     }
+}
+
+/// The lock of a job's run directory (one process per job).
+const LOCK_FILE: &str = "run.lock";
+
+/// The run directory `dir` of job `id`, created, and its lock, held while
+/// the caller lives — taken before its journal is read. A second process
+/// of the same job (a second pod of one index, a re-run while the first
+/// still runs) is refused: never two writers of one journal. The directory
+/// must be one of its own — never a link to one elsewhere, where another
+/// user (or an agent) could plant a journal or a summary — and so must the
+/// lock.
+pub fn lock(
+    job: &Job,
+    ws: &Workspace,
+    dir: &Path,
+    id: &str,
+) -> Result<crate::util::FileLock, ContinueError> {
+    let err = |source: std::io::Error| ContinueError::RunDir {
+        path: dir.to_path_buf(),
+        source,
+    };
+    crate::util::secure_state_dir(&job.state_dir, Some(ws.root()))
+        .map_err(|e| ContinueError::Job(e.into()))?;
+    if dir
+        .symlink_metadata()
+        .is_ok_and(|m| !m.file_type().is_dir())
+    {
+        return Err(err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "it is not a directory of its own (a link or a file)",
+        )));
+    }
+    crate::util::private_dir(dir).map_err(err)?;
+    crate::util::FileLock::take(&dir.join(LOCK_FILE), true, false)
+        .map_err(err)?
+        .ok_or_else(|| ContinueError::Locked { id: id.to_owned() })
 }
 
 /// What running a held job again means.

@@ -1878,13 +1878,16 @@ fn issue41_a_base_push_starts_a_merge_round_for_each_followed_pull_request_that_
         [head.as_str(), main_tip.as_str()]
     );
     assert_eq!(ci.authenticated_pushes(), 1);
-    // The same dispatch again (its head is gone), and one for the new
-    // head, which merges: nothing.
+    // The same dispatch again (answered), and one for the new head, which
+    // merges: nothing.
     let r = round(&ci, &quiet, &branch, merge, "repository_dispatch");
     let rep = report(&r);
     assert_eq!(rep["decision"], "skipped", "{rep}");
     assert!(
-        rep["why"].as_str().expect("why").contains("a newer head"),
+        rep["why"]
+            .as_str()
+            .expect("why")
+            .contains("answered before"),
         "{rep}"
     );
     ci.gh.set_pull_meta(1, json!({"mergeable": true}));
