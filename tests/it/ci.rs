@@ -1440,13 +1440,14 @@ fn issue41_the_round_cap_lists_the_open_points_once_and_runs_nothing_more() {
         .contains("up to 2 rounds"));
 }
 
-/// `loopd ci` on the `issue_comment` `event`, killed (SIGKILL) at the
+/// `loopd ci` on the event `name` (`event`), killed (SIGKILL) at the
 /// crash point `point`.
 pub(crate) fn killed_round(
     ci: &Ci,
     model: &ScriptedModel,
     branch: &str,
     event: &Value,
+    name: &str,
     point: &str,
 ) {
     let r = round_with(
@@ -1454,61 +1455,72 @@ pub(crate) fn killed_round(
         model,
         branch,
         event.clone(),
-        "issue_comment",
+        name,
         &[("LOOPD_CRASH_AT", point)],
     );
     assert_ne!(r.code, 0, "killed at {point}: {}", r.stderr);
 }
 
+/// A round killed between its push and its answer — a reviewer's round,
+/// and a failed check's, whose own push moved the head the check ran on.
 #[test]
 fn issue41_a_runner_killed_after_the_push_is_answered_by_the_next_without_a_second_push() {
-    let ci = ci_env();
-    let branch = loopd_pr(&ci);
-    let model = one_clean_fix();
-    let event = issue_comment(
+    let comment = issue_comment(
         9,
         "MEMBER",
         "User",
         "Please fix the rounding of the gross total.",
     );
-    killed_round(&ci, &model, &branch, &event, "ci:round-pushed");
-    assert_eq!(ci.authenticated_pushes(), 1);
-    let comments = ci.gh.comments();
-    assert_eq!(comments.len(), 1, "the push's note, before the push");
-    assert!(
-        comments[0]
-            .body
-            .contains("<!-- loopd: pushing event=issue_comment:9 commit="),
-        "{}",
-        comments[0].body
-    );
-    let pushed = remote_tip(&ci, &branch);
-    // The next runner checks out the pull request's head as it is now.
-    ci.env.git(&["fetch", "-q", "origin", &branch]);
-    ci.env.git(&["checkout", "-q", "-f", "FETCH_HEAD"]);
-    let calls = model.requests().len();
-    let r = round(&ci, &model, &branch, event, "issue_comment");
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    let rep = report(&r);
-    assert_eq!(rep["decision"], "answered", "{rep}");
-    assert_eq!(
-        (ci.authenticated_pushes(), model.requests().len()),
-        (1, calls),
-        "no second push, no model call"
-    );
-    assert_eq!(remote_tip(&ci, &branch), pushed);
-    let comments = ci.gh.comments();
-    assert_eq!(comments.len(), 1);
-    assert!(
-        comments[0]
-            .body
-            .contains("an earlier run of this event pushed")
-            && comments[0]
+    for (name, key) in [
+        ("issue_comment", "issue_comment:9"),
+        ("check_run", "check_run:7"),
+    ] {
+        let ci = ci_env();
+        let branch = loopd_pr(&ci);
+        let event = match name {
+            "check_run" => check_failed(&ci, &branch, 7),
+            _ => comment.clone(),
+        };
+        let model = one_clean_fix();
+        killed_round(&ci, &model, &branch, &event, name, "ci:round-pushed");
+        assert_eq!(ci.authenticated_pushes(), 1);
+        let comments = ci.gh.comments();
+        assert_eq!(comments.len(), 1, "the push's note, before the push");
+        assert!(
+            comments[0]
                 .body
-                .contains("<!-- loopd: round event=issue_comment:9 cost="),
-        "{}",
-        comments[0].body
-    );
+                .contains(&format!("<!-- loopd: pushing event={key} commit=")),
+            "{}",
+            comments[0].body
+        );
+        let pushed = remote_tip(&ci, &branch);
+        // The next runner checks out the pull request's head as it is now.
+        ci.env.git(&["fetch", "-q", "origin", &branch]);
+        ci.env.git(&["checkout", "-q", "-f", "FETCH_HEAD"]);
+        let calls = model.requests().len();
+        let r = round(&ci, &model, &branch, event, name);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let rep = report(&r);
+        assert_eq!(rep["decision"], "answered", "{name}: {rep}");
+        assert_eq!(
+            (ci.authenticated_pushes(), model.requests().len()),
+            (1, calls),
+            "no second push, no model call"
+        );
+        assert_eq!(remote_tip(&ci, &branch), pushed);
+        let comments = ci.gh.comments();
+        assert_eq!(comments.len(), 1);
+        assert!(
+            comments[0]
+                .body
+                .contains("an earlier run of this event pushed")
+                && comments[0]
+                    .body
+                    .contains(&format!("<!-- loopd: round event={key} cost=")),
+            "{}",
+            comments[0].body
+        );
+    }
 }
 
 /// A runner killed in the middle of a round's job — after its agent
@@ -1530,7 +1542,7 @@ fn issue41_a_runner_killed_mid_round_is_continued_not_repeated() {
             "User",
             "Please fix the rounding of the gross total.",
         );
-        killed_round(&ci, &model, &branch, &event, point);
+        killed_round(&ci, &model, &branch, &event, "issue_comment", point);
         assert_eq!(ci.authenticated_pushes(), 0, "{point}");
         assert!(ci.gh.comments().is_empty(), "{point}: nothing answered yet");
         let sessions = model.session_count(Role::Agent);
@@ -1764,7 +1776,7 @@ fn moved_base_round(crash: Option<&str>) {
     let model = one_clean_fix();
     let merge = issue_comment(9, "OWNER", "User", "/loopd merge");
     if let Some(point) = crash {
-        killed_round(&ci, &model, &branch, &merge, point);
+        killed_round(&ci, &model, &branch, &merge, "issue_comment", point);
         assert_eq!(ci.authenticated_pushes(), 0);
     }
     let r = round(&ci, &model, &branch, merge, "issue_comment");
