@@ -14,11 +14,11 @@ use crate::ci::*;
 use crate::support::model::{Role, ScriptedModel};
 use crate::support::*;
 
-fn finish_holes(holes: Vec<String>) {
+pub(crate) fn finish_holes(holes: Vec<String>) {
     assert!(holes.is_empty(), "HOLES:\n{}", holes.join("\n"));
 }
 
-fn decision(r: &RunResult) -> String {
+pub(crate) fn decision(r: &RunResult) -> String {
     serde_json::from_str::<Value>(r.stdout.trim())
         .ok()
         .and_then(|v| v["decision"].as_str().map(str::to_owned))
@@ -26,7 +26,7 @@ fn decision(r: &RunResult) -> String {
 }
 
 /// The `client_payload`s of every `loopd-merge` dispatch so far.
-fn dispatches(ci: &Ci) -> Vec<Value> {
+pub(crate) fn dispatches(ci: &Ci) -> Vec<Value> {
     ci.gh
         .requests()
         .iter()
@@ -46,7 +46,7 @@ fn dispatched_prs(ci: &Ci) -> Vec<u64> {
 }
 
 /// API writes other than dispatches (comments, statuses, edits).
-fn other_writes(ci: &Ci) -> Vec<String> {
+pub(crate) fn other_writes(ci: &Ci) -> Vec<String> {
     ci.gh
         .writes()
         .iter()
@@ -56,7 +56,7 @@ fn other_writes(ci: &Ci) -> Vec<String> {
 }
 
 /// `loopd ci --base-pushed` on a push to `ref_name`.
-fn base_pushed(ci: &Ci, model: &ScriptedModel, ref_name: &str) -> RunResult {
+pub(crate) fn base_pushed(ci: &Ci, model: &ScriptedModel, ref_name: &str) -> RunResult {
     loopd_ci(
         ci,
         model,
@@ -70,7 +70,7 @@ fn base_pushed(ci: &Ci, model: &ScriptedModel, ref_name: &str) -> RunResult {
 }
 
 /// The dispatched event as GitHub delivers it.
-fn merge_dispatch(pr: Value, head: &str) -> Value {
+pub(crate) fn merge_dispatch(pr: Value, head: &str) -> Value {
     json!({"action": "loopd-merge", "client_payload": {"pr": pr, "head_sha": head}, "sender": {"login": "github-actions[bot]", "type": "Bot"}, "repository": {"full_name": "acme/rechnung"}})
 }
 
@@ -78,7 +78,7 @@ fn merge_dispatch(pr: Value, head: &str) -> Value {
 /// branch each changed rechnung.py's first line. The checkout is at the
 /// branch's head; GitHub says it no longer merges. (branch, head, main's
 /// tip)
-fn unmergeable_pr(ci: &mut Ci) -> (String, String, String) {
+pub(crate) fn unmergeable_pr(ci: &mut Ci) -> (String, String, String) {
     let buggy = std::fs::read_to_string(ci.env.repo.join("rechnung.py")).expect("rechnung.py");
     let first = buggy.lines().next().expect("a first line").to_owned();
     let out = moved_base(
@@ -93,7 +93,7 @@ fn unmergeable_pr(ci: &mut Ci) -> (String, String, String) {
 }
 
 /// Push `sha` to `branch` on the remote.
-fn push_branch(ci: &Ci, sha: &str, branch: &str) {
+pub(crate) fn push_branch(ci: &Ci, sha: &str, branch: &str) {
     ci.env.git(&[
         "push",
         "-q",
@@ -104,7 +104,7 @@ fn push_branch(ci: &Ci, sha: &str, branch: &str) {
 }
 
 /// Someone else's commit on top of `parent` (the checkout does not move).
-fn commit_on(ci: &Ci, parent: &str, message: &str) -> String {
+pub(crate) fn commit_on(ci: &Ci, parent: &str, message: &str) -> String {
     ci.env
         .git(&[
             "commit-tree",
@@ -119,7 +119,7 @@ fn commit_on(ci: &Ci, parent: &str, message: &str) -> String {
 }
 
 /// The `cost=` of loopd's round record on #1.
-fn record_cost(ci: &Ci) -> Option<String> {
+pub(crate) fn record_cost(ci: &Ci) -> Option<String> {
     ci.gh.comments().iter().find_map(|c| {
         let at = c.body.find("<!-- loopd: round event=")?;
         let rest = &c.body[at..];
@@ -135,7 +135,7 @@ fn record_cost(ci: &Ci) -> Option<String> {
 }
 
 /// Every file under `dir` (links not followed) whose bytes hold `needle`.
-fn files_holding(dir: &Path, needle: &str) -> Vec<PathBuf> {
+pub(crate) fn files_holding(dir: &Path, needle: &str) -> Vec<PathBuf> {
     fn walk(dir: &Path, needle: &str, out: &mut Vec<PathBuf>) {
         let Ok(entries) = std::fs::read_dir(dir) else {
             return;
@@ -170,7 +170,7 @@ fn gives_up() -> ScriptedModel {
     ))
 }
 
-const ASK: &str = "Please fix the rounding of the gross total.";
+pub(crate) const ASK: &str = "Please fix the rounding of the gross total.";
 
 // ---------------------------------------------------------------------------
 // The base sweep: `loopd ci --base-pushed`

@@ -13,6 +13,7 @@ mod attack40;
 mod attack40b;
 mod attack41;
 mod attack41b;
+mod attack41c;
 mod attack42;
 mod attack42b;
 mod attack42c;

@@ -46,6 +46,8 @@ pub struct State {
     /// Per pull request: what `GET .../pulls/<n>` adds or overrides
     /// (`state`, `merged`, `labels`, `head.repo`).
     pub pull_meta: std::collections::HashMap<u64, Value>,
+    /// Scripted failures: (method, a part of the path, status, how many more).
+    pub failures: Vec<(String, String, u16, usize)>,
 }
 
 /// A comment, as the fake keeps it.
@@ -111,6 +113,17 @@ impl FakeGitHub {
 
     pub fn script_hook(&self, statuses: &[u16]) {
         self.state.lock().expect("state").hook_script = statuses.iter().copied().collect();
+    }
+
+    /// Answer the next `times` requests `method` whose path contains
+    /// `part` with `status` (nothing is done).
+    pub fn fail(&self, method: &str, part: &str, status: u16, times: usize) {
+        self.state.lock().expect("state").failures.push((
+            method.to_owned(),
+            part.to_owned(),
+            status,
+            times,
+        ));
     }
 
     pub fn add_pull(&self, head: &str, base: &str) {
@@ -202,6 +215,16 @@ async fn handle(
             .map(str::to_owned),
         body: body.clone(),
     });
+    if let Some(f) = st
+        .failures
+        .iter_mut()
+        .find(|f| f.0 == method.as_str() && path.contains(&f.1) && f.3 > 0)
+    {
+        f.3 -= 1;
+        return StatusCode::from_u16(f.2)
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+            .into_response();
+    }
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     match (method.as_str(), parts.as_slice()) {
         ("POST", ["hook", ..]) => {
