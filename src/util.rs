@@ -176,7 +176,6 @@ impl StateDirError {
 /// and writable by nobody else — and, given the repository a job runs in,
 /// not inside it. Returns the canonical path.
 pub fn secure_state_dir(dir: &Path, repo: Option<&Path>) -> Result<PathBuf, StateDirError> {
-    use std::os::unix::fs::MetadataExt;
     private_dir(dir).map_err(|source| StateDirError::Create {
         path: dir.to_path_buf(),
         source,
@@ -191,44 +190,58 @@ pub fn secure_state_dir(dir: &Path, repo: Option<&Path>) -> Result<PathBuf, Stat
             return Err(StateDirError::InsideRepository { path: real, repo });
         }
     }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
-    let check = |path: &Path| -> Result<(), StateDirError> {
-        let Ok(m) = std::fs::symlink_metadata(path) else {
-            return Ok(());
-        };
-        if !m.is_dir() {
-            return Ok(());
-        }
-        let mode = m.mode() & 0o7777;
-        if m.uid() != me {
-            return Err(StateDirError::NotOwned {
-                path: path.to_path_buf(),
-                owner: m.uid(),
-                me,
-            });
-        }
-        let what = match (mode & 0o020 != 0, mode & 0o002 != 0) {
-            (_, true) => "world-writable",
-            (true, false) => "group-writable",
-            (false, false) => return Ok(()),
-        };
-        Err(StateDirError::Writable {
-            path: path.to_path_buf(),
-            mode,
-            what,
-        })
-    };
-    check(&real)?;
+    owned_and_private(&real)?;
     for parent in [real.clone(), real.join("spool")] {
         let Ok(entries) = std::fs::read_dir(&parent) else {
             continue;
         };
         for e in entries.flatten() {
-            check(&e.path())?;
+            owned_and_private(&e.path())?;
         }
     }
     Ok(real)
+}
+
+/// A directory of loopd's state — or a link to one, judged by where it
+/// leads — must be this user's and writable by no one else: whoever else
+/// can write it can swap a journal under a job. Anything that is not a
+/// directory (nor leads to one) is left to the code that opens it.
+pub fn owned_and_private(path: &Path) -> Result<(), StateDirError> {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let Ok(m) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    let m = if m.file_type().is_symlink() {
+        match std::fs::metadata(path) {
+            Ok(target) => target,
+            Err(_) => return Ok(()),
+        }
+    } else {
+        m
+    };
+    if !m.is_dir() {
+        return Ok(());
+    }
+    let mode = m.mode() & 0o7777;
+    if m.uid() != me {
+        return Err(StateDirError::NotOwned {
+            path: path.to_path_buf(),
+            owner: m.uid(),
+            me,
+        });
+    }
+    let what = match (mode & 0o020 != 0, mode & 0o002 != 0) {
+        (_, true) => "world-writable",
+        (true, false) => "group-writable",
+        (false, false) => return Ok(()),
+    };
+    Err(StateDirError::Writable {
+        path: path.to_path_buf(),
+        mode,
+        what,
+    })
 }
 
 /// `path` with its nearest existing ancestor resolved (links, `..`) and

@@ -663,9 +663,16 @@ pub async fn run(
             job_time,
         );
     }
+    let target = PushTarget::decide(actions, f.ws.root(), f.remote)?;
     if let Some((commit, cost, place)) = history.pushing(&key) {
-        let tip = out.api.branch(&pr.head_ref).await?;
-        if tip.as_ref().is_some_and(|t| t.sha == commit) {
+        // Pushed: the branch holds the commit — at its tip, or under a
+        // commit someone pushed on top since.
+        let pushed = match out.api.branch(&pr.head_ref).await? {
+            Some(tip) if tip.sha == commit => true,
+            Some(_) => merge::holds(f.ws.root(), &target, &pr.head_ref, commit, Some(&token))?,
+            None => false,
+        };
+        if pushed {
             let commit = commit.to_owned();
             out.edit(place, &format!("loopd answers {} with {commit} on `{}`, which an earlier run of this event pushed and could not answer (${cost:.2}).", asked(&f.event), pr.head_ref), &Record::Round { event: key.clone(), cost }).await?;
             return done(report, Decision::Answered, format!("{commit} was pushed by an earlier run for `{key}`: answered without running again"), job_time);
@@ -744,7 +751,6 @@ pub async fn run(
     if head.to_string() != pr.head_sha {
         return done(report, Decision::Error, format!("the checkout is at {head}, not at #{}'s head {} (hint: check out `refs/pull/{}/head`)", pr.number, pr.head_sha, pr.number), job_time);
     }
-    let target = PushTarget::decide(actions, f.ws.root(), f.remote)?;
     report.push_url = Some(target.url.clone());
     // A moved base: merged in, the conflicts left as markers for the job.
     let mut merging: Option<(git2::Oid, Vec<String>)> = None;

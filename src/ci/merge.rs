@@ -60,6 +60,26 @@ pub fn fetch(
     r.refname_to_id(local).map_err(err)
 }
 
+/// Does `branch` at the decided target hold `commit` (its tip, or under
+/// it)? Fetched into a ref of loopd's, offering the token only to the
+/// decided host.
+pub fn holds(
+    repo: &Path,
+    target: &PushTarget,
+    branch: &str,
+    commit: &str,
+    token: Option<&str>,
+) -> Result<bool, GitHubError> {
+    let Ok(commit) = Oid::from_str(commit) else {
+        return Ok(false);
+    };
+    let tip = fetch(repo, target, branch, "refs/loopd/pushed", token)?;
+    let r = Repository::open(repo).map_err(git_err("read the branch"))?;
+    Ok(tip == commit
+        || r.graph_descendant_of(tip, commit)
+            .map_err(git_err("read the branch"))?)
+}
+
 /// Merge `base` into `head`: [`Merged::UpToDate`] when `base` is in
 /// `head` already, else a local commit on `head` of the merged tree, each
 /// conflicting file holding git's markers (`<<<<<<< head`, `=======`,

@@ -91,7 +91,27 @@ fn finish(args: &CiArgs, actions: &Actions, report: CiReport) -> ExitStatus {
 }
 
 /// `progress`: print live progress lines on stderr (not with `-q`).
+/// With `--json`, every run prints one object: a refusal before anything
+/// ran (no event, no repository, a bad configuration) is decision `error`.
 pub fn ci(args: CiArgs, progress: bool) -> Result<ExitStatus, CliError> {
+    let json = args.json;
+    let result = run(args, progress);
+    if let (true, Err(e)) = (json, &result) {
+        let why = match &e.hint {
+            Some(h) => format!("{} (hint: {h})", e.message),
+            None => e.message.clone(),
+        };
+        let sha = std::env::var("GITHUB_SHA").unwrap_or_default();
+        let report = CiReport::new(ci::Decision::Error, why, &sha);
+        crate::cli::out!(
+            "{}",
+            serde_json::to_string(&report).expect("a report serializes")
+        );
+    }
+    result
+}
+
+fn run(args: CiArgs, progress: bool) -> Result<ExitStatus, CliError> {
     let actions = Actions::from_env().map_err(|e| {
         CliError::new(ExitStatus::Usage, e)
             .hint("`loopd ci` runs in GitHub Actions; use `loopd run` elsewhere")
@@ -154,17 +174,11 @@ fn outcome(
     match outcome {
         Ok(report) => Ok(finish(args, actions, report)),
         Err(e) => {
-            // The step summary and `--json` say what happened, whatever
-            // happened.
-            let report = CiReport::new(ci::Decision::Error, e.to_string(), &actions.sha);
+            // The step summary says what happened, whatever happened
+            // (and `--json`, in [`ci`]).
             if let Some(path) = &actions.step_summary {
+                let report = CiReport::new(ci::Decision::Error, e.to_string(), &actions.sha);
                 ci::write_step_summary(path, &report);
-            }
-            if args.json {
-                crate::cli::out!(
-                    "{}",
-                    serde_json::to_string(&report).expect("a report serializes")
-                );
             }
             Err(match e {
                 CiError::GitHub(g) => {

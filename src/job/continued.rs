@@ -110,6 +110,8 @@ pub fn lock(
         )));
     }
     crate::util::private_dir(dir).map_err(err)?;
+    // One that was there already: this user's, and no one else's to write.
+    crate::util::owned_and_private(dir).map_err(|e| ContinueError::Job(e.into()))?;
     crate::util::FileLock::take(&dir.join(LOCK_FILE), true, false)
         .map_err(err)?
         .ok_or_else(|| ContinueError::Locked { id: id.to_owned() })

@@ -408,10 +408,9 @@ fn attack41c_04_a_run_lock_planted_as_a_link_fifo_or_dir() {
                 tail(&r.stderr)
             ));
         }
-        if !link
-            && !(r.code == 5 && ci.authenticated_pushes() == 0)
-            && !(decision(&r) == "round_pushed" && ci.authenticated_pushes() == 1)
-        {
+        let refused = r.code == 5 && ci.authenticated_pushes() == 0;
+        let one_round = decision(&r) == "round_pushed" && ci.authenticated_pushes() == 1;
+        if !(link || refused || one_round) {
             holes.push(format!(
                 "{planted}: neither refused nor one round: `{}` exit {}, {} pushes: {}",
                 decision(&r),
