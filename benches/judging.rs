@@ -125,6 +125,11 @@ fn two_jobs(forget: bool) -> (usize, usize, usize, usize) {
 
 fn main() {
     precheck_cost();
+    // `LOOPD_BENCH=cost`: the pre-critic's cost alone (no CLI, no model;
+    // what a profiler is pointed at).
+    if std::env::var("LOOPD_BENCH").as_deref() == Ok("cost") {
+        return;
+    }
     println!();
     precheck();
     println!();

@@ -446,7 +446,9 @@ pub fn findings(
         let candidates = lits[k]
             .iter()
             .copied()
-            .filter(|v| keyed(&a.text, v))
+            // Only a test's input can be a key of the tests' table: the
+            // cheap lookup first, the reading of the line after it.
+            .filter(|v| by_input.contains_key(v) && keyed(&a.text, v))
             .chain(long_inputs.iter().copied().filter(|v| a.text.contains(v)))
             .filter(|v| by_input.contains_key(v) && !base_has(&a.path, v))
             .flat_map(|v| by_input[v].iter().map(move |i| (v, *i)));
