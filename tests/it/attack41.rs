@@ -40,12 +40,12 @@ fn add_thread_comment(ci: &Ci, thread: u64, author_type: &str, body: &str) {
     });
 }
 
-fn review(id: u64, association: &str, user_type: &str, body: Value) -> Value {
+pub(crate) fn review(id: u64, association: &str, user_type: &str, body: Value) -> Value {
     json!({"action": "submitted", "review": {"id": id, "body": body, "state": "commented", "user": {"login": "lead", "type": user_type}, "author_association": association}, "pull_request": {"number": 1, "head": {"repo": {"full_name": "acme/rechnung"}}, "base": {"repo": {"full_name": "acme/rechnung"}}}, "repository": {"full_name": "acme/rechnung"}})
 }
 
 /// Push `sha` to `branch` on the remote.
-fn push_branch(ci: &Ci, sha: &str, branch: &str) {
+pub(crate) fn push_branch(ci: &Ci, sha: &str, branch: &str) {
     ci.env.git(&[
         "push",
         "-q",
@@ -56,7 +56,7 @@ fn push_branch(ci: &Ci, sha: &str, branch: &str) {
 }
 
 /// A new commit on top of `parent` (the checkout's HEAD does not move).
-fn commit_tree(ci: &Ci, parent: &str, message: &str) -> String {
+pub(crate) fn commit_tree(ci: &Ci, parent: &str, message: &str) -> String {
     ci.env
         .git(&[
             "commit-tree",

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
+pub(crate) use crate::attack41::{commit_tree, push_branch, review};
 use crate::ci::*;
 use crate::support::model::{Role, ScriptedModel};
 use crate::support::*;
@@ -25,16 +26,6 @@ pub(crate) fn decision(r: &RunResult) -> String {
         .unwrap_or_default()
 }
 
-/// The `client_payload`s of every `loopd-merge` dispatch so far.
-pub(crate) fn dispatches(ci: &Ci) -> Vec<Value> {
-    ci.gh
-        .requests()
-        .iter()
-        .filter(|q| q.method == "POST" && q.path.ends_with("/dispatches"))
-        .map(|q| q.body.clone())
-        .collect()
-}
-
 /// The pull request numbers dispatched so far, sorted.
 fn dispatched_prs(ci: &Ci) -> Vec<u64> {
     let mut prs: Vec<u64> = dispatches(ci)
@@ -43,30 +34,6 @@ fn dispatched_prs(ci: &Ci) -> Vec<u64> {
         .collect();
     prs.sort_unstable();
     prs
-}
-
-/// API writes other than dispatches (comments, statuses, edits).
-pub(crate) fn other_writes(ci: &Ci) -> Vec<String> {
-    ci.gh
-        .writes()
-        .iter()
-        .filter(|q| !q.path.ends_with("/dispatches"))
-        .map(|q| format!("{} {}", q.method, q.path))
-        .collect()
-}
-
-/// `loopd ci --base-pushed` on a push to `ref_name`.
-pub(crate) fn base_pushed(ci: &Ci, model: &ScriptedModel, ref_name: &str) -> RunResult {
-    loopd_ci(
-        ci,
-        model,
-        &["--base-pushed"],
-        ref_name,
-        push_event(),
-        "push",
-        &[],
-    )
-    .0
 }
 
 /// The dispatched event as GitHub delivers it.
@@ -92,32 +59,6 @@ pub(crate) fn unmergeable_pr(ci: &mut Ci) -> (String, String, String) {
     out
 }
 
-/// Push `sha` to `branch` on the remote.
-pub(crate) fn push_branch(ci: &Ci, sha: &str, branch: &str) {
-    ci.env.git(&[
-        "push",
-        "-q",
-        "-f",
-        "origin",
-        &format!("{sha}:refs/heads/{branch}"),
-    ]);
-}
-
-/// Someone else's commit on top of `parent` (the checkout does not move).
-pub(crate) fn commit_on(ci: &Ci, parent: &str, message: &str) -> String {
-    ci.env
-        .git(&[
-            "commit-tree",
-            &format!("{parent}^{{tree}}"),
-            "-p",
-            parent,
-            "-m",
-            message,
-        ])
-        .trim()
-        .to_owned()
-}
-
 /// The `cost=` of loopd's round record on #1.
 pub(crate) fn record_cost(ci: &Ci) -> Option<String> {
     ci.gh.comments().iter().find_map(|c| {
@@ -134,31 +75,78 @@ pub(crate) fn record_cost(ci: &Ci) -> Option<String> {
     })
 }
 
+/// Call `f` on every path under `dir` with its own metadata, links not
+/// followed (one walk for `files_holding` and attack41c's `listing`).
+pub(crate) fn walk(dir: &Path, f: &mut dyn FnMut(&Path, &std::fs::Metadata)) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        let Ok(meta) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        f(&p, &meta);
+        if meta.is_dir() {
+            walk(&p, f);
+        }
+    }
+}
+
 /// Every file under `dir` (links not followed) whose bytes hold `needle`.
 pub(crate) fn files_holding(dir: &Path, needle: &str) -> Vec<PathBuf> {
-    fn walk(dir: &Path, needle: &str, out: &mut Vec<PathBuf>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            let Ok(meta) = std::fs::symlink_metadata(&p) else {
-                continue;
-            };
-            if meta.is_dir() {
-                walk(&p, needle, out);
-            } else if meta.is_file() {
-                if let Ok(bytes) = std::fs::read(&p) {
-                    if String::from_utf8_lossy(&bytes).contains(needle) {
-                        out.push(p);
-                    }
+    let mut out = Vec::new();
+    walk(dir, &mut |p, meta| {
+        if meta.is_file() {
+            if let Ok(bytes) = std::fs::read(p) {
+                if String::from_utf8_lossy(&bytes).contains(needle) {
+                    out.push(p.to_path_buf());
                 }
             }
         }
-    }
-    let mut out = Vec::new();
-    walk(dir, needle, &mut out);
+    });
     out
+}
+
+pub(crate) fn mode(path: &Path, bits: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(bits)).expect("chmod");
+}
+
+/// The state dir and its `runs/`, as loopd makes them (0700).
+pub(crate) fn runs_dir(env: &TestEnv) -> PathBuf {
+    let runs = env.state.join("runs");
+    std::fs::create_dir_all(&runs).expect("runs");
+    mode(&env.state, 0o700);
+    mode(&runs, 0o700);
+    runs
+}
+
+/// `runs/<id>` (and the state dir and `runs/`), as loopd makes them (0700).
+pub(crate) fn run_dir(env: &TestEnv, id: &str) -> PathBuf {
+    let dir = runs_dir(env).join(id);
+    std::fs::create_dir_all(&dir).expect("run dir");
+    mode(&dir, 0o700);
+    dir
+}
+
+/// An attacker's directory outside the state dir.
+pub(crate) fn elsewhere(env: &TestEnv, name: &str) -> PathBuf {
+    let dir = env.tmp.path().join(name);
+    std::fs::create_dir_all(&dir).expect("elsewhere");
+    dir
+}
+
+/// What a run did, for a hole's message: its decision, exit code, pushes
+/// and model calls.
+pub(crate) fn what_ran(ci: &Ci, model: &ScriptedModel, r: &RunResult) -> String {
+    format!(
+        "`{}` exit {}, {} pushes, {} model calls",
+        decision(r),
+        r.code,
+        ci.authenticated_pushes(),
+        model.requests().len()
+    )
 }
 
 /// An agent that gives up: three sessions that change nothing.
@@ -170,7 +158,16 @@ fn gives_up() -> ScriptedModel {
     ))
 }
 
-pub(crate) const ASK: &str = "Please fix the rounding of the gross total.";
+/// The merge round a base push dispatches for #1, whose base moved under
+/// it: (branch, event, name).
+pub(crate) fn dispatched_round(ci: &mut Ci) -> (String, Value, &'static str) {
+    let (branch, head, _) = unmergeable_pr(ci);
+    (
+        branch,
+        merge_dispatch(json!(1), &head),
+        "repository_dispatch",
+    )
+}
 
 // ---------------------------------------------------------------------------
 // The base sweep: `loopd ci --base-pushed`
@@ -338,26 +335,20 @@ fn attack41b_03_the_base_sweep_needs_no_model_credential_nor_agent_and_keeps_the
     std::fs::write(&event_path, push_event().to_string()).expect("event");
     let summary = ci.env.tmp.path().join("step-summary.md");
     let r = finish(
-        ci.env
-            .loopd(None)
-            .args(["ci", "--json", "--base-pushed"])
-            .env_remove("ANTHROPIC_API_KEY")
-            .env_remove("OPENAI_API_KEY")
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .env("GITHUB_ACTIONS", "true")
-            .env("GITHUB_REPOSITORY", "acme/rechnung")
-            .env("GITHUB_SHA", &ci.sha)
-            .env("GITHUB_REF_NAME", "main")
-            .env("GITHUB_EVENT_NAME", "push")
-            .env("GITHUB_EVENT_PATH", &event_path)
-            .env("GITHUB_API_URL", ci.gh.url())
-            .env("GITHUB_SERVER_URL", ci.git.url())
-            .env("LOOPD_TEST_ALLOW_HTTP_LOOPBACK", "1")
-            .env("GITHUB_RUN_ID", "42")
-            .env("GITHUB_TOKEN", TOKEN)
-            .env("GITHUB_STEP_SUMMARY", &summary)
-            .output()
-            .expect("loopd ci"),
+        actions_cmd(
+            &ci,
+            None,
+            &["--base-pushed"],
+            "main",
+            "push",
+            &event_path,
+            &summary,
+        )
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .output()
+        .expect("loopd ci"),
     );
     assert_eq!(r.code, 0, "{}\n{}", r.stdout, r.stderr);
     assert_eq!(decision(&r), "merges_started", "{}", r.stdout);
@@ -770,19 +761,9 @@ fn round_trace(merge: bool) -> (Vec<String>, String) {
 /// comment, or a base push's merge dispatch.
 fn round_setup(ci: &mut Ci, merge: bool) -> (String, Value, &'static str) {
     if merge {
-        let (branch, head, _) = unmergeable_pr(ci);
-        (
-            branch,
-            merge_dispatch(json!(1), &head),
-            "repository_dispatch",
-        )
+        dispatched_round(ci)
     } else {
-        let branch = loopd_pr(ci);
-        (
-            branch,
-            issue_comment(11, "MEMBER", "User", ASK),
-            "issue_comment",
-        )
+        (loopd_pr(ci), ask(11), "issue_comment")
     }
 }
 
@@ -802,14 +783,7 @@ fn kill_at_every_point(merge: bool) {
         let mut ci = ci_env();
         let (branch, event, name) = round_setup(&mut ci, merge);
         let model = one_clean_fix();
-        let r = round_with(
-            &ci,
-            &model,
-            &branch,
-            event.clone(),
-            name,
-            &[("LOOPD_CRASH_AT", point.as_str())],
-        );
+        let r = round_with(&ci, &model, &branch, event.clone(), name, &crash_at(point));
         if r.code == 0 {
             holes.push(format!("{point}: not killed ({})", decision(&r)));
             continue;
@@ -872,18 +846,7 @@ fn attack41b_11_a_merge_round_killed_at_every_point_is_continued_once() {
 /// nor run it under the old job.
 #[test]
 fn attack41b_12_the_same_event_id_with_other_words_is_refused_not_continued() {
-    let ci = ci_env();
-    let branch = loopd_pr(&ci);
-    let model = one_clean_fix();
-    let r = round_with(
-        &ci,
-        &model,
-        &branch,
-        issue_comment(11, "MEMBER", "User", ASK),
-        "issue_comment",
-        &[("LOOPD_CRASH_AT", "journal:goal_run")],
-    );
-    assert_ne!(r.code, 0, "killed: {}", r.stderr);
+    let (ci, branch, model) = killed_comment_round("journal:goal_run");
     let r = round(
         &ci,
         &model,
@@ -906,19 +869,7 @@ fn attack41b_12_the_same_event_id_with_other_words_is_refused_not_continued() {
 /// (exit 2), not continued under the new rules.
 #[test]
 fn attack41b_13_a_changed_loopd_toml_is_refused_on_continuation() {
-    let ci = ci_env();
-    let branch = loopd_pr(&ci);
-    let model = one_clean_fix();
-    let event = issue_comment(11, "MEMBER", "User", ASK);
-    let r = round_with(
-        &ci,
-        &model,
-        &branch,
-        event.clone(),
-        "issue_comment",
-        &[("LOOPD_CRASH_AT", "journal:goal_run")],
-    );
-    assert_ne!(r.code, 0, "killed: {}", r.stderr);
+    let (ci, branch, model) = killed_comment_round("journal:goal_run");
     let path = ci.env.repo.join("loopd.toml");
     let cfg = std::fs::read_to_string(&path).expect("loopd.toml");
     std::fs::write(
@@ -927,7 +878,7 @@ fn attack41b_13_a_changed_loopd_toml_is_refused_on_continuation() {
             .replace("python3 -m pytest -q", "true"),
     )
     .expect("loopd.toml");
-    let r = round(&ci, &model, &branch, event, "issue_comment");
+    let r = round(&ci, &model, &branch, ask(11), "issue_comment");
     assert_eq!(r.code, 2, "{}\n{}", r.stdout, r.stderr);
     assert_eq!(ci.authenticated_pushes(), 0);
 }
@@ -938,19 +889,7 @@ fn attack41b_13_a_changed_loopd_toml_is_refused_on_continuation() {
 /// exit 2 or nothing, and never a push over the other commit.
 #[test]
 fn attack41b_14_a_new_head_with_another_loopd_toml_is_not_the_interrupted_job() {
-    let mut ci = ci_env();
-    let branch = loopd_pr(&ci);
-    let model = one_clean_fix();
-    let event = issue_comment(11, "MEMBER", "User", ASK);
-    let r = round_with(
-        &ci,
-        &model,
-        &branch,
-        event.clone(),
-        "issue_comment",
-        &[("LOOPD_CRASH_AT", "journal:goal_run")],
-    );
-    assert_ne!(r.code, 0, "killed: {}", r.stderr);
+    let (mut ci, branch, model) = killed_comment_round("journal:goal_run");
     // Someone's commit on the branch: a bigger budget, a goal that is `true`.
     let other = ci.env.tmp.path().join("other");
     ci.env.git(&[
@@ -975,7 +914,7 @@ fn attack41b_14_a_new_head_with_another_loopd_toml_is_not_the_interrupted_job() 
     ci.env.git(&["checkout", "-q", "-f", &theirs]);
     ci.env.git(&["clean", "-qfdx", "-e", ".loopd"]);
     ci.sha = theirs.clone();
-    let r = round(&ci, &model, &branch, event, "issue_comment");
+    let r = round(&ci, &model, &branch, ask(11), "issue_comment");
     assert_eq!(remote_tip(&ci, &branch), theirs, "{}", r.stdout);
     assert_eq!(ci.authenticated_pushes(), 0, "{}", r.stdout);
     assert!(
@@ -1003,17 +942,9 @@ fn attack41b_15_an_interrupted_round_never_pushes_over_a_commit_made_meanwhile()
         let mut ci = ci_env();
         let (branch, event, name) = round_setup(&mut ci, merge);
         let model = one_clean_fix();
-        let r = round_with(
-            &ci,
-            &model,
-            &branch,
-            event.clone(),
-            name,
-            &[("LOOPD_CRASH_AT", point)],
-        );
-        assert_ne!(r.code, 0, "killed at {point}: {}", r.stderr);
+        killed_round(&ci, &model, &branch, &event, name, point);
         let tip = remote_tip(&ci, &branch);
-        let theirs = commit_on(&ci, &tip, "someone's commit meanwhile");
+        let theirs = commit_tree(&ci, &tip, "someone's commit meanwhile");
         push_branch(&ci, &theirs, &branch);
         let r = round(&ci, &model, &branch, event, name);
         if remote_tip(&ci, &branch) != theirs || ci.authenticated_pushes() != 0 {
@@ -1034,14 +965,8 @@ fn attack41b_16_a_planted_run_dir_link_is_refused() {
     for planted in ["run-lock", "run-dir"] {
         let ci = ci_env();
         let branch = loopd_pr(&ci);
-        let elsewhere = ci.env.tmp.path().join("elsewhere");
-        std::fs::create_dir_all(&elsewhere).expect("elsewhere");
-        let runs = ci.env.state.join("runs");
-        std::fs::create_dir_all(&runs).expect("runs");
-        for dir in [&ci.env.state, &runs] {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).expect("0700");
-        }
+        let elsewhere = elsewhere(&ci.env, "elsewhere");
+        let runs = runs_dir(&ci.env);
         let id = runs.join("pr1-issue-comment-11");
         if planted == "run-dir" {
             std::os::unix::fs::symlink(&elsewhere, &id).expect("link");
@@ -1050,13 +975,7 @@ fn attack41b_16_a_planted_run_dir_link_is_refused() {
             std::os::unix::fs::symlink(elsewhere.join("lock"), id.join("run.lock")).expect("link");
         }
         let model = one_clean_fix();
-        let r = round(
-            &ci,
-            &model,
-            &branch,
-            issue_comment(11, "MEMBER", "User", ASK),
-            "issue_comment",
-        );
+        let r = round(&ci, &model, &branch, ask(11), "issue_comment");
         let written: Vec<_> = std::fs::read_dir(&elsewhere)
             .expect("elsewhere")
             .flatten()
@@ -1073,11 +992,8 @@ fn attack41b_16_a_planted_run_dir_link_is_refused() {
         }
         if r.code == 0 || ci.authenticated_pushes() != 0 || !model.requests().is_empty() {
             holes.push(format!(
-                "{planted}: not refused: `{}` exit {}, {} pushes, {} model calls",
-                decision(&r),
-                r.code,
-                ci.authenticated_pushes(),
-                model.requests().len()
+                "{planted}: not refused: {}",
+                what_ran(&ci, &model, &r)
             ));
         }
     }
@@ -1091,25 +1007,14 @@ fn attack41b_16_a_planted_run_dir_link_is_refused() {
 fn attack41b_17_a_planted_summary_decides_nothing() {
     let ci = ci_env();
     let branch = loopd_pr(&ci);
-    let dir = ci.env.state.join("runs").join("pr1-issue-comment-11");
-    std::fs::create_dir_all(&dir).expect("run dir");
-    for d in [ci.env.state.clone(), ci.env.state.join("runs"), dir.clone()] {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700)).expect("0700");
-    }
+    let dir = run_dir(&ci.env, "pr1-issue-comment-11");
     std::fs::write(
         dir.join("summary.json"),
         json!({"job_id": "pr1-issue-comment-11", "outcome": "accepted", "exit_code": 0, "cost_usd": 0.0, "attempts": [], "run_dir": dir}).to_string(),
     )
     .expect("summary");
     let model = no_model();
-    let r = round(
-        &ci,
-        &model,
-        &branch,
-        issue_comment(11, "MEMBER", "User", ASK),
-        "issue_comment",
-    );
+    let r = round(&ci, &model, &branch, ask(11), "issue_comment");
     assert_eq!(ci.authenticated_pushes(), 0, "{}", r.stdout);
     assert_eq!(remote_tip(&ci, &branch), ci.sha);
     assert!(
@@ -1178,14 +1083,8 @@ fn attack41b_19_the_dispatch_cache_key_names_the_pull_request() {
 #[test]
 fn attack41b_16b_run_job_id_refuses_the_same_planted_link() {
     let env = TestEnv::scripted();
-    let elsewhere = env.tmp.path().join("elsewhere");
-    std::fs::create_dir_all(&elsewhere).expect("elsewhere");
-    let runs = env.state.join("runs");
-    std::fs::create_dir_all(&runs).expect("runs");
-    for dir in [&env.state, &runs] {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).expect("0700");
-    }
+    let elsewhere = elsewhere(&env, "elsewhere");
+    let runs = runs_dir(&env);
     std::os::unix::fs::symlink(&elsewhere, runs.join("planted")).expect("link");
     let model = one_clean_fix();
     let r = env.run(&model, &["--job-id", "planted"]);
@@ -1207,15 +1106,7 @@ fn attack41b_20_a_dispatched_merge_round_killed_after_its_push_is_answered_by_th
         let (branch, head, _) = unmergeable_pr(&mut ci);
         let event = merge_dispatch(json!(1), &head);
         let model = one_clean_fix();
-        let r = round_with(
-            &ci,
-            &model,
-            &branch,
-            event.clone(),
-            "repository_dispatch",
-            &[("LOOPD_CRASH_AT", point)],
-        );
-        assert_ne!(r.code, 0, "{point}: killed: {}", r.stderr);
+        killed_round(&ci, &model, &branch, &event, "repository_dispatch", point);
         assert_eq!(ci.authenticated_pushes(), 1, "{point}");
         let r = round(&ci, &model, &branch, event, "repository_dispatch");
         assert_eq!(ci.authenticated_pushes(), 1, "{point}");

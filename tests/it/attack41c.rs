@@ -24,10 +24,6 @@ const ID: &str = "pr1-issue-comment-11";
 /// uid/gid of `nobody`: another user.
 const NOBODY: u32 = 65534;
 
-fn ask(id: u64) -> Value {
-    issue_comment(id, "MEMBER", "User", ASK)
-}
-
 /// `loopd ci --json ARGS` as GitHub Actions runs it (`loopd_ci`'s
 /// environment), the event file holding `event` as given; `tag` keeps two
 /// processes' files apart.
@@ -43,22 +39,7 @@ fn ci_cmd(
     let event_path = ci.env.tmp.path().join(format!("event-{tag}.json"));
     std::fs::write(&event_path, event).expect("event");
     let summary = ci.env.tmp.path().join(format!("summary-{tag}.md"));
-    let mut cmd = ci.env.loopd(Some(model));
-    cmd.args(["ci", "--json"])
-        .args(args)
-        .env("GITHUB_ACTIONS", "true")
-        .env("GITHUB_REPOSITORY", "acme/rechnung")
-        .env("GITHUB_SHA", &ci.sha)
-        .env("GITHUB_REF_NAME", branch)
-        .env("GITHUB_EVENT_NAME", name)
-        .env("GITHUB_EVENT_PATH", &event_path)
-        .env("GITHUB_API_URL", ci.gh.url())
-        .env("GITHUB_SERVER_URL", ci.git.url())
-        .env("LOOPD_TEST_ALLOW_HTTP_LOOPBACK", "1")
-        .env("GITHUB_RUN_ID", "42")
-        .env("GITHUB_TOKEN", TOKEN)
-        .env("GITHUB_STEP_SUMMARY", &summary);
-    cmd
+    actions_cmd(ci, Some(model), args, branch, name, &event_path, &summary)
 }
 
 /// Run `cmd`, its output in files under `dir`; `None` when it had not
@@ -87,6 +68,22 @@ fn timed(mut cmd: Command, dir: &Path, tag: &str, secs: u64) -> Option<RunResult
     }
 }
 
+/// A member's comment round in a state dir planted with `what`; `None`
+/// (and a hole) when it hung.
+fn planted_round(
+    ci: &Ci,
+    model: &ScriptedModel,
+    branch: &str,
+    what: &str,
+    holes: &mut Vec<String>,
+) -> Option<RunResult> {
+    let r = timed_round(ci, model, branch, "r");
+    if r.is_none() {
+        holes.push(format!("{what}: `loopd ci` hung (killed after 240 s)"));
+    }
+    r
+}
+
 /// A member's comment round, killed after `timed` seconds.
 fn timed_round(ci: &Ci, model: &ScriptedModel, branch: &str, tag: &str) -> Option<RunResult> {
     let cmd = ci_cmd(
@@ -101,49 +98,14 @@ fn timed_round(ci: &Ci, model: &ScriptedModel, branch: &str, tag: &str) -> Optio
     timed(cmd, ci.env.tmp.path(), tag, 240)
 }
 
-fn mode(path: &Path, bits: u32) {
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(bits)).expect("chmod");
-}
-
 fn chown(path: &Path, uid: u32) {
     std::os::unix::fs::lchown(path, Some(uid), Some(uid)).expect("chown");
 }
 
-/// The state dir and its `runs/`, as loopd makes them (0700).
-fn runs_dir(ci: &Ci) -> PathBuf {
-    let runs = ci.env.state.join("runs");
-    std::fs::create_dir_all(&runs).expect("runs");
-    mode(&ci.env.state, 0o700);
-    mode(&runs, 0o700);
-    runs
-}
-
-/// An attacker's directory outside the state dir.
-fn elsewhere(ci: &Ci, name: &str) -> PathBuf {
-    let dir = ci.env.tmp.path().join(name);
-    std::fs::create_dir_all(&dir).expect("elsewhere");
-    dir
-}
-
 /// Every path under `dir` (links not followed), with its length.
 fn listing(dir: &Path) -> Vec<(PathBuf, u64)> {
-    fn walk(dir: &Path, out: &mut Vec<(PathBuf, u64)>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            let Ok(meta) = std::fs::symlink_metadata(&p) else {
-                continue;
-            };
-            out.push((p.clone(), meta.len()));
-            if meta.is_dir() {
-                walk(&p, out);
-            }
-        }
-    }
     let mut out = Vec::new();
-    walk(dir, &mut out);
+    walk(dir, &mut |p, meta| out.push((p.to_path_buf(), meta.len())));
     out.sort();
     out
 }
@@ -199,7 +161,7 @@ fn attack41c_01_a_state_runs_that_is_a_link_to_another_users_dir_is_refused() {
     ] {
         let ci = ci_env();
         let branch = loopd_pr(&ci);
-        let theirs = elsewhere(&ci, "theirs");
+        let theirs = elsewhere(&ci.env, "theirs");
         mode(&theirs, bits);
         chown(&theirs, owner);
         if what.starts_with("state") {
@@ -248,8 +210,8 @@ fn attack41c_02_a_run_dir_planted_as_a_file_fifo_or_odd_link_is_refused() {
     ] {
         let ci = ci_env();
         let branch = loopd_pr(&ci);
-        let runs = runs_dir(&ci);
-        let theirs = elsewhere(&ci, "theirs");
+        let runs = runs_dir(&ci.env);
+        let theirs = elsewhere(&ci.env, "theirs");
         let at = runs.join(ID);
         match planted {
             "file" => std::fs::write(&at, "{}\n").expect("file"),
@@ -267,8 +229,7 @@ fn attack41c_02_a_run_dir_planted_as_a_file_fifo_or_odd_link_is_refused() {
             }
         }
         let model = one_clean_fix();
-        let Some(r) = timed_round(&ci, &model, &branch, "r") else {
-            holes.push(format!("{planted}: `loopd ci` hung (killed after 240 s)"));
+        let Some(r) = planted_round(&ci, &model, &branch, planted, &mut holes) else {
             continue;
         };
         let written: Vec<_> = listing(&theirs)
@@ -281,11 +242,8 @@ fn attack41c_02_a_run_dir_planted_as_a_file_fifo_or_odd_link_is_refused() {
             || !written.is_empty()
         {
             holes.push(format!(
-                "{planted}: `{}` exit {}, {} pushes, {} model calls, written {:?}: {}",
-                decision(&r),
-                r.code,
-                ci.authenticated_pushes(),
-                model.requests().len(),
+                "{planted}: {}, written {:?}: {}",
+                what_ran(&ci, &model, &r),
                 written.iter().map(|w| &w.0).take(3).collect::<Vec<_>>(),
                 tail(&r.stderr)
             ));
@@ -305,19 +263,9 @@ fn attack41c_02_a_run_dir_planted_as_a_file_fifo_or_odd_link_is_refused() {
 fn attack41c_03_a_link_to_a_dir_holding_a_journal_that_claims_the_ending_is_refused() {
     let mut holes = Vec::new();
     for owner in [0, NOBODY] {
-        let ci = ci_env();
-        let branch = loopd_pr(&ci);
-        let model = one_clean_fix();
-        killed_round(
-            &ci,
-            &model,
-            &branch,
-            &ask(11),
-            "issue_comment",
-            "journal:job_ended",
-        );
+        let (ci, branch, model) = killed_comment_round("journal:job_ended");
         let runs = ci.env.state.join("runs");
-        let theirs = elsewhere(&ci, "theirs");
+        let theirs = elsewhere(&ci.env, "theirs");
         let moved = theirs.join(ID);
         std::fs::rename(runs.join(ID), &moved).expect("move the run dir");
         if owner == NOBODY {
@@ -370,11 +318,8 @@ fn attack41c_04_a_run_lock_planted_as_a_link_fifo_or_dir() {
     ] {
         let ci = ci_env();
         let branch = loopd_pr(&ci);
-        let runs = runs_dir(&ci);
-        let dir = runs.join(ID);
-        std::fs::create_dir_all(&dir).expect("run dir");
-        mode(&dir, 0o700);
-        let theirs = elsewhere(&ci, "theirs");
+        let dir = run_dir(&ci.env, ID);
+        let theirs = elsewhere(&ci.env, "theirs");
         let their_file = theirs.join("lockfile");
         std::fs::write(&their_file, "theirs\n").expect("their file");
         let lock = dir.join("run.lock");
@@ -387,8 +332,7 @@ fn attack41c_04_a_run_lock_planted_as_a_link_fifo_or_dir() {
             _ => std::fs::create_dir_all(&lock).expect("dir"),
         }
         let model = one_clean_fix();
-        let Some(r) = timed_round(&ci, &model, &branch, "r") else {
-            holes.push(format!("{planted}: `loopd ci` hung (killed after 240 s)"));
+        let Some(r) = planted_round(&ci, &model, &branch, planted, &mut holes) else {
             continue;
         };
         let theirs_now = std::fs::read_to_string(&their_file).unwrap_or_default();
@@ -400,11 +344,8 @@ fn attack41c_04_a_run_lock_planted_as_a_link_fifo_or_dir() {
         }
         if link && (r.code != 5 || ci.authenticated_pushes() != 0 || !model.requests().is_empty()) {
             holes.push(format!(
-                "{planted}: not refused: `{}` exit {}, {} pushes, {} model calls: {}",
-                decision(&r),
-                r.code,
-                ci.authenticated_pushes(),
-                model.requests().len(),
+                "{planted}: not refused: {}: {}",
+                what_ran(&ci, &model, &r),
                 tail(&r.stderr)
             ));
         }
@@ -444,7 +385,7 @@ fn attack41c_05_a_run_dir_with_wrong_permissions_or_owner() {
     ] {
         let ci = ci_env();
         let branch = loopd_pr(&ci);
-        let runs = runs_dir(&ci);
+        let runs = runs_dir(&ci.env);
         let dir = runs.join(ID);
         if case.starts_with("run ") || case.starts_with("run.lock") {
             std::fs::create_dir_all(&dir).expect("run dir");
@@ -464,8 +405,7 @@ fn attack41c_05_a_run_dir_with_wrong_permissions_or_owner() {
             }
         }
         let model = one_clean_fix();
-        let Some(r) = timed_round(&ci, &model, &branch, "r") else {
-            holes.push(format!("{case}: hung"));
+        let Some(r) = planted_round(&ci, &model, &branch, case, &mut holes) else {
             continue;
         };
         let refused = r.code == 5 && ci.authenticated_pushes() == 0 && model.requests().is_empty();
@@ -521,17 +461,7 @@ fn attack41c_05_a_run_dir_with_wrong_permissions_or_owner() {
 /// 11's work pushed as the answer to 12.
 #[test]
 fn attack41c_06_a_planted_journal_of_another_task_is_not_continued() {
-    let ci = ci_env();
-    let branch = loopd_pr(&ci);
-    let model = one_clean_fix();
-    killed_round(
-        &ci,
-        &model,
-        &branch,
-        &ask(11),
-        "issue_comment",
-        "journal:job_ended",
-    );
+    let (ci, branch, model) = killed_comment_round("journal:job_ended");
     let runs = ci.env.state.join("runs");
     std::fs::rename(runs.join(ID), runs.join("pr1-issue-comment-12")).expect("rename");
     let other = issue_comment(
@@ -565,10 +495,7 @@ fn attack41c_07_an_unjudged_change_in_the_tree_of_an_ended_round_is_never_pushed
         ("journal:committed", "dirty"),
         ("journal:job_ended", "fresh checkout"),
     ] {
-        let ci = ci_env();
-        let branch = loopd_pr(&ci);
-        let model = one_clean_fix();
-        killed_round(&ci, &model, &branch, &ask(11), "issue_comment", point);
+        let (ci, branch, model) = killed_comment_round(point);
         assert_eq!(ci.authenticated_pushes(), 0, "{point}");
         if how == "dirty" {
             let path = ci.env.repo.join("rechnung.py");
@@ -689,10 +616,6 @@ fn attack41c_08_a_second_process_of_the_same_round_exits_5_and_nothing_is_pushed
 // ---------------------------------------------------------------------------
 // Every kind of round killed after its own push
 
-fn review(id: u64, body: &str) -> Value {
-    json!({"action": "submitted", "review": {"id": id, "body": body, "state": "commented", "user": {"login": "lead", "type": "User"}, "author_association": "MEMBER"}, "pull_request": {"number": 1, "head": {"repo": {"full_name": "acme/rechnung"}}, "base": {"repo": {"full_name": "acme/rechnung"}}}, "repository": {"full_name": "acme/rechnung"}})
-}
-
 /// `[ci] max_rounds = 1` and a round of `kind` on #1: (branch, event, name).
 fn kind_setup(ci: &mut Ci, kind: &str) -> (String, Value, &'static str) {
     ci.configure("[ci]\nmax_rounds = 1\n", "one round per pull request");
@@ -708,7 +631,11 @@ fn kind_setup(ci: &mut Ci, kind: &str) -> (String, Value, &'static str) {
             review_comment(9, "acme/rechnung", ASK),
             "pull_request_review_comment",
         ),
-        "review" => (loopd_pr(ci), review(9, ASK), "pull_request_review"),
+        "review" => (
+            loopd_pr(ci),
+            review(9, "MEMBER", "User", json!(ASK)),
+            "pull_request_review",
+        ),
         "merge_comment" => {
             let (branch, _, _) = unmergeable_pr(ci);
             (
@@ -717,14 +644,7 @@ fn kind_setup(ci: &mut Ci, kind: &str) -> (String, Value, &'static str) {
                 "issue_comment",
             )
         }
-        _ => {
-            let (branch, head, _) = unmergeable_pr(ci);
-            (
-                branch,
-                merge_dispatch(json!(1), &head),
-                "repository_dispatch",
-            )
-        }
+        _ => dispatched_round(ci),
     }
 }
 
@@ -740,14 +660,7 @@ fn killed_after_push(kind: &str) {
         let mut ci = ci_env();
         let (branch, event, name) = kind_setup(&mut ci, kind);
         let model = one_clean_fix();
-        let r = round_with(
-            &ci,
-            &model,
-            &branch,
-            event.clone(),
-            name,
-            &[("LOOPD_CRASH_AT", point)],
-        );
+        let r = round_with(&ci, &model, &branch, event.clone(), name, &crash_at(point));
         if r.code == 0 || ci.authenticated_pushes() != 1 {
             holes.push(format!(
                 "{point}: the first run was not killed after one push (`{}` exit {}, {} pushes)",
@@ -1061,8 +974,8 @@ fn attack41c_12_a_planted_link_under_every_kind_of_round_id_is_refused() {
             "merge_comment" => "pr1-issue-comment-9".to_owned(),
             _ => format!("pr1-base-{head}"),
         };
-        let runs = runs_dir(&ci);
-        let theirs = elsewhere(&ci, "theirs");
+        let runs = runs_dir(&ci.env);
+        let theirs = elsewhere(&ci.env, "theirs");
         std::os::unix::fs::symlink(&theirs, runs.join(&id)).expect("link");
         let model = one_clean_fix();
         let Some(r) = timed(
@@ -1135,7 +1048,7 @@ fn attack41c_13_a_pushed_round_with_a_commit_on_top_is_answered_never_pushed_aga
         killed_round(&ci, &model, &branch, &event, name, "ci:round-pushed");
         assert_eq!(ci.authenticated_pushes(), 1, "{kind}");
         let ours = remote_tip(&ci, &branch);
-        let theirs = commit_on(&ci, &ours, "a person's commit on top");
+        let theirs = commit_tree(&ci, &ours, "a person's commit on top");
         push_branch(&ci, &theirs, &branch);
         if !capped {
             // The runner vanished: the next checks out the head as it is.

@@ -105,6 +105,37 @@ pub(crate) fn remote_git(remote: &Path, args: &[&str]) -> (bool, String) {
     )
 }
 
+/// `loopd ci --json ARGS` as GitHub Actions runs it (the `loopd_ci` tests,
+/// the base sweep's and the attacks' own runs all start from this one
+/// environment, so a variable Actions sets is set for every one of them):
+/// the event read from `event_path`, the step summary written to `summary`.
+pub(crate) fn actions_cmd(
+    ci: &Ci,
+    model: Option<&ScriptedModel>,
+    args: &[&str],
+    branch: &str,
+    event_name: &str,
+    event_path: &Path,
+    summary: &Path,
+) -> Command {
+    let mut cmd = ci.env.loopd(model);
+    cmd.args(["ci", "--json"])
+        .args(args)
+        .env("GITHUB_ACTIONS", "true")
+        .env("GITHUB_REPOSITORY", "acme/rechnung")
+        .env("GITHUB_SHA", &ci.sha)
+        .env("GITHUB_REF_NAME", branch)
+        .env("GITHUB_EVENT_NAME", event_name)
+        .env("GITHUB_EVENT_PATH", event_path)
+        .env("GITHUB_API_URL", ci.gh.url())
+        .env("GITHUB_SERVER_URL", ci.git.url())
+        .env("LOOPD_TEST_ALLOW_HTTP_LOOPBACK", "1")
+        .env("GITHUB_RUN_ID", "42")
+        .env("GITHUB_TOKEN", TOKEN)
+        .env("GITHUB_STEP_SUMMARY", summary);
+    cmd
+}
+
 /// `loopd ci` as GitHub Actions runs it, with `vars` set besides.
 pub(crate) fn loopd_ci(
     ci: &Ci,
@@ -121,26 +152,34 @@ pub(crate) fn loopd_ci(
     let summary = env.tmp.path().join("step-summary.md");
     let _ = std::fs::remove_file(&summary);
     let r = finish(
-        env.loopd(Some(model))
-            .args(["ci", "--json"])
-            .args(args)
-            .env("GITHUB_ACTIONS", "true")
-            .env("GITHUB_REPOSITORY", "acme/rechnung")
-            .env("GITHUB_SHA", &ci.sha)
-            .env("GITHUB_REF_NAME", branch)
-            .env("GITHUB_EVENT_NAME", event_name)
-            .env("GITHUB_EVENT_PATH", &event_path)
-            .env("GITHUB_API_URL", ci.gh.url())
-            .env("GITHUB_SERVER_URL", ci.git.url())
-            .env("LOOPD_TEST_ALLOW_HTTP_LOOPBACK", "1")
-            .env("GITHUB_RUN_ID", "42")
-            .env("GITHUB_TOKEN", TOKEN)
-            .env("GITHUB_STEP_SUMMARY", &summary)
-            .envs(vars.iter().copied())
-            .output()
-            .expect("loopd ci"),
+        actions_cmd(
+            ci,
+            Some(model),
+            args,
+            branch,
+            event_name,
+            &event_path,
+            &summary,
+        )
+        .envs(vars.iter().copied())
+        .output()
+        .expect("loopd ci"),
     );
     (r, std::fs::read_to_string(&summary).unwrap_or_default())
+}
+
+/// `loopd ci --base-pushed` on a push to `ref_name`.
+pub(crate) fn base_pushed(ci: &Ci, model: &ScriptedModel, ref_name: &str) -> RunResult {
+    loopd_ci(
+        ci,
+        model,
+        &["--base-pushed"],
+        ref_name,
+        push_event(),
+        "push",
+        &[],
+    )
+    .0
 }
 
 /// `loopd ci` on a push to `main`.
@@ -1123,6 +1162,33 @@ pub(crate) fn remote_tip(ci: &Ci, branch: &str) -> String {
         .to_owned()
 }
 
+/// The bodies of every `loopd-merge` dispatch so far.
+pub(crate) fn dispatches(ci: &Ci) -> Vec<Value> {
+    ci.gh
+        .requests()
+        .iter()
+        .filter(|q| q.method == "POST" && q.path.ends_with("/dispatches"))
+        .map(|q| q.body.clone())
+        .collect()
+}
+
+/// API writes other than dispatches (comments, statuses, edits).
+pub(crate) fn other_writes(ci: &Ci) -> Vec<String> {
+    ci.gh
+        .writes()
+        .iter()
+        .filter(|q| !q.path.ends_with("/dispatches"))
+        .map(|q| format!("{} {}", q.method, q.path))
+        .collect()
+}
+
+/// A `skipped` round's report, whose `why` says `because`.
+fn assert_skipped(r: &RunResult, because: &str) {
+    let rep = report(r);
+    assert_eq!(rep["decision"], "skipped", "{rep}");
+    assert!(rep["why"].as_str().expect("why").contains(because), "{rep}");
+}
+
 #[test]
 fn issue41_a_failing_check_on_loopds_pull_request_is_one_round_one_push_one_answer() {
     let ci = ci_env();
@@ -1440,6 +1506,12 @@ fn issue41_the_round_cap_lists_the_open_points_once_and_runs_nothing_more() {
         .contains("up to 2 rounds"));
 }
 
+/// The variables of a round whose runner is killed (SIGKILL) at the crash
+/// point `point`, for [`round_with`].
+pub(crate) fn crash_at(point: &str) -> [(&'static str, &str); 1] {
+    [("LOOPD_CRASH_AT", point)]
+}
+
 /// `loopd ci` on the event `name` (`event`), killed (SIGKILL) at the
 /// crash point `point`.
 pub(crate) fn killed_round(
@@ -1450,27 +1522,33 @@ pub(crate) fn killed_round(
     name: &str,
     point: &str,
 ) {
-    let r = round_with(
-        ci,
-        model,
-        branch,
-        event.clone(),
-        name,
-        &[("LOOPD_CRASH_AT", point)],
-    );
+    let r = round_with(ci, model, branch, event.clone(), name, &crash_at(point));
     assert_ne!(r.code, 0, "killed at {point}: {}", r.stderr);
+}
+
+/// What a member asks of loopd's pull request in most rounds.
+pub(crate) const ASK: &str = "Please fix the rounding of the gross total.";
+
+/// A member's comment `id` on #1 asking [`ASK`].
+pub(crate) fn ask(id: u64) -> Value {
+    issue_comment(id, "MEMBER", "User", ASK)
+}
+
+/// Loopd's pull request and member comment 11's round on it, killed at
+/// `point` (the tests of a continuation start here): (ci, branch, model).
+pub(crate) fn killed_comment_round(point: &str) -> (Ci, String, ScriptedModel) {
+    let ci = ci_env();
+    let branch = loopd_pr(&ci);
+    let model = one_clean_fix();
+    killed_round(&ci, &model, &branch, &ask(11), "issue_comment", point);
+    (ci, branch, model)
 }
 
 /// A round killed between its push and its answer — a reviewer's round,
 /// and a failed check's, whose own push moved the head the check ran on.
 #[test]
 fn issue41_a_runner_killed_after_the_push_is_answered_by_the_next_without_a_second_push() {
-    let comment = issue_comment(
-        9,
-        "MEMBER",
-        "User",
-        "Please fix the rounding of the gross total.",
-    );
+    let comment = ask(9);
     for (name, key) in [
         ("issue_comment", "issue_comment:9"),
         ("check_run", "check_run:7"),
@@ -1533,16 +1611,8 @@ fn issue41_a_runner_killed_after_the_push_is_answered_by_the_next_without_a_seco
 #[test]
 fn issue41_a_runner_killed_mid_round_is_continued_not_repeated() {
     for point in ["journal:goal_run", "journal:job_ended"] {
-        let ci = ci_env();
-        let branch = loopd_pr(&ci);
-        let model = one_clean_fix();
-        let event = issue_comment(
-            11,
-            "MEMBER",
-            "User",
-            "Please fix the rounding of the gross total.",
-        );
-        killed_round(&ci, &model, &branch, &event, "issue_comment", point);
+        let (ci, branch, model) = killed_comment_round(point);
+        let event = ask(11);
         assert_eq!(ci.authenticated_pushes(), 0, "{point}");
         assert!(ci.gh.comments().is_empty(), "{point}: nothing answered yet");
         let sessions = model.session_count(Role::Agent);
@@ -1844,37 +1914,15 @@ fn issue41_a_base_push_starts_a_merge_round_for_each_followed_pull_request_that_
         ci.gh.set_pull_meta(n, meta);
     }
     let quiet = no_model();
-    let r = loopd_ci(
-        &ci,
-        &quiet,
-        &["--base-pushed"],
-        "main",
-        push_event(),
-        "push",
-        &[],
-    )
-    .0;
+    let r = base_pushed(&ci, &quiet, "main");
     assert_eq!(r.code, 0, "{}", r.stderr);
     let rep = report(&r);
     assert_eq!(rep["decision"], "merges_started", "{rep}");
-    let dispatched: Vec<Value> = ci
-        .gh
-        .requests()
-        .iter()
-        .filter(|q| q.method == "POST" && q.path.ends_with("/dispatches"))
-        .map(|q| q.body.clone())
-        .collect();
     assert_eq!(
-        dispatched,
+        dispatches(&ci),
         [json!({"event_type": "loopd-merge", "client_payload": {"pr": 1, "head_sha": head}})]
     );
-    let writes: Vec<String> = ci
-        .gh
-        .writes()
-        .iter()
-        .map(|q| q.path.clone())
-        .filter(|p| !p.ends_with("/dispatches"))
-        .collect();
+    let writes = other_writes(&ci);
     assert!(writes.is_empty(), "{writes:?}");
     assert_eq!((ci.authenticated_pushes(), quiet.requests().len()), (0, 0));
     // The dispatched round.
@@ -1893,27 +1941,11 @@ fn issue41_a_base_push_starts_a_merge_round_for_each_followed_pull_request_that_
     // The same dispatch again (answered), and one for the new head, which
     // merges: nothing.
     let r = round(&ci, &quiet, &branch, merge, "repository_dispatch");
-    let rep = report(&r);
-    assert_eq!(rep["decision"], "skipped", "{rep}");
-    assert!(
-        rep["why"]
-            .as_str()
-            .expect("why")
-            .contains("answered before"),
-        "{rep}"
-    );
+    assert_skipped(&r, "answered before");
     ci.gh.set_pull_meta(1, json!({"mergeable": true}));
     let merges = json!({"action": "loopd-merge", "client_payload": {"pr": 1, "head_sha": tip}});
     let r = round(&ci, &quiet, &branch, merges, "repository_dispatch");
-    let rep = report(&r);
-    assert_eq!(rep["decision"], "skipped", "{rep}");
-    assert!(
-        rep["why"]
-            .as_str()
-            .expect("why")
-            .contains("nothing to merge"),
-        "{rep}"
-    );
+    assert_skipped(&r, "nothing to merge");
     assert_eq!((ci.authenticated_pushes(), quiet.requests().len()), (1, 0));
 }
 
