@@ -478,6 +478,12 @@ fn asked(event: &PrEvent) -> String {
     }
 }
 
+/// Whether loopd follows `pr`: one it opened (a `loopd/` branch) or one a
+/// maintainer labelled `[ci] follow_label`.
+fn follows(pr: &PullInfo, job: &Job) -> bool {
+    pr.head_ref.starts_with("loopd/") || pr.labels.contains(&job.ci.follow_label)
+}
+
 /// A push to `actions.branch`: a merge round started — a
 /// `repository_dispatch` [`DISPATCH`], since GitHub starts no workflow
 /// for a comment or push of the workflow's own token — for each open pull
@@ -499,10 +505,8 @@ pub async fn sweep(actions: &Actions, job: &Job) -> Result<CiReport, CiError> {
     let (mut started, mut unknown) = (Vec::new(), Vec::new());
     for n in api.pulls_into(branch).await? {
         let mut pr = api.pull(n).await?;
-        let followed =
-            pr.head_ref.starts_with("loopd/") || pr.labels.contains(&job.ci.follow_label);
         if !pr.open
-            || !followed
+            || !follows(&pr, job)
             || pr.head_repo != pr.base_repo
             || pr.head_ref == pr.default_branch
             || pr.base_ref != *branch
@@ -604,8 +608,7 @@ pub async fn run(
             job_time,
         );
     }
-    let followed = pr.head_ref.starts_with("loopd/") || pr.labels.contains(&f.job.ci.follow_label);
-    if !followed {
+    if !follows(&pr, &f.job) {
         return done(report, Decision::Skipped, format!("#{} is not one loopd follows (its own `loopd/` branches, or a pull request labelled `{}`)", pr.number, f.job.ci.follow_label), job_time);
     }
     if pr.head_ref == pr.default_branch {

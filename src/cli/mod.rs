@@ -103,8 +103,28 @@ impl From<crate::config::ConfigError> for CliError {
     }
 }
 
+impl From<crate::job::JobError> for CliError {
+    /// A job that cannot start or go on: a tree that is not ready (the
+    /// workspace's own message and hint), a state dir that is not private
+    /// (its hint), anything else the environment's.
+    fn from(e: crate::job::JobError) -> Self {
+        use crate::job::JobError;
+        match e {
+            JobError::Workspace(w) => CliError::from(w),
+            JobError::StateDir(s) => {
+                let hint = s.hint();
+                CliError::new(ExitStatus::Environment, s).hint(hint)
+            }
+            e => CliError::new(ExitStatus::Environment, e),
+        }
+    }
+}
+
 impl From<crate::job::continued::ContinueError> for CliError {
     fn from(e: crate::job::continued::ContinueError) -> Self {
+        if let crate::job::continued::ContinueError::Job(j) = e {
+            return CliError::from(j);
+        }
         let (status, hint) = (e.status(), e.hint());
         CliError {
             status,

@@ -49,19 +49,7 @@ pub fn prepare(flags: &JobFlags) -> Result<(Workspace, Job), CliError> {
 /// The last checks before a foreground job touches anything: a clean tree
 /// and a state dir to write to.
 pub fn ready(ws: &Workspace, job: &Job) -> Result<(), CliError> {
-    job::ready(ws, job).map_err(ready_error)
-}
-
-/// A tree or state dir not ready for a job, as the CLI says it.
-fn ready_error(e: job::JobError) -> CliError {
-    match e {
-        job::JobError::Workspace(w) => CliError::from(w),
-        job::JobError::StateDir(s) => {
-            let hint = s.hint();
-            CliError::new(ExitStatus::Environment, s).hint(hint)
-        }
-        e => CliError::new(ExitStatus::Environment, e),
-    }
+    Ok(job::ready(ws, job)?)
 }
 
 /// `progress`: print live progress lines on stderr (not with `-q`).
@@ -162,10 +150,7 @@ fn continue_job(
             return Ok(summary.reason.into());
         }
     }
-    continued::ready(job, &ws, id, replay).map_err(|e| match e {
-        continued::ContinueError::Job(j) => ready_error(j),
-        e => CliError::from(e),
-    })?;
+    continued::ready(job, &ws, id, replay)?;
     control.job_id = Some(id.to_owned());
     continued::reopen(&run_dir, again)?;
     let record = Foreground::reopen(&run_dir, &job.state_dir, id, || {

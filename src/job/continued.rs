@@ -61,7 +61,6 @@ impl ContinueError {
             ContinueError::Locked { id } => format!(
                 "`loopd status {id}` shows it; run this again when it has stopped"
             ),
-            ContinueError::Job(super::JobError::StateDir(s)) => s.hint(),
             ContinueError::RunDir { .. } | ContinueError::Job(_) => return None,
         })
     }
